@@ -1,0 +1,66 @@
+"""Run the benchmarks: every ``benchmarks/bench_*.py`` exposes ``run() -> list[dict]`` (one dict per table row).
+
+Usage: ``python benchmarks/run.py [NAME ...]`` (NAME is the part after ``bench_``; default: all).
+Prints one table per benchmark and writes ``benchmarks/results/<NAME>.json`` atomically.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import platform
+import sys
+from pathlib import Path
+
+import jax
+from rich.console import Console
+from rich.table import Table
+
+from memlab.runner import atomic_write_text, to_jsonable
+
+HERE = Path(__file__).resolve().parent
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _table(name: str, rows: list[dict]) -> Table:
+    table = Table(title=name)
+    columns = list(dict.fromkeys(k for row in rows for k in row))  # first-seen order
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        cells = [row.get(c, "") for c in columns]
+        table.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in cells))
+    return table
+
+
+def main(argv: list[str]) -> int:
+    console = Console()
+    paths = {p.stem.removeprefix("bench_"): p for p in sorted(HERE.glob("bench_*.py"))}
+    unknown = [n for n in argv if n not in paths]
+    if unknown:
+        print(f"benchmarks: error: unknown benchmark(s) {unknown}; known: {', '.join(paths) or '(none)'}", file=sys.stderr)
+        return 2
+    if not paths:
+        console.print("no benchmarks yet (add benchmarks/bench_<name>.py with run() -> list[dict])", markup=False)
+        return 0
+    machine = {"python": platform.python_version(), "jax": jax.__version__, "platform": platform.platform(),
+               "devices": [str(d) for d in jax.devices()]}
+    for name in argv or list(paths):
+        rows = _load(paths[name]).run()
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise ValueError(f"benchmarks/bench_{name}.py: run() must return a list of dicts")
+        console.print(_table(name, rows))
+        doc = {"benchmark": name, "machine": machine, "rows": rows}
+        out = atomic_write_text(HERE / "results" / f"{name}.json", json.dumps(to_jsonable(doc), indent=2) + "\n")
+        console.print(f"wrote {out.relative_to(HERE.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

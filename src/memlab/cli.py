@@ -1,0 +1,188 @@
+"""The ``memlab`` command: ``list``, ``run`` and ``report``.
+
+User errors (unknown experiment, bad profile, invalid config, unusable output folder, bad arguments)
+print one line ``memlab: error: <message>`` on stderr and exit with code 2; Ctrl-C during a run exits
+with 130 and keeps the finished cells, so the same command resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import posixpath
+import re
+import sys
+from pathlib import Path
+
+from memlab import catalog
+from memlab.runner import SetupError, atomic_write_text, default_out_dir, run_experiment
+
+_LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")  # [text](target "title")
+_ABSOLUTE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|/|#)")  # URL scheme, absolute path or anchor
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of usage + message
+        self.exit(2, f"memlab: error: {message} (see '{self.prog} --help')\n")
+
+
+def _error(message: str) -> int:
+    print(f"memlab: error: {message}", file=sys.stderr)
+    return 2
+
+
+# ---------------------------------------------------------------- list
+
+
+def cmd_list(args) -> int:
+    if args.names:
+        for name in catalog.EXPERIMENTS:
+            print(name)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    if not catalog.EXPERIMENTS:
+        print("no experiments registered yet")
+        return 0
+    table = Table(title="memlab experiments")
+    table.add_column("experiment", no_wrap=True)
+    table.add_column("reproduces", overflow="fold")
+    table.add_column("profiles")
+    table.add_column("description")
+    for exp in catalog.EXPERIMENTS.values():
+        table.add_row(exp.name, f"{exp.paper_ref} ({exp.paper})", ", ".join(exp.profiles), exp.description)
+    Console().print(table)
+    return 0
+
+
+# ---------------------------------------------------------------- run
+
+
+def cmd_run(args) -> int:
+    try:
+        exp = catalog.get(args.name)
+    except ValueError as e:
+        return _error(str(e))
+    out = Path(args.out) if args.out else default_out_dir(exp, args.profile)
+    try:
+        run_experiment(exp, profile=args.profile, seed=args.seed, out_dir=out, progress=not args.no_progress)
+    except SetupError as e:  # errors inside the experiment itself keep their traceback
+        return _error(str(e))
+    except KeyboardInterrupt:
+        print(f"memlab: interrupted; finished cells are kept in {out}; rerun the same command to resume", file=sys.stderr)
+        return 130
+    print(out)
+    return 0
+
+
+# ---------------------------------------------------------------- report
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", r"\|").replace("\n", " ")
+
+
+def _rebase(markdown: str, folder: str) -> tuple[str, set[str]]:
+    """Rewrite relative link targets so they resolve from one level up, and demote headings by two levels.
+
+    Returns the new text and the set of rewritten targets (to know which images are already shown).
+    """
+    targets: set[str] = set()
+
+    def link(m: re.Match) -> str:
+        target = m.group(2)
+        if _ABSOLUTE.match(target):
+            return m.group(0)
+        target = posixpath.normpath(posixpath.join(folder, target))
+        targets.add(target)
+        return f"{m.group(1)}({target}{m.group(3)})"
+
+    lines, fenced = [], False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced:
+            line = _LINK.sub(link, line)
+            if re.match(r"#{1,4}\s", line):
+                line = "##" + line
+        lines.append(line)
+    return "\n".join(lines), targets
+
+
+def build_report(root: Path) -> Path:
+    """Gather every results.json claim and every summary.md under ``root`` into ``root/report.md``."""
+    if not root.is_dir():
+        raise ValueError(f"no such folder {root}; run an experiment first (memlab run NAME)")
+    summaries = sorted(root.rglob("summary.md"))
+    if not summaries:
+        raise ValueError(f"no summary.md under {root}; run an experiment first (memlab run NAME)")
+
+    rows, held, total = [], 0, 0
+    for path in sorted(root.rglob("results.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        for c in doc.get("claims", []):
+            held, total = held + bool(c["holds"]), total + 1
+            cells = [f"{doc['experiment']} ({doc['profile']})", c["id"], c["claim"], c["paper"], c["ours"]]
+            rows.append("| " + " | ".join(map(_cell, cells)) + f" | {'✓' if c['holds'] else '✗'} |")
+    parts = ["# memlab report", "", f"{held} of {total} claims hold.", ""]
+    if rows:
+        parts += ["| experiment | id | claim | paper | ours | holds |", "| --- | --- | --- | --- | --- | --- |", *rows, ""]
+
+    for summary in summaries:
+        folder = summary.parent.relative_to(root).as_posix()
+        results = summary.parent / "results.json"
+        title = folder
+        if results.exists():
+            doc = json.loads(results.read_text(encoding="utf-8"))
+            title = f"{doc['experiment']} ({doc['profile']}) — {doc['paper_ref']}"
+        text, shown = _rebase(summary.read_text(encoding="utf-8"), folder)
+        parts += [f"## {title}", "", text.strip(), ""]
+        for png in sorted(summary.parent.rglob("*.png")):
+            target = posixpath.normpath(posixpath.join(folder, png.relative_to(summary.parent).as_posix()))
+            if target not in shown:
+                parts += [f"![{png.stem}]({target})", ""]
+    return atomic_write_text(root / "report.md", "\n".join(parts))
+
+
+def cmd_report(args) -> int:
+    try:
+        path = build_report(Path(args.dir))
+    except (ValueError, OSError) as e:
+        return _error(str(e))
+    print(path)
+    return 0
+
+
+# ---------------------------------------------------------------- main
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="memlab", description="Sequence models as memory, measured against the optimal inference.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("list", help="list every experiment")
+    p.add_argument("--names", action="store_true", help="print only the names, one per line")
+    p.set_defaults(func=cmd_list)
+    p = sub.add_parser("run", help="run one experiment")
+    p.add_argument("name")
+    p.add_argument("--profile", default="quick", help="config profile (quick, paper, ...; default quick)")
+    p.add_argument("--seed", type=int, default=None, help="replace the profile's seed")
+    p.add_argument("--out", default=None, help="output folder (default out/<name>/<profile>)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("report", help="gather every summary.md and claim under DIR into DIR/report.md")
+    p.add_argument("dir", nargs="?", default="out")
+    p.set_defaults(func=cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # --help, or an argument error already printed
+        return e.code if isinstance(e.code, int) else 2
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,345 @@
+"""What every experiment shares: output folder, config, seed, progress, resumable cells, atomic writes.
+
+An :class:`Experiment` names a frozen config dataclass per profile and a ``run(config, run)`` function.
+:func:`run_experiment` gives that function a :class:`Run` bound to an output folder::
+
+    out/<experiment name>/<profile>/
+        config.json      written first; a folder is tied to one config
+        cells/<name>.json  finished sweep cells (kept on interrupt, skipped on the next run)
+        results.json     {"experiment", "profile", "paper_ref", "config", "results", "claims", "elapsed_s"}
+        summary.md, *.png, *.csv   whatever the experiment writes
+
+Every file goes through :func:`atomic_write_bytes` (temporary file in the same folder, then ``os.replace``),
+so a killed run never leaves a half-written file.
+
+JSON conversion (:func:`to_jsonable`): NumPy/JAX arrays become (nested) lists, NumPy scalars become
+Python numbers, tuples become lists, dataclasses become dicts. In the public files (config.json,
+results.json, :meth:`Run.save_json`) non-finite floats are written as the *strings* ``"NaN"``,
+``"Infinity"`` and ``"-Infinity"`` (so the files are strict JSON and ``float(s)`` reads them back).
+Cell files are private to the runner and keep non-finite floats exactly (Python's ``NaN`` tokens),
+so a resumed run sees the same numbers as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import io
+import json
+import math
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = [
+    "Experiment",
+    "Run",
+    "SetupError",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "default_out_dir",
+    "run_experiment",
+    "to_jsonable",
+]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+,-]*$")  # experiment, cell and profile names
+_NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+class SetupError(ValueError):
+    """Bad profile, invalid config or unusable output folder: raised before the experiment starts."""
+
+
+# ---------------------------------------------------------------- atomic files and JSON
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write UTF-8 ``text`` to ``path`` atomically (see :func:`atomic_write_bytes`)."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def to_jsonable(obj: Any, strict: bool = True) -> Any:
+    """Convert ``obj`` to plain JSON types. ``strict``: non-finite floats become "NaN"/"Infinity"/"-Infinity"."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v, strict) for k, v in obj.items()}
+    if isinstance(obj, (jax.Array, np.ndarray)):
+        return to_jsonable(np.asarray(obj).tolist(), strict)
+    if isinstance(obj, np.generic):
+        return to_jsonable(obj.item(), strict)
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v, strict) for v in obj]
+    if isinstance(obj, float) and strict and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else _NONFINITE[obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"cannot convert {type(obj).__name__} to JSON; expected arrays, numbers, str, lists or dicts")
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+# ---------------------------------------------------------------- experiments
+
+
+def _check_name(kind: str, name: str) -> None:
+    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+        raise ValueError(f"invalid {kind} name {name!r}; expected letters, digits and . _ = + , - (no '/' or '..')")
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """One experiment: a name, the paper figure/table it reproduces, configs per profile, and ``run``.
+
+    ``profiles`` maps a profile name to a frozen config dataclass instance with an int field ``seed``;
+    it must contain ``"quick"`` and ``"paper"`` (and may contain ``"tiny"`` for tests).
+    ``run(config, run: Run) -> dict`` returns the results that go into results.json.
+    """
+
+    name: str
+    paper_ref: str
+    paper: str
+    description: str
+    profiles: Mapping[str, Any]
+    run: Callable[[Any, "Run"], dict]
+
+    def __post_init__(self):
+        _check_name("experiment", self.name)
+        missing = {"quick", "paper"} - set(self.profiles)
+        if missing:
+            raise ValueError(f"experiment {self.name!r} lacks profile(s) {sorted(missing)}; 'quick' and 'paper' are required")
+        for profile, config in self.profiles.items():
+            _check_name("profile", profile)
+            fields = {f.name: f for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else {}
+            if not fields or not config.__dataclass_params__.frozen or "seed" not in fields:
+                raise ValueError(
+                    f"experiment {self.name!r}, profile {profile!r}: config must be a frozen dataclass with an int field 'seed'"
+                )
+
+
+# ---------------------------------------------------------------- one run of one experiment
+
+
+class Run:
+    """What ``Experiment.run`` gets: the output folder, the config, the seed, and writers.
+
+    Attributes: ``out_dir``, ``config``, ``profile``, ``seed``, ``cells_computed``, ``cells_skipped``, ``claims``.
+    """
+
+    def __init__(self, out_dir: Path, config: Any, profile: str, seed: int, progress: bool = True):
+        self.out_dir = Path(out_dir)
+        self.config = config
+        self.profile = profile
+        self.seed = seed
+        self.show_progress = progress
+        self.cells_computed = 0
+        self.cells_skipped = 0
+        self.claims: list[dict] = []
+        self._cell_names: set[str] = set()
+
+    @property
+    def key(self) -> jax.Array:
+        """``jax.random.key(seed)``: the root of every random draw of the run."""
+        return jax.random.key(self.seed)
+
+    def _path(self, filename: str | Path) -> Path:
+        rel = Path(filename)
+        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            raise ValueError(f"output file name must be relative to the run folder, without '..'; got {str(filename)!r}")
+        return self.out_dir / rel
+
+    def cell(self, name: str, compute: Callable[[], dict]) -> dict:
+        """Resumable sweep cell: load ``cells/<name>.json`` if it exists, else ``compute()`` and store it.
+
+        Returns the stored (JSON round-tripped) dict in both cases, so fresh and resumed runs agree exactly.
+        """
+        _check_name("cell", name)
+        if name in self._cell_names:
+            raise ValueError(f"cell name {name!r} used twice in one run; each cell needs its own name")
+        self._cell_names.add(name)
+        path = self.out_dir / "cells" / f"{name}.json"
+        if path.exists():
+            try:
+                value = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"cell file {path} is not valid JSON ({e}); delete it to recompute the cell") from e
+            self.cells_skipped += 1
+            return value
+        value = compute()
+        if not isinstance(value, Mapping):
+            raise ValueError(f"cell {name!r}: compute() must return a dict, got {type(value).__name__}")
+        text = json.dumps(to_jsonable(value, strict=False))  # exact floats, NaN tokens allowed
+        atomic_write_text(path, text)
+        self.cells_computed += 1
+        return json.loads(text)
+
+    @contextlib.contextmanager
+    def progress(self, total: int, description: str) -> Iterator[Callable[[int], None]]:
+        """Context manager yielding ``advance(n=1)``; shows a rich progress bar on stderr unless disabled."""
+        if not self.show_progress:
+            yield lambda n=1: None
+            return
+        from rich.console import Console
+        from rich.progress import Progress
+
+        with Progress(console=Console(stderr=True), transient=False) as bar:
+            task = bar.add_task(description, total=total)
+            yield lambda n=1: bar.advance(task, n)
+
+    def save_json(self, filename: str, obj: Any) -> Path:
+        """Write ``obj`` as strict JSON (see module docstring for NaN/inf)."""
+        return atomic_write_text(self._path(filename), _dumps(obj))
+
+    def save_csv(self, filename: str, header: list[str], rows: Iterable[Sequence]) -> Path:
+        """Write a CSV table; every row must have ``len(header)`` entries. Floats are written exactly (repr)."""
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(header)
+        for i, row in enumerate(rows):
+            row = to_jsonable(list(row), strict=False)
+            if len(row) != len(header):
+                raise ValueError(f"{filename}: row {i} has {len(row)} entries, header has {len(header)}")
+            writer.writerow(row)
+        return atomic_write_text(self._path(filename), buf.getvalue())
+
+    def save_figure(self, fig, filename: str) -> Path:
+        """Save a matplotlib figure as PNG (dpi 150) atomically, then close it."""
+        import matplotlib.pyplot as plt
+
+        if not str(filename).endswith(".png"):
+            raise ValueError(f"figure file name must end in .png; got {filename!r}")
+        buf = io.BytesIO()
+        try:
+            fig.savefig(buf, format="png", dpi=150)
+        finally:
+            plt.close(fig)
+        return atomic_write_bytes(self._path(filename), buf.getvalue())
+
+    def write_text(self, filename: str, text: str) -> Path:
+        return atomic_write_text(self._path(filename), text)
+
+    def write_summary(self, markdown: str) -> Path:
+        """Write summary.md: the paper's numbers beside ours. Relative image links are rewritten by `memlab report`."""
+        return self.write_text("summary.md", markdown)
+
+    def claim(self, id: str, claim: str, paper: str, ours: str, holds: bool) -> None:
+        """Record one claim of the paper; ``holds`` must be computed from this run's numbers (bool or numpy bool)."""
+        if not isinstance(holds, (bool, np.bool_)):
+            raise ValueError(f"claim {id!r}: holds must be a bool computed from the run, got {type(holds).__name__}")
+        for field, value in (("id", id), ("claim", claim), ("paper", paper), ("ours", ours)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"claim {id!r}: {field} must be a non-empty string, got {value!r}")
+        if any(c["id"] == id for c in self.claims):
+            raise ValueError(f"claim id {id!r} recorded twice")
+        self.claims.append({"id": id, "claim": claim, "paper": paper, "ours": ours, "holds": bool(holds)})
+
+
+# ---------------------------------------------------------------- running
+
+
+def default_out_dir(exp: Experiment, profile: str) -> Path:
+    """``out/<experiment name>/<profile>`` relative to the current directory."""
+    return Path("out") / exp.name / profile
+
+
+def _resolve_config(exp: Experiment, profile: str, seed: int | None) -> Any:
+    if profile not in exp.profiles:
+        raise SetupError(f"unknown profile {profile!r} for experiment {exp.name!r}; known: {', '.join(exp.profiles)}")
+    config = exp.profiles[profile]
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise SetupError(f"seed must be a non-negative int, got {seed!r}")
+        config = dataclasses.replace(config, seed=int(seed))
+    if isinstance(config.seed, bool) or not isinstance(config.seed, int):
+        raise SetupError(f"config seed must be an int, got {config.seed!r}")
+    if hasattr(config, "validate"):
+        try:
+            config.validate()
+        except ValueError as e:
+            raise SetupError(f"invalid config for {exp.name} ({profile}): {e}") from e
+    return config
+
+
+def _bind_folder(out_dir: Path, header: dict) -> None:
+    """Create ``out_dir`` and write config.json, or check that an existing one holds the same config."""
+    config_path = out_dir / "config.json"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if config_path.exists():
+            old = json.loads(config_path.read_text(encoding="utf-8"))
+            if {k: old.get(k) for k in ("experiment", "config")} != {k: header[k] for k in ("experiment", "config")}:
+                raise SetupError(
+                    f"output folder {out_dir} holds a run of a different config; pick another --out or delete the folder"
+                )
+        atomic_write_text(config_path, _dumps(header))
+    except OSError as e:
+        raise SetupError(f"cannot write to output folder {out_dir}: {e.strerror or e}") from e
+    except json.JSONDecodeError as e:
+        raise SetupError(f"{config_path} is not valid JSON; pick another --out or delete the folder") from e
+
+
+def run_experiment(
+    exp: Experiment,
+    profile: str = "quick",
+    seed: int | None = None,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+) -> Path:
+    """Run ``exp`` with the config of ``profile`` (``seed`` replaces its seed) and return the output folder.
+
+    Raises :class:`SetupError` (a ValueError naming the problem) for an unknown profile, an invalid config,
+    an unusable output folder, or a folder that holds a run of a different config. Finished cells of an
+    interrupted run (KeyboardInterrupt propagates) are skipped when the same command is run again.
+    """
+    config = _resolve_config(exp, profile, seed)
+    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(exp, profile)
+    header = to_jsonable({"experiment": exp.name, "profile": profile, "config": config})
+    _bind_folder(out_dir, header)
+
+    run = Run(out_dir, config, profile, config.seed, progress=progress)
+    start = time.perf_counter()
+    results = exp.run(config, run)
+    if not isinstance(results, Mapping):
+        raise TypeError(f"{exp.name}: run() must return a dict of results, got {type(results).__name__}")
+    document = {
+        "experiment": exp.name,
+        "profile": profile,
+        "paper_ref": exp.paper_ref,
+        "config": header["config"],
+        "results": results,
+        "claims": run.claims,
+        "elapsed_s": round(time.perf_counter() - start, 3),  # this invocation only (a resumed run skips cells)
+    }
+    atomic_write_text(out_dir / "results.json", _dumps(document))
+    return out_dir

@@ -1,0 +1,93 @@
+"""Shared test fixtures.
+
+``fake_lab``: a tiny fake experiment (no science: random means in resumable cells), installed as the whole
+catalog under the names ``fake.means`` and ``fake.other``; used by test_runner.py and test_cli.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memlab.runner import Experiment
+
+# interrupt_after: raise KeyboardInterrupt when this many cells have been computed (None: never)
+STATE: dict = {"interrupt_after": None, "computed": 0, "run": None}
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeConfig:
+    seed: int = 0
+    n_cells: int = 4
+    size: int = 3
+
+    def validate(self):
+        if self.n_cells < 1:
+            raise ValueError(f"n_cells must be >= 1, got {self.n_cells}")
+
+
+def reference_means(seed: int, n_cells: int, size: int = 3) -> np.ndarray:
+    """What the fake experiment must report, computed directly."""
+    key = jax.random.key(seed)
+    return np.array([float(jnp.mean(jax.random.normal(jax.random.fold_in(key, i), (size,)))) for i in range(n_cells)])
+
+
+def fake_run(config: FakeConfig, run) -> dict:
+    STATE["run"] = run
+    means = []
+    with run.progress(config.n_cells, "fake cells") as advance:
+        for i in range(config.n_cells):
+
+            def compute(i=i):
+                if STATE["interrupt_after"] is not None and STATE["computed"] >= STATE["interrupt_after"]:
+                    raise KeyboardInterrupt
+                STATE["computed"] += 1
+                x = jax.random.normal(jax.random.fold_in(run.key, i), (config.size,))
+                return {"x": x, "mean": jnp.mean(x)}
+
+            means.append(run.cell(f"cell-{i}", compute)["mean"])
+            advance()
+    from memlab import plots
+
+    means = np.array(means)
+    fig, ax = plots.figure()
+    ax.plot(means, "o-")
+    run.save_figure(fig, "means.png")
+    fig, ax = plots.figure()
+    ax.hist(means)
+    run.save_figure(fig, "figs/hist.png")  # not linked from the summary: the report must embed it anyway
+    run.save_csv("means.csv", ["cell", "mean"], enumerate(means))
+    finite = np.all(np.isfinite(means))  # a numpy bool
+    run.claim("means-finite", "every cell mean is finite", "Fig. 0", f"{means.min():.3f} .. {means.max():.3f}", finite)
+    run.claim("cells-enough", "at least 5 cells | a pipe", "Table 0", f"{config.n_cells} cells", config.n_cells >= 5)
+    run.write_summary("# Fake experiment\n\n![means](means.png)\n\nSee [the table](means.csv).\n")
+    return {"means": means, "total": np.float64(means.sum()), "not_a_number": float("nan"), "inf": np.inf}
+
+
+def make_experiment(name: str = "fake.means") -> Experiment:
+    profiles = {
+        "tiny": FakeConfig(n_cells=4),
+        "quick": FakeConfig(n_cells=6),
+        "paper": FakeConfig(n_cells=50),
+        "broken": FakeConfig(n_cells=0),
+    }
+    return Experiment(name, "Fig. 0", "fake-paper", "random means in cells", profiles, fake_run)
+
+
+@pytest.fixture
+def fake_lab(monkeypatch) -> SimpleNamespace:
+    """Reset STATE and make the catalog hold two fake experiments; returns the helpers above."""
+    from memlab import catalog
+
+    STATE.update(interrupt_after=None, computed=0, run=None)
+    experiments = {e.name: e for e in (make_experiment("fake.means"), make_experiment("fake.other"))}
+    monkeypatch.setattr(catalog, "EXPERIMENTS", experiments)
+    return SimpleNamespace(
+        experiments=experiments, STATE=STATE, FakeConfig=FakeConfig,
+        make_experiment=make_experiment, reference_means=reference_means,
+    )

@@ -1,0 +1,128 @@
+"""Tests for the memlab command, called in-process: list, run, report, error paths, interrupt and resume."""
+
+import json
+import re
+
+import pytest
+
+from memlab import cli
+
+
+@pytest.fixture(autouse=True)
+def state(fake_lab):
+    return fake_lab.STATE
+
+
+def run(*args):
+    return cli.main(["run", *args, "--no-progress"])
+
+
+def assert_one_error_line(capsys, *fragments):
+    err = capsys.readouterr().err
+    assert err.startswith("memlab: error: ") and err.endswith("\n") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+
+
+def test_list_shows_every_experiment(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for text in ["fake.means", "fake.other", "Fig. 0", "random means"]:
+        assert text in out
+    assert cli.main(["list", "--names"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["fake.means", "fake.other"]
+
+
+def test_run_writes_outputs_and_prints_folder(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    for name in ["config.json", "results.json", "summary.md", "means.png", "means.csv"]:
+        assert (out / name).is_file(), name
+
+
+def test_run_default_folder_and_seed_flag(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert run("fake.means", "--profile", "tiny", "--seed", "5") == 0
+    config = json.loads((tmp_path / "out/fake.means/tiny/config.json").read_text())
+    assert config["config"]["seed"] == 5 and config["profile"] == "tiny"
+
+
+def test_error_paths_print_one_line_and_exit_2(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    cases = [
+        (["fake.mean"], ["unknown experiment 'fake.mean'", "did you mean 'fake.means'", "known: fake.means, fake.other"]),
+        (["fake.means", "--profile", "huge"], ["unknown profile 'huge'"]),
+        (["fake.means", "--profile", "broken"], ["invalid config", "n_cells must be >= 1"]),
+        (["fake.means", "--out", str(blocker / "sub")], ["cannot write to output folder", str(blocker / "sub")]),
+        (["fake.means", "--seed", "abc"], ["invalid int value: 'abc'"]),
+    ]
+    for args, fragments in cases:
+        out = [] if "--out" in args else ["--out", str(tmp_path / "o")]
+        assert run(*args, *out) == 2
+        assert_one_error_line(capsys, *fragments)
+
+
+def test_conflicting_config_in_existing_folder(tmp_path, capsys):
+    out = str(tmp_path / "o")
+    assert run("fake.means", "--profile", "tiny", "--out", out) == 0
+    assert run("fake.means", "--profile", "tiny", "--seed", "3", "--out", out) == 2
+    assert_one_error_line(capsys, out, "different config", "--out")
+
+
+def test_interrupt_then_resume(state, tmp_path, capsys):
+    out = tmp_path / "o"
+    state["interrupt_after"] = 3
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 130
+    err = capsys.readouterr().err
+    assert err == f"memlab: interrupted; finished cells are kept in {out}; rerun the same command to resume\n"
+    assert len(list((out / "cells").iterdir())) == 3
+
+    state["interrupt_after"] = None
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
+    assert (state["run"].cells_skipped, state["run"].cells_computed) == (3, 1)
+    assert run("fake.means", "--profile", "tiny", "--out", str(tmp_path / "fresh")) == 0
+    results = [json.loads((d / "results.json").read_text())["results"] for d in (out, tmp_path / "fresh")]
+    assert results[0] == results[1]
+
+
+def test_report_gathers_claims_summaries_and_images(tmp_path, capsys):
+    root = tmp_path / "out"
+    assert run("fake.means", "--profile", "tiny", "--out", str(root / "fake.means/tiny")) == 0
+    assert run("fake.other", "--profile", "quick", "--out", str(root / "fake.other/quick")) == 0
+    capsys.readouterr()
+    assert cli.main(["report", str(root)]) == 0
+    assert capsys.readouterr().out.strip() == str(root / "report.md")
+    report = (root / "report.md").read_text()
+
+    assert report.startswith("# memlab report\n")
+    assert "3 of 4 claims hold." in report  # tiny has 4 cells (< 5), quick has 6
+    assert "| experiment | id | claim | paper | ours | holds |" in report
+    assert "| fake.means (tiny) | cells-enough | at least 5 cells \\| a pipe | Table 0 | 4 cells | ✗ |" in report
+    assert "| fake.other (quick) | cells-enough | at least 5 cells \\| a pipe | Table 0 | 6 cells | ✓ |" in report
+    assert "## fake.means (tiny) — Fig. 0" in report and "### Fake experiment" in report
+
+    links = re.findall(r"\]\(([^)]+)\)", report)
+    assert "fake.means/tiny/means.csv" in links
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
+    assert sorted(images) == sorted(f"{d}/{f}" for d in ("fake.means/tiny", "fake.other/quick")
+                                    for f in ("means.png", "figs/hist.png"))
+    for link in links:
+        assert (root / link).is_file(), link
+    assert not list(root.rglob("*.tmp"))
+
+
+def test_report_without_results_is_an_error(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path / "missing")]) == 2
+    assert_one_error_line(capsys, "no such folder")
+    assert cli.main(["report", str(tmp_path)]) == 2
+    assert_one_error_line(capsys, "no summary.md")
+
+
+def test_help_and_missing_command(capsys):
+    assert cli.main(["--help"]) == 0
+    assert "report" in capsys.readouterr().out
+    assert cli.main([]) == 2
+    assert_one_error_line(capsys, "required")

@@ -1,0 +1,177 @@
+"""Tests for memlab.runner: output files, JSON conversion, seeds, resume, atomic writes, setup errors."""
+
+import csv
+import dataclasses
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memlab import runner
+from memlab.runner import Run, SetupError, atomic_write_text, run_experiment, to_jsonable
+
+
+@pytest.fixture
+def exp(fake_lab):
+    return fake_lab.experiments["fake.means"]
+
+
+def _results(out):
+    doc = json.loads((out / "results.json").read_text())
+    doc.pop("elapsed_s")
+    return doc
+
+
+def _strict_load(path):
+    def bad(token):
+        raise AssertionError(f"{path} holds the non-JSON token {token}")
+
+    return json.loads(path.read_text(), parse_constant=bad)
+
+
+def test_run_writes_every_file(exp, fake_lab, tmp_path):
+    out = run_experiment(exp, "tiny", out_dir=tmp_path / "o", progress=False)
+    assert out == tmp_path / "o"
+    for name in ["config.json", "results.json", "summary.md", "means.png", "figs/hist.png", "means.csv"]:
+        assert (out / name).is_file(), name
+    assert sorted(p.name for p in (out / "cells").iterdir()) == [f"cell-{i}.json" for i in range(4)]
+    assert (out / "means.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    doc = _strict_load(out / "results.json")
+    assert set(doc) == {"experiment", "profile", "paper_ref", "config", "results", "claims", "elapsed_s"}
+    assert (doc["experiment"], doc["profile"], doc["paper_ref"]) == ("fake.means", "tiny", "Fig. 0")
+    assert doc["config"] == {"seed": 0, "n_cells": 4, "size": 3}
+    np.testing.assert_allclose(doc["results"]["means"], fake_lab.reference_means(0, 4), rtol=1e-6)
+    assert doc["results"]["not_a_number"] == "NaN" and doc["results"]["inf"] == "Infinity"
+    assert [c["id"] for c in doc["claims"]] == ["means-finite", "cells-enough"]
+    assert [c["holds"] for c in doc["claims"]] == [True, False]  # numpy bool became a JSON bool
+    assert _strict_load(out / "config.json")["config"] == doc["config"]
+
+    with open(out / "means.csv") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["cell", "mean"]
+    np.testing.assert_array_equal([float(r[1]) for r in rows[1:]], doc["results"]["means"])
+    assert not list(out.rglob("*.tmp")), "atomic writes left temporary files"
+
+
+def test_same_seed_same_numbers_and_seed_override(exp, fake_lab, tmp_path):
+    a = _results(run_experiment(exp, "tiny", out_dir=tmp_path / "a", progress=False))
+    b = _results(run_experiment(exp, "tiny", out_dir=tmp_path / "b", progress=False))
+    assert a == b
+    c = _results(run_experiment(exp, "tiny", seed=7, out_dir=tmp_path / "c", progress=False))
+    assert c["config"]["seed"] == 7
+    np.testing.assert_allclose(c["results"]["means"], fake_lab.reference_means(7, 4), rtol=1e-6)
+    assert c["results"]["means"] != a["results"]["means"]
+
+
+def test_interrupt_then_resume_matches_uninterrupted_run(exp, fake_lab, tmp_path):
+    out = tmp_path / "o"
+    fake_lab.STATE["interrupt_after"] = 2
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(exp, "tiny", out_dir=out, progress=False)
+    assert sorted(p.name for p in (out / "cells").iterdir()) == ["cell-0.json", "cell-1.json"]
+    assert not (out / "results.json").exists()
+    assert not list(out.rglob("*.tmp"))
+
+    fake_lab.STATE["interrupt_after"] = None
+    run_experiment(exp, "tiny", out_dir=out, progress=False)
+    run = fake_lab.STATE["run"]
+    assert (run.cells_skipped, run.cells_computed) == (2, 2)
+    assert fake_lab.STATE["computed"] == 4  # every cell computed exactly once over both runs
+    assert _results(out) == _results(run_experiment(exp, "tiny", out_dir=tmp_path / "fresh", progress=False))
+
+
+def test_same_config_resumes_and_different_config_is_refused(exp, fake_lab, tmp_path):
+    out = tmp_path / "o"
+    run_experiment(exp, "tiny", out_dir=out, progress=False)
+    run_experiment(exp, "tiny", out_dir=out, progress=False)
+    assert (fake_lab.STATE["run"].cells_skipped, fake_lab.STATE["run"].cells_computed) == (4, 0)
+    with pytest.raises(ValueError, match=f"{out}.*different config.*--out"):
+        run_experiment(exp, "tiny", seed=1, out_dir=out, progress=False)
+    assert json.loads((out / "config.json").read_text())["config"]["seed"] == 0  # untouched
+
+
+def test_setup_errors_name_the_problem(exp, tmp_path):
+    with pytest.raises(SetupError, match="unknown profile 'huge'.*known: tiny, quick, paper"):
+        run_experiment(exp, "huge", out_dir=tmp_path / "o")
+    with pytest.raises(ValueError, match="invalid config.*n_cells must be >= 1"):
+        run_experiment(exp, "broken", out_dir=tmp_path / "o")
+    with pytest.raises(ValueError, match="seed must be a non-negative int"):
+        run_experiment(exp, "tiny", seed=-1, out_dir=tmp_path / "o")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match=f"cannot write to output folder {blocker / 'sub'}"):
+        run_experiment(exp, "tiny", out_dir=blocker / "sub", progress=False)
+    assert not (tmp_path / "o").exists()  # nothing written before the checks
+
+
+def test_progress_bar_enabled_runs(exp, tmp_path, capsys):
+    run_experiment(exp, "tiny", out_dir=tmp_path / "o", progress=True)
+    assert "fake cells" in capsys.readouterr().err
+
+
+def test_atomic_write_failure_keeps_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "f.txt"
+    atomic_write_text(path, "old")
+
+    def fail(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(runner.os, "replace", fail)
+    with pytest.raises(OSError):
+        atomic_write_text(path, "new")
+    assert path.read_text() == "old"
+    assert os.listdir(tmp_path) == ["f.txt"]
+
+
+def test_run_checks_cells_claims_and_file_names(fake_lab, tmp_path):
+    run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
+    with pytest.raises(ValueError, match="invalid cell name"):
+        run.cell("a/b", dict)
+    with pytest.raises(ValueError, match="must return a dict"):
+        run.cell("list", lambda: [1, 2])
+    assert run.cell("nan", lambda: {"x": np.array([np.nan, 1.0])})["x"][1] == 1.0
+    assert np.isnan(run.cell("nan2", lambda: {"x": np.nan})["x"])  # cells keep NaN exactly
+    with pytest.raises(ValueError, match="used twice"):
+        run.cell("nan", dict)
+    with pytest.raises(ValueError, match="holds must be a bool"):
+        run.claim("c", "claim", "Fig. 1", "0.1", holds=1)
+    run.claim("c", "claim", "Fig. 1", "0.1", holds=np.bool_(True))
+    assert run.claims == [{"id": "c", "claim": "claim", "paper": "Fig. 1", "ours": "0.1", "holds": True}]
+    assert type(run.claims[0]["holds"]) is bool
+    with pytest.raises(ValueError, match="recorded twice"):
+        run.claim("c", "claim", "Fig. 1", "0.1", holds=True)
+    with pytest.raises(ValueError, match="without '..'"):
+        run.write_text("../escape.txt", "x")
+    with pytest.raises(ValueError, match="row 0 has 1 entries"):
+        run.save_csv("t.csv", ["a", "b"], [[1]])
+    with pytest.raises(ValueError, match=r"\.png"):
+        run.save_figure(None, "f.pdf")
+
+
+def test_experiment_checks_profiles(fake_lab):
+    good = fake_lab.make_experiment()
+    with pytest.raises(ValueError, match="lacks profile.*paper"):
+        dataclasses.replace(good, profiles={"quick": fake_lab.FakeConfig()})
+
+    @dataclasses.dataclass
+    class Mutable:
+        seed: int = 0
+
+    with pytest.raises(ValueError, match="frozen dataclass"):
+        dataclasses.replace(good, profiles={"quick": Mutable(), "paper": Mutable()})
+    with pytest.raises(ValueError, match="invalid experiment name"):
+        dataclasses.replace(good, name="a/b")
+
+
+def test_to_jsonable_converts_arrays_scalars_and_nonfinite(fake_lab):
+    obj = {"cfg": fake_lab.FakeConfig(), "t": (1, 2), "a": jnp.arange(3), "i": np.int64(4), "b": np.bool_(False),
+           "f": [np.float32(0.5), -np.inf, np.nan], 3: None}
+    assert to_jsonable(obj) == {"cfg": {"seed": 0, "n_cells": 4, "size": 3}, "t": [1, 2], "a": [0, 1, 2], "i": 4,
+                                "b": False, "f": [0.5, "-Infinity", "NaN"], "3": None}
+    loose = to_jsonable(obj, strict=False)
+    assert loose["f"][1] == -np.inf and np.isnan(loose["f"][2])
+    with pytest.raises(TypeError, match="cannot convert object"):
+        to_jsonable({"x": object()})
