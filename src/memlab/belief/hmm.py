@@ -1,0 +1,212 @@
+"""Hidden Markov models and action-controlled HMMs (paper 1, section 3.3).
+
+Column convention of the paper, eq. (3)-(4):
+
+    T[i, j]    = P(x_{k+1} = x_i | x_k = x_j)               columns sum to 1
+    T[a, i, j] = P(x_{k+1} = x_i | x_k = x_j, a_k = a)      controlled HMM
+    E[s, j]    = P(y_k = u_s | x_k = x_j)                    shape (S, N)
+
+Observations are integer indices s in [0, S) standing for the one-hot u_s, so
+log(E^T y_k) is the row ``log E[y_k]``. Time starts at x_0 ~ pi0; the first
+observation is y_1 (emitted by x_1), as in eq. (5)-(6).
+
+Containers are Equinox modules (pytrees): they pass through ``jit``/``vmap``.
+Validation runs when they are built from concrete arrays, not on tracers.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+STOCHASTIC_ATOL = 1e-6
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def check_distribution(name: str, p, atol: float = STOCHASTIC_ATOL) -> None:
+    """Raise ValueError unless ``p`` (shape (N,)) is a probability vector."""
+    p = np.asarray(p, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0:
+        raise ValueError(f"{name} must be a non-empty vector, got shape {p.shape}")
+    if not np.all(np.isfinite(p)):
+        raise ValueError(f"{name} contains NaN or inf")
+    if np.any(p < 0):
+        raise ValueError(f"{name} has negative entries (min {p.min():.3g}); probabilities must be >= 0")
+    if abs(p.sum() - 1.0) > atol:
+        raise ValueError(f"{name} must sum to 1, sums to {p.sum():.6g}")
+
+
+def check_column_stochastic(name: str, M, shape: tuple | None = None, atol: float = STOCHASTIC_ATOL) -> None:
+    """Raise ValueError unless every column of ``M`` (shape (..., rows, cols)) is a distribution."""
+    M = np.asarray(M, dtype=np.float64)
+    if shape is not None and M.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {M.shape}")
+    if M.ndim < 2 or 0 in M.shape:
+        raise ValueError(f"{name} must be a non-empty matrix, got shape {M.shape}")
+    if not np.all(np.isfinite(M)):
+        raise ValueError(f"{name} contains NaN or inf")
+    if np.any(M < 0):
+        raise ValueError(f"{name} has negative entries (min {M.min():.3g}); probabilities must be >= 0")
+    sums = M.sum(axis=-2)
+    bad = np.abs(sums - 1.0) > atol
+    if np.any(bad):
+        where = np.argwhere(bad)[0]
+        raise ValueError(
+            f"{name} must be column-stochastic (column j = distribution given state j, "
+            f"the paper's convention); column {tuple(where)} sums to {sums[tuple(where)]:.6g}"
+        )
+
+
+def safe_log(p: Array) -> Array:
+    """Elementwise log with log(0) = -inf and no warnings or NaN."""
+    p = jnp.asarray(p)
+    return jnp.where(p > 0, jnp.log(jnp.where(p > 0, p, 1.0)), -jnp.inf)
+
+
+class HMM(eqx.Module):
+    """HMM with fixed transition matrix.
+
+    Fields: ``T`` (N, N) column-stochastic, ``E`` (S, N) column-stochastic,
+    ``pi0`` (N,) initial distribution of x_0.
+    """
+
+    T: Array
+    E: Array
+    pi0: Array
+
+    def __check_init__(self):
+        if not all(_is_concrete(a) for a in (self.T, self.E, self.pi0)):
+            return
+        N = np.shape(self.pi0)[0] if np.ndim(self.pi0) == 1 else None
+        check_distribution("pi0", self.pi0)
+        check_column_stochastic("T", self.T, shape=(N, N))
+        E = np.asarray(self.E)
+        if E.ndim != 2 or E.shape[1] != N:
+            raise ValueError(f"E must have shape (S, N) = (S, {N}), got {E.shape}")
+        check_column_stochastic("E", E)
+
+    @property
+    def num_states(self) -> int:
+        return self.T.shape[-1]
+
+    @property
+    def num_obs(self) -> int:
+        return self.E.shape[0]
+
+    def transition(self, action=None) -> Array:
+        """T, shape (N, N); ``action`` is ignored (fixed transitions)."""
+        return self.T
+
+
+class ControlledHMM(eqx.Module):
+    """Action-controlled HMM, eq. (3)-(4): ``T`` (A, N, N), ``E`` (S, N), ``pi0`` (N,)."""
+
+    T: Array
+    E: Array
+    pi0: Array
+
+    def __check_init__(self):
+        if not all(_is_concrete(a) for a in (self.T, self.E, self.pi0)):
+            return
+        check_distribution("pi0", self.pi0)
+        N = np.shape(self.pi0)[0]
+        T = np.asarray(self.T)
+        if T.ndim != 3 or T.shape[1:] != (N, N):
+            raise ValueError(f"T must have shape (A, N, N) = (A, {N}, {N}), got {T.shape}")
+        check_column_stochastic("T", T)
+        E = np.asarray(self.E)
+        if E.ndim != 2 or E.shape[1] != N:
+            raise ValueError(f"E must have shape (S, N) = (S, {N}), got {E.shape}")
+        check_column_stochastic("E", E)
+
+    @property
+    def num_states(self) -> int:
+        return self.T.shape[-1]
+
+    @property
+    def num_obs(self) -> int:
+        return self.E.shape[0]
+
+    @property
+    def num_actions(self) -> int:
+        return self.T.shape[0]
+
+    def transition(self, action) -> Array:
+        """T(a), shape (N, N)."""
+        return self.T[action]
+
+
+class Trajectory(eqx.Module):
+    """Sampled trajectories, batch dimensions first.
+
+    ``states`` (..., K+1): x_0..x_K; ``observations`` (..., K): y_1..y_K;
+    ``actions`` (..., K): a_0..a_{K-1} (zeros for a plain HMM).
+    """
+
+    states: Array
+    observations: Array
+    actions: Array
+
+
+def sample(model: HMM | ControlledHMM, key: Array, num_steps: int, batch: int | None = None,
+           actions: Array | None = None, policy=None) -> Trajectory:
+    """Sample trajectories of ``num_steps`` steps.
+
+    For a ``ControlledHMM`` give either ``actions`` (shape (K,) or (batch, K),
+    a fixed open-loop sequence) or ``policy(key, y, k) -> a`` (closed-loop on the
+    last observation, y = -1 before the first one; vmapped over the batch; pass the
+    same function object each time to reuse the compiled sampler).
+    Returns a ``Trajectory`` with a leading batch axis when ``batch`` is given.
+    """
+    if num_steps < 1:
+        raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+    if batch is not None and batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    controlled = isinstance(model, ControlledHMM)
+    if controlled and (actions is None) == (policy is None):
+        raise ValueError("a ControlledHMM needs exactly one of `actions` or `policy`")
+    if not controlled and (actions is not None or policy is not None):
+        raise ValueError("actions/policy given for an HMM with fixed transitions; use ControlledHMM")
+    if actions is not None:
+        actions = jnp.asarray(actions, dtype=jnp.int32)
+        if actions.shape[-1] != num_steps or actions.ndim > 2:
+            raise ValueError(f"actions must have shape (K,) or (batch, K) with K = num_steps = {num_steps}, "
+                             f"got {actions.shape}")
+        if np.any(np.asarray(actions) < 0) or np.any(np.asarray(actions) >= model.num_actions):
+            raise ValueError(f"actions must lie in [0, {model.num_actions})")
+        if batch is not None:
+            actions = jnp.broadcast_to(actions, (batch, num_steps))
+    return _sample(model, key, actions, num_steps, batch, policy)
+
+
+@functools.partial(jax.jit, static_argnames=("num_steps", "batch", "policy"))
+def _sample(model, key, actions, num_steps, batch, policy) -> Trajectory:
+    def one(key, acts):
+        k0, kscan = jax.random.split(key)
+        x0 = jax.random.categorical(k0, safe_log(model.pi0)).astype(jnp.int32)
+
+        def step(carry, inp):
+            x, y_prev = carry
+            k, key_k, a_given = inp
+            ka, kx, ky = jax.random.split(key_k, 3)
+            a = jnp.asarray(policy(ka, y_prev, k), jnp.int32) if policy is not None else a_given
+            x_next = jax.random.categorical(kx, safe_log(model.transition(a)[:, x])).astype(jnp.int32)
+            y = jax.random.categorical(ky, safe_log(model.E[:, x_next])).astype(jnp.int32)
+            return (x_next, y), (x_next, y, a)
+
+        acts_in = acts if acts is not None else jnp.zeros(num_steps, jnp.int32)
+        steps = (jnp.arange(num_steps), jax.random.split(kscan, num_steps), acts_in)
+        _, (xs, ys, as_) = jax.lax.scan(step, (x0, jnp.int32(-1)), steps)
+        return Trajectory(jnp.concatenate([x0[None], xs]), ys, as_)
+
+    if batch is None:
+        return one(key, actions)
+    return jax.vmap(one, in_axes=(0, 0 if actions is not None else None))(jax.random.split(key, batch), actions)
