@@ -1,0 +1,346 @@
+"""The logit optimal filter (LOF), eqs. (6)-(8), against an independent NumPy float64 Bayes filter.
+
+Reference: the normalised filter eq. (6) in probability space, alpha_k = diag(E^T y_k) T alpha_{k-1} / c_k,
+with the unnormalised logits of eq. (7) recovered as w_k = log alpha_k + sum_j log c_j + log 1^T exp(w_0).
+"""
+
+import importlib.util
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memlab.belief.filters import LOF, bayes_decode, log_belief, lof, lof_step
+from memlab.belief.filters import lof_parallel as _lof_parallel
+from memlab.belief.hmm import HMM, ControlledHMM
+
+# jitted here: an eager associative_scan compiles every level's ops one by one (5-10 s a call)
+lof_parallel = jax.jit(_lof_parallel)
+
+_spec = importlib.util.spec_from_file_location("deterministic_cases", Path(__file__).with_name("deterministic_cases.py"))
+cases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cases)
+
+
+@pytest.fixture
+def x64():
+    old = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", old)
+
+
+def _log(p):
+    with np.errstate(divide="ignore"):
+        return np.log(p)
+
+
+def reference_filter(T, E, w0, ys, actions=None):
+    """eq. (6) in float64; T (N, N) or (A, N, N). Returns (log alpha (K, N), w^o (K, N) of eq. 7)."""
+    w0 = np.asarray(w0, float)
+    m = w0[np.isfinite(w0)].max()
+    alpha, log_scale = np.exp(w0 - m), m
+    log_scale += np.log(alpha.sum())
+    alpha = alpha / alpha.sum()
+    log_alpha, w = [], []
+    for k, y in enumerate(ys):
+        Tk = T if actions is None else T[actions[k]]
+        v = E[y] * (Tk @ alpha)  # eq. (6) numerator
+        c = v.sum()
+        alpha, log_scale = (v / c, log_scale + np.log(c)) if c > 0 else (np.zeros_like(v), -np.inf)
+        log_alpha.append(_log(alpha))
+        w.append(_log(alpha) + log_scale)
+    return np.array(log_alpha), np.array(w)
+
+
+def assert_logits_close(w, ref, rtol):
+    """Same -inf pattern, never NaN/+inf, finite entries within rtol (relative to the largest |entry|)."""
+    w, ref = np.asarray(w, np.float64), np.asarray(ref, np.float64)
+    assert not np.isnan(w).any() and not np.any(w == np.inf)
+    np.testing.assert_array_equal(np.isneginf(w), np.isneginf(ref))
+    fin = np.isfinite(ref)
+    if fin.any():
+        scale = max(1.0, np.abs(ref[fin]).max())
+        np.testing.assert_allclose(w[fin], ref[fin], rtol=rtol, atol=rtol * scale)
+
+
+def random_hmm(rng, N, S, zero_frac=0.0, pi0_zeros=0):
+    T = cases.random_columns(rng, N, N, zero_frac)
+    E = cases.random_columns(rng, S, N, zero_frac)
+    pi0 = rng.dirichlet(np.ones(N))
+    pi0[rng.permutation(N)[:pi0_zeros]] = 0.0
+    return T, E, pi0 / pi0.sum()
+
+
+def random_obs(rng, S, K):
+    return rng.integers(0, S, size=K)
+
+
+SIZES = [(2, 2), (3, 4), (5, 3), (6, 6)]
+
+
+# ------------------------------------------------------------------ eq. (6)-(8) against the reference
+
+
+@pytest.mark.parametrize("N, S", SIZES)
+def test_lof_matches_reference_on_random_hmms(x64, N, S):
+    rng = np.random.default_rng(N * 10 + S)
+    T, E, pi0 = random_hmm(rng, N, S)
+    m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
+    ys = random_obs(rng, S, 60)
+    log_alpha, w_ref = reference_filter(T, E, np.log(pi0), ys)
+    assert_logits_close(lof(m, ys), w_ref, 1e-10)  # w0 defaults to log pi0
+    assert_logits_close(log_belief(m, ys), log_alpha, 1e-10)
+    assert_logits_close(lof(m, ys, normalize=True), log_alpha, 1e-10)
+    w0 = rng.normal(size=N) * 3  # any finite initial logit
+    assert_logits_close(lof(m, ys, w0=w0), reference_filter(T, E, w0, ys)[1], 1e-10)
+
+
+@pytest.mark.parametrize("N, S, A", [(2, 2, 2), (4, 3, 3), (6, 5, 2)])
+def test_lof_matches_reference_on_controlled_hmms(x64, N, S, A):
+    rng = np.random.default_rng(100 + N)
+    T = np.stack([cases.random_columns(rng, N, N) for _ in range(A)])
+    E, pi0 = cases.random_columns(rng, S, N), rng.dirichlet(np.ones(N))
+    m = ControlledHMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
+    ys, acts = random_obs(rng, S, 50), rng.integers(0, A, size=50)
+    log_alpha, w_ref = reference_filter(T, E, np.log(pi0), ys, acts)
+    assert_logits_close(lof(m, ys, actions=acts), w_ref, 1e-10)
+    assert_logits_close(log_belief(m, ys, actions=acts), log_alpha, 1e-10)
+    # the actions matter: a different action sequence gives other logits
+    other = (acts + 1) % A
+    assert not np.allclose(lof(m, ys, actions=other), w_ref)
+
+
+def test_lof_float32_is_close_to_the_float64_reference():
+    rng = np.random.default_rng(7)
+    T, E, pi0 = random_hmm(rng, 5, 4)
+    m = HMM(jnp.asarray(T, jnp.float32), jnp.asarray(E, jnp.float32), jnp.asarray(pi0, jnp.float32))
+    ys = random_obs(rng, 4, 100)
+    log_alpha, w_ref = reference_filter(T, E, np.log(pi0), ys)
+    assert lof(m, ys).dtype == jnp.float32
+    assert_logits_close(lof(m, ys), w_ref, 1e-4)
+    assert_logits_close(log_belief(m, ys), log_alpha, 1e-4)
+
+
+def test_log_belief_is_a_distribution():
+    rng = np.random.default_rng(8)
+    T, E, pi0 = random_hmm(rng, 6, 3, zero_frac=0.3)
+    m = HMM(jnp.asarray(T, jnp.float32), jnp.asarray(E, jnp.float32), jnp.asarray(pi0, jnp.float32))
+    lb = np.asarray(log_belief(m, random_obs(rng, 3, 200)))
+    possible = np.isfinite(lb).any(axis=1)  # rows after an impossible observation are all -inf
+    np.testing.assert_allclose(np.exp(lb[possible]).sum(axis=1), 1.0, atol=1e-5)
+    assert np.all(lb[possible].max(axis=1) <= 1e-6)
+
+
+def test_unnormalised_logits_drift_but_decode_like_the_belief():
+    """Section 6.2: the LOF logits drift to -inf; their argmax equals that of the belief."""
+    rng = np.random.default_rng(9)
+    T, E, pi0 = random_hmm(rng, 4, 3)
+    m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
+    ys = random_obs(rng, 3, 300)
+    w, lb = np.asarray(lof(m, ys)), np.asarray(log_belief(m, ys))
+    assert w[-1].max() < w[0].max() - 50
+    np.testing.assert_allclose(w - w.max(axis=1, keepdims=True), lb - lb.max(axis=1, keepdims=True), atol=1e-3)
+
+
+# ------------------------------------------------------------------ serial vs parallel
+
+
+@pytest.mark.parametrize("dtype, rtol", [("float64", 1e-10), ("float32", 1e-4)])
+@pytest.mark.parametrize("controlled", [False, True])
+def test_lof_parallel_equals_serial(x64, dtype, rtol, controlled):
+    rng = np.random.default_rng(11 + controlled)
+    N, S, K, A = 5, 4, 100, 3  # K not a power of two
+    E, pi0 = cases.random_columns(rng, S, N), rng.dirichlet(np.ones(N))
+    if controlled:
+        T = np.stack([cases.random_columns(rng, N, N) for _ in range(A)])
+        m = ControlledHMM(jnp.asarray(T, dtype), jnp.asarray(E, dtype), jnp.asarray(pi0, dtype))
+        acts = jnp.asarray(rng.integers(0, A, size=K))
+    else:
+        m = HMM(jnp.asarray(cases.random_columns(rng, N, N), dtype), jnp.asarray(E, dtype), jnp.asarray(pi0, dtype))
+        acts = None
+    ys = random_obs(rng, S, K)
+    for w0 in (jnp.log(m.pi0), jnp.asarray(rng.normal(size=N), dtype)):  # arrays: one compile for both
+        ser = lof(m, ys, w0=w0, actions=acts)
+        par = lof_parallel(m, ys, w0=w0, actions=acts)
+        assert ser.dtype == par.dtype == jnp.dtype(dtype)
+        assert_logits_close(par, ser, rtol)
+
+
+# ------------------------------------------------------------------ zero probabilities: -inf, never NaN
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_zero_probabilities_give_minus_inf_exactly_where_the_reference_is_zero(x64, seed):
+    rng = np.random.default_rng(200 + seed)
+    N, S = 6, 4
+    T, _ = cases.random_deterministic(rng, N, r=2, chain=2)  # deterministic transitions with transient states
+    T = 0.5 * T + 0.5 * cases.random_columns(rng, N, N, zero_frac=0.6) if seed % 2 else T
+    E = cases.random_columns(rng, S, N, zero_frac=0.4)  # impossible observations for some states
+    pi0 = random_hmm(rng, N, S, pi0_zeros=3)[2]
+    m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
+    # observations from a run of the model itself, so the sequence stays possible
+    x, ys = rng.choice(N, p=pi0), []
+    for _ in range(40):
+        x = rng.choice(N, p=T[:, x])
+        ys.append(rng.choice(S, p=E[:, x]))
+    log_alpha, w_ref = reference_filter(T, E, _log(pi0), ys)
+    assert np.isneginf(w_ref).any() and np.isfinite(w_ref).all(axis=1).sum() < len(ys)  # the test has teeth
+    assert_logits_close(lof(m, ys), w_ref, 1e-10)
+    assert_logits_close(lof_parallel(m, ys), w_ref, 1e-10)
+    assert_logits_close(log_belief(m, ys), log_alpha, 1e-10)
+
+
+def test_impossible_observation_gives_all_minus_inf_rows_not_nan(x64):
+    T = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    E = np.array([[0.5, 0.0, 0.2], [0.5, 0.6, 0.8], [0.0, 0.4, 0.0]])
+    m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.array([1.0, 0.0, 0.0]))
+    ys = [1, 2, 0, 0, 1]  # x_0 = 0, x_1 = 1 emits 1 (p = 0.6); x_2 = 0 cannot emit 2
+    for out in (lof(m, ys), lof_parallel(m, ys), log_belief(m, ys)):
+        out = np.asarray(out)
+        assert not np.isnan(out).any() and not np.any(out == np.inf)
+        assert np.isfinite(out[0, 1]) and np.isneginf(out[0, [0, 2]]).all()
+        assert np.isneginf(out[1:]).all()
+
+
+def test_all_minus_inf_initial_logits_stay_minus_inf_without_nan():
+    rng = np.random.default_rng(3)
+    T, E, pi0 = random_hmm(rng, 3, 2)
+    m = HMM(jnp.asarray(T, jnp.float32), jnp.asarray(E, jnp.float32), jnp.asarray(pi0, jnp.float32))
+    w0 = jnp.full(3, -jnp.inf)
+    for normalize in (False, True):
+        out = np.asarray(lof(m, [0, 1, 1], w0=w0, normalize=normalize))
+        assert np.isneginf(out).all()
+
+
+# ------------------------------------------------------------------ 10^6 steps, eq. (47) at eps = 1e-12
+
+
+def eq47_observations(num_steps, seed=0):
+    """y_1..y_K of eq. (47) from x_0 = x_1 ... : at eps = 1e-12 an irregular jump in 10^6 steps has
+    probability 1e-6, so the states alternate x_k = k mod 2 and y_k = x_k flipped with probability 0.1."""
+    rng = np.random.default_rng(seed)
+    x = np.arange(1, num_steps + 1) % 2
+    return (x ^ (rng.random(num_steps) < 0.1)).astype(np.int32), x
+
+
+def test_lof_one_million_steps_float32_no_nan():
+    eps = 1e-12
+    T = jnp.array([[eps, 1 - eps], [1 - eps, eps]], jnp.float32)
+    E = jnp.array([[0.9, 0.1], [0.1, 0.9]], jnp.float32)
+    m = HMM(T, E, jnp.array([1.0, 0.0], jnp.float32))
+    ys, x = eq47_observations(10**6)
+    run = jax.jit(lof, static_argnames="normalize")
+    decoded = {}
+    for normalize in (False, True):
+        w = np.asarray(run(m, jnp.asarray(ys), normalize=normalize))
+        assert w.dtype == np.float32 and w.shape == (10**6, 2)
+        assert np.isfinite(w).all(), f"normalize={normalize}: non-finite logits"
+        decoded[normalize] = w.argmax(axis=1)
+    assert np.mean(decoded[True] == x) > 0.999  # the exact filter tracks the alternation
+    assert np.mean(decoded[False] == decoded[True]) > 0.999  # drift (|w| ~ 3e5) costs float32 almost nothing
+
+
+# ------------------------------------------------------------------ LOF module, lof_step, decoding
+
+
+@pytest.mark.parametrize("controlled", [False, True])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_lof_module_steps_equal_lof(x64, controlled, normalize):
+    rng = np.random.default_rng(21)
+    N, S, A, B, K = 4, 3, 2, 5, 30
+    E, pi0 = cases.random_columns(rng, S, N, 0.2), random_hmm(rng, N, S, pi0_zeros=1)[2]
+    ys = rng.integers(0, S, size=(B, K))
+    if controlled:
+        m = ControlledHMM(jnp.asarray(np.stack([cases.random_columns(rng, N, N) for _ in range(A)])),
+                          jnp.asarray(E), jnp.asarray(pi0))
+        acts = rng.integers(0, A, size=(B, K))
+    else:
+        m = HMM(jnp.asarray(cases.random_columns(rng, N, N)), jnp.asarray(E), jnp.asarray(pi0))
+        acts = np.zeros((B, K), int)
+    f = LOF.of(m, normalize=normalize)
+    np.testing.assert_array_equal(f.w0, np.asarray(jnp.log(m.pi0)))
+    w, rows, step = jnp.broadcast_to(f.w0, (B, N)), [], jax.jit(type(f).step)
+    for k in range(K):
+        w = step(f, w, jnp.asarray(ys[:, k]), jnp.asarray(acts[:, k]))
+        rows.append(np.asarray(w))
+    got = np.stack(rows, axis=1)  # (B, K, N)
+    ref = jax.vmap(lambda y, a: lof(m, y, actions=a if controlled else None, normalize=normalize))(ys, acts)
+    for b in range(B):
+        assert_logits_close(got[b], ref[b], 1e-12)
+
+
+def test_lof_module_defaults():
+    m = HMM(jnp.eye(2), jnp.ones((2, 2)) / 2, jnp.array([0.25, 0.75]))
+    f = LOF.of(m)
+    assert f.normalize is True and f.T.shape == (1, 2, 2)
+    np.testing.assert_allclose(f.w0, np.log([0.25, 0.75]), rtol=1e-6)
+    np.testing.assert_array_equal(LOF.of(m, w0=jnp.zeros(2)).w0, [0.0, 0.0])
+
+
+def test_lof_step_batched_matches_single():
+    rng = np.random.default_rng(22)
+    T, E, _ = random_hmm(rng, 3, 2)
+    log_E = jnp.log(jnp.asarray(E))
+    w, y = jnp.asarray(rng.normal(size=(4, 3))), jnp.array([0, 1, 1, 0])
+    batched = lof_step(jnp.asarray(T), log_E, w, y)
+    for b in range(4):
+        np.testing.assert_allclose(batched[b], lof_step(jnp.asarray(T), log_E, w[b], y[b]), rtol=1e-6)
+        ref = np.log(T @ np.exp(np.asarray(w[b], float))) + np.log(E[int(y[b])])  # eq. (7)
+        np.testing.assert_allclose(batched[b], ref, rtol=1e-5)
+
+
+def test_bayes_decode_is_argmax_with_ties_to_lowest_index():
+    w = jnp.array([[0.0, 1.0, -1.0], [2.0, 2.0, 0.0], [-jnp.inf, -jnp.inf, -3.0], [-jnp.inf] * 3])
+    np.testing.assert_array_equal(bayes_decode(w), [1, 0, 2, 0])
+
+
+def test_bayes_decode_is_the_map_of_the_reference_belief(x64):
+    rng = np.random.default_rng(23)
+    T, E, pi0 = random_hmm(rng, 5, 3)
+    m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
+    ys = random_obs(rng, 3, 80)
+    log_alpha, _ = reference_filter(T, E, np.log(pi0), ys)
+    np.testing.assert_array_equal(bayes_decode(lof(m, ys)), log_alpha.argmax(axis=1))
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_lof_rejects_bad_input():
+    rng = np.random.default_rng(24)
+    T, E, pi0 = random_hmm(rng, 3, 2)
+    m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
+    cm = ControlledHMM(jnp.asarray(np.stack([T, T])), jnp.asarray(E), jnp.asarray(pi0))
+    for fn in (lof, _lof_parallel):
+        with pytest.raises(ValueError, match=r"shape \(K,\)"):
+            fn(m, jnp.zeros((2, 3), int))
+        with pytest.raises(ValueError, match="fixed transitions"):
+            fn(m, jnp.zeros(3, int), actions=jnp.zeros(3, int))
+        with pytest.raises(ValueError, match="actions"):
+            fn(cm, jnp.zeros(3, int))
+        with pytest.raises(ValueError, match="shape of ys"):
+            fn(cm, jnp.zeros(3, int), actions=jnp.zeros(4, int))
+    with pytest.raises(ValueError, match="actions"):
+        log_belief(cm, jnp.zeros(3, int))
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: lof does not check observations: y outside [0, S) is clamped/wrapped "
+                                       "by JAX indexing and silently filtered as another symbol")
+@pytest.mark.parametrize("bad", [2, -1])
+def test_lof_rejects_out_of_range_observations(bad):
+    T = np.array([[0.9, 0.2], [0.1, 0.8]])
+    m = HMM(jnp.asarray(T), jnp.asarray(T), jnp.array([0.5, 0.5]))  # S = 2
+    with pytest.raises(ValueError, match="observ"):
+        lof(m, jnp.array([0, bad, 1]))
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: lof does not check actions: a outside [0, A) is clamped by JAX "
+                                       "indexing and silently filtered with another T(a)")
+def test_lof_rejects_out_of_range_actions():
+    T = np.array([[0.9, 0.2], [0.1, 0.8]])
+    cm = ControlledHMM(jnp.asarray(np.stack([T, np.eye(2)])), jnp.asarray(T), jnp.array([0.5, 0.5]))
+    with pytest.raises(ValueError, match="action"):
+        lof(cm, jnp.array([0, 1, 1]), actions=jnp.array([0, 2, 1]))
