@@ -1,5 +1,7 @@
 """Shared test fixtures.
 
+``x64``: float64 JAX inside one test (theorem checks to ~1e-10), restored afterwards.
+
 ``fake_lab``: a tiny fake experiment (no science: random means in resumable cells), installed as the whole
 catalog under the names ``fake.means`` and ``fake.other``; used by test_runner.py and test_cli.py.
 """
@@ -15,6 +17,12 @@ import numpy as np
 import pytest
 
 from memlab.runner import Experiment
+
+
+@pytest.fixture
+def x64():
+    with jax.enable_x64(True):
+        yield
 
 # interrupt_after: raise KeyboardInterrupt when this many cells have been computed (None: never)
 STATE: dict = {"interrupt_after": None, "computed": 0, "run": None}

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from memlab import runner
-from memlab.runner import Run, SetupError, atomic_write_text, run_experiment, to_jsonable
+from memlab.runner import (
+    Run,
+    SetupError,
+    atomic_write_text,
+    run_experiment,
+    to_jsonable,
+)
 
 
 @pytest.fixture

@@ -14,12 +14,6 @@ serial = jax.jit(permutation_scan)
 parallel = jax.jit(permutation_scan_parallel)
 
 
-@pytest.fixture
-def x64():
-    old = jax.config.read("jax_enable_x64")
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
 
 
 def reference_scan(src, c, b, h0):
@@ -58,7 +52,7 @@ def test_extended_mul_convention():
     np.testing.assert_array_equal(extended_mul(jnp.array([0.0, 2.0, 0.5, 3.0]), h), [0.0, np.inf, 1.0, -np.inf])
 
 
-@pytest.mark.parametrize("K, N", [(1, 3), (2, 1), (37, 5), (64, 8)])
+@pytest.mark.parametrize("K, N", [(1, 3), (2, 1), (37, 5)])
 @pytest.mark.parametrize("permutations", [True, False])
 def test_serial_and_parallel_match_numpy_with_minus_inf_and_zero_c(x64, K, N, permutations):
     """Gathers compose for any index maps, so general maps (not only permutations) are checked too."""
@@ -72,7 +66,7 @@ def test_serial_and_parallel_match_numpy_with_minus_inf_and_zero_c(x64, K, N, pe
 
 def test_float32_matches_numpy():
     rng = np.random.default_rng(5)
-    src, c, b, h0 = random_inputs(rng, 100, 6)
+    src, c, b, h0 = random_inputs(rng, 37, 5)
     ref = reference_scan(src, c, b, h0)
     args = (jnp.asarray(src), jnp.asarray(c, jnp.float32), jnp.asarray(b, jnp.float32), jnp.asarray(h0, jnp.float32))
     for fn in (serial, parallel):
@@ -83,7 +77,7 @@ def test_float32_matches_numpy():
 
 def test_negative_and_large_factors_on_finite_inputs(x64):
     rng = np.random.default_rng(6)
-    src, c, b, h0 = random_inputs(rng, 40, 4, minus_inf=False, c_range=(-1.3, 1.3))
+    src, c, b, h0 = random_inputs(rng, 37, 5, minus_inf=False, c_range=(-1.3, 1.3))  # shapes as above: no recompile
     ref = reference_scan(src, c, b, h0)
     args = tuple(map(jnp.asarray, (src, c, b, h0)))
     assert_same(serial(*args), ref, 1e-12)
@@ -111,8 +105,8 @@ def test_zero_factor_forgets_the_past_even_when_it_is_minus_inf(x64):
 
 def test_all_zero_factors_give_b(x64):
     rng = np.random.default_rng(7)
-    src, _, b, h0 = random_inputs(rng, 20, 4)
-    c = np.zeros(20)
+    src, _, b, h0 = random_inputs(rng, 37, 5)
+    c = np.zeros(37)
     for fn in (serial, parallel):
         np.testing.assert_array_equal(fn(*map(jnp.asarray, (src, c, b, h0))), b)
 
@@ -126,9 +120,6 @@ def test_shape_errors():
                 fn(*bad)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (scan.py _compose / permutation_scan_parallel): products of positive "
-                                       "factors c underflow to exactly 0 and extended_mul then applies 0 * (-inf) = 0, "
-                                       "so -inf entries of h0 (or of earlier b) become finite; the serial form keeps -inf")
 def test_parallel_keeps_minus_inf_when_the_product_of_factors_underflows():
     K, N = 64, 2  # float32: 0.1^46 < 1.4e-45 underflows to 0
     src = jnp.tile(jnp.arange(N), (K, 1))

@@ -10,7 +10,8 @@ Entries may be -inf (logits of impossible states); products use the convention
 0 * (-inf) = 0 so nothing turns into NaN.
 
 The parallel form composes affine maps: applying (src1, c1, b1) then (src2, c2, b2) gives
-(src1[src2], c1 c2, c2 b1[src2] + b2). On a CPU the sequential form is usually faster
+(src1[src2], c1 c2, c2 b1[src2] + b2); a flag records whether a factor was exactly zero,
+since a product of small factors may underflow to 0 without being a true zero. On a CPU the sequential form is usually faster
 (see DESIGN.md); the parallel form is the accelerator path and the cross-check.
 """
 
@@ -45,16 +46,27 @@ def permutation_scan(src: Array, c: Array, b: Array, h0: Array) -> Array:
     return jax.lax.scan(step, h0, (src, c, b))[1]
 
 
+def _scaled(c: Array, zero: Array, h: Array) -> Array:
+    """c * h where c is a product of factors and ``zero`` says whether one factor was exactly 0.
+
+    A product of nonzero factors can underflow to 0.0; it must still map -inf to -inf
+    (with c's sign), not to 0 — only a true zero factor gets 0 * (-inf) = 0.
+    """
+    sign = jnp.where(jnp.signbit(c), -1.0, 1.0)
+    return jnp.where(zero, 0.0, jnp.where(jnp.isinf(h), sign * h, c * h))
+
+
 def _compose(first, second):
     """The affine map 'first, then second' for batches of elements (leading axis)."""
-    s1, c1, b1 = first
-    s2, c2, b2 = second
-    src = jnp.take_along_axis(s1, s2, axis=-1)
-    return src, c1 * c2, extended_mul(c2[..., None], jnp.take_along_axis(b1, s2, axis=-1)) + b2
+    s1, c1, z1, b1 = first
+    s2, c2, z2, b2 = second
+    src = jnp.take_along_axis(s1, s2, axis=-1, mode="promise_in_bounds")
+    b1_moved = jnp.take_along_axis(b1, s2, axis=-1, mode="promise_in_bounds")
+    return src, c1 * c2, z1 | z2, _scaled(c2[..., None], z2[..., None], b1_moved) + b2
 
 
 def permutation_scan_parallel(src: Array, c: Array, b: Array, h0: Array) -> Array:
     """Same as ``permutation_scan`` with ``lax.associative_scan`` (O(log K) depth); returns (K, N)."""
     _check(src, c, b, h0)
-    src_k, c_k, b_k = jax.lax.associative_scan(_compose, (src, c, b))
-    return extended_mul(c_k[:, None], h0[src_k]) + b_k
+    src_k, c_k, z_k, b_k = jax.lax.associative_scan(_compose, (src, c, c == 0, b))
+    return _scaled(c_k[:, None], z_k[:, None], h0[src_k]) + b_k

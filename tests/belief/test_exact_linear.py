@@ -1,14 +1,13 @@
 """Theorem 4.4 (any ell) and Corollary 4.5 against the LOF and an independent NumPy eq. (57) reference."""
 
-import importlib.util
 import itertools
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from memlab.belief import random_models as cases
 from memlab.belief.exact_linear import (
     construction_is_exact,
     exact_linear_filter,
@@ -20,21 +19,13 @@ from memlab.belief.filters import lof
 from memlab.belief.hmm import HMM, ControlledHMM
 from memlab.belief.structure import decompose_deterministic
 
-_path = Path(__file__).with_name("deterministic_cases.py")
-_spec = importlib.util.spec_from_file_location("deterministic_cases", _path)
-cases = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cases)
-
 CASES = [(1, 0, 1), (3, 0, 1), (4, 1, 1), (5, 2, 2), (6, 3, 3), (8, 5, 5), (10, 6, 4), (12, 7, 7)]  # (N, r, chain)
 TOL = 1e-10
 
 
 @pytest.fixture(autouse=True)
-def x64():
-    old = jax.config.read("jax_enable_x64")
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
+def _float64(x64):
+    """Every test here checks Theorem 4.4 / Corollary 4.5 to ~1e-10: float64 throughout."""
 
 
 def beta_logits(T, E, pi0, ys, actions=None):

@@ -4,32 +4,23 @@ Reference: the normalised filter eq. (6) in probability space, alpha_k = diag(E^
 with the unnormalised logits of eq. (7) recovered as w_k = log alpha_k + sum_j log c_j + log 1^T exp(w_0).
 """
 
-import importlib.util
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memlab.belief.filters import LOF, bayes_decode, log_belief, lof, lof_step
-from memlab.belief.filters import lof_parallel as _lof_parallel
+from memlab.belief import filters
+from memlab.belief.filters import LOF, bayes_decode, lof_step
 from memlab.belief.hmm import HMM, ControlledHMM
 
-# jitted here: an eager associative_scan compiles every level's ops one by one (5-10 s a call)
-lof_parallel = jax.jit(_lof_parallel)
+# Jitted once here: eager calls compile anew each time (a fresh scan body per call; an eager
+# associative_scan compiles each level's ops one by one). Input checks are tested on the eager forms.
+lof = jax.jit(filters.lof, static_argnames="normalize")
+log_belief = jax.jit(filters.log_belief)
+lof_parallel = jax.jit(filters.lof_parallel)
 
-_spec = importlib.util.spec_from_file_location("deterministic_cases", Path(__file__).with_name("deterministic_cases.py"))
-cases = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cases)
-
-
-@pytest.fixture
-def x64():
-    old = jax.config.read("jax_enable_x64")
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
+from memlab.belief import random_models as cases
 
 
 def _log(p):
@@ -148,8 +139,7 @@ def test_unnormalised_logits_drift_but_decode_like_the_belief():
 # ------------------------------------------------------------------ serial vs parallel
 
 
-@pytest.mark.parametrize("dtype, rtol", [("float64", 1e-10), ("float32", 1e-4)])
-@pytest.mark.parametrize("controlled", [False, True])
+@pytest.mark.parametrize("dtype, rtol, controlled", [("float64", 1e-10, False), ("float32", 1e-4, True)])
 def test_lof_parallel_equals_serial(x64, dtype, rtol, controlled):
     rng = np.random.default_rng(11 + controlled)
     N, S, K, A = 5, 4, 100, 3  # K not a power of two
@@ -186,6 +176,7 @@ def test_zero_probabilities_give_minus_inf_exactly_where_the_reference_is_zero(x
     for _ in range(40):
         x = rng.choice(N, p=T[:, x])
         ys.append(rng.choice(S, p=E[:, x]))
+    ys = np.array(ys)
     log_alpha, w_ref = reference_filter(T, E, _log(pi0), ys)
     assert np.isneginf(w_ref).any() and np.isfinite(w_ref).all(axis=1).sum() < len(ys)  # the test has teeth
     assert_logits_close(lof(m, ys), w_ref, 1e-10)
@@ -198,6 +189,7 @@ def test_impossible_observation_gives_all_minus_inf_rows_not_nan(x64):
     E = np.array([[0.5, 0.0, 0.2], [0.5, 0.6, 0.8], [0.0, 0.4, 0.0]])
     m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.array([1.0, 0.0, 0.0]))
     ys = [1, 2, 0, 0, 1]  # x_0 = 0, x_1 = 1 emits 1 (p = 0.6); x_2 = 0 cannot emit 2
+    ys = jnp.asarray(ys)
     for out in (lof(m, ys), lof_parallel(m, ys), log_belief(m, ys)):
         out = np.asarray(out)
         assert not np.isnan(out).any() and not np.any(out == np.inf)
@@ -211,8 +203,18 @@ def test_all_minus_inf_initial_logits_stay_minus_inf_without_nan():
     m = HMM(jnp.asarray(T, jnp.float32), jnp.asarray(E, jnp.float32), jnp.asarray(pi0, jnp.float32))
     w0 = jnp.full(3, -jnp.inf)
     for normalize in (False, True):
-        out = np.asarray(lof(m, [0, 1, 1], w0=w0, normalize=normalize))
+        out = np.asarray(lof(m, jnp.array([0, 1, 1]), w0=w0, normalize=normalize))
         assert np.isneginf(out).all()
+
+
+def test_lof_keeps_logits_far_below_the_maximum_exact_in_float32():
+    """A state whose every incoming term is exp(-200) (below float32's range) keeps its logit in `lof`."""
+    m = HMM(jnp.eye(3), jnp.array([[0.5, 0.5, 0.5], [0.5, 0.5, 0.5]]), jnp.ones(3) / 3)
+    w0 = jnp.array([0.0, -200.0, -jnp.inf])
+    w = np.asarray(lof(m, jnp.array([0, 1, 1]), w0=w0))
+    expect = np.asarray(w0)[None] + np.log(0.5) * np.arange(1, 4)[:, None]
+    np.testing.assert_allclose(w[:, :2], expect[:, :2], rtol=1e-6)
+    assert np.isneginf(w[:, 2]).all()
 
 
 # ------------------------------------------------------------------ 10^6 steps, eq. (47) at eps = 1e-12
@@ -232,10 +234,9 @@ def test_lof_one_million_steps_float32_no_nan():
     E = jnp.array([[0.9, 0.1], [0.1, 0.9]], jnp.float32)
     m = HMM(T, E, jnp.array([1.0, 0.0], jnp.float32))
     ys, x = eq47_observations(10**6)
-    run = jax.jit(lof, static_argnames="normalize")
     decoded = {}
     for normalize in (False, True):
-        w = np.asarray(run(m, jnp.asarray(ys), normalize=normalize))
+        w = np.asarray(lof(m, jnp.asarray(ys), normalize=normalize))
         assert w.dtype == np.float32 and w.shape == (10**6, 2)
         assert np.isfinite(w).all(), f"normalize={normalize}: non-finite logits"
         decoded[normalize] = w.argmax(axis=1)
@@ -286,8 +287,8 @@ def test_lof_step_batched_matches_single():
     log_E = jnp.log(jnp.asarray(E))
     w, y = jnp.asarray(rng.normal(size=(4, 3))), jnp.array([0, 1, 1, 0])
     batched = lof_step(jnp.asarray(T), log_E, w, y)
+    np.testing.assert_allclose(batched[2], lof_step(jnp.asarray(T), log_E, w[2], y[2]), rtol=1e-6)
     for b in range(4):
-        np.testing.assert_allclose(batched[b], lof_step(jnp.asarray(T), log_E, w[b], y[b]), rtol=1e-6)
         ref = np.log(T @ np.exp(np.asarray(w[b], float))) + np.log(E[int(y[b])])  # eq. (7)
         np.testing.assert_allclose(batched[b], ref, rtol=1e-5)
 
@@ -314,7 +315,7 @@ def test_lof_rejects_bad_input():
     T, E, pi0 = random_hmm(rng, 3, 2)
     m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
     cm = ControlledHMM(jnp.asarray(np.stack([T, T])), jnp.asarray(E), jnp.asarray(pi0))
-    for fn in (lof, _lof_parallel):
+    for fn in (filters.lof, filters.lof_parallel):
         with pytest.raises(ValueError, match=r"shape \(K,\)"):
             fn(m, jnp.zeros((2, 3), int))
         with pytest.raises(ValueError, match="fixed transitions"):
@@ -324,23 +325,22 @@ def test_lof_rejects_bad_input():
         with pytest.raises(ValueError, match="shape of ys"):
             fn(cm, jnp.zeros(3, int), actions=jnp.zeros(4, int))
     with pytest.raises(ValueError, match="actions"):
-        log_belief(cm, jnp.zeros(3, int))
+        filters.log_belief(cm, jnp.zeros(3, int))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: lof does not check observations: y outside [0, S) is clamped/wrapped "
-                                       "by JAX indexing and silently filtered as another symbol")
 @pytest.mark.parametrize("bad", [2, -1])
 def test_lof_rejects_out_of_range_observations(bad):
+    """JAX indexing would clamp or wrap y silently and filter another symbol."""
     T = np.array([[0.9, 0.2], [0.1, 0.8]])
     m = HMM(jnp.asarray(T), jnp.asarray(T), jnp.array([0.5, 0.5]))  # S = 2
-    with pytest.raises(ValueError, match="observ"):
-        lof(m, jnp.array([0, bad, 1]))
+    for fn in (filters.lof, filters.lof_parallel):
+        with pytest.raises(ValueError, match=r"observations.*\[0, 2\)"):
+            fn(m, jnp.array([0, bad, 1]))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: lof does not check actions: a outside [0, A) is clamped by JAX "
-                                       "indexing and silently filtered with another T(a)")
 def test_lof_rejects_out_of_range_actions():
     T = np.array([[0.9, 0.2], [0.1, 0.8]])
     cm = ControlledHMM(jnp.asarray(np.stack([T, np.eye(2)])), jnp.asarray(T), jnp.array([0.5, 0.5]))
-    with pytest.raises(ValueError, match="action"):
-        lof(cm, jnp.array([0, 1, 1]), actions=jnp.array([0, 2, 1]))
+    for fn in (filters.lof, filters.lof_parallel):
+        with pytest.raises(ValueError, match=r"actions.*\[0, 2\)"):
+            fn(cm, jnp.array([0, 1, 1]), actions=jnp.array([0, 2, 1]))

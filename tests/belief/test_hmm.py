@@ -76,7 +76,8 @@ def test_validation_is_skipped_for_tracers_so_models_pass_through_vmap():
     E, pi0 = jnp.asarray(_columns(rng, 2, 3)), jnp.ones(3) / 3
     ys = jnp.array([0, 1, 1, 0])
     out = jax.vmap(lambda T: lof(HMM(T, E, pi0), ys))(Ts)
-    ref = np.stack([np.asarray(lof(HMM(T, E, pi0), ys)) for T in Ts])
+    one = jax.jit(lof)  # compiled once for the four models
+    ref = np.stack([np.asarray(one(HMM(T, E, pi0), ys)) for T in Ts])
     np.testing.assert_allclose(out, ref, rtol=1e-6)
 
 
@@ -223,9 +224,9 @@ def test_controlled_sampling_with_given_actions():
 def test_controlled_sampling_broadcasts_one_action_sequence():
     rng = np.random.default_rng(12)
     _, m = _controlled(rng)
-    acts = jnp.asarray(rng.integers(0, 3, size=9))
-    tr = sample(m, jax.random.key(13), 9, batch=4, actions=acts)
-    np.testing.assert_array_equal(tr.actions, np.broadcast_to(acts, (4, 9)))
+    acts = jnp.asarray(rng.integers(0, 3, size=100))
+    tr = sample(m, jax.random.key(13), 100, batch=400, actions=acts)  # the shapes above: compiled once
+    np.testing.assert_array_equal(tr.actions, np.broadcast_to(acts, (400, 100)))
 
 
 def test_controlled_sampling_with_a_closed_loop_policy():
@@ -260,6 +261,8 @@ def test_sample_rejects_bad_input():
     policy = lambda key, y, k: 0  # noqa: E731
     with pytest.raises(ValueError, match="num_steps"):
         sample(m, key, 0)
+    with pytest.raises(ValueError, match="batch"):
+        sample(m, key, 3, batch=0)
     with pytest.raises(ValueError, match="ControlledHMM"):
         sample(m, key, 3, actions=jnp.zeros(3, int))
     with pytest.raises(ValueError, match="ControlledHMM"):
@@ -274,3 +277,5 @@ def test_sample_rejects_bad_input():
         sample(cm, key, 3, actions=jnp.array([0, 3, 1]))
     with pytest.raises(ValueError, match=r"\[0, 3\)"):
         sample(cm, key, 3, batch=2, actions=jnp.array([[0, 1, 1], [0, -1, 2]]))
+    with pytest.raises(ValueError):  # two action sequences for a batch of three
+        sample(cm, key, 3, batch=3, actions=jnp.array([[0, 1, 1], [0, 1, 2]]))

@@ -1,13 +1,12 @@
 """Lemma 4.2, Def. 5.1, Def. 5.4 / Lemma 5.5, eq. (29), Assumptions 5.6 and 5.8."""
 
-import importlib.util
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from memlab.belief import random_models as cases
 from memlab.belief.structure import (
     NearlyDeterministic,
     check_observability,
@@ -20,11 +19,6 @@ from memlab.belief.structure import (
     stacked_emission,
 )
 
-# the shared helper module sits next to this file (pytest runs with --import-mode=importlib)
-_path = Path(__file__).with_name("deterministic_cases.py")
-_spec = importlib.util.spec_from_file_location("deterministic_cases", _path)
-cases = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cases)
 random_columns, random_deterministic, random_permutation = cases.random_columns, cases.random_deterministic, \
     cases.random_permutation
 

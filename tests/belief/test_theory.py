@@ -5,7 +5,6 @@ the plain formula log sum p^(1+t) q^(-t) (not logsumexp) and Gauss-Legendre
 quadrature (not scipy.integrate.quad).
 """
 
-import math
 
 import numpy as np
 import pytest

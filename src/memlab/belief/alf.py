@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.belief.hmm import safe_log
+from memlab.belief.hmm import check_column_stochastic, safe_log
 from memlab.belief.structure import decompose_deterministic, is_permutation
 from memlab.scan import extended_mul, permutation_scan, permutation_scan_parallel
 
@@ -115,20 +115,35 @@ class ALF(eqx.Module):
     @classmethod
     def time_invariant(cls, D, E, delta, w0=None) -> "ALF":
         """eq. (24) for T = D + eps Q; w0 defaults to Assumption 5.3 with zeros on recurrent states."""
+        src = alf_backbone(D)
         w0 = alf_initial_logits(D) if w0 is None else np.asarray(w0, dtype=np.float64)
-        return cls(jnp.asarray(alf_backbone(D))[None], safe_log(jnp.asarray(E)), jnp.asarray(delta),
-                   jnp.asarray(w0, dtype=jnp.asarray(E).dtype))
+        return cls._build(src[None], E, delta, w0)
+
+    @classmethod
+    def _build(cls, src, E, delta, w0) -> "ALF":
+        N = src.shape[-1]
+        E = jnp.asarray(E)
+        check_column_stochastic("E", E)
+        if E.ndim != 2 or E.shape[1] != N:
+            raise ValueError(f"E must have shape (S, {N}) to match the {N} states of the backbone, got {E.shape}")
+        if w0.shape != (N,) or np.any(np.isnan(w0)) or np.any(w0 == np.inf):
+            raise ValueError(f"w0 must have shape ({N},) with entries in [-inf, inf), got shape {w0.shape}")
+        delta_np = np.asarray(delta, dtype=np.float64)
+        if delta_np.shape != () or not 0.0 <= float(delta_np) <= 1.0:
+            raise ValueError(f"delta must be a scalar in [0, 1], got {delta!r}")
+        return cls(jnp.asarray(src), safe_log(E), jnp.asarray(delta, E.dtype), jnp.asarray(w0, dtype=E.dtype))
 
     @classmethod
     def time_varying(cls, P, E, delta, w0=None) -> "ALF":
         """eq. (46) for T(a) = P(a) + eps Q(a); P (A, N, N); w0 finite (Assumption 5.8), default 0."""
+        if np.ndim(P) != 3:
+            raise ValueError(f"P must hold one permutation per action, shape (A, N, N), got {np.shape(P)}")
         src = permutation_sources(P)
         N = src.shape[-1]
         w0 = np.zeros(N) if w0 is None else np.asarray(w0, dtype=np.float64)
         if w0.shape != (N,) or not np.all(np.isfinite(w0)):
             raise ValueError(f"w0 of the time-varying ALF must be finite with shape ({N},) (Assumption 5.8)")
-        return cls(jnp.asarray(src), safe_log(jnp.asarray(E)), jnp.asarray(delta),
-                   jnp.asarray(w0, dtype=jnp.asarray(E).dtype))
+        return cls._build(src, E, delta, w0)
 
     def step(self, w: Array, y: Array, a: Array) -> Array:
         """w (B, N), y (B,), a (B,) -> (B, N)."""
@@ -143,9 +158,9 @@ def alf_filter(alf: ALF, ys: Array, actions: Array | None = None, parallel: bool
     the associative-scan form (same numbers, O(log K) depth).
     """
     ys = jnp.asarray(ys, jnp.int32)
-    K = ys.shape[0]
     if ys.ndim != 1:
         raise ValueError(f"ys must have shape (K,), got {ys.shape}; vmap over batches")
+    K = ys.shape[0]
     if (actions is None) != (alf.src.shape[0] == 1):
         raise ValueError("give actions exactly when the ALF is time-varying (one permutation per action)")
     src = alf.src[jnp.asarray(actions, jnp.int32)] if actions is not None else jnp.broadcast_to(alf.src, (K, alf.src.shape[-1]))

@@ -21,11 +21,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from memlab import plots
-from memlab.belief.exact_linear import make_exact_linear_filter, make_exact_linear_filter_controlled
+from memlab.belief.exact_linear import (
+    make_exact_linear_filter,
+    make_exact_linear_filter_controlled,
+)
 from memlab.belief.filters import lof
 from memlab.belief.hmm import HMM, ControlledHMM, sample
-from memlab.belief.random_models import random_columns, random_deterministic, random_permutation
-from memlab.belief.structure import check_observability, decompose_deterministic
+from memlab.belief.random_models import (
+    random_columns,
+    random_deterministic,
+    random_permutation,
+)
+from memlab.belief.structure import check_observability
 
 # Example 1 of Appendix A.1, eq. (50): two 2-cycles, E_tilde with identical columns for x1 and x3.
 EXAMPLE1_P = np.array([[0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 1], [0, 0, 1, 0]], float)
@@ -58,6 +65,22 @@ class ExactLinearConfig:
             raise ValueError(f"zero_frac must lie in [0, 1), got {self.zero_frac}")
 
 
+@jax.jit
+def _filter_batch(filt, ys, actions=None):
+    """An exact linear filter on a batch of sequences ys (B, K) (and actions (B, K) for Corollary 4.5)."""
+    if actions is None:
+        return jax.vmap(filt.forward)(ys)
+    return jax.vmap(filt.forward)(ys, actions)
+
+
+@jax.jit
+def _lof_batch(model, ys, actions=None):
+    """LOF logits (B, K, N) from log pi0 — the optimal logits w^o_k, whatever w_0 the linear filter used."""
+    if actions is None:
+        return jax.vmap(lambda y: lof(model, y))(ys)
+    return jax.vmap(lambda y, a: lof(model, y, actions=a))(ys, actions)
+
+
 def _compare(w: np.ndarray, w_ref: np.ndarray, flagged: np.ndarray) -> dict:
     """Max |w - w_ref| over entries finite in both, -inf pattern mismatches; rows flagged inexact excluded."""
     keep = ~flagged[..., None] & np.ones_like(w, bool)
@@ -86,8 +109,8 @@ def _theorem44_cell(cfg, N, r, chain, zeros: bool, key) -> dict:
         hmm = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
         filt = make_exact_linear_filter(T, E, pi0, w0)
         ys = sample(hmm, jax.random.fold_in(key, m), cfg.num_steps, batch=cfg.num_sequences).observations
-        out = jax.jit(jax.vmap(filt.forward))(ys)
-        w_ref = jax.vmap(lambda y: lof(hmm, y))(ys)  # optimal logits start at log pi0, whatever w0 is
+        out = _filter_batch(filt, ys)
+        w_ref = _lof_batch(hmm, ys)
         stats.append(_compare(np.asarray(out.w), np.asarray(w_ref), np.asarray(out.inexact)))
         ells.append(filt.ell)
     return {"family": "Thm 4.4, π0 and E with zeros" if zeros else "Thm 4.4, π0 > 0, E > 0",
@@ -107,8 +130,8 @@ def _corollary45_cell(cfg, N, A, key) -> dict:
         actions = jax.random.randint(jax.random.fold_in(key, 2 * m), (cfg.num_sequences, cfg.num_steps), 0, A)
         ys = sample(model, jax.random.fold_in(key, 2 * m + 1), cfg.num_steps, batch=cfg.num_sequences,
                     actions=actions).observations
-        out = jax.jit(jax.vmap(filt.forward))(ys, actions)
-        w_ref = jax.vmap(lambda y, a: lof(model, y, actions=a))(ys, actions)
+        out = _filter_batch(filt, ys, actions)
+        w_ref = _lof_batch(model, ys, actions)
         stats.append(_compare(np.asarray(out.w), np.asarray(w_ref), np.asarray(out.inexact)))
     return {"family": f"Cor 4.5, {A} actions", "N": N, "r": 0, "ell": "1", **_merge(stats)}
 

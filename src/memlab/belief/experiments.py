@@ -15,8 +15,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from memlab import plots
+from memlab.belief.alf import (
+    ALF,
+    alf_filter,
+    delta_is_valid,
+    delta_label,
+    delta_schedule,
+)
 from memlab.belief.exact_experiment import ExactLinearConfig, run_exact_linear
-from memlab.belief.alf import ALF, alf_filter, delta_is_valid, delta_label, delta_schedule
 from memlab.belief.filters import LOF, lof
 from memlab.belief.hmm import HMM, sample
 from memlab.belief.montecarlo import decoding_error, error_curves

@@ -8,8 +8,10 @@
 * ``log_belief``   — log alpha_k = w_k - logsumexp(w_k), eq. (6)/(8).
 * ``bayes_decode`` — argmax of the logits: the Bayes-optimal (MAP) decoder of section 5.
 
-Zero probabilities give -inf logits, never NaN: the log-sum-exp shifts by the
-row maximum only when that maximum is finite. The LOF is unnormalised, as in the
+Zero probabilities give -inf logits, never NaN. ``lof`` is exact over the whole
+float range (a log-sum-exp per row); the Monte-Carlo filter ``LOF`` and
+``lof_parallel`` use matmuls, where beliefs below ~1e-38 (float32) may round to
+zero. The LOF is unnormalised, as in the
 paper, so its logits drift towards -inf over long runs (the cause of the PPO
 instability of section 6.2); use ``log_belief`` (or ``normalize=True``) when only
 the belief matters.
@@ -21,12 +23,14 @@ functions directly on (B, N) logits, as the Monte-Carlo engine does.
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import Array
 
-from memlab.belief.hmm import ControlledHMM, HMM, safe_log
+from memlab.belief.hmm import HMM, ControlledHMM, safe_log
 
 
 def _finite_max(w: Array) -> Array:
@@ -36,7 +40,22 @@ def _finite_max(w: Array) -> Array:
 
 
 def log_matvec(T: Array, w: Array) -> Array:
-    """log(T exp(w)) for T (N, N) or (..., N, N) and logits w (..., N), stable, -inf safe."""
+    """log(T exp(w)) for T (N, N) or (..., N, N) and logits w (..., N): a log-sum-exp per row.
+
+    Exact over the whole float range (every row is shifted by its own maximum), -inf safe.
+    Costs N^2 exponentials; ``log_matvec_fast`` is the matmul version.
+    """
+    return jax.nn.logsumexp(safe_log(T) + w[..., None, :], axis=-1)
+
+
+def log_matvec_fast(T: Array, w: Array) -> Array:
+    """log(T exp(w)) through one matmul, shifting w by its overall maximum.
+
+    Terms more than ~87 (float32) or ~745 (float64) nats below max(w) underflow, so a
+    state whose every incoming term is that small gets -inf instead of a finite logit.
+    Harmless for decoding and for normalised beliefs (the state's probability is below
+    1e-38); use ``log_matvec`` where logits must be exact.
+    """
     m = _finite_max(w)
     return jnp.log(jnp.einsum("...ij,...j->...i", T, jnp.exp(w - m))) + m
 
@@ -48,9 +67,12 @@ def normalize_logits(w: Array) -> Array:
     return jnp.where(jnp.isfinite(lse), w - lse, w)
 
 
-def lof_step(T: Array, log_E: Array, w: Array, y: Array, normalize: bool = False) -> Array:
-    """One LOF update, eq. (7): w (..., N), y (...,) int, T (N, N) or (..., N, N) -> (..., N)."""
-    w_next = log_matvec(T, w) + log_E[y]  # eq. (7)
+def lof_step(T: Array, log_E: Array, w: Array, y: Array, normalize: bool = False, fast: bool = False) -> Array:
+    """One LOF update, eq. (7): w (..., N), y (...,) int, T (N, N) or (..., N, N) -> (..., N).
+
+    ``fast`` uses ``log_matvec_fast`` (a matmul; tiny terms may underflow to -inf).
+    """
+    w_next = (log_matvec_fast if fast else log_matvec)(T, w) + log_E[y]  # eq. (7)
     return normalize_logits(w_next) if normalize else w_next
 
 
@@ -86,6 +108,11 @@ def lof(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None,
     """Logit optimal filter, eq. (7), serial form. Returns (K, N); w0 defaults to log pi0."""
     ys = jnp.asarray(ys, jnp.int32)
     actions = _check_inputs(model, ys, actions)
+    return _lof(model, ys, _initial_logits(model, w0), actions, normalize)
+
+
+@functools.partial(jax.jit, static_argnames="normalize")
+def _lof(model, ys, w0, actions, normalize):
     log_E = safe_log(model.E)
 
     def step(w, inp):
@@ -93,8 +120,7 @@ def lof(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None,
         w = lof_step(model.transition(a), log_E, w, y, normalize)
         return w, w
 
-    _, ws = jax.lax.scan(step, _initial_logits(model, w0), (ys, actions))
-    return ws
+    return jax.lax.scan(step, w0, (ys, actions))[1]
 
 
 def log_belief(model: HMM | ControlledHMM, ys: Array, actions: Array | None = None) -> Array:
@@ -127,11 +153,15 @@ def lof_parallel(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None,
     """
     ys = jnp.asarray(ys, jnp.int32)
     actions = _check_inputs(model, ys, actions)
+    return _lof_parallel(model, ys, _initial_logits(model, w0), actions)
+
+
+@jax.jit
+def _lof_parallel(model, ys, w0, actions):
     T_seq = jax.vmap(model.transition)(actions) if isinstance(model, ControlledHMM) else model.T[None]
     U = model.E[ys][:, :, None] * T_seq  # diag(E^T y_k) T(a_{k-1}), eq. (57)
     M, s = jax.lax.associative_scan(_combine, _rescale(U, jnp.zeros(len(ys), U.dtype)))
-    w0 = _initial_logits(model, w0)
-    return log_matvec(M, w0) + s[:, None]
+    return log_matvec_fast(M, w0) + s[:, None]
 
 
 def bayes_decode(w: Array) -> Array:
@@ -145,6 +175,7 @@ class LOF(eqx.Module):
     ``T`` (A, N, N) (A = 1 for a plain HMM), ``log_E`` (S, N), ``w0`` (N,).
     ``normalize=True`` keeps log-beliefs instead of the drifting unnormalised
     logits; decoding (argmax) is the same, and long runs stay well conditioned.
+    Steps use the matmul form ``log_matvec_fast`` (beliefs below ~1e-38 may round to 0).
     """
 
     T: Array
@@ -160,4 +191,4 @@ class LOF(eqx.Module):
     def step(self, w: Array, y: Array, a: Array) -> Array:
         """w (B, N), y (B,), a (B,) -> (B, N); eq. (7)."""
         T = self.T[0] if self.T.shape[0] == 1 else self.T[a]
-        return lof_step(T, self.log_E, w, y, self.normalize)
+        return lof_step(T, self.log_E, w, y, self.normalize, fast=True)

@@ -6,7 +6,7 @@ are compared on equal footing). One jitted ``lax.scan`` over time carries the
 whole batch of runs — true states (B,) and each filter's logits (B, N) — and
 stores only the per-step error counts (K, F): beliefs are never stored.
 
-Sampling is by inverse CDF, one uniform per draw: x_{k+1} = #{i : u > C[i, x_k]}
+Sampling is by inverse CDF, one uniform per draw: x_{k+1} = #{i : C[i, x_k] <= u}
 with C the column-wise cumulative sum of T, cheaper than Gumbel-max sampling
 (one uniform instead of N per draw).
 
@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.belief.hmm import ControlledHMM, HMM
+from memlab.belief.hmm import HMM, ControlledHMM
 
 
 class ErrorCurves(NamedTuple):
@@ -38,10 +38,19 @@ class ErrorCurves(NamedTuple):
         return np.sqrt(self.p * (1.0 - self.p) / self.num_runs)
 
 
-def _inverse_cdf(cdf_cols: Array, cols: Array, u: Array) -> Array:
-    """Index drawn from the columns ``cols`` (B,) of a column-cumulative matrix (n, m) with uniforms u (B,)."""
-    c = cdf_cols.T[cols]  # (B, n)
-    return jnp.minimum(jnp.sum(u[:, None] > c, axis=-1), c.shape[-1] - 1).astype(jnp.int32)
+def cumulative_columns(M: Array) -> Array:
+    """Column-wise CDFs of a column-stochastic (..., n, m), transposed to (..., m, n) and scaled so each ends at 1."""
+    C = jnp.cumsum(M, axis=-2)
+    return jnp.swapaxes(C / C[..., -1:, :], -1, -2)
+
+
+def draw(cdf_rows: Array, u: Array) -> Array:
+    """Inverse-CDF draw: index #{i : C[i] <= u} for CDF rows (B, n) and uniforms u (B,) in [0, 1).
+
+    A zero-probability state i has C[i] = C[i-1] and is never drawn; the last CDF
+    entry is exactly 1, so the index is at most n - 1.
+    """
+    return jnp.sum(cdf_rows <= u[:, None], axis=-1).astype(jnp.int32)
 
 
 def decoding_error(w: Array, x_onehot: Array) -> Array:
@@ -61,12 +70,12 @@ def decoding_error(w: Array, x_onehot: Array) -> Array:
 @eqx.filter_jit
 def _error_counts(model, filters, key: Array, num_runs: int, num_steps: int) -> Array:
     controlled = isinstance(model, ControlledHMM)
-    T_cdf = jnp.cumsum(model.T if controlled else model.T[None], axis=-2)  # (A, N, N)
-    E_cdf = jnp.cumsum(model.E, axis=-2)
-    num_actions = T_cdf.shape[0]
+    T_cdf = cumulative_columns(model.T if controlled else model.T[None])  # (A, N, N): [a, j] = CDF of column j
+    E_cdf = cumulative_columns(model.E)  # (N, S)
+    num_actions, N = T_cdf.shape[0], T_cdf.shape[-1]
     k0, kscan = jax.random.split(key)
-    x0 = _inverse_cdf(jnp.cumsum(model.pi0)[:, None], jnp.zeros(num_runs, jnp.int32),
-                      jax.random.uniform(k0, (num_runs,)))
+    pi0_cdf = cumulative_columns(model.pi0[:, None])  # (1, N)
+    x0 = draw(jnp.broadcast_to(pi0_cdf, (num_runs, N)), jax.random.uniform(k0, (num_runs,)))
     ws0 = tuple(jnp.broadcast_to(f.w0, (num_runs, f.w0.shape[-1])) for f in filters)
 
     def step(carry, k):
@@ -74,11 +83,10 @@ def _error_counts(model, filters, key: Array, num_runs: int, num_steps: int) -> 
         ka, kx, ky = jax.random.split(jax.random.fold_in(kscan, k), 3)
         # open-loop uniformly random actions for a controlled HMM (a_{k-1})
         a = jax.random.randint(ka, (num_runs,), 0, num_actions) if controlled else jnp.zeros(num_runs, jnp.int32)
-        u = jax.random.uniform(kx, (num_runs,))
-        x = jnp.sum(u[:, None] > T_cdf[a, :, x], axis=-1).clip(max=T_cdf.shape[-1] - 1).astype(jnp.int32)
-        y = _inverse_cdf(E_cdf, x, jax.random.uniform(ky, (num_runs,)))
+        x = draw(T_cdf[a, x], jax.random.uniform(kx, (num_runs,)))
+        y = draw(E_cdf[x], jax.random.uniform(ky, (num_runs,)))
         ws = tuple(f.step(w, y, a) for f, w in zip(filters, ws))
-        x_onehot = x[:, None] == jnp.arange(T_cdf.shape[-1])
+        x_onehot = x[:, None] == jnp.arange(N)
         errors = jnp.stack([jnp.sum(decoding_error(w, x_onehot)) for w in ws])  # eq. (19)
         return (x, ws), errors
 

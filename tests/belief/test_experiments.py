@@ -1,0 +1,107 @@
+"""The belief experiments end to end, through the command line, on their tiny profiles."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from memlab import cli
+from memlab.catalog import EXPERIMENTS
+
+BELIEF = sorted(name for name in EXPERIMENTS if name.startswith("belief."))
+
+
+def test_every_issue_experiment_is_registered():
+    assert {"belief.error-vs-epsilon", "belief.error-vs-time", "belief.logit-trace",
+            "belief.exact-linear-filter"} <= set(BELIEF)
+
+
+@pytest.mark.parametrize("name", BELIEF)
+def test_tiny_profile_writes_the_contract(name, tmp_path, capsys):
+    out = tmp_path / name
+    assert cli.main(["run", name, "--profile", "tiny", "--out", str(out), "--no-progress"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["experiment"] == name and results["profile"] == "tiny"
+    assert json.loads((out / "config.json").read_text())["config"]["seed"] == 0
+    assert results["claims"], "every experiment tests at least one claim of the paper"
+    for claim in results["claims"]:
+        assert set(claim) == {"id", "claim", "paper", "ours", "holds"} and isinstance(claim["holds"], bool)
+    summary = (out / "summary.md").read_text()
+    pngs = list(out.glob("*.png"))
+    assert pngs and all(p.name in summary for p in pngs), "the summary shows every figure"
+    assert list(out.glob("*.csv"))
+
+
+def test_same_seed_same_numbers_and_seed_matters(tmp_path):
+    name = "belief.error-vs-epsilon"
+    runs = {}
+    for tag, seed in (("a", 3), ("b", 3), ("c", 4)):
+        out = tmp_path / tag
+        assert cli.main(["run", name, "--profile", "tiny", "--seed", str(seed), "--out", str(out), "--no-progress"]) == 0
+        runs[tag] = json.loads((out / "results.json").read_text())["results"]["p"]
+    assert runs["a"] == runs["b"]
+    assert runs["a"] != runs["c"]
+
+
+def test_interrupted_sweep_resumes_from_its_cells(tmp_path):
+    """Ctrl-C a real sweep in a subprocess; the rerun keeps the finished cells and computes only the rest."""
+    out = tmp_path / "sweep"
+    cells = out / "cells"
+    cmd = [sys.executable, "-m", "memlab.cli", "run", "belief.error-vs-epsilon", "--profile", "quick",
+           "--out", str(out), "--no-progress"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 300
+    while not (cells.exists() and any(cells.glob("*.json"))) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    finished = {p.name: p.read_bytes() for p in cells.glob("*.json")}
+    total = 12  # cells of the quick profile
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert 1 <= len(finished) < total
+    assert not (out / "results.json").exists()
+    assert not list(out.rglob("*.tmp")), "no half-written files"
+
+    rerun = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    assert len(list(cells.glob("*.json"))) == total
+    for name, content in finished.items():
+        assert (cells / name).read_bytes() == content, "finished cells are kept, not recomputed"
+    assert len(json.loads((out / "results.json").read_text())["results"]["p"]) == total
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "belief.error-vs-epsilonn"], "unknown experiment"),
+    (["run", "belief.error-vs-time", "--profile", "huge"], "unknown profile"),
+])
+def test_bad_command_lines_fail_with_one_line(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_unwritable_output_folder(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert cli.main(["run", "belief.logit-trace", "--profile", "tiny", "--out", str(blocker / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write to output folder" in err and "Traceback" not in err
+
+
+def test_config_validation_names_the_problem():
+    from memlab.belief.experiments import ErrorVsEpsilonConfig, LogitTraceConfig
+
+    with pytest.raises(ValueError, match="schedule"):
+        ErrorVsEpsilonConfig(schedules=("sqrt", "cubic")).validate()
+    with pytest.raises(ValueError, match="inv_eps"):
+        ErrorVsEpsilonConfig(inv_eps_min=300).validate()
+    with pytest.raises(ValueError, match="deltas"):
+        LogitTraceConfig(deltas=(0.3, 0.1)).validate()
