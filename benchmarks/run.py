@@ -40,7 +40,7 @@ def _table(name: str, rows: list[dict]) -> Table:
 
 
 def main(argv: list[str]) -> int:
-    console = Console()
+    console = Console(width=160)
     paths = {p.stem.removeprefix("bench_"): p for p in sorted(HERE.glob("bench_*.py"))}
     unknown = [n for n in argv if n not in paths]
     if unknown:

@@ -63,14 +63,6 @@ def nearly_deterministic_system(rng, N, r, chain, eps=0.02, S=3):
     return D, T, E, rng.dirichlet(np.ones(N)), transient
 
 
-def simulate(rng, T, E, pi0, K, actions=None):
-    """Observations y_1..y_K of the (controlled) HMM, NumPy."""
-    x, ys = rng.choice(len(pi0), p=pi0), []
-    for k in range(K):
-        Tk = T if actions is None else T[actions[k]]
-        x = rng.choice(len(pi0), p=Tk[:, x])
-        ys.append(rng.choice(E.shape[0], p=E[:, x]))
-    return np.array(ys)
 
 
 def reference_alf(D, E, delta, w0, ys):
@@ -194,7 +186,7 @@ def test_initial_logits_assumption_5_3(N, r, chain):
 def test_alf_filter_matches_eq24(x64, N, r, chain):
     rng = np.random.default_rng(1000 + N + r)
     D, T, E, pi0, transient = nearly_deterministic_system(rng, N, r, chain)
-    ys = simulate(rng, T, E, pi0, 80)
+    ys = cases.simulate_observations(rng, T, E, pi0, 80)
     for delta, w0 in [(rng.uniform(0.05, 0.5), alf_initial_logits(D)),
                       (rng.uniform(0.05, 0.5), alf_initial_logits(D, rng.normal(size=N - r) * 2)),
                       (0.7 / np.log(1 / 0.02), rng.normal(size=N))]:  # also a finite w0 on transient states
@@ -210,7 +202,7 @@ def test_minus_inf_initialisation_keeps_decoding_on_recurrent_states(N, r, chain
     """Assumption 5.3: for delta < 1 the transient logits stay -inf, so argmax is always recurrent."""
     rng = np.random.default_rng(2000 + N)
     D, T, E, pi0, transient = nearly_deterministic_system(rng, N, r, chain)
-    ys = simulate(rng, T, E, pi0, 150)
+    ys = cases.simulate_observations(rng, T, E, pi0, 150)
     for delta in (0.0, 0.02, 0.3, 0.999):
         w = np.asarray(alf_serial(ALF.time_invariant(D, E, delta), ys))
         assert not np.isnan(w).any()
@@ -223,7 +215,7 @@ def test_minus_inf_initialisation_keeps_decoding_on_recurrent_states(N, r, chain
 def test_delta_zero_and_one_follow_the_minus_inf_times_zero_convention(x64, N, r, chain):
     rng = np.random.default_rng(3000 + N)
     D, T, E, pi0, transient = nearly_deterministic_system(rng, N, r, chain)
-    ys = simulate(rng, T, E, pi0, 80)
+    ys = cases.simulate_observations(rng, T, E, pi0, 80)
     src = alf_backbone(D)
     w0 = alf_initial_logits(D, rng.normal(size=N - r))
     for parallel in (False, True) if N == 7 else (False,):  # the parallel form compiles slowly: one case
@@ -246,7 +238,7 @@ def test_parallel_equals_serial(x64, dtype, rtol):
     """K = 80 with delta <= 0.3: (1 - delta)^K stays above the float32 underflow threshold."""
     rng = np.random.default_rng(4000)
     D, T, E, pi0, transient = nearly_deterministic_system(rng, 7, 3, 3)
-    ys = simulate(rng, T, E, pi0, 80)  # the shapes of the N = 7 case above: compiled once
+    ys = cases.simulate_observations(rng, T, E, pi0, 80)  # the shapes of the N = 7 case above: compiled once
     for delta in (0.05, 0.3):
         alf = ALF.time_invariant(D, jnp.asarray(E, dtype), delta)
         ser, par = alf_serial(alf, ys), alf_parallel(alf, ys)
@@ -276,7 +268,7 @@ def test_time_varying_alf_matches_eq46(x64, N, A):
     T = 0.97 * P + 0.03 * Q / Q.sum(axis=1, keepdims=True)  # T(a) = P(a) + eps Q(a), eq. (45)
     E = cases.random_columns(rng, 3, N)  # > 0 (Assumption 5.8.2)
     acts = rng.integers(0, A, size=120)
-    ys = simulate(rng, T, E, rng.dirichlet(np.ones(N)), 120, actions=acts)
+    ys = cases.simulate_observations(rng, T, E, rng.dirichlet(np.ones(N)), 120, actions=acts)
     w0 = rng.normal(size=N)
     for delta in (0.0, 0.1, 1.0):
         alf = ALF.time_varying(P, E, delta, w0=w0)
@@ -327,7 +319,7 @@ def test_alf_step_function_matches_eq24_by_hand():
 def test_recurrent_logits_are_bounded_lemma_D11(x64, N, r, chain):
     rng = np.random.default_rng(7000 + N)
     D, T, E, pi0, transient = nearly_deterministic_system(rng, N, r, chain)
-    ys = simulate(rng, T, E, pi0, 300)
+    ys = cases.simulate_observations(rng, T, E, pi0, 300)
     for scale in (0.1, 10.0):  # W set by A_E, then by w0_tilde
         w0_tilde = rng.normal(size=N - r) * scale
         W = max(np.abs(w0_tilde).max(), np.abs(np.log(E[:, ~transient])).max())  # eq. (190)

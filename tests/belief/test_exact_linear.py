@@ -40,14 +40,6 @@ def beta_logits(T, E, pi0, ys, actions=None):
     return np.array(out)
 
 
-def simulate(rng, T, E, pi0, K, actions=None):
-    """Observations y_1..y_K (K,) of the (controlled) HMM, NumPy; T (N, N) or (A, N, N)."""
-    x, ys = rng.choice(len(pi0), p=pi0), []
-    for k in range(K):
-        Tk = T if actions is None else T[actions[k]]
-        x = rng.choice(len(pi0), p=Tk[:, x])
-        ys.append(rng.choice(E.shape[0], p=E[:, x]))
-    return np.array(ys)
 
 
 def differs(w, ref):
@@ -99,7 +91,7 @@ def test_zero_emissions_exact_or_flagged():
         N, r, chain = CASES[seed % len(CASES)]
         T, E, pi0 = random_model(rng, N, r, chain, e_zero=0.3, pi_zero=0.3 * (seed % 2))
         exact = construction_is_exact(T, E, pi0)
-        ys = simulate(rng, T, E, pi0, 30)  # a sequence of positive probability
+        ys = cases.simulate_observations(rng, T, E, pi0, 30)  # a sequence of positive probability
         out = exact_linear_filter(T, E, pi0, ys, rng.normal(size=N))
         ref = beta_logits(T, E, pi0, ys)
         assert np.array_equal(np.asarray(out.inexact), differs(out.w, ref))  # the flag is exactly "differs"
@@ -224,7 +216,7 @@ def test_corollary_4_5_reproduces_lof(N, A, seed):
     pi0 = cases.random_columns(rng, N, 1, 0.3 * (seed % 2))[:, 0]
     model = ControlledHMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
     acts = rng.integers(A, size=40)
-    ys = simulate(rng, T, E, pi0, 40, acts)
+    ys = cases.simulate_observations(rng, T, E, pi0, 40, acts)
     out = exact_linear_filter_controlled(T, E, pi0, ys, acts, rng.normal(scale=5.0, size=N))
     assert out.w.shape == (40, N)
     assert_exact(out, beta_logits(T, E, pi0, ys, acts))

@@ -105,3 +105,14 @@ def test_config_validation_names_the_problem():
         ErrorVsEpsilonConfig(inv_eps_min=300).validate()
     with pytest.raises(ValueError, match="deltas"):
         LogitTraceConfig(deltas=(0.3, 0.1)).validate()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BELIEF)
+def test_paper_profile_reproduces_every_claim(name, tmp_path):
+    """Paper sizes (Fig. 1: 23 x 20,000 runs x 1,000 steps): every claim the experiment tests holds."""
+    from memlab.runner import run_experiment
+
+    out = run_experiment(EXPERIMENTS[name], profile="paper", out_dir=tmp_path, progress=False)
+    claims = json.loads((out / "results.json").read_text())["claims"]
+    assert claims and all(c["holds"] for c in claims), [c for c in claims if not c["holds"]]

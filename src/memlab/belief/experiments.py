@@ -77,11 +77,10 @@ def _slope(x, y):
 
 
 @dataclasses.dataclass(frozen=True)
-class ErrorVsEpsilonConfig:
+class ExampleConfig:
+    """What Fig. 1 and Fig. 7 share: the HMM of eq. (47), the filters and the Monte-Carlo size."""
+
     seed: int = 0
-    inv_eps_min: float = 30.0
-    inv_eps_max: float = 250.0
-    num_eps: int = 23
     num_runs: int = 20_000
     num_steps: int = 1000
     emission: float = 0.9
@@ -89,13 +88,25 @@ class ErrorVsEpsilonConfig:
     schedules: tuple[str, ...] = ("sqrt", "log", "eps2", "zero", "one")
 
     def validate(self):
-        if not 1.0 < self.inv_eps_min < self.inv_eps_max:
-            raise ValueError("need 1 < inv_eps_min < inv_eps_max")
-        if self.num_eps < 2 or self.num_runs < 1 or self.num_steps < 1:
-            raise ValueError("num_eps >= 2, num_runs >= 1 and num_steps >= 1 are required")
+        if self.num_runs < 1 or self.num_steps < 20:
+            raise ValueError(f"need num_runs >= 1 and num_steps >= 20, got {self.num_runs}, {self.num_steps}")
         if not 0.5 < self.emission < 1.0:
             raise ValueError(f"emission must lie in (0.5, 1), got {self.emission}")
         _check_schedules(self.schedules)
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorVsEpsilonConfig(ExampleConfig):
+    inv_eps_min: float = 30.0
+    inv_eps_max: float = 250.0
+    num_eps: int = 23
+
+    def validate(self):
+        super().validate()
+        if not 1.0 < self.inv_eps_min < self.inv_eps_max:
+            raise ValueError("need 1 < inv_eps_min < inv_eps_max")
+        if self.num_eps < 2:
+            raise ValueError(f"num_eps must be >= 2, got {self.num_eps}")
 
 
 def run_error_vs_epsilon(cfg: ErrorVsEpsilonConfig, run) -> dict:
@@ -175,23 +186,13 @@ def run_error_vs_epsilon(cfg: ErrorVsEpsilonConfig, run) -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class ErrorVsTimeConfig:
-    seed: int = 0
+class ErrorVsTimeConfig(ExampleConfig):
     eps: float = 0.005
-    num_runs: int = 20_000
-    num_steps: int = 1000
-    emission: float = 0.9
-    lam: float = 0.7
-    schedules: tuple[str, ...] = ("sqrt", "log", "eps2", "zero", "one")
 
     def validate(self):
+        super().validate()
         if not 0.0 < self.eps < 1.0:
             raise ValueError(f"eps must lie in (0, 1), got {self.eps}")
-        if self.num_runs < 1 or self.num_steps < 20:
-            raise ValueError("num_runs >= 1 and num_steps >= 20 are required")
-        if not 0.5 < self.emission < 1.0:
-            raise ValueError(f"emission must lie in (0.5, 1), got {self.emission}")
-        _check_schedules(self.schedules)
 
 
 def run_error_vs_time(cfg: ErrorVsTimeConfig, run) -> dict:

@@ -71,43 +71,8 @@ def safe_log(p: Array) -> Array:
     return jnp.where(p > 0, jnp.log(jnp.where(p > 0, p, 1.0)), -jnp.inf)
 
 
-class HMM(eqx.Module):
-    """HMM with fixed transition matrix.
-
-    Fields: ``T`` (N, N) column-stochastic, ``E`` (S, N) column-stochastic,
-    ``pi0`` (N,) initial distribution of x_0.
-    """
-
-    T: Array
-    E: Array
-    pi0: Array
-
-    def __check_init__(self):
-        if not all(_is_concrete(a) for a in (self.T, self.E, self.pi0)):
-            return
-        N = np.shape(self.pi0)[0] if np.ndim(self.pi0) == 1 else None
-        check_distribution("pi0", self.pi0)
-        check_column_stochastic("T", self.T, shape=(N, N))
-        E = np.asarray(self.E)
-        if E.ndim != 2 or E.shape[1] != N:
-            raise ValueError(f"E must have shape (S, N) = (S, {N}), got {E.shape}")
-        check_column_stochastic("E", E)
-
-    @property
-    def num_states(self) -> int:
-        return self.T.shape[-1]
-
-    @property
-    def num_obs(self) -> int:
-        return self.E.shape[0]
-
-    def transition(self, action=None) -> Array:
-        """T, shape (N, N); ``action`` is ignored (fixed transitions)."""
-        return self.T
-
-
-class ControlledHMM(eqx.Module):
-    """Action-controlled HMM, eq. (3)-(4): ``T`` (A, N, N), ``E`` (S, N), ``pi0`` (N,)."""
+class _Model(eqx.Module):
+    """Fields and checks shared by ``HMM`` and ``ControlledHMM``."""
 
     T: Array
     E: Array
@@ -119,8 +84,9 @@ class ControlledHMM(eqx.Module):
         check_distribution("pi0", self.pi0)
         N = np.shape(self.pi0)[0]
         T = np.asarray(self.T)
-        if T.ndim != 3 or T.shape[1:] != (N, N):
-            raise ValueError(f"T must have shape (A, N, N) = (A, {N}, {N}), got {T.shape}")
+        expected = (N, N) if isinstance(self, HMM) else ("A", N, N)
+        if T.ndim != len(expected) or T.shape[-2:] != (N, N):
+            raise ValueError(f"T must have shape {expected}, got {T.shape}".replace("'", ""))
         check_column_stochastic("T", T)
         E = np.asarray(self.E)
         if E.ndim != 2 or E.shape[1] != N:
@@ -134,6 +100,22 @@ class ControlledHMM(eqx.Module):
     @property
     def num_obs(self) -> int:
         return self.E.shape[0]
+
+
+class HMM(_Model):
+    """HMM with fixed transition matrix.
+
+    Fields: ``T`` (N, N) column-stochastic, ``E`` (S, N) column-stochastic,
+    ``pi0`` (N,) initial distribution of x_0.
+    """
+
+    def transition(self, action=None) -> Array:
+        """T, shape (N, N); ``action`` is ignored (fixed transitions)."""
+        return self.T
+
+
+class ControlledHMM(_Model):
+    """Action-controlled HMM, eq. (3)-(4): ``T`` (A, N, N), ``E`` (S, N), ``pi0`` (N,)."""
 
     @property
     def num_actions(self) -> int:

@@ -38,3 +38,15 @@ def random_columns(rng: np.random.Generator, rows: int, cols: int, zero_frac: fl
         M[rng.integers(rows, size=empty.sum()), np.flatnonzero(empty)] = 1.0
         M = M / M.sum(axis=0)
     return M
+
+
+def simulate_observations(rng: np.random.Generator, T, E, pi0, K: int, actions=None) -> np.ndarray:
+    """Observations y_1..y_K (K,) of an HMM (T (N, N)) or controlled HMM (T (A, N, N), actions (K,)),
+    drawn state by state in plain NumPy: a reference sampler independent of ``hmm.sample``."""
+    T, E, pi0 = np.asarray(T), np.asarray(E), np.asarray(pi0)
+    x, ys = rng.choice(len(pi0), p=pi0), []
+    for k in range(K):
+        Tk = T if actions is None else T[actions[k]]
+        x = rng.choice(len(pi0), p=Tk[:, x])
+        ys.append(rng.choice(E.shape[0], p=E[:, x]))
+    return np.array(ys)
