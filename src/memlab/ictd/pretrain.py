@@ -1,0 +1,387 @@
+"""Multi-task semi-gradient TD pretraining of a looped softmax ICTD block (Algorithm 1, App. F.1-F.3, F.5).
+
+The model is the single-head + TSM block of section 4 (``transformer.forward(form="tsm")``), looped L times with one
+shared pair (V, A) (section 8), read out at Z_L[d+2, n] (0-based; the paper's Z_L[d+3, n+1], eq. (5)). The kernel is the
+column-normalised softmax with temperature tau, mixed with rho_t * I as in eq. (104).
+
+Minimal sparse parameterisation (App. F.2): V = V~ * V_mask, A = A~ * A_mask with V_mask of eq. (106) (only the last
+two rows, 0-based rows d+1 and d+2, are trainable) and A_mask of eq. (108) (the d x d feature block) or the relaxed
+eq. (112) (everything but the 3 x 3 scalar block). Trainable entries start Xavier-normal with gain 0.1 (std =
+gain * sqrt(2 / (fan_in + fan_out)) over the full (d+3, d+3) matrix, as torch's ``xavier_normal_``), masked entries
+start at 0. Masked entries stay exactly 0: the forward pass multiplies by the mask, and both the gradients and the
+Adam updates are multiplied by the mask before they are applied.
+
+Semi-gradient TD (Algorithm 1, line 11-12): for two consecutive windows Z0, Z0',
+delta = R_{t+n+1} + gamma TF_L(Z0') - TF_L(Z0) with TF_L(Z0') held fixed (``stop_gradient``). The loss is
+0.5 * mean(delta^2) over the mini-batch; its gradient is -mean(delta * grad TF_L(Z0)), so an Adam step that minimises
+it moves theta along the semi-gradient TD direction delta * grad TF_L(Z0).
+
+Rollout length -- an inconsistency in the paper and what is done here. Table 1 gives the rollout length H = n + 1, which
+in Algorithm 1 (t = 0, ..., H - n - 1) yields exactly ONE pair of windows per MRP, yet F.3 trains on 5 mini-batches of
+64 overlapping contexts per epoch from ONE fresh MRP per epoch, and F.5 says 9000 steps correspond to 900 MRPs (10
+steps per MRP, not 5). We make the pipeline well-defined as F.3 describes it: each epoch samples one fresh Boyan task
+(Algorithm 2), rolls out ONE on-policy trajectory S_0 ~ p0 (or mu_pi with ``stationary_start``) just long enough for
+N = batch_size * minibatches_per_epoch overlapping windows (H = N + n transitions, so window t = 0..N-1 uses
+S_t..S_{t+n+1} and R_{t+1}..R_{t+n+1}) and splits them, in trajectory order, into ``minibatches_per_epoch`` Adam
+steps of ``batch_size`` consecutive windows (a sliding window, as F.3 says; no shuffling is mentioned). Consecutive
+windows share prompts (the Z0' of window t is the Z0 of window t+1), so a mini-batch of B windows needs only B + 1
+forward passes instead of 2B. H = n + 1 of Table 1 is read as the segment each window covers (n context transitions
+plus the one bootstrap transition). The F.5 budget (9000 steps, 900 MRPs) is ``minibatches_per_epoch = 10``,
+``num_epochs = 900`` (see :func:`mask_relaxation_config`).
+
+PureJaxRL structure: ``make_train(config)`` returns a pure, jit-able ``train(key) -> TrainResult``; the whole run is one
+``lax.scan`` over epochs (sample task, roll out, build windows, ``minibatches_per_epoch`` Adam steps in an inner scan);
+``train_seeds`` vmaps ``train`` over ``num_seeds`` keys. Per training step it records V_em, A_em (eq. (109)-(111)),
+the same scores of the mirrored block (-V, -A) (see below), d_t (eq. (34), mean over the epoch's N contexts, rho = 0), the TD loss, mean |delta|, and rho_t; it carries the
+parameters at the best checkpoint (max min(V_em, A_em), first step on ties) inside the scan, so there are no host
+round trips. Optax supplies Adam.
+
+Observed (Table 1 settings, 5 seeds): training lowers the TD error well below that of theta* but converges to the
+MIRROR image of the TD block: A_feat ~ -0.8 I (attention to the least similar states, d_t < 1/n) and a value row
+(p_r, p_gv, p_v) with the signs (-, -, +), so V_em = A_em = 0 by eq. (109)-(111) while the mirrored scores are high.
+The mirrored theta* (-V*, -A*) also has a lower held-out TD error than theta* at L = 3 here. A plausible cause (not
+verified): on Boyan chains the query's predecessor rewards contain -gamma p(S_n | S_{n-1}) v*(S_n), which a negated
+reward coefficient exploits. The F.5 setup (rho 0.68 -> 0.80, both masks) also ends with A_feat ~ -1.4 I, value row
+signs (-, +, +). The mirrored scores are recorded so experiments can report this.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+from jax import Array
+
+from memlab.ictd.boyan import boyan_chain
+from memlab.ictd.emergence import a_emergence, kernel_diagonal_mean, v_emergence
+from memlab.ictd.mrp import sample_trajectory
+from memlab.ictd.transformer import forward, make_prompt, readout
+
+A_MASKS = ("full", "relaxed")
+
+__all__ = [
+    "A_MASKS",
+    "Evaluation",
+    "Params",
+    "PretrainConfig",
+    "Trace",
+    "TrainResult",
+    "Windows",
+    "evaluate",
+    "init_params",
+    "make_train",
+    "mask_relaxation_config",
+    "masks",
+    "rho_schedule",
+    "sample_windows",
+    "td_errors",
+    "td_loss",
+    "train_seeds",
+    "value",
+    "window_values",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainConfig:
+    """Hyperparameters of Table 1 (defaults) plus the F.5 options (relaxed A mask, linear rho anneal)."""
+
+    m: int = 64  # Boyan chain states
+    d: int = 4  # feature dimension
+    gamma: float = 0.9
+    n: int = 10  # context length
+    num_layers: int = 3  # L, looped (shared V, A)
+    tau: float = 1.2  # softmax temperature
+    learning_rate: float = 1e-3  # Adam, weight decay 0
+    batch_size: int = 64  # contexts per mini-batch
+    minibatches_per_epoch: int = 5  # Adam steps per sampled MRP
+    num_epochs: int = 3000  # sampled MRPs
+    num_seeds: int = 5
+    init_gain: float = 0.1  # Xavier-normal gain of the trainable entries
+    a_mask: str = "full"  # "full": eq. (108); "relaxed": eq. (112)
+    rho_start: float = 0.0  # rho_t rises linearly from rho_start to rho_end over rho_anneal_steps steps, then stays
+    rho_end: float = 0.0
+    rho_anneal_steps: int = 0
+    stationary_start: bool = False  # S_0 ~ p0 (Algorithm 1) or ~ mu_pi (section 6)
+
+    @property
+    def num_windows(self) -> int:
+        """Windows (context pairs) per epoch: N = batch_size * minibatches_per_epoch."""
+        return self.batch_size * self.minibatches_per_epoch
+
+    @property
+    def rollout_length(self) -> int:
+        """Transitions rolled out per epoch: H = N + n."""
+        return self.num_windows + self.n
+
+    @property
+    def num_steps(self) -> int:
+        """Adam steps in a run: num_epochs * minibatches_per_epoch."""
+        return self.num_epochs * self.minibatches_per_epoch
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad field."""
+        for name in ("d", "n", "num_layers", "batch_size", "minibatches_per_epoch", "num_epochs", "num_seeds"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.m, int) or self.m < 3:
+            raise ValueError(f"m must be an integer >= 3 (Boyan chain, Algorithm 2), got {self.m!r}")
+        if not 0.0 <= self.gamma < 1.0:
+            raise ValueError(f"gamma must lie in [0, 1), got {self.gamma}")
+        if not (self.tau > 0 and math.isfinite(self.tau)):
+            raise ValueError(f"tau must be a positive finite temperature, got {self.tau}")
+        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
+            raise ValueError(f"learning_rate must be positive and finite, got {self.learning_rate}")
+        if not (self.init_gain >= 0 and math.isfinite(self.init_gain)):
+            raise ValueError(f"init_gain must be >= 0 and finite, got {self.init_gain}")
+        if self.a_mask not in A_MASKS:
+            raise ValueError(f"a_mask must be one of {A_MASKS} (eq. (108) / eq. (112)), got {self.a_mask!r}")
+        for name in ("rho_start", "rho_end"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1] (eq. (104)), got {getattr(self, name)}")
+        if not isinstance(self.rho_anneal_steps, int) or self.rho_anneal_steps < 0:
+            raise ValueError(f"rho_anneal_steps must be an integer >= 0, got {self.rho_anneal_steps!r}")
+
+
+def mask_relaxation_config(a_mask: str = "relaxed", **overrides) -> PretrainConfig:
+    """The F.5 setup: rho 0.68 -> 0.80 over 8000 steps, 9000 steps = 900 MRPs x 10 mini-batches, 10 seeds."""
+    base = {"rho_start": 0.68, "rho_end": 0.80, "rho_anneal_steps": 8000, "num_epochs": 900,
+            "minibatches_per_epoch": 10, "num_seeds": 10, "a_mask": a_mask}
+    config = PretrainConfig(**{**base, **overrides})
+    config.validate()
+    return config
+
+
+class Params(eqx.Module):
+    """Shared block parameters (looped over L layers). V, A: (d+3, d+3), already masked."""
+
+    V: Array
+    A: Array
+
+
+class Windows(eqx.Module):
+    """N consecutive overlapping windows of one trajectory (Algorithm 1, lines 8-9).
+
+    prompts: (N+1, d+3, n+1), prompts[t] = Z0 of window t (S_t..S_{t+n}, R_{t+1}..R_{t+n}, eq. (13)), so
+    prompts[t+1] is its Z0'; reward: (N,) R_{t+n+1}; v_query: (N,) v*(S_{t+n}), the true value at the query state
+    of window t (for evaluation only).
+    """
+
+    prompts: Array
+    reward: Array
+    v_query: Array
+
+    @property
+    def Z0(self) -> Array:
+        """(N, d+3, n+1) the prompts of the N windows."""
+        return self.prompts[:-1]
+
+    def minibatch(self, start, size: int) -> Windows:
+        """Windows start..start+size-1 (``start`` may be traced, ``size`` static)."""
+        return Windows(jax.lax.dynamic_slice_in_dim(self.prompts, start, size + 1),
+                       jax.lax.dynamic_slice_in_dim(self.reward, start, size),
+                       jax.lax.dynamic_slice_in_dim(self.v_query, start, size))
+
+
+class Trace(eqx.Module):
+    """Per-step records, each (num_steps,) (or (num_seeds, num_steps) from ``train_seeds``), after the step's update
+    except ``loss``/``abs_delta``/``rho``, which belong to the mini-batch the step was computed on."""
+
+    V_em: Array
+    A_em: Array
+    V_em_neg: Array  # V_em(-V): the TD sign pattern mirrored, (-, -, +) on (r, gamma v', v)
+    A_em_neg: Array  # A_em(-A): a common NEGATIVE diagonal of A_feat (anti-similarity attention)
+    d_t: Array
+    loss: Array  # 0.5 mean delta^2
+    abs_delta: Array  # mean |delta|
+    rho: Array
+
+
+class TrainResult(eqx.Module):
+    """What ``train`` returns: final and best-checkpoint parameters, the best step and score, and the trace."""
+
+    params: Params
+    best: Params
+    best_step: Array  # () int32, index into the trace
+    best_score: Array  # () min(V_em, A_em) at best_step
+    trace: Trace
+
+
+def masks(d: int, a_mask: str = "full") -> Params:
+    """V_mask of eq. (106) and A_mask of eq. (108) ("full") or eq. (112) ("relaxed"), each (d+3, d+3) of 0/1."""
+    if a_mask not in A_MASKS:
+        raise ValueError(f"a_mask must be one of {A_MASKS}, got {a_mask!r}")
+    V_mask = jnp.zeros((d + 3, d + 3)).at[d + 1 :, :].set(1.0)  # eq. (106): last two rows
+    A_mask = jnp.zeros((d + 3, d + 3)).at[:d, :d].set(1.0)  # eq. (108): feature block
+    if a_mask == "relaxed":
+        A_mask = jnp.ones((d + 3, d + 3)).at[d:, d:].set(0.0)  # eq. (112): all but the scalar block
+    return Params(V_mask, A_mask)
+
+
+def _apply_mask(tree: Params, mask: Params) -> Params:
+    """Entries where the mask is 0 become exactly +0.0 (``where``, not a product: no -0.0, no NaN leaks)."""
+    return jax.tree.map(lambda x, keep: jnp.where(keep != 0, x, jnp.zeros_like(x)), tree, mask)
+
+
+def init_params(key: Array, config: PretrainConfig) -> Params:
+    """Xavier-normal (gain ``init_gain``) trainable entries, zeros elsewhere (App. F.2). Each of V, A: (d+3, d+3)."""
+    size = config.d + 3
+    std = config.init_gain * math.sqrt(2.0 / (size + size))
+    kv, ka = jax.random.split(key)
+    raw = Params(std * jax.random.normal(kv, (size, size)), std * jax.random.normal(ka, (size, size)))
+    return _apply_mask(raw, masks(config.d, config.a_mask))
+
+
+def rho_schedule(config: PretrainConfig, step: Array) -> Array:
+    """rho_t at 0-based step t: linear from rho_start to rho_end over rho_anneal_steps, then rho_end (App. F.5)."""
+    if config.rho_anneal_steps == 0:
+        return jnp.asarray(config.rho_end, jnp.float32)
+    frac = jnp.minimum(jnp.asarray(step, jnp.float32) / config.rho_anneal_steps, 1.0)
+    return config.rho_start + (config.rho_end - config.rho_start) * frac
+
+
+def value(params: Params, Z0: Array, config: PretrainConfig, rho: Array | float = 0.0) -> Array:
+    """TF_L(Z0) of eq. (5) for the looped masked block: Z0 (d+3, n+1) -> () array."""
+    p = _apply_mask(params, masks(config.d, config.a_mask))
+    Zs = forward(Z0, p.V, p.A, config.gamma, num_layers=config.num_layers, form="tsm", kind="softmax",
+                 tau=config.tau, rho=rho)
+    return readout(Zs[-1])
+
+
+def window_values(params: Params, windows: Windows, config: PretrainConfig, rho: Array | float = 0.0) -> Array:
+    """TF_L of every prompt of ``windows``: (N+1,), entry t is TF_L(Z0) of window t and TF_L(Z0') of window t-1."""
+    return jax.vmap(lambda Z: value(params, Z, config, rho))(windows.prompts)
+
+
+def _bootstrap_delta(v: Array, reward: Array, gamma: float, semi_gradient: bool) -> Array:
+    """delta_t = R_{t+n+1} + gamma v[t+1] - v[t] from the (N+1,) prompt values; (N,)."""
+    v_next = jax.lax.stop_gradient(v[1:]) if semi_gradient else v[1:]
+    return reward + gamma * v_next - v[:-1]
+
+
+def td_errors(params: Params, windows: Windows, config: PretrainConfig, rho: Array | float = 0.0,
+              semi_gradient: bool = True) -> Array:
+    """delta_t = R_{t+n+1} + gamma TF_L(Z0') - TF_L(Z0) for every window (Algorithm 1, line 11); (N,).
+
+    One forward pass per prompt: the Z0' of window t is the Z0 of window t+1. With ``semi_gradient`` the bootstrap
+    term is wrapped in ``stop_gradient`` (App. F.1).
+    """
+    return _bootstrap_delta(window_values(params, windows, config, rho), windows.reward, config.gamma, semi_gradient)
+
+
+def td_loss(params: Params, windows: Windows, config: PretrainConfig, rho: Array | float = 0.0):
+    """0.5 mean delta^2 with a fixed bootstrap target; grad = -mean(delta grad TF_L(Z0)). Returns (loss, delta (N,))."""
+    delta = td_errors(params, windows, config, rho)
+    return 0.5 * jnp.mean(delta**2), delta
+
+
+def sample_windows(key: Array, config: PretrainConfig, num_windows: int | None = None) -> Windows:
+    """Sample one Boyan task (Algorithm 2), roll out num_windows + n transitions, cut num_windows window pairs.
+
+    Returns ``Windows`` with N = num_windows (default ``config.num_windows``) windows, in trajectory order.
+    """
+    N = config.num_windows if num_windows is None else num_windows
+    n = config.n
+    k_task, k_traj = jax.random.split(key)
+    task = boyan_chain(k_task, config.m, config.d, config.gamma)
+    states, rewards = sample_trajectory(task.mrp, k_traj, N + n, stationary=config.stationary_start)
+    feats = task.features[states]  # (N+n+1, d), row k = x(S_k)
+
+    def prompt(t):  # eq. (13) for S_t..S_{t+n}, R_{t+1}..R_{t+n}
+        X = jax.lax.dynamic_slice_in_dim(feats, t, n + 1)
+        R = jax.lax.dynamic_slice_in_dim(rewards, t, n)
+        return make_prompt(X, R)
+
+    prompts = jax.vmap(prompt)(jnp.arange(N + 1))  # (N+1, d+3, n+1); window t+1 is the Z0' of window t
+    return Windows(prompts, rewards[n : N + n], task.v_star[states[n : N + n]])
+
+
+class Evaluation(eqx.Module):
+    """Held-out diagnostics, each a () array: mean |delta| and mean |TF_L(Z0) - v*(S_n)| over all windows and tasks."""
+
+    abs_td_error: Array
+    abs_value_error: Array
+
+
+def evaluate(params: Params, config: PretrainConfig, key: Array, num_tasks: int, num_windows: int | None = None,
+             rho: float = 0.0) -> Evaluation:
+    """Mean |delta| and mean value error on ``num_tasks`` fresh Boyan tasks (num_windows windows each)."""
+    if num_tasks < 1:
+        raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
+
+    def one(k):
+        w = sample_windows(k, config, num_windows)
+        v = window_values(params, w, config, rho)  # (N+1,)
+        delta = _bootstrap_delta(v, w.reward, config.gamma, semi_gradient=False)
+        return jnp.mean(jnp.abs(delta)), jnp.mean(jnp.abs(v[:-1] - w.v_query))
+
+    td, ve = jax.vmap(one)(jax.random.split(key, num_tasks))
+    return Evaluation(jnp.mean(td), jnp.mean(ve))
+
+
+def make_train(config: PretrainConfig):
+    """Return ``train(key) -> TrainResult``, pure and jit-able; one run of Algorithm 1 with ``config``."""
+    config.validate()
+    mask = masks(config.d, config.a_mask)
+    optimizer = optax.adam(config.learning_rate)
+    M, B = config.minibatches_per_epoch, config.batch_size
+    grad_fn = jax.value_and_grad(td_loss, has_aux=True)
+    d_t_fn = jax.vmap(kernel_diagonal_mean, in_axes=(0, None, None))
+
+    def train(key: Array) -> TrainResult:
+        k_init, k_epochs = jax.random.split(key)
+        params = init_params(k_init, config)
+        best0 = (params, jnp.asarray(-jnp.inf), jnp.asarray(-1, jnp.int32))
+        carry0 = (params, optimizer.init(params), best0)
+
+        def epoch(carry, xs):
+            k, epoch_index = xs
+            windows = sample_windows(k, config)
+
+            def step(carry, j):
+                params, opt_state, (best, best_score, best_step) = carry
+                mb = windows.minibatch(j * B, B)  # windows jB .. jB+B-1, consecutive
+                t = epoch_index * M + j
+                rho = rho_schedule(config, t)
+                (loss, delta), grads = grad_fn(params, mb, config, rho)
+                updates, opt_state = optimizer.update(_apply_mask(grads, mask), opt_state, params)
+                params = optax.apply_updates(params, _apply_mask(updates, mask))
+                v_em, a_em = v_emergence(params.V), a_emergence(params.A)
+                d_t = jnp.mean(d_t_fn(windows.Z0, params.A, config.tau))  # eq. (34), this epoch's contexts
+                score = jnp.minimum(v_em, a_em)
+                better = score > best_score
+                best = jax.tree.map(lambda new, old: jnp.where(better, new, old), params, best)
+                best_score = jnp.where(better, score, best_score)
+                best_step = jnp.where(better, t, best_step).astype(jnp.int32)
+                mirrored = (v_emergence(-params.V), a_emergence(-params.A))
+                record = Trace(v_em, a_em, *mirrored, d_t, loss, jnp.mean(jnp.abs(delta)), rho)
+                return (params, opt_state, (best, best_score, best_step)), record
+
+            return jax.lax.scan(step, carry, jnp.arange(M))
+
+        xs = (jax.random.split(k_epochs, config.num_epochs), jnp.arange(config.num_epochs))
+        (params, _, (best, best_score, best_step)), trace = jax.lax.scan(epoch, carry0, xs)
+        trace = jax.tree.map(lambda a: a.reshape(config.num_steps), trace)
+        return TrainResult(params, best, best_step, best_score, trace)
+
+    return train
+
+
+def train_seeds(config: PretrainConfig, key: Array) -> TrainResult:
+    """``config.num_seeds`` independent runs (keys ``jax.random.split(key, num_seeds)``), vmapped and jitted.
+
+    Every leaf of the result gains a leading (num_seeds,) axis. The jitted function is cached per config.
+    """
+    config.validate()
+    return _vmapped_train(config)(jax.random.split(key, config.num_seeds))
+
+
+@functools.lru_cache(maxsize=8)
+def _vmapped_train(config: PretrainConfig):
+    return jax.jit(jax.vmap(make_train(config)))
