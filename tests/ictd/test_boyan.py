@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from memlab.ictd.boyan import BoyanTask, _uniform_open, boyan_chain
+from memlab.ictd.boyan import _uniform_open, boyan_chain
+from memlab.ictd.mrp import Task
 from memlab.ictd.mrp import MRP, value_function
 
 P_MIN = 1e-4
@@ -39,7 +40,7 @@ def keys() -> jax.Array:
 
 
 @pytest.fixture(scope="module")
-def tasks(keys) -> BoyanTask:
+def tasks(keys) -> Task:
     """200 tasks of m = M states, d = D, batched with vmap over keys."""
     return jax.vmap(lambda k: boyan_chain(k, M, D, GAMMA))(keys)
 

@@ -19,26 +19,15 @@ from __future__ import annotations
 
 import functools
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.ictd.mrp import MRP
+from memlab.ictd.mrp import MRP, Task
 
 
-class BoyanTask(eqx.Module):
-    """One task of Algorithm 2: ``mrp`` (an MRP with m states), ``features`` (m, d) with row s = x(s),
-    ``w_star`` (d,) ground-truth weight, ``v_star`` (m,) = features @ w_star = v_pi of ``mrp``."""
-
-    mrp: MRP
-    features: Array
-    w_star: Array
-    v_star: Array
-
-
-def boyan_chain(key: Array, m: int, d: int, gamma) -> BoyanTask:
+def boyan_chain(key: Array, m: int, d: int, gamma) -> Task:
     """Sample a Boyan chain MRP with m >= 2 states and a d-dimensional feature map (Algorithm 2).
 
     Jitted with static ``m``, ``d`` (``gamma`` may be traced). Batch with
@@ -63,7 +52,7 @@ def _uniform_open(key: Array, shape: tuple, lo: float, hi: float) -> Array:
 
 
 @functools.partial(jax.jit, static_argnames=("m", "d"))
-def _boyan_chain(key: Array, m: int, d: int, gamma) -> BoyanTask:
+def _boyan_chain(key: Array, m: int, d: int, gamma) -> Task:
     k_w, k_x, k_p0, k_eps, k_z = jax.random.split(key, 5)
     w_star = _uniform_open(k_w, (d,), -1.0, 1.0)  # Alg. 2 line 2
     features = _uniform_open(k_x, (m, d), -1.0, 1.0)  # line 4, row s = x(s)
@@ -79,4 +68,4 @@ def _boyan_chain(key: Array, m: int, d: int, gamma) -> BoyanTask:
     P = P.at[m - 1].set(z / z.sum())
     gamma = jnp.asarray(gamma, v_star.dtype)
     r = v_star - gamma * (P @ v_star)  # line 19: r = (I - gamma P) v*
-    return BoyanTask(MRP(P, r, gamma, p0), features, w_star, v_star)
+    return Task(MRP(P, r, gamma, p0), features, w_star, v_star)

@@ -67,6 +67,17 @@ class MRP(eqx.Module):
         return self.P.shape[-1]
 
 
+class Task(eqx.Module):
+    """A policy-evaluation task with a feature map: ``mrp`` (m states), ``features`` (m, d) with row s = x(s),
+    ``w_star`` (d,) a weight with features @ w_star = v_star, ``v_star`` (m,) = v_pi of ``mrp``.
+    Made by ``boyan.boyan_chain`` (Algorithm 2) and ``random_tasks.random_task``."""
+
+    mrp: MRP
+    features: Array
+    w_star: Array
+    v_star: Array
+
+
 @jax.jit
 def value_function(mrp: MRP) -> Array:
     """v_pi = (I - gamma P)^{-1} r, shape (m,): the fixed point of the Bellman operator T^pi, eq. (7)."""

@@ -1,0 +1,72 @@
+"""Random policy-evaluation tasks whose softmax kernel satisfies Assumption 5.1 (sections 1, 5, 6).
+
+Fig. 1 averages over tasks in which "the state space, transition dynamics, reward function, and policy vary",
+and Theorems 2-3 assume the diagonal margin of eq. (28). The paper does not say which tasks it used, so memlab
+draws them from this explicit family (stated in every experiment summary that uses it):
+
+    MDP      p_MDP(. | s, a) ~ Dirichlet(1_m),  r_MDP(s, a) ~ U(-1, 1),  for m states and ``num_actions`` actions
+    policy   pi(. | s) ~ Dirichlet(1_A)
+    MRP      P_pi[s, s'] = sum_a pi(a|s) p_MDP(s'|s, a),  r(s) = sum_a pi(a|s) r_MDP(s, a)   (section 2.2)
+    p0       U(0, 1)^m normalised (as Algorithm 2)
+    features x(s) = c q_s, with q_0..q_{m-1} orthonormal in R^d (d >= m, a Haar-random orthogonal basis)
+
+Dense Dirichlet rows make the chain ergodic. With orthonormal features the score <x(s), x(s')> = c^2 1{s = s'},
+so M_pi of eq. (27) has diagonal mu(s) e^{c^2} / (mu(s) e^{c^2} + 1 - mu(s)): the feature scale c sets the
+diagonal margin, and a "state space that varies" is a different m (and a different random basis) per task.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from memlab.ictd.mrp import MRP, Task, stationary_distribution, value_function
+from memlab.ictd.softmax_td import diagonal_margin, population_kernel
+
+
+def random_task(key: Array, m: int, d: int, gamma, num_actions: int = 2, feature_scale=3.0) -> Task:
+    """One task of the family above: a ``Task`` (mrp, features (m, d), w_star, v_star).
+
+    ``w_star`` is the least-squares weight of v_pi on the features (exact here since the features span R^m
+    restricted to the states) and ``v_star`` = v_pi. Jitted with static ``m``, ``d``, ``num_actions``; vmap over keys.
+    """
+    for name, value, least in (("m", m, 2), ("d", d, m), ("num_actions", num_actions, 1)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}" + (" (d >= m)" if name == "d" else ""))
+    for name, value, ok, want in (("gamma", gamma, lambda g: 0.0 <= g < 1.0, "in [0, 1)"),
+                                  ("feature_scale", feature_scale, lambda c: c > 0 and np.isfinite(c), "> 0")):
+        if not isinstance(value, jax.core.Tracer):
+            v = np.asarray(value, dtype=np.float64)
+            if v.shape != () or not ok(float(v)):
+                raise ValueError(f"{name} must be a scalar {want}, got {value!r}")
+    return _random_task(key, int(m), int(d), gamma, int(num_actions), feature_scale)
+
+
+@functools.partial(jax.jit, static_argnames=("m", "d", "num_actions"))
+def _random_task(key: Array, m: int, d: int, gamma, num_actions: int, feature_scale) -> Task:
+    k_p, k_r, k_pi, k_p0, k_q = jax.random.split(key, 5)
+    dtype = jnp.result_type(float)
+    p_mdp = jax.random.dirichlet(k_p, jnp.ones(m, dtype), (m, num_actions))  # (m, A, m): p(s' | s, a)
+    r_mdp = jax.random.uniform(k_r, (m, num_actions), dtype, -1.0, 1.0)
+    pi = jax.random.dirichlet(k_pi, jnp.ones(num_actions, dtype), (m,))  # (m, A): pi(a | s)
+    P = jnp.einsum("sa,sat->st", pi, p_mdp)  # marginalise the policy, section 2.2
+    r = jnp.sum(pi * r_mdp, axis=1)
+    p0 = jax.random.uniform(k_p0, (m,), dtype, 0.0, 1.0) + jnp.finfo(dtype).tiny
+    p0 = p0 / p0.sum()
+    q, _ = jnp.linalg.qr(jax.random.normal(k_q, (d, d), dtype))  # Haar-random orthogonal basis (up to signs)
+    features = jnp.asarray(feature_scale, dtype) * q[:m]  # (m, d): orthonormal rows scaled by c
+    gamma = jnp.asarray(gamma, dtype)
+    mrp = MRP(P, r, gamma, p0)
+    v = value_function(mrp)
+    w_star = jnp.linalg.lstsq(features, v)[0]
+    return Task(mrp, features, w_star, v)
+
+
+def task_margin(task: Task, tau=1.0) -> Array:
+    """Diagonal margin min_s M_pi(s, s) - (1 + gamma)/2 (eq. 27-28) of one task; > 0 iff Assumption 5.1 holds."""
+    M_pi = population_kernel(task.features, stationary_distribution(task.mrp), tau)
+    return diagonal_margin(M_pi, task.mrp.gamma)
