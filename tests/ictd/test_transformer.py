@@ -239,3 +239,19 @@ def test_bad_inputs(x64):
         tf.shift_matrix(0)
     with pytest.raises(ValueError, match="d must be"):
         tf.theta_star(0)
+
+
+def test_eq1_attention_equals_the_V_A_reparameterisation(x64):
+    """Attn_{W_v, W_q, W_k}(Z) of eq. (1) = V Z softmax(Z^T A Z + M) with V = W_v, A = W_k^T W_q (section 2.1)."""
+    k = jax.random.split(jax.random.key(3), 4)
+    D, n, width = 7, 9, 5
+    Z = jax.random.normal(k[0], (D, n + 1))
+    W_v, W_k, W_q = (jax.random.normal(kk, shape) for kk, shape in zip(k[1:], [(D, D), (width, D), (width, D)]))
+    out = tf.attention(Z, W_v, W_k, W_q)
+    S = np.asarray(Z).T @ np.asarray(W_k).T @ np.asarray(W_q) @ np.asarray(Z)
+    S[-1, :] = -np.inf  # eq. (2): the query row of the score matrix is masked
+    K = np.exp(S - S.max(axis=0)) / np.exp(S - S.max(axis=0)).sum(axis=0)  # column-wise softmax
+    np.testing.assert_allclose(out, np.asarray(W_v) @ np.asarray(Z) @ K, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out, np.asarray(W_v @ Z @ tf.attention_matrix(Z, W_k.T @ W_q)), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="W_k and W_q"):
+        tf.attention(Z, W_v, W_k, W_q[:, :-1])

@@ -4,6 +4,8 @@ Prompt Z (d+3, n+1) of eq. (13): rows 0..d-1 features x_0..x_n, row d rewards R_
 row d+1 the target memory gamma v(S_{j+1}), row d+2 the current memory v(S_j). These are 0-based; the
 paper's 1-based rows d+2, d+3 are rows d+1, d+2 here, and its query column n+1 is column n.
 
+Attention (eq. 1) is ``attention(Z, W_v, W_k, W_q)``; everything else uses V = W_v, A = W_k^T W_q (section 2.1).
+
 Layers (one prompt; vmap outside). With the attention matrix K~ = h(Z^T A Z) of eq. (4) from
 ``softmax_td.kernel_weights`` (query column masked as a source, eq. 2; ``kind`` = "softmax" is eq. 3,
 the others are the kernel variants of App. F.6 and the linear attention of eq. 6; ``tau``/``rho`` as eq. 104):
@@ -88,6 +90,22 @@ def attention_matrix(Z, A, kind: str = "softmax", tau=1.0, rho=0.0) -> Array:
     """K~ (n+1, n+1) of eq. (4): the masked kernel of the scores Z^T A Z; K~[n, :] = 0."""
     Z, A = jnp.asarray(Z), jnp.asarray(A)
     return kernel_weights(Z.T @ A @ Z, kind, tau, rho)
+
+
+def attention(Z, W_v, W_k, W_q) -> Array:
+    """Single-head masked softmax self-attention of eq. (1): W_v Z softmax(Z^T W_k^T W_q Z + M), (d+3, n+1).
+
+    Z (D, n+1); W_v (D, D); W_k, W_q (m, D) for any key width m. The mask M of eq. (2) removes the query column
+    as a source. The layers below use the reparameterisation V = W_v, A = W_k^T W_q of section 2.1 (Cheng et
+    al., 2024), under which this equals ``V @ Z @ attention_matrix(Z, A)``.
+    """
+    Z, W_v, W_k, W_q = (jnp.asarray(a) for a in (Z, W_v, W_k, W_q))
+    D = Z.shape[0] if Z.ndim == 2 else -1
+    if Z.ndim != 2 or W_v.shape != (D, D) or W_k.ndim != 2 or W_k.shape[1] != D or W_q.shape != W_k.shape:
+        raise ValueError(f"need Z (D, n+1), W_v (D, D), W_k and W_q (m, D) of one shape; got {Z.shape}, "
+                         f"{W_v.shape}, {W_k.shape}, {W_q.shape}")
+    scores = (W_k @ Z).T @ (W_q @ Z)  # Z^T W_k^T W_q Z, eq. (1)
+    return W_v @ Z @ kernel_weights(scores, "softmax")  # column-wise softmax with the mask of eq. (2)
 
 
 def _head(Z, V, A, kind, tau, rho) -> Array:
