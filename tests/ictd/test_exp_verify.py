@@ -1,0 +1,226 @@
+"""ictd.verify (Fig. 7) and ictd.depth-convergence (Theorem 2): the helpers against independent references,
+and both experiments end to end on their tiny profiles (contract, claims, figures, resume)."""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memlab.ictd import exp_verify as ev
+from memlab.ictd import softmax_td as st
+from memlab.ictd import transformer as tf
+from memlab.runner import run_experiment
+
+# the helpers run on the tiny profiles' shapes, so the tiny end-to-end runs below reuse their compilations
+TINY_VERIFY, TINY_DEPTH = (e.profiles["tiny"] for e in ev.EXPERIMENTS)
+M, D, GAMMA = TINY_DEPTH.state_counts[0], TINY_DEPTH.d, TINY_DEPTH.gamma
+N_MAX = max(TINY_DEPTH.context_lengths)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    """Tiny-profile tasks with feature scale 1.3 (a kernel far from diagonal) and contexts covering all states
+    in their first 30 transitions (draws of N_MAX transitions)."""
+    with jax.enable_x64(True):
+        tasks = ev.make_tasks(dataclasses.replace(TINY_DEPTH, feature_scale=1.3), jax.random.key(0))[M]
+        states, covered, _ = ev.covering_trajectories(tasks, jax.random.key(1), 30, 30, length=N_MAX)
+    assert tasks.features.dtype == jnp.float64 and bool(covered.all())
+    return tasks, states
+
+
+def one(batch, i=0, n=30):
+    tasks, states = batch
+    return jax.tree.map(lambda a: a[i], tasks), states[i, :n + 1]
+
+
+def numpy_eq24(states, X, m, tau=1.0):
+    """Eq. (24) by loops: M[s, s'] = sum_k K(S_{k-1}, s) 1{S_{k-1} = s'}, P with 1{S_k = s'}, K of eq. (12)."""
+    states, X = np.asarray(states), np.asarray(X, np.float64)
+    n = len(states) - 1
+    Mh, Ph = np.zeros((m, m)), np.zeros((m, m))
+    for s in range(m):
+        w = np.exp(np.array([X[s] @ X[states[k]] / tau for k in range(n)]))
+        w /= w.sum()  # K(S_{k-1}, s) over the n context sources
+        for k in range(1, n + 1):
+            Mh[s, states[k - 1]] += w[k - 1]
+            Ph[s, states[k]] += w[k - 1]
+    return Mh, Ph
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.7])
+def test_operator_from_counts_is_eq24(x64, batch, tau):
+    task, states = one(batch)
+    Mc, Pc = ev.operator_from_counts(states, task.features, M, tau)
+    Mr, Pr = numpy_eq24(states, task.features, M, tau)
+    np.testing.assert_allclose(Mc, Mr, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(Pc, Pr, rtol=0, atol=1e-13)
+    Xtraj = task.features[states]
+    Mo, Po = st.operator_form(states, st.kernel_weights(st.feature_scores(Xtraj), "softmax", tau), M)
+    np.testing.assert_allclose(Mc, Mo, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(Pc, Po, rtol=0, atol=1e-13)
+    assert np.abs(np.asarray(Mc) - np.eye(M)).max() > 0.05  # a kernel far from the identity: the test can fail
+
+
+def test_operator_iteration_is_the_transformer(x64, batch):
+    """Theorem 1 + eq. (26): Z_l[d+2, j] of the theta* transformer = v_l(S_j) of the operator iteration."""
+    task, states = one(batch, 1)
+    L = TINY_DEPTH.num_layers
+    X, R = task.features[states], task.mrp.r[states[:-1]]
+    V, A = tf.theta_star(D)
+    Zs = np.asarray(tf.forward(tf.make_prompt(X, R), V, A, GAMMA, L, "dual", "softmax"))
+    Mh, Ph = ev.operator_from_counts(states, task.features, M)
+    vs = np.asarray(ev.iterate_operator(Mh, Ph, task.mrp.r, GAMMA, L))
+    assert vs.shape == (L + 1, M) and np.all(vs[0] == 0)
+    np.testing.assert_allclose(Zs[:, -1, :], vs[:, np.asarray(states)], rtol=0, atol=1e-12)
+    assert np.abs(vs[-1]).max() > 0.1
+    check = ev.transformer_crosscheck(task, states, D, L)
+    assert check["transformer_vs_operator"] <= 1e-12 and check["eq49_vs_eq24"] <= 1e-13
+
+
+def test_task_depth_curves_quantities(x64, batch):
+    """floor = distance of the long-run iterate to v_pi; T2, rho_hat, C_hat as eq. (54), (57), (67)."""
+    L, n = TINY_DEPTH.num_layers, 60
+    curves = ev.depth_curves(*batch, n, L)
+    out = {k: np.asarray(v)[2] for k, v in curves.items()}
+    task, states = one(batch, 2, n)
+    Mh, Ph = (np.asarray(a) for a in ev.operator_from_counts(states, task.features, M))
+    r, v_pi = np.asarray(task.mrp.r), np.asarray(task.v_star)
+    v = np.zeros(M)
+    errs = [np.abs(v - v_pi).max()]
+    for _ in range(2000):
+        v = v + (GAMMA * Ph - Mh) @ v + Mh @ r
+        errs.append(np.abs(v - v_pi).max())
+    np.testing.assert_allclose(out["err"], errs[:L + 1], rtol=1e-12)
+    assert out["floor"] == pytest.approx(errs[-1], rel=1e-9)
+    T = np.eye(M) - Mh + GAMMA * Ph
+    assert out["rho_hat"] == pytest.approx(np.abs(T).sum(1).max(), rel=1e-12)
+    assert out["T2"] == pytest.approx(np.abs(T @ v_pi + Mh @ r - v_pi).max(), rel=1e-12)
+    assert out["rho_hat"] <= 1 - 2 * out["C_hat"] + 1e-12  # eq. (54)
+    assert out["spectral_radius"] <= out["rho_hat"] + 1e-12
+    assert np.isclose(np.abs(np.linalg.eigvals(T)), GAMMA).any()  # (I - M + gamma P) 1 = gamma 1
+    assert out["spectral_radius"] == pytest.approx(np.abs(np.linalg.eigvals(T)).max(), rel=1e-10)
+
+
+def test_covering_trajectories(x64, batch):
+    tasks, _ = batch
+    states, covered, draws = ev.covering_trajectories(tasks, jax.random.key(4), 6, 40, length=N_MAX)
+    states, covered, draws = np.asarray(states), np.asarray(covered), np.asarray(draws)
+    assert states.shape == (len(draws), N_MAX + 1) and draws.min() >= 1
+    for s, c in zip(states, covered):
+        assert c == (set(s[:6].tolist()) == set(range(M)))  # S_0..S_{n-1} with n = 6, not the whole draw
+    assert covered.sum() >= len(draws) // 2 and draws.max() > 1  # n = 6 for 5 states: first draws often miss
+    _, covered, draws = ev.covering_trajectories(tasks, jax.random.key(5), M - 1, 3, length=N_MAX)  # impossible
+    assert not np.asarray(covered).any() and np.all(np.asarray(draws) == 3)
+    with pytest.raises(ValueError, match="length"):
+        ev.covering_trajectories(tasks, jax.random.key(5), 10, 3, length=5)
+
+
+def test_prefix_n_equals_a_cut_trajectory(x64, batch):
+    """task_depth_curves with the first n of a longer draw = on the trajectory cut after n steps."""
+    tasks, states = batch
+    task = jax.tree.map(lambda a: a[3], tasks)
+    full = {k: np.asarray(v)[3] for k, v in ev.depth_curves(tasks, states, 25, TINY_DEPTH.num_layers).items()}
+    cut = {k: np.asarray(v) for k, v in ev.task_depth_curves(task, states[3, :26], None, TINY_DEPTH.num_layers).items()}
+    for k, value in full.items():
+        np.testing.assert_allclose(value, cut[k], rtol=1e-11, atol=1e-13)
+    assert bool(ev.visits_every_state(states[3, :26], M)) == bool(ev.visits_every_state(states[3], M, 25))
+    assert not bool(ev.visits_every_state(states[3], M, 1))
+
+
+def test_fitted_rate_and_slope():
+    L = np.arange(41)
+    dist = np.stack([2.0 * 0.8 ** L, 0.5 * 0.93 ** L, np.maximum(0.1 ** L, 1e-300)])
+    rate = ev.fitted_rate(dist)
+    assert rate[0] == pytest.approx(0.8, rel=1e-12) and rate[1] == pytest.approx(0.93, rel=1e-12)
+    assert np.isnan(rate[2])  # below the rounding floor from L = 12 on: nothing left to fit
+    n = np.array([10, 100, 1000])
+    assert ev.loglog_slope(n, 3.0 / np.sqrt(n)) == pytest.approx(-0.5)
+    assert ev.log_discrepancy([0.0, 1e-12])[0] == np.log10(ev.ZERO_FLOOR)
+
+
+def test_verify_trial_float64_and_sensitive(x64):
+    cfg = TINY_VERIFY
+    X, R = ev.trial_prompts(jax.random.split(jax.random.key(6), cfg.num_trials), cfg)
+    assert X.shape == (cfg.num_trials, cfg.n + 1, cfg.d) and R.shape == (cfg.num_trials, cfg.n)
+    assert X.dtype == jnp.float64
+    out = {k: np.asarray(v) for k, v in ev.verify_trials(X, R, cfg, "softmax").items()}
+    assert out["abs_tsm"].shape == (cfg.num_trials, cfg.num_layers + 1)
+    assert out["rel_tsm"].max() <= 1e-13 and out["lemma1_rel"].max() <= 1e-13
+    assert np.all(out["abs_tsm"][:, 0] == 0)  # v_0 = y_0 = 0 exactly
+    assert out["y_max"].min() > 1e-2  # the values move
+    # the same comparison sees a wrong transformer: alpha = 0.5 in the transformer only
+    V, A = tf.theta_star(cfg.d)
+    L = cfg.num_layers
+    Xs = X[0] * cfg.feature_scale
+    v = tf.readout(tf.forward(tf.make_prompt(Xs, R[0]), V, A, cfg.gamma, L, alphas=jnp.full(L, 0.5)))
+    y = st.weighted_softmax_td(Xs, R[0], cfg.gamma, L)[:, -1]
+    assert np.abs(np.asarray(v - y)).max() > 1e-3
+
+
+@pytest.mark.parametrize("config, message", [
+    (ev.VerifyConfig(kinds=("softmax", "cubic")), "kinds"),
+    (ev.VerifyConfig(gamma=1.0), "gamma"),
+    (ev.VerifyConfig(num_trials=0), "num_trials"),
+    (ev.DepthConfig(context_lengths=(200, 50)), "context_lengths"),
+    (ev.DepthConfig(state_counts=(5, 12)), "state_counts"),
+    (ev.DepthConfig(context_lengths=(6, 50)), "cannot visit"),
+    (ev.DepthConfig(slope_band=(-0.4, -0.1)), "slope_band"),
+])
+def test_config_validation_names_the_problem(config, message):
+    with pytest.raises(ValueError, match=message):
+        config.validate()
+
+
+def test_registry():
+    names = [e.name for e in ev.EXPERIMENTS]
+    assert names == ["ictd.verify", "ictd.depth-convergence"]
+    for e in ev.EXPERIMENTS:
+        assert e.paper == "softmax-transformers-in-context-td" and {"tiny", "quick", "paper"} <= set(e.profiles)
+        for config in e.profiles.values():
+            config.validate()
+    verify = ev.EXPERIMENTS[0].profiles["paper"]
+    sizes = (verify.d, verify.n, verify.num_layers, verify.gamma, verify.alpha, verify.num_trials)
+    assert sizes == (8, 20, 10, 0.9, 1.0, 50)  # App. F.6
+    assert ev.EXPERIMENTS[0].profiles["quick"] == verify
+
+
+@pytest.fixture(scope="module", params=[0, 1], ids=["verify", "depth"])
+def tiny_run(request, tmp_path_factory):
+    exp = ev.EXPERIMENTS[request.param]
+    out = tmp_path_factory.mktemp(exp.name)
+    run_experiment(exp, "tiny", out_dir=out, progress=False)
+    first = json.loads((out / "results.json").read_text())
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
+    run_experiment(exp, "tiny", out_dir=out, progress=False)  # every cell is stored: nothing is recomputed
+    return exp, out, first, json.loads((out / "results.json").read_text()), stamps
+
+
+def test_tiny_profile_contract(tiny_run):
+    exp, out, results, _, _ = tiny_run
+    assert results["experiment"] == exp.name and results["profile"] == "tiny"
+    claims = results["claims"]
+    assert claims and all(set(c) == {"id", "claim", "paper", "ours", "holds"} and isinstance(c["holds"], bool)
+                          for c in claims)
+    summary = (out / "summary.md").read_text()
+    pngs = list(out.glob("*.png"))
+    assert pngs and all(f"]({p.name})" in summary for p in pngs), "summary embeds every figure"
+    assert list(out.glob("*.csv"))
+    holds = {c["id"]: c["holds"] for c in claims}
+    if exp.name == "ictd.verify":  # exact identities: they hold at any size
+        assert all(holds.values()), claims
+        assert set(holds) == {"theorem-1[softmax]", "theorem-1[relu]", "theorem-1[elu1]", "theorem-1[rbf]", "lemma-1"}
+    else:
+        for cid in ("assumption-5.1", "geometric-rate", "bound-70", "operator-form"):
+            assert holds[cid], [c for c in claims if c["id"] == cid]
+        assert {"floor-slope", "lemma-4", "lemma-5"} <= set(holds)
+
+
+def test_tiny_rerun_resumes_from_cells(tiny_run):
+    exp, out, first, second, stamps = tiny_run
+    cells = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
+    expected = {"ictd.verify": 4, "ictd.depth-convergence": 4}[exp.name]  # kernels / tasks + crosscheck + 2 n
+    assert len(cells) == expected and cells == stamps, "the rerun recomputed no cell"
+    assert first["results"] == second["results"] and first["claims"] == second["claims"]
