@@ -1,0 +1,315 @@
+"""The norm of the expected TD update (NEU) of a looped softmax ICTD block (paper 2, section 6, App. E.4).
+
+Parameter space Theta^Looped of eq. (32): one pair (V, A) shared by all L layers of the single-head + TSM block
+(``transformer.forward(form="tsm", kind="softmax")``), with
+
+    V = [0_{(d+2) x (d+3)}; 0_{1 x d} u],   A = diag-block(B, 0_{3 x 3}),   u (3,), B (d, d),
+
+so the free parameters are theta = (u, B), D_theta = d^2 + 3 of them. They are stored flat as
+``theta = concat(u, B.ravel())`` (d^2 + 3,): entries 0..2 are u (coefficients of R, gamma v', v), entry
+3 + d i + j is B[i, j]. theta* = (u* = (1, 1, -1), B* = I_d) is eq. (15) (``theta_star_looped``).
+
+TD update direction (eq. 30-31). For a task (p, r) and a stationary trajectory S_0 ~ mu_pi, S_0..S_{n+1} (n+1
+transitions, section 6), v_L(S_n; theta) is the readout of the prompt (13) of the first n transitions (S_0..S_n,
+R_1..R_n) and v_L(S_{n+1}; theta) the readout of the shifted prompt (S_1..S_{n+1}, R_2..R_{n+1}). With
+R_{n+1} = r(S_n),
+
+    delta_L = R_{n+1} + gamma v_L(S_{n+1}) - v_L(S_n),    X_L = delta_L grad_theta v_L(S_n)          eq. (30)
+    J_{L,n}(theta) = || E_{(p,r), tau_{n+1}} [X_L] ||_1                                                eq. (31)
+
+Tower estimator (App. E.4). delta_L depends on S_{n+1} only through v_L(S_{n+1}), and grad v_L(S_n) does not
+depend on S_{n+1}, so E[X_L] = E[delta_bar_L grad v_L(S_n)] with
+
+    delta_bar_L = r(S_n) + gamma sum_{s'} p(s' | S_n) v_L(S_{n+1} = s') - v_L(S_n),
+
+where the shifted prompt is evaluated for every possible next state s' (m forward passes without gradient).
+This removes the S_{n+1} noise exactly and keeps the estimator unbiased; the plain sample estimator (sampled
+S_{n+1}) comes out of the same computation, since the sampled next state is one of the m evaluated.
+
+Gradients are ``jax.vjp`` through ``transformer.forward`` (reverse mode). ``update_samples`` reads out every depth
+l = 1..L of one forward pass and pulls back the L unit cotangents (one at a time), so one call gives X_l for all depths
+with common random numbers; ``td_update_direction`` is the plain one-depth definition (``jax.grad`` of v_L), used as
+the reference in the tests.
+
+Monte-Carlo error (``summarize``). J-hat = ||mean of X||_1 over N iid (task, trajectory) samples is biased UPWARD
+by the noise: if E[X] = 0, E||mean||_1 ~ sqrt(2/pi) sum_j se_j (Gaussian approximation), which is reported as the
+``noise_floor``; a J-hat at or below about that level is indistinguishable from J = 0. ``J_split`` is the
+split-half cross estimate 1/2 (sign(m_A) . m_B + sign(m_B) . m_A) of two independent halves: its expectation is
+sum_j |mu_j| (2 Phi(|mu_j| / se_{half,j}) - 1) in [0, ||mu||_1], i.e. biased DOWNWARD and 0 in expectation when
+mu = 0, so [J_split, J-hat] brackets J up to Monte-Carlo error. ``J_se`` is the delta-method standard error of J-hat
+(std of sign(mean) . X_i / sqrt(N), valid when |mu_j| >> se_j). ``abs_mean`` = E||X_L||_1 >= J is the quantity the
+proof of Theorem 3 bounds (eq. 94); its estimate has no sign bias.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from memlab.ictd.mrp import Task, sample_trajectory
+from memlab.ictd.transformer import forward, make_prompt, readout
+
+NUM_U = 3  # u = (coefficient of R, of gamma v', of v)
+
+__all__ = [
+    "NEUEstimate",
+    "flatten_theta",
+    "looped_params",
+    "neu",
+    "num_params",
+    "summarize",
+    "td_update_direction",
+    "theta_star_looped",
+    "unflatten_theta",
+    "update_samples",
+]
+
+
+# ---------------------------------------------------------------- the parameter space Theta^Looped, eq. (32)
+
+def num_params(d: int) -> int:
+    """D_theta = d^2 + 3, the number of free parameters of Theta^Looped (Lemma 9)."""
+    _check_d(d)
+    return d * d + NUM_U
+
+
+def _check_d(d) -> None:
+    if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
+        raise ValueError(f"feature dimension d must be an int >= 1, got {d!r}")
+
+
+def _check_u_B(u, B) -> tuple[Array, Array]:
+    u, B = jnp.asarray(u), jnp.asarray(B)
+    if u.shape != (NUM_U,):
+        raise ValueError(f"u must have shape (3,) (coefficients of R, gamma v', v), got {u.shape}")
+    if B.ndim != 2 or B.shape[0] != B.shape[1] or B.shape[0] < 1:
+        raise ValueError(f"B must be a square (d, d) matrix with d >= 1, got shape {B.shape}")
+    for name, a in (("u", u), ("B", B)):
+        if not isinstance(a, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(a))):
+            raise ValueError(f"{name} contains NaN or inf")
+    return u, B
+
+
+def looped_params(u, B) -> tuple[Array, Array]:
+    """(V, A), each (d+3, d+3), of eq. (32) from u (3,) and B (d, d); shared by all layers.
+
+    V's only non-zero entries are its last row's last three, V[d+2, d:] = u (0-based rows: R is row d, the target
+    memory gamma v' row d+1, the current value v row d+2); A[:d, :d] = B, every other entry 0.
+    """
+    u, B = _check_u_B(u, B)
+    return _looped_params(u, B)
+
+
+def _looped_params(u, B):
+    d = B.shape[0]
+    dtype = jnp.result_type(u, B, float)
+    V = jnp.zeros((d + 3, d + 3), dtype).at[d + 2, d:].set(u.astype(dtype))  # eq. (32), V
+    A = jnp.zeros((d + 3, d + 3), dtype).at[:d, :d].set(B.astype(dtype))  # eq. (32), A
+    return V, A
+
+
+def theta_star_looped(d: int, dtype=None) -> tuple[Array, Array]:
+    """theta* of eq. (15) as a point (u*, B*) of Theta^Looped: u* = (1, 1, -1) (3,), B* = I_d (d, d)."""
+    _check_d(d)
+    return jnp.array([1.0, 1.0, -1.0], dtype), jnp.eye(d, dtype=dtype)
+
+
+def flatten_theta(u, B) -> Array:
+    """theta = concat(u, B.ravel()) (d^2 + 3,): the order of every gradient and update direction here."""
+    u, B = _check_u_B(u, B)
+    dtype = jnp.result_type(u, B, float)
+    return jnp.concatenate([u.astype(dtype), B.ravel().astype(dtype)])
+
+
+def unflatten_theta(theta, d: int) -> tuple[Array, Array]:
+    """Inverse of ``flatten_theta``: theta (d^2 + 3,) -> u (3,), B (d, d)."""
+    theta = jnp.asarray(theta)
+    if theta.shape != (num_params(d),):
+        raise ValueError(f"theta must have shape (d^2 + 3,) = ({num_params(d)},) for d = {d}, got {theta.shape}")
+    return theta[:NUM_U], theta[NUM_U:].reshape(d, d)
+
+
+# ---------------------------------------------------------------- v_L and the update direction, eq. (30)
+
+def _layer_values(theta, features_traj, rewards, gamma, num_layers: int) -> Array:
+    """v_l(query; theta) for l = 1..L (L,): readouts of the looped tsm/softmax block on the prompt (13)."""
+    d = features_traj.shape[1]
+    V, A = _looped_params(theta[:NUM_U], theta[NUM_U:].reshape(d, d))
+    Zs = forward(make_prompt(features_traj, rewards), V, A, gamma, num_layers, form="tsm", kind="softmax")
+    return readout(Zs[1:])
+
+
+def _check_sampling_args(task: Task, d: int, num_layers, n, batched: bool) -> None:
+    for name, value in (("num_layers", num_layers), ("n", n)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    feats = task.features
+    want = 3 if batched else 2
+    if feats.ndim != want or feats.shape[-1] != d:
+        lead = "(N, m, d)" if batched else "(m, d)"
+        raise ValueError(f"task features must have shape {lead} with d = {d} (the size of B), got {feats.shape}")
+
+
+def _trajectory(task: Task, key, n: int):
+    """Stationary trajectory of n+1 transitions: features (n+2, d), rewards (n+1,), states (n+2,)."""
+    states, rewards = sample_trajectory(task.mrp, key, n + 1, stationary=True)  # S_0 ~ mu_pi, section 6
+    return task.features[states], rewards, states
+
+
+def td_update_direction(u, B, task: Task, key, num_layers: int, n: int, tower: bool = True) -> Array:
+    """X_L = delta_L(theta) grad_theta v_L(S_n; theta) (d^2 + 3,) for one task and one trajectory, eq. (30).
+
+    u (3,), B (d, d); ``task`` one ``Task`` (features (m, d)); ``key`` draws S_0 ~ mu_pi and S_1..S_{n+1}.
+    v_L(S_n) reads the prompt of S_0..S_n, v_L(S_{n+1}) the shifted prompt of S_1..S_{n+1}; ``tower`` replaces
+    delta_L by its conditional mean over S_{n+1} ~ p(. | S_n) (App. E.4). Gradient order: ``flatten_theta``.
+    This is the plain definition (``jax.grad`` of v_L at one depth); ``update_samples`` is the batched form.
+    """
+    theta = flatten_theta(u, B)
+    _check_sampling_args(task, jnp.shape(B)[0], num_layers, n, batched=False)
+    return _td_update_direction(theta, task, key, int(num_layers), int(n), bool(tower))
+
+
+@functools.partial(jax.jit, static_argnames=("num_layers", "n", "tower"))
+def _td_update_direction(theta, task, key, num_layers, n, tower):
+    feats, rewards, states = _trajectory(task, key, n)
+    gamma = task.mrp.gamma
+
+    def v_query(th):
+        return _layer_values(th, feats[: n + 1], rewards[:n], gamma, num_layers)[-1]
+
+    v_now, grad = jax.value_and_grad(v_query)(theta)
+    if tower:
+        v_next = jax.vmap(lambda s: _layer_values(theta, _with_query(feats[1: n + 1], task.features[s]), rewards[1:],
+                                                  gamma, num_layers)[-1])(jnp.arange(task.features.shape[0]))
+        next_value = task.mrp.P[states[n]] @ v_next  # E[v_L(S_{n+1}) | S_n]
+    else:
+        next_value = _layer_values(theta, feats[1:], rewards[1:], gamma, num_layers)[-1]
+    delta = rewards[n] + gamma * next_value - v_now  # eq. (30), R_{n+1} = r(S_n)
+    return delta * grad
+
+
+def _with_query(context_feats, query_feat):
+    """Features (n+1, d) of a prompt whose last column (the query) is ``query_feat`` (d,)."""
+    return jnp.concatenate([context_feats, query_feat[None]], axis=0)
+
+
+def _sample_directions(theta, task, key, num_layers, n, depths):
+    """X_l for l in ``depths`` (1-based) with the tower and the plain delta: two arrays (len(depths), d^2 + 3)."""
+    feats, rewards, states = _trajectory(task, key, n)
+    gamma = task.mrp.gamma
+    m = task.features.shape[0]
+
+    v_now, pullback = jax.vjp(lambda th: _layer_values(th, feats[: n + 1], rewards[:n], gamma, num_layers), theta)
+    rows = jnp.asarray(depths) - 1
+    # (len(depths), D): grad v_l(S_n) for each depth l, one backward pass per unit cotangent; sequential (lax.map),
+    # since a vmap over the cotangents multiplies the working set by their number and ran 7x slower on CPU at n = 500
+    grads = jax.lax.map(lambda e: pullback(e)[0], jnp.eye(num_layers, dtype=v_now.dtype)[rows])
+    v_now = v_now[rows]
+    v_next = jax.vmap(lambda s: _layer_values(theta, _with_query(feats[1: n + 1], task.features[s]), rewards[1:],
+                                              gamma, num_layers))(jnp.arange(m))[:, rows]  # v_l(S_{n+1} = s')
+    reward = rewards[n]  # R_{n+1} = r(S_n)
+    delta_bar = reward + gamma * task.mrp.P[states[n]] @ v_next - v_now  # App. E.4: E[delta_l | S_0..S_n]
+    delta = reward + gamma * v_next[states[n + 1]] - v_now  # eq. (30) with the sampled S_{n+1}
+    return delta_bar[:, None] * grads, delta[:, None] * grads
+
+
+def update_samples(u, B, tasks: Task, keys, num_layers: int, n: int, batch_size: int = 8,
+                   depths=None) -> tuple[Array, Array]:
+    """Monte-Carlo samples of the update direction at every depth: (tower, plain), each (N, L', d^2 + 3).
+
+    ``depths``: the 1-based depths l to return (L' of them, increasing, each in 1..num_layers; default all, L' = L).
+    One forward pass of ``num_layers`` layers serves every depth; each returned depth costs one backward pass.
+
+    ``tasks``: a batch of N tasks (every field with a leading axis N, features (N, m, d), e.g. ``jax.vmap`` of
+    ``random_task`` over keys), one stationary trajectory each, drawn with ``keys`` (N,). Entry [i, j] is
+    X_l = delta_l grad v_l(S_n) (eq. 30) of sample i at depth l = depths[j], with delta_l the tower mean over
+    S_{n+1} (``tower``) or the sampled one (``plain``). Jitted; ``lax.map`` over groups of ``batch_size``
+    samples bounds the memory (reverse mode keeps L attention matrices of size (n+1)^2 per sample).
+    """
+    theta = flatten_theta(u, B)
+    _check_sampling_args(tasks, jnp.shape(B)[0], num_layers, n, batched=True)
+    N = tasks.features.shape[0]
+    if jnp.shape(keys)[:1] != (N,):
+        raise ValueError(f"need one key per task: keys must have leading shape ({N},), got {jnp.shape(keys)}")
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    depths = tuple(range(1, num_layers + 1)) if depths is None else tuple(int(l) for l in depths)
+    if not depths or list(depths) != sorted(set(depths)) or depths[0] < 1 or depths[-1] > num_layers:
+        raise ValueError(f"depths must be increasing ints in 1..num_layers = 1..{num_layers}, got {depths}")
+    return _update_samples(theta, tasks, keys, int(num_layers), int(n), int(min(batch_size, N)), depths)
+
+
+@functools.partial(jax.jit, static_argnames=("num_layers", "n", "batch_size", "depths"))
+def _update_samples(theta, tasks, keys, num_layers, n, batch_size, depths):
+    def one(args):
+        task, key = args
+        return _sample_directions(theta, task, key, num_layers, n, depths)
+
+    return jax.lax.map(one, (tasks, keys), batch_size=batch_size)
+
+
+# ---------------------------------------------------------------- the NEU estimate, eq. (31)
+
+@dataclasses.dataclass(frozen=True)
+class NEUEstimate:
+    """Monte-Carlo estimate of J_{l,n} (eq. 31) at depths l = 1..L from N samples (module docstring).
+
+    J (L,): ||mean X_l||_1 (biased up by noise); J_se (L,): its delta-method standard error; noise_floor (L,):
+    sqrt(2/pi) ||se||_1, the expected J-hat if E[X] = 0; J_split (L,): split-half cross estimate (biased down);
+    abs_mean, abs_se (L,): E||X_l||_1 >= J and its standard error; mean, se (L, D): per-parameter mean and standard
+    error; num_samples: N.
+    """
+
+    J: np.ndarray
+    J_se: np.ndarray
+    noise_floor: np.ndarray
+    J_split: np.ndarray
+    abs_mean: np.ndarray
+    abs_se: np.ndarray
+    mean: np.ndarray
+    se: np.ndarray
+    num_samples: int
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def summarize(samples) -> NEUEstimate:
+    """NEU statistics of samples (N, L, D) (N >= 4 iid draws of X_l, e.g. from ``update_samples``), in float64."""
+    X = np.asarray(samples, dtype=np.float64)
+    if X.ndim != 3 or X.shape[0] < 4:
+        raise ValueError(f"samples must have shape (N, L, D) with N >= 4, got {X.shape}")
+    if not np.all(np.isfinite(X)):
+        raise ValueError("samples contain NaN or inf (the looped block diverged in floating point)")
+    N = X.shape[0]
+    mean = X.mean(axis=0)  # (L, D)
+    se = X.std(axis=0, ddof=1) / np.sqrt(N)
+    sign = np.sign(mean)
+    projected = np.einsum("nld,ld->nl", X, sign)  # sign(mean) . X_i: the linearisation of ||mean||_1
+    norms = np.abs(X).sum(axis=2)  # (N, L): ||X_i||_1
+    half = N // 2
+    m_a, m_b = X[:half].mean(axis=0), X[half: 2 * half].mean(axis=0)
+    split = 0.5 * (np.sum(np.sign(m_a) * m_b, axis=1) + np.sum(np.sign(m_b) * m_a, axis=1))
+    return NEUEstimate(
+        J=np.abs(mean).sum(axis=1),  # eq. (31)
+        J_se=projected.std(axis=0, ddof=1) / np.sqrt(N),
+        noise_floor=np.sqrt(2.0 / np.pi) * se.sum(axis=1),
+        J_split=split,
+        abs_mean=norms.mean(axis=0),
+        abs_se=norms.std(axis=0, ddof=1) / np.sqrt(N),
+        mean=mean,
+        se=se,
+        num_samples=N,
+    )
+
+
+def neu(u, B, tasks: Task, keys, num_layers: int, n: int, tower: bool = True, batch_size: int = 8) -> NEUEstimate:
+    """J_{l,n}(theta) (eq. 31) for l = 1..num_layers, estimated over the N given tasks ~ Delta and one stationary
+    trajectory each (``update_samples``), with the tower estimator by default; returns a ``NEUEstimate``."""
+    tower_samples, plain_samples = update_samples(u, B, tasks, keys, num_layers, n, batch_size)
+    return summarize(tower_samples if tower else plain_samples)
