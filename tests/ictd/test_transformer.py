@@ -255,3 +255,8 @@ def test_eq1_attention_equals_the_V_A_reparameterisation(x64):
     np.testing.assert_allclose(out, np.asarray(W_v @ Z @ tf.attention_matrix(Z, W_k.T @ W_q)), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="W_k and W_q"):
         tf.attention(Z, W_v, W_k, W_q[:, :-1])
+
+
+def test_shift_columns_is_right_multiplication_by_pi():
+    X = jax.random.normal(jax.random.key(0), (2, 5, 7))
+    np.testing.assert_array_equal(tf.shift_columns(X), X @ tf.shift_matrix(6))

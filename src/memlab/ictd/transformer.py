@@ -52,6 +52,15 @@ def shift_matrix(n: int, dtype=None) -> Array:
     return jnp.eye(n + 1, k=-1, dtype=dtype)
 
 
+def shift_columns(X) -> Array:
+    """X Pi for X (..., n+1) without forming Pi (eq. 16): column j becomes column j+1, the last column 0.
+
+    Equals ``X @ shift_matrix(n)``; the layers use it to avoid an (n+1)^2 product per layer.
+    """
+    X = jnp.asarray(X)
+    return jnp.concatenate([X[..., 1:], jnp.zeros_like(X[..., :1])], axis=-1)
+
+
 def tsm_matrices(d: int, gamma, dtype=None) -> tuple[Array, Array]:
     """U, W (d+3, d+3) of eq. (22), 0-based: U = I - e_{d+1} e_{d+1}^T, W = gamma e_{d+1} e_{d+2}^T."""
     check_gamma(gamma)
@@ -126,9 +135,8 @@ def dual_head_layer(Z, V, A, gamma, kind: str = "softmax", tau=1.0, rho=0.0) -> 
 @functools.partial(jax.jit, static_argnames=("kind",))
 def _dual_head_layer(Z, V, A, gamma, kind, tau, rho):
     H = _head(Z, V, A, kind, tau, rho)
-    Pi = shift_matrix(Z.shape[1] - 1, H.dtype)
     current = H[-1]  # eq. (14)
-    target = gamma * (H @ Pi)[-1]  # eq. (17)
+    target = gamma * shift_columns(H[-1])  # eq. (17): (V Z K~ Pi)[d+2]
     return Z.at[-1].add(current).at[-2].add(target)  # eq. (18)
 
 
@@ -142,8 +150,7 @@ def single_head_tsm_layer(Z, V, A, gamma, kind: str = "softmax", tau=1.0, rho=0.
 def _single_head_tsm_layer(Z, V, A, gamma, kind, tau, rho):
     Z_half = Z + _head(Z, V, A, kind, tau, rho)  # eq. (21)
     U, W = tsm_matrices(Z.shape[0] - 3, gamma, Z_half.dtype)
-    Pi = shift_matrix(Z.shape[1] - 1, Z_half.dtype)
-    return U @ Z_half + W @ Z_half @ Pi  # eq. (23)
+    return U @ Z_half + W @ shift_columns(Z_half)  # eq. (23)
 
 
 _LAYERS = {"tsm": _single_head_tsm_layer, "dual": _dual_head_layer}
