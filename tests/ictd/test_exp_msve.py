@@ -1,0 +1,153 @@
+"""ictd.msve-vs-context (Fig. 1): the query reading, the references, task padding, and the experiment end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memlab.ictd import exp_msve
+from memlab.ictd.exp_msve import (
+    EXPERIMENTS,
+    MsveConfig,
+    depth_floor_values,
+    make_tasks,
+    operator_values,
+    query_trajectory,
+    tabular_td_fixed_point,
+    transformer_value,
+)
+from memlab.ictd.random_tasks import random_task, task_margin
+from memlab.ictd.softmax_td import batch_linear_td, weighted_softmax_td
+from memlab.ictd.transformer import theta_star
+from memlab.runner import run_experiment
+
+EXP = EXPERIMENTS[0]
+
+
+def _numpy_task(m=4, gamma=0.7, t=12, c=1.5, seed=3):
+    """A random MRP, features c * orthonormal rows, and a trajectory of t transitions, all drawn with NumPy."""
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet(np.ones(m), size=m)
+    r = rng.uniform(-1, 1, m)
+    features = c * np.linalg.qr(rng.normal(size=(m, m)))[0]
+    states = [rng.integers(m)]
+    for _ in range(t):
+        states.append(rng.choice(m, p=P[states[-1]]))
+    states = np.array(states)
+    return features, P, r, states, r[states[:-1]]
+
+
+def test_transformer_at_any_query_is_weighted_softmax_td_on_the_query_trajectory(x64):
+    """Reading (b): TF(tau_t, s) = WSTD on (S_0..S_{t-1}, s) = operator form (24)-(26) with S_t := s, every s."""
+    gamma, t, L = 0.7, 12, 15
+    features, P, r, states, rewards = _numpy_task(gamma=gamma, t=t)
+    V, A = theta_star(features.shape[1], dtype=jnp.float64)
+    op = operator_values(jnp.asarray(features), jnp.asarray(states), r, t, gamma, L)
+    for s in range(features.shape[0]):
+        tf = transformer_value(features, states, rewards, s, t, gamma, V, A, L)
+        wstd = weighted_softmax_td(query_trajectory(features, states, s, t), rewards, gamma, L)[-1, -1]
+        assert float(tf) == pytest.approx(float(wstd), abs=1e-10)
+        assert float(op[s]) == pytest.approx(float(wstd), abs=1e-10)
+    # with the true next state as the query the prompt is the paper's own (section 3): no fictitious transition
+    true = operator_values(jnp.asarray(features), jnp.asarray(states), r, t, gamma, L, true_successor=True)
+    wstd_true = weighted_softmax_td(features[states], rewards, gamma, L)[-1]  # (t+1,) on S_0..S_t
+    assert float(op[states[t]]) == pytest.approx(float(wstd_true[-1]), abs=1e-10)
+    for j, s in enumerate(states):  # the state-space form gives the same value at every trajectory position
+        assert float(true[s]) == pytest.approx(float(wstd_true[j]), abs=1e-10)
+
+
+def test_the_fictitious_transition_matters_less_as_t_grows(x64):
+    """A query s != S_t changes the answer (the last bootstrap reads v(s)) by a weight that shrinks with t."""
+    gamma, L, m = 0.9, 15, 4
+    features, P, r, states, rewards = _numpy_task(m=m, gamma=gamma, t=400, c=3.0, seed=7)
+    gaps = []
+    for t in (5, 400):
+        op = operator_values(jnp.asarray(features), jnp.asarray(states), r, t, gamma, L)
+        true = operator_values(jnp.asarray(features), jnp.asarray(states), r, t, gamma, L, true_successor=True)
+        others = [s for s in range(m) if s != states[t]]
+        gaps.append(float(np.max(np.abs(np.asarray(op)[others] - np.asarray(true)[others]))))
+    assert gaps[0] > 1e-3, "the fictitious transition matters at short contexts"
+    assert gaps[1] < 0.1 * gaps[0], gaps
+
+
+def test_tabular_fixed_point_is_converged_batch_linear_td_with_one_hot_features(x64):
+    gamma, t, m = 0.5, 40, 5
+    features, P, r, states, _ = _numpy_task(m=m, gamma=gamma, t=t)
+    states = np.where(states == m - 1, 0, states)  # make one state unvisited
+    w = batch_linear_td(np.eye(m)[states], r[states[:-1]], gamma, 3000, alpha=1.0 / t)[-1]
+    v = tabular_td_fixed_point(jnp.asarray(states), r, t, gamma, m)
+    np.testing.assert_allclose(np.asarray(v), np.asarray(w), atol=1e-8)
+    assert float(v[m - 1]) == 0.0
+
+
+def test_depth_floor_with_a_one_hot_kernel_is_truncated_value_iteration(x64):
+    """c large: M_pi = I, so L population iterations give sum_{l<L} (gamma P)^l r = v_pi - (gamma P)^L v_pi."""
+    gamma, L = 0.9, 15
+    features, P, r, _, _ = _numpy_task(c=10.0)
+    v = depth_floor_values(features, P, r, np.full(4, 0.25), gamma, L)
+    expected = sum(np.linalg.matrix_power(gamma * P, k) @ r for k in range(L))
+    np.testing.assert_allclose(np.asarray(v), expected, atol=1e-10)
+
+
+def test_padded_tasks_match_the_unpadded_family():
+    cfg = dataclasses.replace(EXP.profiles["tiny"], m_values=(3, 4), d=4, tasks_per_m=2)
+    key = jax.random.key(5)
+    tasks = make_tasks(cfg, key)
+    assert tasks.features.shape == (4, 4, 4) and tasks.v.shape == (len(cfg.gammas), 4, 4)
+    small = np.flatnonzero(tasks.m == 3)
+    assert np.all(np.asarray(tasks.mu)[small, 3] == 0) and np.all(np.asarray(tasks.states)[small] < 3)
+    np.testing.assert_allclose(np.asarray(tasks.mu).sum(axis=1), 1.0, atol=1e-5)
+    first = random_task(jax.random.split(jax.random.fold_in(key, 3), 2)[0], 3, 4, 0.9, feature_scale=cfg.feature_scale)
+    np.testing.assert_allclose(np.asarray(tasks.v[0, small[0], :3]), np.asarray(first.v_star), rtol=1e-5, atol=1e-5)
+    assert float(tasks.margin[0, small[0]]) == pytest.approx(float(task_margin(first)), abs=1e-5)
+    assert np.all(tasks.margin > 0), "c = 3 orthonormal features satisfy Assumption 5.1"
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"m_values": ()}, "m_values"), ({"m_values": (4, 4)}, "distinct"), ({"d": 3, "m_values": (4,)}, "d = 3"),
+    ({"tasks_per_m": 1}, "tasks_per_m"), ({"gammas": (1.0,)}, "gammas"), ({"feature_scale": 0.0}, "feature_scale"),
+    ({"num_layers": 0}, "num_layers"), ({"t_max": 1}, "t_max"), ({"depth_limit_layers": 3}, "depth_limit_layers"),
+])
+def test_bad_config_is_rejected(change, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(MsveConfig(), **change).validate()
+
+
+def test_profiles_are_valid_and_the_paper_profile_has_the_paper_sizes():
+    for config in EXP.profiles.values():
+        config.validate()
+    paper = EXP.profiles["paper"]
+    assert paper.num_layers == 15 and len(paper.m_values) * paper.tasks_per_m == 300
+    assert paper.contexts()[0] == 1 and paper.contexts()[-1] == paper.t_max
+
+
+def test_tiny_profile_end_to_end_and_resume(tmp_path, monkeypatch):
+    out = run_experiment(EXP, "tiny", out_dir=tmp_path, progress=False)
+    results = json.loads((out / "results.json").read_text())
+    claims = {c["id"]: c for c in results["claims"]}
+    assert {"transformer-equals-weighted-softmax-td", "msve-decreases[gamma=0.9]",
+            "one-theta-all-tasks[gamma=0.5]"} <= set(claims)
+    assert all(isinstance(c["holds"], bool) for c in claims.values())
+    assert claims["transformer-equals-weighted-softmax-td"]["holds"], claims["transformer-equals-weighted-softmax-td"]
+    assert results["results"]["max_abs_diff_tf_wstd"] < 1e-4
+    summary = (out / "summary.md").read_text()
+    pngs = list(out.glob("*.png"))
+    assert pngs and all(f"]({p.name})" in summary for p in pngs)
+    rows = (out / "msve_vs_context.csv").read_text().splitlines()
+    cfg = EXP.profiles["tiny"]
+    per_curve = 1 + len(cfg.m_values)
+    assert len(rows) == 1 + len(cfg.gammas) * len(cfg.contexts()) * len(exp_msve.METHODS) * per_curve
+    mean = results["results"]["mean_msve"]
+    np.testing.assert_allclose(mean["transformer"], mean["weighted_softmax_td"], rtol=1e-4)
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("a finished cell was recomputed")
+
+    monkeypatch.setattr(exp_msve, "cell_msve", must_not_run)
+    run_experiment(EXP, "tiny", out_dir=tmp_path, progress=False)  # every cell comes from cells/*.json
+    assert json.loads((out / "results.json").read_text())["results"] == results["results"]
