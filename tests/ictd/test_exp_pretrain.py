@@ -6,29 +6,24 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import jax
 import numpy as np
 import pytest
 
-from memlab.ictd.emergence import a_emergence, kernel_diagonal_mean
+from memlab.ictd.emergence import a_emergence
 from memlab.ictd.exp_pretrain import (
     EXPERIMENTS,
     MaskRelaxationConfig,
     PretrainExperimentConfig,
-    TRACE_FIELDS,
     View,
     _emergence_along_dt,
-    _jitted_train,
-    _replay,
     binned_by_dt,
     diagonal_share,
-    mirrored_checkpoint_step,
     plot_blocks,
     sign_pattern,
     trailing_mean,
     truncated_mean_sem,
 )
-from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config, masks, sample_windows, td_loss
+from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config
 from memlab.ictd.transformer import theta_star
 from memlab.runner import Experiment, run_experiment
 
@@ -82,14 +77,6 @@ def test_diagonal_share_is_the_a_emergence_diagonality_and_sign_agnostic():
     assert diagonal_share(np.zeros((7, 7))) == 0.0
     np.testing.assert_allclose(diagonal_share(np.stack([A, -A, np.asarray(theta_star(4)[1])])),
                                [diagonal_share(A)] * 2 + [1.0])
-
-
-def test_mirrored_checkpoint_is_the_first_best_epoch_end():
-    v = np.array([0.0, 0.9, 0.5, 0.5, 0.2, 0.7, 0.1, 0.7, 0.7])
-    a = np.ones(9)
-    assert mirrored_checkpoint_step(v, a, 3) == 5  # epoch ends 2, 5, 8 score 0.5, 0.7, 0.7: first of the tie
-    assert mirrored_checkpoint_step(v, a, 1) == 1
-    assert mirrored_checkpoint_step(np.zeros(6), a[:6], 2) == 1
 
 
 def test_sign_pattern():
@@ -203,39 +190,3 @@ def test_tiny_profile_writes_the_contract_and_resumes(name, tmp_path):
     assert {p.name: p.read_bytes() for p in (out / "cells").glob("*.json")} == cell_bytes
     again = json.loads((out / "results.json").read_text())
     assert again["results"] == results["results"] and again["claims"] == claims
-
-
-# --------------------------------------------------------------------------- replayed checkpoint
-# (placed after the end-to-end runs: it reuses their compiled training function)
-
-
-def test_replay_returns_the_params_after_that_step_and_checks_the_trace():
-    """Recompute, from the replayed parameters alone, d_t at the checkpoint step (eq. 34 on that epoch's contexts) and
-    the TD loss of the next step: both must match the training trace; the final parameters must not."""
-    config = BY_NAME["ictd.pretrain"].profiles["tiny"].train
-    M, B = config.minibatches_per_epoch, config.batch_size
-    key = jax.random.split(jax.random.key(0), config.num_seeds)[0]
-    result = _jitted_train(config)(key)
-    trace = {name: np.asarray(getattr(result.trace, name)) for name in TRACE_FIELDS}
-    step = M * (config.num_epochs // 2) - 1  # an epoch end in the middle of training
-    replayed = _replay(config, key, step, trace)
-    epoch_keys = jax.random.split(jax.random.split(key)[1], config.num_epochs)  # make_train's key layout
-
-    @jax.jit
-    def recomputed(p):
-        windows = sample_windows(epoch_keys[step // M], config)
-        d_t = jax.numpy.mean(jax.vmap(kernel_diagonal_mean, (0, None, None))(windows.Z0, p.A, config.tau))
-        nxt = sample_windows(epoch_keys[step // M + 1], config).minibatch(0, B)
-        return d_t, td_loss(p, nxt, config)[0]
-
-    d_t, loss = (float(x) for x in recomputed(replayed))
-    np.testing.assert_allclose(d_t, trace["d_t"][step], rtol=1e-5)
-    np.testing.assert_allclose(loss, trace["loss"][step + 1], rtol=1e-5)
-    loss_final = float(recomputed(result.params)[1])
-    assert abs(loss_final - loss) > 1e-4 * abs(loss)  # the check can fail
-    mask = masks(config.d, config.a_mask)
-    assert np.all(np.asarray(replayed.V)[np.asarray(mask.V) == 0] == 0)
-    assert np.all(np.asarray(replayed.A)[np.asarray(mask.A) == 0] == 0)
-    bad = {**trace, "d_t": trace["d_t"] + 1e-3}
-    with pytest.raises(RuntimeError, match="diverged"):
-        _replay(config, key, step, bad)

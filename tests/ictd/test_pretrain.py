@@ -149,7 +149,7 @@ def test_value_ignores_masked_entries_and_td_errors_match_full_gradient_form():
 def test_masked_entries_stay_exactly_zero(tiny_run):
     config, result = tiny_run
     V_mask, A_mask = mask_ref(config.d, config.a_mask)
-    for p in (result.params, result.best):
+    for p in (result.params, result.best.params, result.best_mirrored.params):
         assert np.all(np.asarray(p.V)[:, V_mask == 0] == 0)
         assert np.all(np.asarray(p.A)[:, A_mask == 0] == 0)
         assert not np.any(np.signbit(np.asarray(p.V)[:, V_mask == 0]))  # +0.0, not -0.0
@@ -167,13 +167,15 @@ def test_trace_shapes_rho_and_best_checkpoint(tiny_run):
     np.testing.assert_allclose(rho, [0.2 + 0.3 * min(t / 10, 1.0) for t in range(T)], atol=1e-6)
     d_t = np.asarray(result.trace.d_t)
     assert np.all((d_t >= 0) & (d_t <= 1))
-    score = np.minimum(np.asarray(result.trace.V_em), np.asarray(result.trace.A_em))
-    for s in range(S):
-        step = int(result.best_step[s])
-        assert step == int(np.argmax(score[s]))  # first step of the maximum
-        assert float(result.best_score[s]) == score[s].max()
-        best_v, best_a = v_emergence(result.best.V[s]), a_emergence(result.best.A[s])
-        np.testing.assert_allclose(min(float(best_v), float(best_a)), score[s].max(), atol=1e-6)
+    for ckpt, sign, (v_name, a_name) in ((result.best, 1.0, ("V_em", "A_em")),
+                                         (result.best_mirrored, -1.0, ("V_em_neg", "A_em_neg"))):
+        score = np.minimum(np.asarray(getattr(result.trace, v_name)), np.asarray(getattr(result.trace, a_name)))
+        for s in range(S):
+            step = int(ckpt.step[s])
+            assert step == int(np.argmax(score[s]))  # first step of the maximum
+            assert float(ckpt.score[s]) == score[s].max()
+            best_v, best_a = v_emergence(sign * ckpt.params.V[s]), a_emergence(sign * ckpt.params.A[s])
+            np.testing.assert_allclose(min(float(best_v), float(best_a)), score[s].max(), atol=1e-6)
 
 
 def test_last_trace_entry_scores_final_params(tiny_run):

@@ -12,11 +12,8 @@ Both run ``pretrain.make_train`` one seed at a time (one resumable cell per seed
 Mirrored scores. At the Table 1 settings training converges to the mirror image (-V*, -A*) of theta* (see the
 ``pretrain`` docstring): min(V_em, A_em) = 0 at every step, so the paper's best checkpoint (max min(V_em, A_em),
 first step on ties) would be step 0, the initial noise. Every figure and diagnostic is therefore made twice: with the
-paper's scores and with the mirrored scores V_em(-V), A_em(-A) (trace fields ``V_em_neg``, ``A_em_neg``). The paper-rule
-checkpoint is the one ``make_train`` tracks (exact). The mirrored checkpoint is chosen among the ends of epochs (every
-``minibatches_per_epoch``-th step) and its parameters are recovered by replaying the deterministic training for that
-many epochs (``jax.random.split`` is prefix-consistent, so the replay sees the same tasks; the replayed trace is checked
-against the original). A rule whose best score is 0 at every step selects nothing; the end of training then stands in
+paper's scores and with the mirrored scores V_em(-V), A_em(-A) (trace fields ``V_em_neg``, ``A_em_neg``). The Both
+checkpoints are tracked exactly inside ``make_train``'s scan (``TrainResult.best`` and ``best_mirrored``). A rule whose best score is 0 at every step selects nothing; the end of training then stands in
 for its checkpoint (Fig. 3(a)/6(e,f) panels, the sign claim, Fig. 5 curves untruncated).
 
 Ambiguities decided here (also stated in each summary.md): Fig. 3(b) bins every training step's (d_t, V_em, A_em) of
@@ -124,24 +121,6 @@ def _jitted_evaluate(config: PretrainConfig, num_tasks: int):
     return jax.jit(lambda params, key, rho: evaluate(params, config, key, num_tasks, rho=rho))
 
 
-def mirrored_checkpoint_step(V_em_neg: np.ndarray, A_em_neg: np.ndarray, minibatches_per_epoch: int) -> int:
-    """The epoch-end step (0-based) that maximises min(V_em(-V), A_em(-A)); the first such epoch on ties."""
-    M = minibatches_per_epoch
-    score = np.minimum(V_em_neg, A_em_neg)[M - 1 :: M]
-    return int(np.argmax(score)) * M + M - 1
-
-
-def _replay(config: PretrainConfig, key, step: int, trace: dict) -> Params:
-    """Parameters after epoch-end ``step``: rerun the same training for (step + 1) / M epochs, checked on the trace."""
-    epochs = (step + 1) // config.minibatches_per_epoch
-    replay = _jitted_train(dataclasses.replace(config, num_epochs=epochs))(key)
-    for name in ("V_em_neg", "A_em_neg", "d_t"):
-        if not np.allclose(np.asarray(getattr(replay.trace, name)), trace[name][: step + 1], atol=1e-5):
-            raise RuntimeError(f"replaying {epochs} epochs diverged from the training trace ({name}); "
-                               "jax.random.split must be prefix-consistent (jax_threefry_partitionable=True)")
-    return replay.params
-
-
 def _as_dict(params: Params) -> dict:
     return {"V": np.asarray(params.V), "A": np.asarray(params.A)}
 
@@ -149,26 +128,24 @@ def _as_dict(params: Params) -> dict:
 def train_seed(config: PretrainConfig, key, eval_key, eval_tasks: int) -> dict:
     """One run of Algorithm 1 (``make_train``) plus its two checkpoints and held-out errors, as a JSON-able dict.
 
-    Checkpoints: "best" by the paper's rule (tracked exactly in the scan), "mirror" by the mirrored rule (epoch ends,
-    replayed). A rule whose best score is 0 selects nothing (the paper's "first step on ties" would give the initial
+    Checkpoints (both tracked exactly in the scan): "best" by the paper's rule, "mirror" by the mirrored rule. A rule whose best score is 0 selects nothing (the paper's "first step on ties" would give the initial
     noise), so then the end of training stands in for its checkpoint. Keys: trace (TRACE_FIELDS -> (T,));
     best_step/best_score and mirror_step/mirror_score after that stand-in; scan_best_step (make_train's own pick);
     params {final, best, mirror} -> {V, A} (d+3, d+3); eval {same names} -> {abs_td_error, abs_value_error} at the rho
-    training ends with; seconds {train, replay, eval}.
+    training ends with; seconds {train, eval}.
     """
     t0 = time.perf_counter()
     result = jax.block_until_ready(_jitted_train(config)(key))
     t1 = time.perf_counter()
     trace = {name: np.asarray(getattr(result.trace, name)) for name in TRACE_FIELDS}
     last = config.num_steps - 1
-    best_score = float(result.best_score)
-    best_step, best = (int(result.best_step), result.best) if best_score > 0 else (last, result.params)
-    mirror_step = mirrored_checkpoint_step(trace["V_em_neg"], trace["A_em_neg"], config.minibatches_per_epoch)
-    mirror_score = float(min(trace["V_em_neg"][mirror_step], trace["A_em_neg"][mirror_step]))
-    if mirror_score == 0:
-        mirror_step = last
-    mirror = result.params if mirror_step == last else _replay(config, key, mirror_step, trace)
-    t2 = time.perf_counter()
+
+    def pick(ckpt):  # a rule whose best score is 0 selects nothing: the end of training stands in
+        score = float(ckpt.score)
+        return (int(ckpt.step), score, ckpt.params) if score > 0 else (last, score, result.params)
+
+    best_step, best_score, best = pick(result.best)
+    mirror_step, mirror_score, mirror = pick(result.best_mirrored)
     params = {"final": result.params, "best": best, "mirror": mirror}
     rho_end = rho_schedule(config, last)
     evaluate_fn = _jitted_evaluate(config, eval_tasks)
@@ -176,17 +153,17 @@ def train_seed(config: PretrainConfig, key, eval_key, eval_tasks: int) -> dict:
     for name, p in params.items():
         e = evaluate_fn(p, eval_key, rho_end)
         evals[name] = {"abs_td_error": float(e.abs_td_error), "abs_value_error": float(e.abs_value_error)}
-    t3 = time.perf_counter()
+    t2 = time.perf_counter()
     return {
         "trace": trace,
         "best_step": best_step,
         "best_score": best_score,
-        "scan_best_step": int(result.best_step),
+        "scan_best_step": int(result.best.step),
         "mirror_step": mirror_step,
         "mirror_score": mirror_score,
         "params": {name: _as_dict(p) for name, p in params.items()},
         "eval": evals,
-        "seconds": {"train": t1 - t0, "replay": t2 - t1, "eval": t3 - t2},
+        "seconds": {"train": t1 - t0, "eval": t2 - t1},
     }
 
 
@@ -219,7 +196,7 @@ class Setting:
     params: dict
     evals: dict
     references: dict
-    seconds: np.ndarray  # (S,) train + replay + eval per seed
+    seconds: np.ndarray  # (S,) train + eval per seed
 
 
 def train_setting(run, config: PretrainConfig, label: str, slug: str, eval_tasks: int, advance) -> Setting:
@@ -561,7 +538,7 @@ def common_claims(run, setting: Setting, tag: str = "") -> dict:
     for form in FORMS:
         score = setting.best_score if form == "paper" else setting.mirror_score
         step = setting.best_step if form == "paper" else setting.mirror_step
-        how = "max min(V_em, A_em)" if form == "paper" else "max min(V_em(−V), A_em(−A)) over epoch ends"
+        how = "max min(V_em, A_em)" if form == "paper" else "max min(V_em(−V), A_em(−A))"
         out[f"best_{form}"] = float(score.mean())
         run.claim(_tagged("best-checkpoint-emergence", tag, form),
                   f"both emergence scores are high at the best checkpoint ({how}); rule: seed-mean "
@@ -628,9 +605,7 @@ AMBIGUITIES = (
     "that MRP's training contexts, computed at ρ = 0 as eq. (34) defines it. Line: pooled mean per bin; band: "
     "25–75 % of the per-seed bin means.\n"
     "- Fig. 5: the mean ± s.e.m. at a step uses the seeds whose (truncated) curve reaches it.\n"
-    "- Best checkpoint: the paper-rule one is exact (first step on ties, tracked in the training scan); the mirrored "
-    "one is chosen among MRP (epoch) ends, because its parameters are recovered by replaying the deterministic "
-    "training (checked against the trace). A rule whose best score is 0 at every step of a seed selects nothing "
+    "- Best checkpoints: both rules are tracked exactly in the training scan (first step on ties). A rule whose best score is 0 at every step of a seed selects nothing "
     "('first step on ties' would return the initial noise): the end of training stands in for that seed's checkpoint "
     "in Fig. 3(a), the sign claim and Fig. 5 (untruncated).\n"
     "- Held-out errors: `pretrain.evaluate` on fresh tasks (the same tasks for every parameter set), at the ρ the "
@@ -716,7 +691,7 @@ def run_pretrain(cfg: PretrainExperimentConfig, run) -> dict:
         f"# ictd.pretrain — Fig. 3 and Fig. 5 (section 8, App. F.1–F.4)\n\n"
         f"Algorithm 1 (multi-task semi-gradient TD) on random Boyan chains: {_setup_line(train)}; full masks "
         f"(eq. 106, 108). One resumable cell per seed; compute {st.seconds.sum():.0f} s for the {train.num_seeds} "
-        f"seeds (training + mirrored-checkpoint replay + held-out evaluation, as measured when the cells ran).\n\n"
+        f"seeds (training + held-out evaluation, as measured when the cells ran).\n\n"
         f"## What the training converges to\n\n{sign_sentence(st)}\n\n"
         f"The paper's scores V_em, A_em (eq. 109–111) test for θ*'s signs; min(V_em, A_em) is 0 at every step for "
         f"{int(np.sum(st.best_score == 0))}/{train.num_seeds} seeds (max V_em {st.trace['V_em'].max():.3f}, max A_em "
