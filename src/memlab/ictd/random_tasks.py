@@ -31,8 +31,7 @@ from memlab.ictd.softmax_td import diagonal_margin, population_kernel
 def random_task(key: Array, m: int, d: int, gamma, num_actions: int = 2, feature_scale=3.0) -> Task:
     """One task of the family above: a ``Task`` (mrp, features (m, d), w_star, v_star).
 
-    ``w_star`` is the least-squares weight of v_pi on the features (exact here since the features span R^m
-    restricted to the states) and ``v_star`` = v_pi. Jitted with static ``m``, ``d``, ``num_actions``; vmap over keys.
+    ``w_star`` = X^T v_pi / c^2 (exact: X X^T = c^2 I) and ``v_star`` = v_pi. Jitted with static ``m``, ``d``, ``num_actions``; vmap over keys.
     """
     for name, value, least in (("m", m, 2), ("d", d, m), ("num_actions", num_actions, 1)):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
@@ -46,13 +45,20 @@ def random_task(key: Array, m: int, d: int, gamma, num_actions: int = 2, feature
     return _random_task(key, int(m), int(d), gamma, int(num_actions), feature_scale)
 
 
+def _flat_dirichlet(key: Array, shape: tuple, dtype) -> Array:
+    """Dirichlet(1, ..., 1) draws over the last axis: normalised Exp(1) variables (same law as
+    ``jax.random.dirichlet`` with unit concentrations, and much cheaper to compile than its gamma sampler)."""
+    e = jax.random.exponential(key, shape, dtype) + jnp.finfo(dtype).tiny
+    return e / e.sum(axis=-1, keepdims=True)
+
+
 @functools.partial(jax.jit, static_argnames=("m", "d", "num_actions"))
 def _random_task(key: Array, m: int, d: int, gamma, num_actions: int, feature_scale) -> Task:
     k_p, k_r, k_pi, k_p0, k_q = jax.random.split(key, 5)
     dtype = jnp.result_type(float)
-    p_mdp = jax.random.dirichlet(k_p, jnp.ones(m, dtype), (m, num_actions))  # (m, A, m): p(s' | s, a)
+    p_mdp = _flat_dirichlet(k_p, (m, num_actions, m), dtype)  # (m, A, m): p(s' | s, a)
     r_mdp = jax.random.uniform(k_r, (m, num_actions), dtype, -1.0, 1.0)
-    pi = jax.random.dirichlet(k_pi, jnp.ones(num_actions, dtype), (m,))  # (m, A): pi(a | s)
+    pi = _flat_dirichlet(k_pi, (m, num_actions), dtype)  # (m, A): pi(a | s)
     P = jnp.einsum("sa,sat->st", pi, p_mdp)  # marginalise the policy, section 2.2
     r = jnp.sum(pi * r_mdp, axis=1)
     p0 = jax.random.uniform(k_p0, (m,), dtype, 0.0, 1.0) + jnp.finfo(dtype).tiny
@@ -62,7 +68,7 @@ def _random_task(key: Array, m: int, d: int, gamma, num_actions: int, feature_sc
     gamma = jnp.asarray(gamma, dtype)
     mrp = MRP(P, r, gamma, p0)
     v = value_function(mrp)
-    w_star = jnp.linalg.lstsq(features, v)[0]
+    w_star = features.T @ v / jnp.asarray(feature_scale, dtype) ** 2  # X X^T = c^2 I, so X w_star = v exactly
     return Task(mrp, features, w_star, v)
 
 
