@@ -16,22 +16,12 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
 
 from memlab.belief.experiments import ErrorVsEpsilonConfig, example_filters, two_state_example
 from memlab.belief.filters import LOF, lof_parallel
 from memlab.belief.hmm import HMM
 from memlab.belief.montecarlo import error_curves
-
-
-def _timed(fn, repeats: int = 1) -> float:
-    """Best wall time of ``fn()`` (blocked until ready) over ``repeats`` runs, after one warm-up."""
-    jax.block_until_ready(fn())
-    best = np.inf
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def fig1_sweep() -> dict:
@@ -82,7 +72,7 @@ def exact_filter_throughput(N: int = 12, K: int = 1000, B: int = 20_000, chunk: 
     for form, fn in (("serial, final belief only", lambda: serial_final(ys)),
                      ("serial, every belief stored", lambda: serial_all(ys)),
                      (f"parallel (associative scan, chunks of {chunk})", lambda: parallel(ys))):
-        seconds = _timed(fn)
+        seconds = timed(fn)
         rows.append({"benchmark": f"exact filter N={N} T={K} B={B}", "form": form, "seconds": seconds,
                      "seq_steps_per_s": B * K / seconds, "state_steps_per_s": B * K * N / seconds})
     return rows

@@ -12,24 +12,11 @@ again for V Z K~, so "GFLOP/s" below measures how far the small-matrix forward i
 
 from __future__ import annotations
 
-import time
-
 import jax
-import numpy as np
+from timing import timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
 
 from memlab.ictd.pretrain import PretrainConfig, make_train
 from memlab.ictd.transformer import forward, make_prompt, readout, theta_star
-
-
-def _timed(fn, repeats: int = 3) -> float:
-    """Best wall time of ``fn()`` (blocked until ready) over ``repeats`` runs, after one warm-up."""
-    jax.block_until_ready(fn())
-    best = np.inf
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def forward_rows(d: int = 8, num_layers: int = 15, gamma: float = 0.9) -> list[dict]:
@@ -42,7 +29,7 @@ def forward_rows(d: int = 8, num_layers: int = 15, gamma: float = 0.9) -> list[d
         Z0 = jax.vmap(make_prompt)(X, R)
         for form in ("dual", "tsm"):
             run = jax.jit(jax.vmap(lambda Z, form=form: readout(forward(Z, V, A, gamma, num_layers, form=form)[-1])))
-            seconds = _timed(lambda run=run, Z0=Z0: run(Z0))
+            seconds = timed(lambda run=run, Z0=Z0: run(Z0))
             flops = 4.0 * (n + 1) ** 2 * (d + 3) * num_layers * batch
             rows.append({"case": f"forward {form}", "n": n, "batch": batch, "layers": num_layers,
                          "seconds": seconds, "prompts_per_s": batch / seconds, "GFLOP_per_s": flops / seconds / 1e9})
@@ -55,7 +42,7 @@ def epoch_rows(num_epochs: int = 100) -> list[dict]:
         config = PretrainConfig(num_epochs=num_epochs, num_seeds=seeds)
         train = jax.jit(jax.vmap(make_train(config)))
         keys = jax.random.split(jax.random.key(0), seeds)
-        seconds = _timed(lambda train=train, keys=keys: train(keys), repeats=1)
+        seconds = timed(lambda train=train, keys=keys: train(keys), repeats=1)
         per_epoch = seconds / num_epochs
         rows.append({"case": f"pretrain epoch, {seeds} seed(s) vmapped", "n": config.n, "batch": config.batch_size,
                      "layers": config.num_layers, "seconds": seconds, "ms_per_epoch_per_seed": 1e3 * per_epoch / seeds,

@@ -19,6 +19,7 @@ from rich.table import Table
 from memlab.runner import atomic_write_text, to_jsonable
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the bench_*.py modules import the shared helpers in timing.py
 
 
 def _load(path: Path):

@@ -10,9 +10,10 @@ import difflib
 from collections.abc import Iterable
 
 from memlab.belief import experiments as belief
+from memlab.ictd import experiments as ictd
 from memlab.runner import Experiment
 
-_STUDIES = (belief,)
+_STUDIES = (belief, ictd)
 
 
 def _build(experiments: Iterable[Experiment]) -> dict[str, Experiment]:
