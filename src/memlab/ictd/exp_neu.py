@@ -502,7 +502,7 @@ EXPERIMENTS = [
         "against the mirror, perturbed, random, u = 0, B = 0 and half-step points",
         {"paper": NEUConfig(),
          "quick": NEUConfig(num_layers=8, contexts=(20, 50, 200), num_samples=128, num_samples_compare=32,
-                            slow_context=100, slow_layers=30, slow_samples=128),
+                            slow_context=100, slow_layers=30, slow_samples=512),
          # tiny: every cell has the same (N, L, n) as a theta* cell, so the run compiles two sample functions
          "tiny": NEUConfig(m=3, d=3, num_layers=3, contexts=(8, 16), num_samples=8, num_samples_compare=8,
                            slow_context=8, slow_layers=3, slow_samples=8)},
