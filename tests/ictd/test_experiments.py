@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from memlab import cli
 from memlab.catalog import EXPERIMENTS
 
@@ -30,3 +32,41 @@ def test_cli_runs_a_tiny_profile(tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["experiment"] == "ictd.verify" and results["claims"]
     assert all(isinstance(c["holds"], bool) for c in results["claims"])
+
+
+def _paper_claims(name, tmp_path) -> dict[str, bool]:
+    from memlab.runner import run_experiment
+
+    out = run_experiment(EXPERIMENTS[name], profile="paper", out_dir=tmp_path, progress=False)
+    return {c["id"]: c["holds"] for c in json.loads((out / "results.json").read_text())["claims"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ictd.verify", "ictd.msve-vs-context", "ictd.depth-convergence", "ictd.neu"])
+def test_paper_profile_reproduces_every_theory_claim(name, tmp_path):
+    """Theorems 1-3, Lemma 1 and Fig. 1 at paper size (ictd.neu: ~15 min on 2 cores): every claim holds."""
+    claims = _paper_claims(name, tmp_path)
+    assert claims and all(claims.values()), [k for k, v in claims.items() if not v]
+
+
+# What the pretraining experiments find at paper size (Table 1; App. F.5): the block learns a diagonal A_feat and the
+# mirror image of theta* (-V*, -A*), not theta* itself, and -theta* has the lower held-out TD error on Boyan chains;
+# under the F.5 rho anneal the value row settles at (-, +, +) for both masks. These outcomes are this library's
+# measured replication of section 8 (see ictd.pretrain's summary.md); the slow test keeps them reproducible.
+PRETRAINING_FINDINGS = {
+    "ictd.pretrain": {"best-checkpoint-emergence[mirrored]": True, "v-sign-pattern": False, "a-diagonal": True,
+                      "masked-entries-zero": True, "a-high-across-dt[mirrored]": True,
+                      "v-rises-after-dt[mirrored]": True, "dt-increases": False, "td-error-below-theta-star": True,
+                      "theta-star-beats-mirror": False},
+    "ictd.mask-relaxation": {"a-diagonal[full]": True, "a-diagonal[relaxed]": True, "masked-entries-zero[full]": True,
+                             "masked-entries-zero[relaxed]": True, "v-sign-pattern[full]": False,
+                             "v-sign-pattern[relaxed]": False, "relaxed-mask-same-solution": True},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PRETRAINING_FINDINGS))
+def test_paper_profile_pretraining_findings(name, tmp_path):
+    """Algorithm 1 at paper size (~3 min and ~11 min on 2 cores): the measured outcomes listed above."""
+    claims = _paper_claims(name, tmp_path)
+    assert {k: claims[k] for k in PRETRAINING_FINDINGS[name]} == PRETRAINING_FINDINGS[name]
