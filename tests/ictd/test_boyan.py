@@ -14,8 +14,7 @@ import pytest
 from scipy import stats
 
 from memlab.ictd.boyan import _uniform_open, boyan_chain
-from memlab.ictd.mrp import Task
-from memlab.ictd.mrp import MRP, value_function
+from memlab.ictd.mrp import MRP, Task, value_function
 
 P_MIN = 1e-4
 

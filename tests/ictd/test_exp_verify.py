@@ -53,7 +53,7 @@ def numpy_eq24(states, X, m, tau=1.0):
 @pytest.mark.parametrize("tau", [1.0, 0.7])
 def test_operator_from_counts_is_eq24(x64, batch, tau):
     task, states = one(batch)
-    Mc, Pc = ev.operator_from_counts(states, task.features, M, tau)
+    Mc, Pc = st.operator_from_counts(states, task.features, M, tau)
     Mr, Pr = numpy_eq24(states, task.features, M, tau)
     np.testing.assert_allclose(Mc, Mr, rtol=0, atol=1e-13)
     np.testing.assert_allclose(Pc, Pr, rtol=0, atol=1e-13)
@@ -71,8 +71,8 @@ def test_operator_iteration_is_the_transformer(x64, batch):
     X, R = task.features[states], task.mrp.r[states[:-1]]
     V, A = tf.theta_star(D)
     Zs = np.asarray(tf.forward(tf.make_prompt(X, R), V, A, GAMMA, L, "dual", "softmax"))
-    Mh, Ph = ev.operator_from_counts(states, task.features, M)
-    vs = np.asarray(ev.iterate_operator(Mh, Ph, task.mrp.r, GAMMA, L))
+    Mh, Ph = st.operator_from_counts(states, task.features, M)
+    vs = np.asarray(st.iterate_operator(Mh, Ph, task.mrp.r, GAMMA, L))
     assert vs.shape == (L + 1, M) and np.all(vs[0] == 0)
     np.testing.assert_allclose(Zs[:, -1, :], vs[:, np.asarray(states)], rtol=0, atol=1e-12)
     assert np.abs(vs[-1]).max() > 0.1
@@ -86,7 +86,7 @@ def test_task_depth_curves_quantities(x64, batch):
     curves = ev.depth_curves(*batch, n, L)
     out = {k: np.asarray(v)[2] for k, v in curves.items()}
     task, states = one(batch, 2, n)
-    Mh, Ph = (np.asarray(a) for a in ev.operator_from_counts(states, task.features, M))
+    Mh, Ph = (np.asarray(a) for a in st.operator_from_counts(states, task.features, M))
     r, v_pi = np.asarray(task.mrp.r), np.asarray(task.v_star)
     v = np.zeros(M)
     errs = [np.abs(v - v_pi).max()]

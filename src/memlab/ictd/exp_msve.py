@@ -63,7 +63,13 @@ from scipy import stats
 from memlab import plots
 from memlab.ictd.mrp import MRP, sample_trajectory, stationary_distribution, value_function
 from memlab.ictd.random_tasks import random_task
-from memlab.ictd.softmax_td import apply_operator, diagonal_margin, population_kernel, weighted_softmax_td
+from memlab.ictd.softmax_td import (
+    diagonal_margin,
+    iterate_operator,
+    operator_from_counts,
+    population_kernel,
+    weighted_softmax_td,
+)
 from memlab.ictd.transformer import forward, make_prompt, readout, theta_star
 from memlab.runner import Experiment
 
@@ -149,8 +155,7 @@ class TaskSet(NamedTuple):
 def depth_floor_values(features, P, r, mu, gamma, num_layers: int):
     """v_L of L iterations of eq. (25)-(26) with the population kernel: M_hat -> M_pi (eq. 27), P_hat -> M_pi P."""
     M_pi = population_kernel(features, mu)
-    v = jnp.zeros_like(r)
-    return jax.lax.fori_loop(0, num_layers, lambda _, v: apply_operator(v, M_pi, M_pi @ P, r, gamma), v)
+    return iterate_operator(M_pi, M_pi @ P, r, gamma, num_layers)[-1]
 
 
 def _padded_tasks(key, cfg: MsveConfig, m: int):
@@ -219,40 +224,24 @@ def transformer_value(features, states, rewards, query, t: int, gamma, V, A, num
     return readout(forward(Z0, V, A, gamma, num_layers, form="dual")[-1])
 
 
-def state_kernel(features, sources):
-    """K(S_{k-1}, y) of eq. (12) for every state y, shape (t, M): softmax over the t sources of <x(y), x(S_{k-1})>.
-
-    eq. (12) defines it for trajectory states; the formula depends on y only through x(y), so it extends to every
-    state (``softmax_td.operator_form`` instead reads it from trajectory columns and needs every state visited).
-    """
-    return jax.nn.softmax(features[sources] @ features.T, axis=0)
-
-
 def operator_values(features, states, r, t: int, gamma, num_iters: int, true_successor: bool = False):
     """Weighted softmax TD after ``num_iters`` iterations, at every state, through eq. (24)-(26): (M,).
 
-    M_hat[y, s'] = sum_k K(S_{k-1}, y) 1{S_{k-1} = s'}, P_hat[y, s'] = sum_k K(S_{k-1}, y) 1{S_k = s'}, k = 1..t.
-    Default (reading (b)): the successor of the last transition is the query, so P_hat depends on the query s and
-    entry s of the result is the value at query s on the trajectory (S_0, ..., S_{t-1}, s) — the transformer's
-    output for num_iters = L. ``true_successor``: the real trajectory (S_0, ..., S_t), the same P_hat for all s.
-    The rewards enter as M_hat r since R_k = r(S_{k-1}) (section 2.2).
+    M_hat, P_hat come from the state counts of the t transitions (``softmax_td.operator_from_counts``, eq. 49), which
+    defines the kernel of eq. (12) at every state, visited or not. Default (reading (b)): the successor of the last
+    transition is the query, so entry s of the result is the value at query s on the trajectory
+    (S_0, ..., S_{t-1}, s) — the transformer's output for num_iters = L. ``true_successor``: the real trajectory
+    (S_0, ..., S_t), the same operator for all s. The rewards enter as M_hat r since R_k = r(S_{k-1}) (section 2.2).
     """
     M = features.shape[0]
-    K = state_kernel(features, states[:t])  # (t, M)
-    M_hat = K.T @ jax.nn.one_hot(states[:t], M, dtype=K.dtype)  # eq. (24)
 
-    def iterate(P_hat):
-        v0 = jnp.zeros(M, K.dtype)
-        return jax.lax.fori_loop(0, num_iters, lambda _, v: apply_operator(v, M_hat, P_hat, r, gamma), v0)
+    def values(trajectory):  # (t+1,) states: the t transitions S_0 -> ... -> S_t
+        M_hat, P_hat = operator_from_counts(trajectory, features, M)
+        return iterate_operator(M_hat, P_hat, r, gamma, num_iters)[-1]
 
     if true_successor:
-        return iterate(K.T @ jax.nn.one_hot(states[1:t + 1], M, dtype=K.dtype))
-    P_head = K[:-1].T @ jax.nn.one_hot(states[1:t], M, dtype=K.dtype)  # transitions k = 1..t-1
-
-    def at_query(s):
-        return iterate(P_head + jnp.outer(K[-1], jax.nn.one_hot(s, M, dtype=K.dtype)))[s]  # S_t := s
-
-    return jax.vmap(at_query)(jnp.arange(M))
+        return values(states[: t + 1])
+    return jax.vmap(lambda s: values(jnp.concatenate([states[:t], s[None]]))[s])(jnp.arange(M))
 
 
 def tabular_td_fixed_point(states, r, t: int, gamma, M: int):

@@ -16,7 +16,7 @@
   not state its tasks). v_L comes from iterating the operator form v_{l+1} = T_hat(v_l) (eq. 24-26), which is the
   transformer's output at every visited state by Theorem 1 when the context visits every state; the run checks
   this against ``transformer.forward`` on one small case. M_hat, P_hat are computed from the state counts by
-  eq. (49) (``operator_from_counts``, O(n + m^2) instead of the (n+1)^2 kernel that ``softmax_td.operator_form``
+  eq. (49) (``softmax_td.operator_from_counts``, O(n + m^2) instead of the (n+1)^2 kernel that ``softmax_td.operator_form``
   needs; the two agree, checked in the run and the tests). Trajectories start at S_0 ~ p0 and are conditioned on
   visiting every state among S_0..S_{n-1} (section 5) by resampling (up to ``max_resamples`` draws; a task left
   uncovered is dropped at that n and counted).
@@ -279,26 +279,6 @@ class DepthConfig:
             raise ValueError(f"slope_band must contain -1/2, got {self.slope_band}")
 
 
-def operator_from_counts(states, features, m: int, tau=1.0, n=None):
-    """M_hat, P_hat (m, m) of eq. (24) for the score <x(s), x(s')>/tau, through the state counts (eq. 49).
-
-    With c(u) = #{k <= n: S_{k-1} = u} and N(u, s') = #{k <= n: S_{k-1} = u, S_k = s'}:
-    M_hat(s, s') = c(s') e^{<x_s, x_s'>/tau} / sum_u c(u) e^{<x_s, x_u>/tau} (eq. 49) and
-    P_hat(s, s') = sum_u M_hat(s, u) N(u, s') / c(u), i.e. P_hat = M_hat P_emp (the split used in Lemma 6).
-    Equals ``softmax_td.operator_form(states, kernel_weights(X X^T, "softmax", tau), m)`` in O(n + m^2).
-    ``n`` (may be traced): use the first n transitions of ``states`` only (default: all), so one compiled
-    function serves every context length.
-    """
-    prev, nxt = states[:-1], states[1:]
-    w = jnp.ones(prev.shape, features.dtype) if n is None else (jnp.arange(prev.shape[0]) < n).astype(features.dtype)
-    counts = jnp.zeros(m, features.dtype).at[prev].add(w)
-    N = jnp.zeros((m, m), features.dtype).at[prev, nxt].add(w)
-    log_counts = jnp.where(counts > 0, jnp.log(jnp.where(counts > 0, counts, 1.0)), -jnp.inf)
-    M_hat = jax.nn.softmax(features @ features.T / tau + log_counts, axis=1)  # eq. (49)
-    P_emp = N / jnp.maximum(counts, 1.0)[:, None]
-    return M_hat, M_hat @ P_emp
-
-
 def visits_every_state(states, m: int, n=None):
     """True iff {S_0, ..., S_{n-1}} is the whole state space (section 5); n defaults to len(states) - 1."""
     prev = states[:-1]
@@ -306,24 +286,12 @@ def visits_every_state(states, m: int, n=None):
     return jnp.all(jnp.zeros(m, bool).at[prev].max(seen))
 
 
-def iterate_operator(M_hat, P_hat, r, gamma, num_layers: int):
-    """v_0 = 0, v_{l+1} = T_hat(v_l) (eq. 25-26) by lax.scan; returns (num_layers+1, m)."""
-    v0 = jnp.zeros(r.shape, r.dtype)
-
-    def layer(v, _):
-        v = st.apply_operator(v, M_hat, P_hat, r, gamma)
-        return v, v
-
-    _, vs = jax.lax.scan(layer, v0, None, length=num_layers)
-    return jnp.concatenate([v0[None], vs])
-
-
 def task_depth_curves(task, states, n, num_layers: int):
     """Everything Theorem 2 asks for one task and the first n transitions of ``states`` (a covering context)."""
     m = task.features.shape[0]
     gamma, r, v_pi = task.mrp.gamma, task.mrp.r, task.v_star
-    M_hat, P_hat = operator_from_counts(states, task.features, m, n=n)
-    vs = iterate_operator(M_hat, P_hat, r, gamma, num_layers)
+    M_hat, P_hat = st.operator_from_counts(states, task.features, m, n=n)
+    vs = st.iterate_operator(M_hat, P_hat, r, gamma, num_layers)
     v_inf = jnp.linalg.solve(M_hat - gamma * P_hat, M_hat @ r)  # fixed point of T_hat (eq. 25)
     T_hat = jnp.eye(m, dtype=r.dtype) - M_hat + gamma * P_hat
     M_pi = st.population_kernel(task.features, stationary_distribution(task.mrp))
@@ -412,8 +380,8 @@ def transformer_crosscheck(task, states, d: int, num_layers: int) -> dict:
     Zs = tf.forward(tf.make_prompt(X, R), V, A, gamma, num_layers, "tsm", "softmax")
     m = task.features.shape[0]
     M24, P24 = st.operator_form(states, st.kernel_weights(st.feature_scores(X), "softmax"), m)
-    M49, P49 = operator_from_counts(states, task.features, m)
-    vs = iterate_operator(M24, P24, task.mrp.r, gamma, num_layers)  # (L+1, m)
+    M49, P49 = st.operator_from_counts(states, task.features, m)
+    vs = st.iterate_operator(M24, P24, task.mrp.r, gamma, num_layers)  # (L+1, m)
     return {"transformer_vs_operator": float(jnp.abs(Zs[:, -1, :] - vs[:, states]).max()),
             "readout_vs_operator": float(jnp.abs(tf.readout(Zs) - vs[:, states[-1]]).max()),
             "eq49_vs_eq24": float(max(jnp.abs(M24 - M49).max(), jnp.abs(P24 - P49).max())),

@@ -40,7 +40,9 @@ context and reads out <w_t, x_n> (``batch_linear_td``), the algorithm of Wang et
 
 Operator form (section 5, every state visited): M_hat, P_hat of eq. (24) on the state space S = {0..m-1},
 T_hat(v) = (I - M_hat + gamma P_hat) v + M_hat r (eq. 25), iterated as v_{l+1} = T_hat(v_l) (eq. 26);
-population kernel M_pi (eq. 27) and the diagonal margin C of Assumption 5.1 (eq. 28).
+population kernel M_pi (eq. 27) and the diagonal margin C of Assumption 5.1 (eq. 28). ``operator_from_counts``
+builds M_hat, P_hat from state counts (eq. 49): O(n + m^2), defined at every state, visited or not;
+``iterate_operator`` runs eq. (26) for L layers.
 
 Everything is a function of one trajectory (vmap outside), jit-able with static ``kind``/``num_iters``/``m``,
 and float64-capable (dtypes follow the inputs). Value checks (gamma, tau, rho, NaN) run on concrete inputs only,
@@ -281,6 +283,38 @@ def apply_operator(v, M_hat, P_hat, r, gamma, alpha=1.0) -> Array:
                          f"{P_hat.shape}, {r.shape}")
     check_gamma(gamma)
     return v + alpha * ((gamma * P_hat - M_hat) @ v + M_hat @ r)  # eq. (25)
+
+
+def operator_from_counts(states, features, m: int, tau=1.0, n=None):
+    """M_hat, P_hat (m, m) of eq. (24) for the score <x(s), x(s')>/tau, through the state counts (eq. 49).
+
+    With c(u) = #{k <= n: S_{k-1} = u} and N(u, s') = #{k <= n: S_{k-1} = u, S_k = s'}:
+    M_hat(s, s') = c(s') e^{<x_s, x_s'>/tau} / sum_u c(u) e^{<x_s, x_u>/tau} (eq. 49) and
+    P_hat(s, s') = sum_u M_hat(s, u) N(u, s') / c(u), i.e. P_hat = M_hat P_emp (the split used in Lemma 6).
+    Equals ``softmax_td.operator_form(states, kernel_weights(X X^T, "softmax", tau), m)`` in O(n + m^2).
+    ``n`` (may be traced): use the first n transitions of ``states`` only (default: all), so one compiled
+    function serves every context length.
+    """
+    prev, nxt = states[:-1], states[1:]
+    w = jnp.ones(prev.shape, features.dtype) if n is None else (jnp.arange(prev.shape[0]) < n).astype(features.dtype)
+    counts = jnp.zeros(m, features.dtype).at[prev].add(w)
+    N = jnp.zeros((m, m), features.dtype).at[prev, nxt].add(w)
+    log_counts = jnp.where(counts > 0, jnp.log(jnp.where(counts > 0, counts, 1.0)), -jnp.inf)
+    M_hat = jax.nn.softmax(features @ features.T / tau + log_counts, axis=1)  # eq. (49)
+    P_emp = N / jnp.maximum(counts, 1.0)[:, None]
+    return M_hat, M_hat @ P_emp
+
+
+def iterate_operator(M_hat, P_hat, r, gamma, num_layers: int):
+    """v_0 = 0, v_{l+1} = T_hat(v_l) (eq. 25-26) by lax.scan; returns (num_layers+1, m)."""
+    v0 = jnp.zeros(r.shape, r.dtype)
+
+    def layer(v, _):
+        v = apply_operator(v, M_hat, P_hat, r, gamma)
+        return v, v
+
+    _, vs = jax.lax.scan(layer, v0, None, length=num_layers)
+    return jnp.concatenate([v0[None], vs])
 
 
 def population_kernel(features, mu, tau=1.0) -> Array:
