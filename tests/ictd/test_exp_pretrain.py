@@ -1,5 +1,5 @@
-"""The ictd.pretrain and ictd.mask-relaxation experiments: diagnostics against plain references, the replayed
-mirrored checkpoint against the training data, and both tiny profiles end to end (contract and resume)."""
+"""The ictd.pretrain and ictd.mask-relaxation experiments: diagnostics (pretrain_figures.py) against plain references,
+and both tiny profiles end to end (contract and resume)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ import numpy as np
 import pytest
 
 from memlab.ictd.emergence import a_emergence
-from memlab.ictd.exp_pretrain import (
-    EXPERIMENTS,
-    MaskRelaxationConfig,
-    PretrainExperimentConfig,
+from memlab.ictd.exp_pretrain import EXPERIMENTS, MaskRelaxationConfig, PretrainExperimentConfig, _emergence_along_dt
+from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config
+from memlab.ictd.pretrain_figures import (
     View,
-    _emergence_along_dt,
     binned_by_dt,
     diagonal_share,
     plot_blocks,
@@ -23,7 +21,6 @@ from memlab.ictd.exp_pretrain import (
     trailing_mean,
     truncated_mean_sem,
 )
-from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config
 from memlab.ictd.transformer import theta_star
 from memlab.runner import Experiment, run_experiment
 
