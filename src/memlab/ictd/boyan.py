@@ -25,6 +25,7 @@ import numpy as np
 from jax import Array
 
 from memlab.ictd.mrp import MRP, Task
+from memlab.ictd.softmax_td import check_gamma, check_int
 
 
 def boyan_chain(key: Array, m: int, d: int, gamma) -> Task:
@@ -34,13 +35,9 @@ def boyan_chain(key: Array, m: int, d: int, gamma) -> Task:
     ``jax.vmap(lambda k: boyan_chain(k, m, d, gamma))(keys)``: every field gains a leading batch axis.
     Floats are float32, or float64 under ``jax.enable_x64``.
     """
-    for name, value, least in (("m", m, 2), ("d", d, 1)):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
-            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
-    if not isinstance(gamma, jax.core.Tracer):
-        g = np.asarray(gamma, dtype=np.float64)
-        if g.shape != () or not 0.0 <= g < 1.0:
-            raise ValueError(f"gamma must be a scalar in [0, 1), got {gamma!r}")
+    check_int("m", m, 2)
+    check_int("d", d, 1)
+    check_gamma(gamma)
     return _boyan_chain(key, int(m), int(d), gamma)
 
 

@@ -40,6 +40,7 @@ from matplotlib.ticker import MaxNLocator
 from memlab import plots
 from memlab.ictd.neu import summarize, theta_star_looped, update_samples
 from memlab.ictd.random_tasks import random_task, task_margin
+from memlab.ictd.softmax_td import check_int
 from memlab.runner import Experiment
 
 PAPER = "softmax-transformers-in-context-td"
@@ -84,9 +85,7 @@ class NEUConfig:
         ints = ("m", "d", "num_actions", "num_layers", "num_samples", "num_samples_compare", "batch_size",
                 "slow_context", "slow_samples")
         for name in ints:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_int(name, getattr(self, name))
         if self.m < 2 or self.d < self.m:
             raise ValueError(f"need m >= 2 states and d >= m (orthonormal features), got m = {self.m}, d = {self.d}")
         if not isinstance(self.slow_layers, int) or self.slow_layers < 0:

@@ -55,6 +55,7 @@ from memlab.ictd.pretrain_figures import (
     sign_pattern,
     value_row,
 )
+from memlab.ictd.softmax_td import check_int
 from memlab.ictd.transformer import theta_star
 from memlab.runner import Experiment
 
@@ -88,9 +89,7 @@ class PretrainExperimentConfig:
             raise ValueError(f"train must be a PretrainConfig, got {type(self.train).__name__}")
         self.train.validate()
         for name in ("eval_tasks", "smooth_window", "num_bins"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_int(name, getattr(self, name))
 
 
 @dataclasses.dataclass(frozen=True)

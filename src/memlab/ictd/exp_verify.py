@@ -45,16 +45,6 @@ TOL = 1e-10  # Theorem 1 (relative) and Lemma 1 tolerance of the claims
 KIND_COLORS = {"softmax": "C0", "relu": "C1", "elu1": "C2", "rbf": "C3"}
 
 
-def _check_int(name, value, least):
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
-
-
-def _check_gamma(gamma):
-    if not 0.0 <= gamma < 1.0:
-        raise ValueError(f"gamma must lie in [0, 1), got {gamma}")
-
-
 # =============================================================================== ictd.verify (Fig. 7)
 
 
@@ -75,8 +65,8 @@ class VerifyConfig:
 
     def validate(self):
         for name, least in (("d", 1), ("n", 1), ("num_layers", 1), ("num_trials", 1), ("num_states", 2)):
-            _check_int(name, getattr(self, name), least)
-        _check_gamma(self.gamma)
+            st.check_int(name, getattr(self, name), least)
+        st.check_gamma(self.gamma)
         if not (self.alpha > 0 and self.feature_scale > 0):
             raise ValueError(f"alpha and feature_scale must be > 0, got {self.alpha}, {self.feature_scale}")
         if not self.kinds or any(k not in st.KERNELS for k in self.kinds):
@@ -262,7 +252,7 @@ class DepthConfig:
 
     def validate(self):
         for name, least in (("num_layers", 2), ("tasks_per_m", 1), ("num_actions", 1), ("max_resamples", 1)):
-            _check_int(name, getattr(self, name), least)
+            st.check_int(name, getattr(self, name), least)
         ns = self.context_lengths
         if len(ns) < 2 or any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in ns) or \
                 list(ns) != sorted(set(ns)):
@@ -271,7 +261,7 @@ class DepthConfig:
             raise ValueError(f"state_counts must be ints in [2, d = {self.d}], got {self.state_counts}")
         if min(ns) < max(self.state_counts):
             raise ValueError(f"the shortest context ({min(ns)}) cannot visit all {max(self.state_counts)} states")
-        _check_gamma(self.gamma)
+        st.check_gamma(self.gamma)
         if not self.feature_scale > 0:
             raise ValueError(f"feature_scale must be > 0, got {self.feature_scale}")
         lo, hi = self.slope_band

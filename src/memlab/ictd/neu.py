@@ -52,6 +52,7 @@ import numpy as np
 from jax import Array
 
 from memlab.ictd.mrp import Task, sample_trajectory
+from memlab.ictd.softmax_td import check_int
 from memlab.ictd.transformer import forward, make_prompt, readout
 
 NUM_U = 3  # u = (coefficient of R, of gamma v', of v)
@@ -145,9 +146,8 @@ def _layer_values(theta, features_traj, rewards, gamma, num_layers: int) -> Arra
 
 
 def _check_sampling_args(task: Task, d: int, num_layers, n, batched: bool) -> None:
-    for name, value in (("num_layers", num_layers), ("n", n)):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    check_int("num_layers", num_layers)
+    check_int("n", n)
     feats = task.features
     want = 3 if batched else 2
     if feats.ndim != want or feats.shape[-1] != d:

@@ -61,6 +61,7 @@ from jax import Array
 from memlab.ictd.boyan import boyan_chain
 from memlab.ictd.emergence import a_emergence, kernel_diagonal_mean, v_emergence
 from memlab.ictd.mrp import sample_trajectory
+from memlab.ictd.softmax_td import check_gamma, check_int
 from memlab.ictd.transformer import forward, make_prompt, readout
 
 A_MASKS = ("full", "relaxed")
@@ -129,13 +130,9 @@ class PretrainConfig:
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
         for name in ("d", "n", "num_layers", "batch_size", "minibatches_per_epoch", "num_epochs", "num_seeds"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.m, int) or self.m < 3:
-            raise ValueError(f"m must be an integer >= 3 (Boyan chain, Algorithm 2), got {self.m!r}")
-        if not 0.0 <= self.gamma < 1.0:
-            raise ValueError(f"gamma must lie in [0, 1), got {self.gamma}")
+            check_int(name, getattr(self, name))
+        check_int("m", self.m, 3)  # Boyan chain, Algorithm 2
+        check_gamma(self.gamma)
         if not (self.tau > 0 and math.isfinite(self.tau)):
             raise ValueError(f"tau must be a positive finite temperature, got {self.tau}")
         if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):

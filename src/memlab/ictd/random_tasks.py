@@ -25,7 +25,7 @@ import numpy as np
 from jax import Array
 
 from memlab.ictd.mrp import MRP, Task, stationary_distribution, value_function
-from memlab.ictd.softmax_td import diagonal_margin, population_kernel
+from memlab.ictd.softmax_td import check_gamma, check_int, diagonal_margin, population_kernel
 
 
 def random_task(key: Array, m: int, d: int, gamma, num_actions: int = 2, feature_scale=3.0) -> Task:
@@ -33,15 +33,14 @@ def random_task(key: Array, m: int, d: int, gamma, num_actions: int = 2, feature
 
     ``w_star`` = X^T v_pi / c^2 (exact: X X^T = c^2 I) and ``v_star`` = v_pi. Jitted with static ``m``, ``d``, ``num_actions``; vmap over keys.
     """
-    for name, value, least in (("m", m, 2), ("d", d, m), ("num_actions", num_actions, 1)):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
-            raise ValueError(f"{name} must be an int >= {least}, got {value!r}" + (" (d >= m)" if name == "d" else ""))
-    for name, value, ok, want in (("gamma", gamma, lambda g: 0.0 <= g < 1.0, "in [0, 1)"),
-                                  ("feature_scale", feature_scale, lambda c: c > 0 and np.isfinite(c), "> 0")):
-        if not isinstance(value, jax.core.Tracer):
-            v = np.asarray(value, dtype=np.float64)
-            if v.shape != () or not ok(float(v)):
-                raise ValueError(f"{name} must be a scalar {want}, got {value!r}")
+    check_int("m", m, 2)
+    check_int("d", d, m)  # orthonormal features need d >= m
+    check_int("num_actions", num_actions, 1)
+    check_gamma(gamma)
+    if not isinstance(feature_scale, jax.core.Tracer):
+        c = np.asarray(feature_scale, dtype=np.float64)
+        if c.shape != () or not (c > 0 and np.isfinite(c)):
+            raise ValueError(f"feature_scale must be a scalar > 0, got {feature_scale!r}")
     return _random_task(key, int(m), int(d), gamma, int(num_actions), feature_scale)
 
 
