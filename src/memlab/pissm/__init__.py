@@ -1,0 +1,1 @@
+"""pi-SSM study (paper: pi-ssm-hybrid-state-space.md)."""

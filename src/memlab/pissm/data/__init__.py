@@ -1,0 +1,27 @@
+"""Data sets of the pi-SSM study (section 7, App. G): Pong, Lorenz and the NCLT loader.
+
+Every generator or loader returns a ``Dataset`` (``splits.py``): train / validation / test ``Split`` records of
+arrays (observations y, ground-truth states x kept for evaluation, ground-truth modes z where they exist) and the
+observation matrix C and noise covariance R with y = C x + r.
+"""
+
+from memlab.pissm.data.lorenz import LORENZ_LAYOUT, generate_lorenz, integrate_lorenz, lorenz_transition_matrix
+from memlab.pissm.data.nclt import NCLT_LAYOUT, NCLTDataMissingError, load_nclt
+from memlab.pissm.data.pong import PONG_LAYOUT, generate_pong, simulate_pong
+from memlab.pissm.data.splits import Dataset, Split, SplitLayout
+
+__all__ = [
+    "Dataset",
+    "LORENZ_LAYOUT",
+    "NCLTDataMissingError",
+    "NCLT_LAYOUT",
+    "PONG_LAYOUT",
+    "Split",
+    "SplitLayout",
+    "generate_lorenz",
+    "generate_pong",
+    "integrate_lorenz",
+    "load_nclt",
+    "lorenz_transition_matrix",
+    "simulate_pong",
+]

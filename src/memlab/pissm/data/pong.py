@@ -1,0 +1,122 @@
+"""Pong: a ball bouncing in a four-walled box, the switching-dynamics data set of section 7 ("Pong"), Fig. 4, 9.
+
+The paper states 5k sequences x 80 steps, random start position and velocity, no forces, elastic reflections,
+noisy position observations, and nothing else. Our choices, each a documented default:
+
+- The box is the unit square [0, 1]^2 and the ball is a point. One step is one time unit: p_{t+1} = p_t + v_t.
+- Start position uniform in the box; heading uniform in [0, 2 pi); speed uniform in ``SPEED_RANGE`` = (0.03, 0.07)
+  box widths per step, so a ball travels ~4 box widths in 80 steps and hits ~4 walls, as in Fig. 9 / App. H.1
+  ("4 collisions" in 80 steps).
+- Observation noise y_t = p_t + r_t, r_t ~ N(0, ``NOISE_STD``^2 I) with NOISE_STD = 0.05 (the paper gives no
+  value): about one step's travel, so a single observation cannot tell the velocity and filtering pays off.
+- Exact reflection inside a step: the overshoot past a wall is mirrored back (p -> -p below 0, p -> 2 - p
+  above 1) and the normal velocity component changes sign. Velocities only ever change sign, so the speed is
+  conserved exactly (bit for bit). Speeds below one box width per step guarantee at most one reflection per axis
+  per step.
+- Ground-truth state x_t = [p_x, v_x, p_y, v_y] (the ordering of eq. (204)), where v_t is the velocity that
+  carries the ball from t to t+1; y_t = C x_t + r_t with C = [[1, 0, 0, 0], [0, 0, 1, 0]].
+- Ground-truth mode z_t = velocity-sign quadrant, ``2 * (v_x < 0) + (v_y < 0)`` (0: right-up, 1: right-down,
+  2: left-up, 3: left-down): the four true modes of App. H.1. A wall hit between t-1 and t flips a sign of v, so
+  z_t != z_{t-1} exactly at the steps with a collision. ``events[..., t, w]`` says wall w (``WALLS`` order:
+  left x=0, right x=1, bottom y=0, top y=1) was hit between t-1 and t; step 0 has none.
+- Splits (the paper gives none): 4000 / 500 / 500 sequences of 80 steps (``PONG_LAYOUT``), each split drawn with
+  its own key ``fold_in(key, i)`` so resizing one split leaves the others unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from memlab.pissm.data.splits import Dataset, Split, SplitLayout
+
+PONG_LAYOUT = SplitLayout(train=(4000, 80), validation=(500, 80), test=(500, 80))
+SPEED_RANGE = (0.03, 0.07)
+NOISE_STD = 0.05
+WALLS = ("left", "right", "bottom", "top")
+OBSERVATION_MATRIX = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]])
+
+
+def reflect_step(position: Array, velocity: Array) -> tuple[Array, Array, Array, Array]:
+    """One step of the true dynamics in the unit box, for arrays (..., 2) with |velocity| < 1 per axis.
+
+    Returns the new position and velocity and the hits ``below`` (crossed 0) and ``above`` (crossed 1), (..., 2)
+    bool per axis. The overshoot is mirrored back and the normal component of the velocity is negated.
+    """
+    moved = position + velocity
+    below, above = moved < 0, moved > 1
+    position = jnp.where(below, -moved, jnp.where(above, 2 - moved, moved))
+    velocity = jnp.where(below | above, -velocity, velocity)
+    return position, velocity, below, above
+
+
+def pong_mode(velocity: Array) -> Array:
+    """Velocity-sign quadrant (..., 2) -> (...) int32: 0 right-up, 1 right-down, 2 left-up, 3 left-down."""
+    return (2 * (velocity[..., 0] < 0) + (velocity[..., 1] < 0)).astype(jnp.int32)
+
+
+def _check(num_sequences, num_steps, speed_range, noise_std) -> tuple[float, float, float]:
+    for name, n in (("num_sequences", num_sequences), ("num_steps", num_steps)):
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {n!r}")
+    lo, hi = (float(s) for s in speed_range)
+    if not 0 < lo <= hi < 1:
+        raise ValueError(f"speed_range must satisfy 0 < low <= high < 1 (box widths per step), got {speed_range}")
+    if not (math.isfinite(float(noise_std)) and noise_std >= 0):
+        raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std}")
+    return lo, hi, float(noise_std)
+
+
+def simulate_pong(
+    key: Array, num_sequences: int, num_steps: int, speed_range=SPEED_RANGE, noise_std: float = NOISE_STD
+) -> Split:
+    """``num_sequences`` independent balls for ``num_steps`` steps (step 0 is the random start).
+
+    Returns a ``Split``: t (B, T) = 0..T-1; y (B, T, 2); x (B, T, 4) = [p_x, v_x, p_y, v_y]; z (B, T) int32
+    quadrant mode; events (B, T, 4) bool wall hits (``WALLS`` order). Vectorised over sequences, scan over time.
+    """
+    lo, hi, noise_std = _check(num_sequences, num_steps, speed_range, noise_std)
+    return _simulate(key, int(num_sequences), int(num_steps), lo, hi, noise_std)
+
+
+@functools.partial(jax.jit, static_argnames=("num_sequences", "num_steps"))
+def _simulate(key, num_sequences, num_steps, speed_low, speed_high, noise_std) -> Split:
+    dtype = jnp.result_type(float)
+    k_position, k_heading, k_speed, k_noise = jax.random.split(key, 4)
+    position = jax.random.uniform(k_position, (num_sequences, 2), dtype)
+    heading = jax.random.uniform(k_heading, (num_sequences,), dtype, 0.0, 2 * jnp.pi)
+    speed = jax.random.uniform(k_speed, (num_sequences,), dtype, speed_low, speed_high)
+    velocity = speed[:, None] * jnp.stack([jnp.cos(heading), jnp.sin(heading)], axis=-1)
+
+    def step(carry, _):
+        p, v, below, above = reflect_step(*carry)
+        return (p, v), (p, v, jnp.concatenate([below[:, :1], above[:, :1], below[:, 1:], above[:, 1:]], axis=-1))
+
+    _, (p, v, hits) = jax.lax.scan(step, (position, velocity), None, length=num_steps - 1)
+    p = jnp.concatenate([position[None], p], axis=0).swapaxes(0, 1)  # (B, T, 2)
+    v = jnp.concatenate([velocity[None], v], axis=0).swapaxes(0, 1)
+    hits = jnp.concatenate([jnp.zeros((1, num_sequences, 4), bool), hits], axis=0).swapaxes(0, 1)
+    x = jnp.stack([p[..., 0], v[..., 0], p[..., 1], v[..., 1]], axis=-1)
+    y = p + noise_std * jax.random.normal(k_noise, p.shape, dtype)
+    t = jnp.broadcast_to(jnp.arange(num_steps, dtype=dtype), (num_sequences, num_steps))
+    return Split(t=t, y=y, x=x, z=pong_mode(v), events=hits)
+
+
+def generate_pong(
+    key: Array, layout: SplitLayout = PONG_LAYOUT, speed_range=SPEED_RANGE, noise_std: float = NOISE_STD
+) -> Dataset:
+    """The Pong data set: each split from ``simulate_pong`` with key ``fold_in(key, i)``, i = 0, 1, 2.
+
+    C (2, 4) picks the positions out of x; R = noise_std^2 I (2, 2).
+    """
+    layout.check()
+    splits = [
+        simulate_pong(jax.random.fold_in(key, i), n, T, speed_range, noise_std) for i, (n, T) in enumerate(layout)
+    ]
+    dtype = jnp.result_type(float)
+    return Dataset(*splits, C=jnp.asarray(OBSERVATION_MATRIX, dtype), R=noise_std**2 * jnp.eye(2, dtype=dtype))
