@@ -1,0 +1,119 @@
+"""The Mamba block (the mixer only: no norm, no residual; the student wraps it), Gu & Dao (2024), as used by the
+student of A.1 of paper 4 (d_model 16, d_state 32, d_conv 4, expand 2, Delta rank ceil(d_model / 16)).
+
+    [x, z] = in_proj(u)                       (L, d_inner) each
+    xc     = silu(causal depthwise conv(x))   width d_conv, taps never cross a reset (sequence start)
+    [dt, B, C] = x_proj(xc)                   (L, dt_rank), (L, N), (L, N)
+    delta  = softplus(dt_proj(dt))            (L, d_inner)
+    y      = selective_scan(xc, delta, A = -exp(A_log), B, C, D)
+    out    = out_proj(y * silu(z))
+
+Initialisation as in the public Mamba code: A_log = log(1..N) per channel (S4D-real, A = -exp(A_log));
+dt_proj weight uniform in +-dt_rank^-1/2; dt_proj bias = softplus^{-1}(dt), dt log-uniform in [dt_min, dt_max]
+floored at 1e-4; D = 1; the projections and the conv use the default uniform +-fan_in^-1/2.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from memlab.layers.s6 import DISCRETIZATIONS, METHODS, check_choice, selective_scan
+
+
+class MambaBlock(eqx.Module):
+    """Mamba mixer for one sequence x (L, d_model) -> (L, d_model); the caller vmaps over a batch."""
+
+    in_proj: eqx.nn.Linear
+    conv_weight: Array  # (d_inner, d_conv); conv_weight[:, -1] multiplies the current token
+    conv_bias: Array
+    x_proj: eqx.nn.Linear
+    dt_proj: eqx.nn.Linear
+    A_log: Array
+    D: Array
+    out_proj: eqx.nn.Linear
+    d_state: int = eqx.field(static=True)
+    discretization: str = eqx.field(static=True)
+    scan: str = eqx.field(static=True)
+
+    def __init__(self, d_model: int, d_state: int = 32, d_conv: int = 4, expand: int = 2, dt_rank="auto",
+                 discretization: str = "zoh", scan: str = "sequential", dt_min: float = 1e-3,
+                 dt_max: float = 1e-1, *, key: Array):
+        for name, value in (("d_model", d_model), ("d_state", d_state), ("d_conv", d_conv), ("expand", expand)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if dt_rank == "auto":
+            dt_rank = math.ceil(d_model / 16)
+        if not isinstance(dt_rank, int) or dt_rank < 1:
+            raise ValueError(f"dt_rank must be 'auto' or a positive integer, got {dt_rank!r}")
+        if not 0 < dt_min <= dt_max:
+            raise ValueError(f"need 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
+        check_choice("discretization", discretization, DISCRETIZATIONS)
+        check_choice("scan", scan, METHODS)
+        d_inner = expand * d_model
+        k_in, k_conv, k_conv_b, k_x, k_dt_w, k_dt, k_out = jax.random.split(key, 7)
+        self.in_proj = eqx.nn.Linear(d_model, 2 * d_inner, use_bias=False, key=k_in)
+        bound = 1 / math.sqrt(d_conv)  # depthwise conv: fan_in = d_conv
+        self.conv_weight = jax.random.uniform(k_conv, (d_inner, d_conv), minval=-bound, maxval=bound)
+        self.conv_bias = jax.random.uniform(k_conv_b, (d_inner,), minval=-bound, maxval=bound)
+        self.x_proj = eqx.nn.Linear(d_inner, dt_rank + 2 * d_state, use_bias=False, key=k_x)
+        dt_std = dt_rank**-0.5
+        dt = jnp.exp(jax.random.uniform(k_dt, (d_inner,), minval=math.log(dt_min), maxval=math.log(dt_max)))
+        dt = jnp.maximum(dt, 1e-4)
+        # dt_proj: weight uniform +-dt_rank^-1/2; bias softplus^{-1}(dt), so that softplus(bias) = dt at init
+        dt_proj = eqx.nn.Linear(dt_rank, d_inner, key=k_dt_w)
+        weight = jax.random.uniform(k_dt_w, (d_inner, dt_rank), minval=-dt_std, maxval=dt_std)
+        self.dt_proj = eqx.tree_at(lambda lin: (lin.weight, lin.bias), dt_proj, (weight, dt + jnp.log(-jnp.expm1(-dt))))
+        self.A_log = jnp.log(jnp.broadcast_to(jnp.arange(1, d_state + 1, dtype=dt.dtype), (d_inner, d_state)))
+        self.D = jnp.ones(d_inner, dt.dtype)
+        self.out_proj = eqx.nn.Linear(d_inner, d_model, use_bias=False, key=k_out)
+        self.d_state = d_state
+        self.discretization = discretization
+        self.scan = scan
+
+    @property
+    def A(self) -> Array:
+        """The diagonal state matrix, (d_inner, d_state), all entries negative."""
+        return -jnp.exp(self.A_log)
+
+    @property
+    def dt_rank(self) -> int:
+        return self.dt_proj.in_features
+
+    def _causal_conv(self, x: Array, reset: Array | None) -> Array:
+        """Depthwise causal conv: out_t = bias + sum_j w[:, K-1-j] x_{t-j}, over taps t-j in t's own sequence."""
+        L, K = x.shape[0], self.conv_weight.shape[1]
+        segment = jnp.zeros(L, jnp.int32) if reset is None else jnp.cumsum(reset)
+        padded = jnp.concatenate([jnp.zeros((K - 1,) + x.shape[1:], x.dtype), x])
+        out = jnp.broadcast_to(self.conv_bias, x.shape)
+        for j in range(K):  # over the K taps, not over time
+            x_back = padded[K - 1 - j: K - 1 - j + L]  # x_{t-j}, zero for t < j
+            same = (jnp.arange(L) >= j) & (segment == jnp.roll(segment, j))
+            out = out + self.conv_weight[:, K - 1 - j] * jnp.where(same[:, None], x_back, 0.0)
+        return out
+
+    def ssm_inputs(self, x: Array, reset: Array | None = None) -> dict[str, Array]:
+        """For x (L, d_model): xc, z (L, d_inner), delta (L, d_inner), B, C (L, d_state)."""
+        x = jnp.asarray(x)
+        d_model = self.in_proj.in_features
+        if x.ndim != 2 or x.shape[1] != d_model:
+            raise ValueError(f"x must be (L, d_model) with d_model = {d_model}, got shape {x.shape}")
+        if reset is not None and (jnp.shape(reset) != x.shape[:1] or jnp.asarray(reset).dtype != jnp.bool_):
+            raise ValueError(f"reset must be a boolean array of shape ({x.shape[0]},), got {jnp.shape(reset)}")
+        xz = x @ self.in_proj.weight.T
+        x_in, z = jnp.split(xz, 2, axis=-1)
+        xc = jax.nn.silu(self._causal_conv(x_in, reset))
+        dt, B, C = jnp.split(xc @ self.x_proj.weight.T, [self.dt_rank, self.dt_rank + self.d_state], axis=-1)
+        delta = jax.nn.softplus(dt @ self.dt_proj.weight.T + self.dt_proj.bias)
+        return {"xc": xc, "z": z, "delta": delta, "B": B, "C": C}
+
+    def __call__(self, x: Array, reset: Array | None = None) -> Array:
+        """(L, d_model) -> (L, d_model); reset (L,) bool starts a new sequence at those tokens (packing)."""
+        s = self.ssm_inputs(x, reset)
+        y = selective_scan(s["xc"], s["delta"], self.A, s["B"], s["C"], self.D, reset=reset,
+                           discretization=self.discretization, method=self.scan)
+        return (y * jax.nn.silu(s["z"])) @ self.out_proj.weight.T

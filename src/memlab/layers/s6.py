@@ -1,0 +1,317 @@
+"""The S6 selective state-space layer: discretisation, linear scans, the diagonal (Mamba) selective scan, and the
+general-A layer of section 4.2 of *Mamba as measure-valued associative memory* (paper 4).
+
+Discretisation of dh/dt = A h + B u over a step Delta with the input held fixed (zero-order hold, ZOH):
+
+    M = exp(Delta A),      N = (int_0^Delta exp(s A) ds) B                                   # section 4.2
+
+The integral is computed from one matrix exponential of the augmented matrix [[A, I], [0, 0]] (its top-right
+block), so it is exact and stable for any square A, including singular and non-diagonalisable ones, where
+the textbook form (Delta A)^{-1} (exp(Delta A) - I) Delta B does not exist. For diagonal A (entries a) the
+integral is expm1(Delta a) / a, whose a -> 0 limit is Delta.
+
+The public Mamba code uses a different rule for B ("Euler-B"): exp(Delta A) for A but plain Delta B for B, i.e.
+it drops the factor expm1(Delta a) / (Delta a) = 1 + Delta a / 2 + O((Delta a)^2). Both agree to first order in
+Delta a; ``discretization="euler_b"`` selects it so results can be compared with that code.
+
+Scans: h_t = a_t h_{t-1} + b_t (elementwise) or h_t = M_t h_{t-1} + b_t (matrix), sequential (``lax.scan``) or
+parallel (``lax.associative_scan``, composing affine maps). A per-step ``reset`` flag restarts the recurrence at
+t from the initial state, so packed sequences behave as separate ones. On a CPU the sequential form is faster
+(DESIGN.md); the parallel form is the accelerator path and the cross-check.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+METHODS = ("sequential", "parallel")
+DISCRETIZATIONS = ("zoh", "euler_b")
+
+
+def check_choice(name: str, value, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"unknown {name} {value!r}; expected one of {', '.join(map(repr, allowed))}")
+
+
+# ---------------------------------------------------------------------------------------------- discretisation
+
+
+def _expm_and_integral(A: Array, delta: Array) -> tuple[Array, Array]:
+    """(exp(delta A), int_0^delta exp(sA) ds): expm(delta [[A, I], [0, 0]]) = [[exp(delta A), integral], [0, I]]."""
+    d = A.shape[0]
+    augmented = jnp.zeros((2 * d, 2 * d), A.dtype).at[:d, :d].set(A).at[:d, d:].set(jnp.eye(d, dtype=A.dtype))
+    E = jax.scipy.linalg.expm(delta * augmented)
+    return E[:d, :d], E[:d, d:]
+
+
+def _check_square(A: Array) -> None:
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"A must be a square matrix (d, d), got shape {A.shape}")
+
+
+def _check_scalar_delta(delta: Array) -> None:
+    if jnp.ndim(delta) != 0:
+        raise ValueError(f"delta must be a scalar step, got shape {jnp.shape(delta)}")
+
+
+def zoh_integral(A: Array, delta: Array) -> Array:
+    """int_0^delta exp(s A) ds for any square A (d, d) and a scalar step delta; returns (d, d)."""
+    A = jnp.asarray(A)
+    _check_square(A)
+    _check_scalar_delta(delta)
+    return _expm_and_integral(A, delta)[1]
+
+
+def discretize(A: Array, delta: Array, B: Array) -> tuple[Array, Array]:
+    """ZOH discretisation of section 4.2: M = exp(delta A) (d, d), N = (int_0^delta exp(sA) ds) B (d, k).
+
+    A (d, d) any square matrix (singular allowed), delta a scalar, B (d, k).
+    """
+    A, B = jnp.asarray(A), jnp.asarray(B)
+    _check_square(A)
+    _check_scalar_delta(delta)
+    if B.ndim != 2 or B.shape[0] != A.shape[0]:
+        raise ValueError(f"B must be (d, k) with d = {A.shape[0]} rows (A is {A.shape}), got shape {B.shape}")
+    M, integral = _expm_and_integral(A, delta)
+    return M, integral @ B
+
+
+def _phi1(z: Array) -> Array:
+    """expm1(z) / z with its limit 1 at z = 0; value and gradient finite and accurate everywhere.
+
+    For |z| < 0.1 the Taylor series sum_k z^k / (k+1)!, k <= 9, is used (truncation < 3e-18 relative): the
+    quotient's autodiff gradient exp(z)/z - expm1(z)/z^2 cancels catastrophically there. The division
+    elsewhere sees a where-safe denominator, so no NaN reaches the gradient through the unused branch.
+    """
+    small = jnp.abs(z) < 0.1
+    zs = jnp.where(small, z, 0.0)
+    series = jnp.ones_like(z)
+    for k in range(10, 1, -1):  # Horner: 1 + z/2! (1 + z/3 (1 + ... ))
+        series = 1.0 + zs / k * series
+    zl = jnp.where(small, 1.0, z)
+    return jnp.where(small, series, jnp.expm1(zl) / zl)
+
+
+def discretize_diagonal(a: Array, delta: Array, method: str = "zoh") -> tuple[Array, Array]:
+    """Elementwise discretisation of a diagonal system (a and delta broadcast); returns (abar, bscale).
+
+    abar = exp(delta a). The input coefficient is B_bar = bscale * B with
+      "zoh":     bscale = expm1(delta a) / a   (exact zero-order hold, = delta when a = 0; section 4.2)
+      "euler_b": bscale = delta                (the public Mamba code: exp(delta A) but plain delta B)
+    They differ by the factor expm1(delta a) / (delta a) = 1 + delta a / 2 + O((delta a)^2), so they coincide
+    as delta -> 0 (and exactly when a = 0).
+    """
+    check_choice("discretization", method, DISCRETIZATIONS)
+    a, delta = jnp.asarray(a), jnp.asarray(delta)
+    z = delta * a
+    abar = jnp.exp(z)
+    if method == "zoh":
+        return abar, delta * _phi1(z)
+    return abar, jnp.broadcast_to(delta, z.shape)
+
+
+# ------------------------------------------------------------------------------------------------------ scans
+
+
+def _prepare(b: Array, h0, reset, state_shape, method: str):
+    """Common checks of the scans; returns (h0, reset) filled in."""
+    check_choice("method", method, METHODS)
+    L = b.shape[0]
+    h0 = jnp.zeros(state_shape, b.dtype) if h0 is None else jnp.asarray(h0)
+    if h0.shape != state_shape:
+        raise ValueError(f"h0 must have the state shape {state_shape}, got {h0.shape}")
+    reset = jnp.zeros(L, bool) if reset is None else jnp.asarray(reset)
+    if reset.shape != (L,) or reset.dtype != jnp.bool_:
+        raise ValueError(f"reset must be a boolean array of shape ({L},), got {reset.dtype} {reset.shape}")
+    return h0, reset
+
+
+def linear_scan(a: Array, b: Array, h0: Array | None = None, reset: Array | None = None,
+                method: str = "sequential") -> Array:
+    """h_t = a_t * h_{t-1} + b_t elementwise for t = 0..L-1, h_{-1} = h0; returns h (L, *S).
+
+    a, b (L, *S); h0 (*S) (default zeros); reset (L,) bool: where reset[t], h_{t-1} is replaced by h0.
+    """
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    if a.shape != b.shape or a.ndim < 1:
+        raise ValueError(f"a and b must have the same shape (L, *S), got {a.shape} and {b.shape}")
+    h0, reset = _prepare(b, h0, reset, b.shape[1:], method)
+    if method == "sequential":
+
+        def step(h, inputs):
+            a_t, b_t, r_t = inputs
+            h = a_t * jnp.where(r_t, h0, h) + b_t
+            return h, h
+
+        return jax.lax.scan(step, h0, (a, b, reset))[1]
+    # A reset step is the constant map h -> a_t h0 + b_t, i.e. the affine map (0, a_t h0 + b_t).
+    r = reset.reshape((-1,) + (1,) * (a.ndim - 1))
+    a, b = jnp.where(r, 0.0, a), jnp.where(r, a * h0 + b, b)
+
+    def compose(first, second):  # "first, then second"
+        a1, b1 = first
+        a2, b2 = second
+        return a1 * a2, a2 * b1 + b2
+
+    a_cum, b_cum = jax.lax.associative_scan(compose, (a, b))
+    return a_cum * h0 + b_cum
+
+
+def matrix_scan(M: Array, b: Array, h0: Array | None = None, reset: Array | None = None,
+                method: str = "sequential") -> Array:
+    """h_t = M_t h_{t-1} + b_t for t = 0..L-1, h_{-1} = h0; returns h (L, d).
+
+    M (L, d, d); b (L, d); h0 (d,) (default zeros); reset (L,) bool: where reset[t], h_{t-1} is replaced by h0.
+    """
+    M, b = jnp.asarray(M), jnp.asarray(b)
+    if M.ndim != 3 or b.ndim != 2 or M.shape != b.shape + b.shape[1:]:
+        raise ValueError(f"expected M (L, d, d) and b (L, d), got {M.shape} and {b.shape}")
+    h0, reset = _prepare(b, h0, reset, b.shape[1:], method)
+    if method == "sequential":
+
+        def step(h, inputs):
+            M_t, b_t, r_t = inputs
+            h = M_t @ jnp.where(r_t, h0, h) + b_t
+            return h, h
+
+        return jax.lax.scan(step, h0, (M, b, reset))[1]
+    b = jnp.where(reset[:, None], M @ h0 + b, b)
+    M = jnp.where(reset[:, None, None], 0.0, M)
+
+    def compose(first, second):
+        M1, b1 = first
+        M2, b2 = second
+        return M2 @ M1, jnp.einsum("...ij,...j->...i", M2, b1) + b2
+
+    M_cum, b_cum = jax.lax.associative_scan(compose, (M, b))
+    return M_cum @ h0 + b_cum
+
+
+# ------------------------------------------------------------------------------------ diagonal selective scan
+
+
+def selective_scan(x: Array, delta: Array, A: Array, B: Array, C: Array, D: Array | None = None,
+                   h0: Array | None = None, reset: Array | None = None, discretization: str = "zoh",
+                   method: str = "sequential", return_state: bool = False):
+    """Mamba's diagonal selective scan of one sequence.
+
+        h_t = exp(delta_t A) h_{t-1} + bscale(delta_t, A) B_t x_t,     y_t = h_t C_t + D x_t
+
+    x, delta (L, Din); A (Din, N) (negative entries for a stable scan); B, C (L, N); D (Din,) or None (no skip);
+    h0 (Din, N) (default zeros); reset (L,) bool restarts from h0. bscale: see ``discretize_diagonal``.
+    Returns y (L, Din), and the final state h_{L-1} (Din, N) if ``return_state``.
+
+    "sequential" discretises inside the ``lax.scan`` body, so no (L, Din, N) tensor is formed in the forward
+    pass (the step is rematerialised in the backward pass, which keeps only the carries h_t, not abar, bscale);
+    "parallel" materialises a and b (L, Din, N) and calls ``linear_scan(method="parallel")``.
+    """
+    check_choice("method", method, METHODS)
+    check_choice("discretization", discretization, DISCRETIZATIONS)
+    x, delta, A, B, C = map(jnp.asarray, (x, delta, A, B, C))
+    if x.ndim != 2 or delta.shape != x.shape:
+        raise ValueError(f"x and delta must both be (L, Din), got {x.shape} and {delta.shape}")
+    L, Din = x.shape
+    if A.ndim != 2 or A.shape[0] != Din:
+        raise ValueError(f"A must be (Din, N) with Din = {Din}, got {A.shape}")
+    N = A.shape[1]
+    if B.shape != (L, N) or C.shape != (L, N):
+        raise ValueError(f"B and C must be (L, N) = ({L}, {N}), got {B.shape} and {C.shape}")
+    if D is not None and jnp.shape(D) != (Din,):
+        raise ValueError(f"D must be (Din,) = ({Din},), got {jnp.shape(D)}")
+    h0, reset = _prepare(x, h0, reset, (Din, N), method)
+
+    if method == "sequential":
+
+        @jax.checkpoint  # the backward pass recomputes the step: ~7x faster fwd+bwd on CPU than storing residuals
+        def step(h, inputs):
+            x_t, delta_t, B_t, C_t, r_t = inputs
+            abar, bscale = discretize_diagonal(A, delta_t[:, None], discretization)
+            h = abar * jnp.where(r_t, h0, h) + bscale * (x_t[:, None] * B_t[None, :])
+            return h, h @ C_t
+
+        h_last, y = jax.lax.scan(step, h0, (x, delta, B, C, reset))
+    else:
+        abar, bscale = discretize_diagonal(A[None], delta[:, :, None], discretization)
+        h = linear_scan(abar, bscale * x[:, :, None] * B[:, None, :], h0, reset, method="parallel")
+        y, h_last = jnp.einsum("ldn,ln->ld", h, C), h[-1]
+    if D is not None:
+        y = y + D * x
+    return (y, h_last) if return_state else y
+
+
+# ------------------------------------------------------------------------------------ the layer of section 4.2
+
+
+class S6(eqx.Module):
+    """The S6 layer of section 4.2 with a general (possibly singular, non-diagonal) A.
+
+    For each token u_l (d_in,):
+        B(u) = B^(0) + sum_m u_m B^(m),   C(u) = C^(0) + sum_m u_m C^(m),   Delta(u) = softplus(a_Delta^T u + b_Delta)
+        M(u) = exp(Delta A),   N(u) = (int_0^Delta exp(sA) ds) B(u)
+        h_l = M(u_l) h_{l-1} + N(u_l) u_l   (h_{-1} = h_init),     o_l = C(u_l)^T h_l
+    Shapes: A (d_h, d_h); B (d_in+1, d_h, d_in) holds [B^(0), ..., B^(d_in)]; C (d_in+1, d_h, d_out);
+    a_delta (d_in,); b_delta scalar; h_init (d_h,).
+    """
+
+    A: Array
+    B: Array
+    C: Array
+    a_delta: Array
+    b_delta: Array
+    h_init: Array
+
+    def __init__(self, d_in: int, d_h: int, d_out: int, *, key: Array):
+        """Random init with A + A^T negative definite (A = skew - diag(1..d_h)), so ||exp(Delta A)||_2 < 1 for
+        every Delta > 0 and the state map is a contraction (Assumption 4.1); Delta starts log-uniform in
+        [1e-3, 1e-1] as in Mamba; the input-dependent parts B^(m), C^(m) (m >= 1) start smaller than B^(0), C^(0).
+        """
+        for name, value in (("d_in", d_in), ("d_h", d_h), ("d_out", d_out)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        k_skew, k_b0, k_b, k_c0, k_c, k_a, k_dt = jax.random.split(key, 7)
+        W = jax.random.normal(k_skew, (d_h, d_h)) / math.sqrt(2 * d_h)
+        self.A = (W - W.T) - jnp.diag(jnp.arange(1, d_h + 1, dtype=W.dtype))
+        self.B = jnp.concatenate([jax.random.normal(k_b0, (1, d_h, d_in)) / math.sqrt(d_in),
+                                  jax.random.normal(k_b, (d_in, d_h, d_in)) / d_in])
+        self.C = jnp.concatenate([jax.random.normal(k_c0, (1, d_h, d_out)) / math.sqrt(d_h),
+                                  jax.random.normal(k_c, (d_in, d_h, d_out)) / math.sqrt(d_h * d_in)])
+        self.a_delta = jax.random.normal(k_a, (d_in,)) / (10 * math.sqrt(d_in))
+        dt = jnp.exp(jax.random.uniform(k_dt, (), minval=math.log(1e-3), maxval=math.log(1e-1)))
+        self.b_delta = dt + jnp.log(-jnp.expm1(-dt))  # softplus^{-1}(dt)
+        self.h_init = jnp.zeros(d_h, W.dtype)
+
+    def _check_input(self, u: Array) -> None:
+        d_in = self.a_delta.shape[0]
+        if u.ndim != 2 or u.shape[1] != d_in:
+            raise ValueError(f"u must be (L, d_in) with d_in = {d_in}, got shape {u.shape}")
+
+    def transitions(self, u: Array) -> tuple[Array, Array]:
+        """M(u_l) (L, d_h, d_h) and the input term N(u_l) u_l (L, d_h) for every token of u (L, d_in)."""
+        u = jnp.asarray(u)
+        self._check_input(u)
+
+        def one(u_l):
+            B_u = self.B[0] + jnp.tensordot(u_l, self.B[1:], axes=1)  # (d_h, d_in)
+            delta = jax.nn.softplus(self.a_delta @ u_l + self.b_delta)
+            M, integral = _expm_and_integral(self.A, delta)
+            return M, integral @ (B_u @ u_l)
+
+        return jax.vmap(one)(u)
+
+    def __call__(self, u: Array, reset: Array | None = None, method: str = "sequential") -> Array:
+        """o (L, d_out) for u (L, d_in); reset (L,) bool restarts the state from h_init at those tokens."""
+        check_choice("method", method, METHODS)
+        M, Nu = self.transitions(u)
+        h = matrix_scan(M, Nu, self.h_init, reset, method)
+        C_u = self.C[0] + jnp.tensordot(u, self.C[1:], axes=1)  # (L, d_h, d_out)
+        return jnp.einsum("lho,lh->lo", C_u, h)
+
+    def contraction(self, u: Array) -> Array:
+        """||M(u_l)||_2 per token, (L,): the Lipschitz constant of h -> M(u_l) h + N(u_l) u_l (Assumption 4.1)."""
+        M, _ = self.transitions(u)
+        return jnp.linalg.norm(M, ord=2, axis=(-2, -1))
