@@ -11,9 +11,10 @@ from collections.abc import Iterable
 
 from memlab.belief import experiments as belief
 from memlab.ictd import experiments as ictd
+from memlab.recall import experiments as recall
 from memlab.runner import Experiment
 
-_STUDIES = (belief, ictd)
+_STUDIES = (belief, ictd, recall)
 
 
 def _build(experiments: Iterable[Experiment]) -> dict[str, Experiment]:

@@ -425,3 +425,15 @@ def test_bad_inputs_raise_value_errors_naming_the_problem():
         layer(z((5, D_IN + 1)))
     with pytest.raises(ValueError, match="method"):
         layer(z((5, D_IN)), method="parallel-ish")
+
+
+def test_nonzero_a_fast_path_equals_the_general_zoh_in_value_and_gradient(x64):
+    a = -jnp.exp(jnp.linspace(-3.0, 3.0, 13))  # Mamba's A = -exp(A_log), never zero
+    delta = jnp.geomspace(1e-4, 2.0, 13)[:, None]
+    general = discretize_diagonal(a, delta, "zoh")
+    fast = discretize_diagonal(a, delta, "zoh", a_nonzero=True)
+    for g, f in zip(general, fast):
+        np.testing.assert_allclose(np.asarray(f), np.asarray(g), rtol=1e-12)
+    grad = [jax.grad(lambda a, flag=flag: discretize_diagonal(a, delta, "zoh", flag)[1].sum())(a)
+            for flag in (False, True)]
+    np.testing.assert_allclose(np.asarray(grad[1]), np.asarray(grad[0]), rtol=1e-9)

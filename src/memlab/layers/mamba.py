@@ -115,5 +115,5 @@ class MambaBlock(eqx.Module):
         """(L, d_model) -> (L, d_model); reset (L,) bool starts a new sequence at those tokens (packing)."""
         s = self.ssm_inputs(x, reset)
         y = selective_scan(s["xc"], s["delta"], self.A, s["B"], s["C"], self.D, reset=reset,
-                           discretization=self.discretization, method=self.scan)
+                           discretization=self.discretization, method=self.scan, a_nonzero=True)  # A < 0
         return (y * jax.nn.silu(s["z"])) @ self.out_proj.weight.T

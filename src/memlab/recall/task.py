@@ -1,0 +1,213 @@
+"""The recall-predict task (Definition 3.1) and its synthetic instance of App. A.1.
+
+A context is the balanced mixture nu = (1/I) sum_i delta_{v_i} (x) mu_i of I tagged content measures; the
+query q = v_{i*} names one component and the target depends on nu only through mu_{i*}.
+
+Synthetic instance (App. A.1, the data of Kawata & Suzuki 2026): content domain X_0 = [0, 1], basis
+e_0 = 1, e_j(x) = sqrt(2) sin(pi j x), Mercer eigenvalues lambda_j = exp(-j^alpha) for j = 0..M-1 (M = 16).
+Each content measure has Gaussian coefficients Z ~ N(0, I) with the constant coordinate Z_0 = 0, the
+unnormalised density mu~(x) = sum_j lambda_j Z_j e_j(x) is clamped at 0 and renormalised on a uniform grid of
+32 points (``np.linspace(0, 1, 32)``) to a probability mass function. The target is
+
+    Y = q_1 * sum_j lambda_j (Z_j^{(i*)})^2 + xi,   xi ~ N(0, sigma^2), sigma = 0.01       (App. A.1)
+
+With the A.1 tags {+1, -1} (d_1 = 1) and a uniform i*, q_1 = v_1 is the queried tag, exactly as A.1 draws
+v_1 = +-1 and queries it. For d_1 > 1 the factor q_1 (first tag coordinate) is our generalisation;
+``query_dependent=False`` gives the query-independent target of Theorem 6.1 case 2.
+
+Two things the paper leaves implicit, stated here:
+
+* Renormalisation discards the scale of Z and the clamp discards its negative part, so Y is not a function
+  of the recalled measure mu_{i*} alone: even the Bayes predictor that knows mu_{i*} exactly has an error
+  above sigma^2. The experiments therefore also report baselines (see ``baseline_mse``).
+* If the clamped density vanishes on the whole grid (possible when lambda_1 dominates, alpha large, and
+  Z_1 < 0), the mass function is taken uniform; ``degenerate_fraction`` reports how often that happens.
+* A.1 calls its tags "separated in the sense of Assumption 5.4", but with d_1 = 1 and I = 2 the assumption's
+  I <= d_1 fails; what the proof uses (Lemma C.4: <q, v_{i*}> = 1, <q, v_i> <= 0 otherwise) does hold.
+  ``check_tags`` enforces the unit norm and the non-positive inner products, and the I <= d_1 bound only
+  when ``strict=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+A1_TAGS = np.array([[1.0], [-1.0]])  # App. A.1: v_1 = +-1, v_2 = -v_1
+
+
+def check_tags(tags, strict: bool = False) -> np.ndarray:
+    """Validate a tag system (I, d_1) against Assumption 5.4; returns it as a float array.
+
+    Unit norm and pairwise <v_i, v_j> <= 0 are always required (they make the query-tag inner product
+    separate the queried component, Lemma C.4); ``strict`` also requires I <= d_1.
+    """
+    tags = np.asarray(tags, dtype=float)
+    if tags.ndim != 2 or tags.shape[0] < 1 or tags.shape[1] < 1:
+        raise ValueError(f"tags must be an (I, d_1) array with I, d_1 >= 1; got shape {tags.shape}")
+    norms = np.linalg.norm(tags, axis=1)
+    if not np.allclose(norms, 1.0, atol=1e-6):
+        raise ValueError(f"tags must lie on the unit sphere (Assumption 5.4); norms are {np.round(norms, 6).tolist()}")
+    gram = tags @ tags.T
+    off = gram[~np.eye(len(tags), dtype=bool)]
+    if off.size and off.max() > 1e-9:
+        i, j = np.argwhere((gram > 1e-9) & ~np.eye(len(tags), dtype=bool))[0]
+        raise ValueError(f"tags {i} and {j} have inner product {gram[i, j]:.3g} > 0; Assumption 5.4 needs <= 0")
+    if strict and tags.shape[0] > tags.shape[1]:
+        raise ValueError(f"Assumption 5.4 needs I <= d_1; got I = {tags.shape[0]}, d_1 = {tags.shape[1]}")
+    return tags
+
+
+def orthogonal_tags(num_tags: int, tag_dim: int) -> np.ndarray:
+    """I orthonormal tags e_1..e_I in R^{d_1} (satisfy Assumption 5.4 with I <= d_1)."""
+    if not 1 <= num_tags <= tag_dim:
+        raise ValueError(f"orthogonal tags need 1 <= I <= d_1; got I = {num_tags}, d_1 = {tag_dim}")
+    return np.eye(tag_dim)[:num_tags]
+
+
+@dataclasses.dataclass(frozen=True)
+class RecallTask:
+    """Sizes and constants of one recall-predict task (defaults: App. A.1 with alpha = 1)."""
+
+    alpha: float = 1.0
+    context_length: int = 5000  # T: i.i.d. context tokens per example
+    num_coeffs: int = 16  # M: Mercer coordinates j = 0..M-1
+    grid_size: int = 32  # points of the content grid
+    noise_std: float = 0.01  # sigma of the label noise
+    tags: tuple = ((1.0,), (-1.0,))  # (I, d_1); A.1 default
+    query_dependent: bool = True
+
+    def __post_init__(self):
+        if not (np.isfinite(self.alpha) and self.alpha > 0):
+            raise ValueError(f"alpha must be a positive number (Assumption 5.1); got {self.alpha}")
+        for name, low in (("context_length", 1), ("num_coeffs", 2), ("grid_size", 2)):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+        if not (np.isfinite(self.noise_std) and self.noise_std >= 0):
+            raise ValueError(f"noise_std must be >= 0; got {self.noise_std}")
+        check_tags(self.tags)
+
+    @property
+    def tag_array(self) -> np.ndarray:
+        return np.asarray(self.tags, dtype=float)
+
+    @property
+    def grid(self) -> np.ndarray:
+        """The content grid (G,) on [0, 1]."""
+        return np.linspace(0.0, 1.0, self.grid_size)
+
+    @property
+    def eigenvalues(self) -> np.ndarray:
+        """lambda_j = exp(-j^alpha), j = 0..M-1 (lambda_0 = 1 multiplies Z_0 = 0)."""
+        return np.exp(-(np.arange(self.num_coeffs, dtype=float) ** self.alpha))
+
+    @property
+    def basis(self) -> np.ndarray:
+        """e_j on the grid, (M, G): e_0 = 1, e_j = sqrt(2) sin(pi j x)."""
+        j = np.arange(self.num_coeffs)[:, None]
+        return np.where(j == 0, 1.0, np.sqrt(2.0) * np.sin(np.pi * j * self.grid[None, :]))
+
+
+class Batch(NamedTuple):
+    """n examples of a recall-predict task (leading axis n everywhere).
+
+    context_tags (n, T, d_1), context_content (n, T): the i.i.d. context tokens X_t = (V_t, Z_t);
+    query (n, d_1) = v_{i*}; queried (n,) int = i*; y (n,) noisy target; y_clean (n,) = F_*(nu, q);
+    pmf (n, I, G) the content mass functions; coeffs (n, I, M) the Gaussian coefficients Z.
+    """
+
+    context_tags: Array
+    context_content: Array
+    query: Array
+    queried: Array
+    y: Array
+    y_clean: Array
+    pmf: Array
+    coeffs: Array
+
+
+def content_pmf(coeffs: Array, task: RecallTask) -> Array:
+    """Clamp-and-renormalise (App. A.1): coeffs (..., M) with Z_0 ignored -> mass function (..., G)."""
+    lam = jnp.asarray(task.eigenvalues, coeffs.dtype)
+    basis = jnp.asarray(task.basis, coeffs.dtype)
+    density = jnp.maximum((coeffs * lam) @ basis, 0.0)
+    total = density.sum(-1, keepdims=True)
+    uniform = jnp.full_like(density, 1.0 / task.grid_size)
+    return jnp.where(total > 0, density / jnp.where(total > 0, total, 1.0), uniform)
+
+
+def target(coeffs: Array, query: Array, task: RecallTask) -> Array:
+    """F_*(nu, q) = q_1 sum_j lambda_j Z_j^2 for the recalled coefficients (..., M); query (..., d_1)."""
+    energy = (jnp.asarray(task.eigenvalues, coeffs.dtype) * coeffs**2).sum(-1)
+    return query[..., 0] * energy if task.query_dependent else energy
+
+
+def sample(key: Array, n: int, task: RecallTask) -> Batch:
+    """n i.i.d. examples (nu, q, Y) of ``task``; jitted per (n, task). Different keys give independent sets."""
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"number of examples n must be an integer >= 1; got {n!r}")
+    return _sample(key, int(n), task)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _sample(key: Array, n: int, task: RecallTask) -> Batch:
+    return jax.vmap(lambda k: _sample_one(k, task))(jax.random.split(key, n))
+
+
+def _sample_one(key: Array, task: RecallTask) -> Batch:
+    tags = jnp.asarray(task.tag_array, jnp.float32)
+    num_tags = tags.shape[0]
+    k_z, k_q, k_x, k_noise = jax.random.split(key, 4)
+    coeffs = jax.random.normal(k_z, (num_tags, task.num_coeffs)).at[:, 0].set(0.0)  # constant coordinate = 0
+    pmf = content_pmf(coeffs, task)
+    queried = jax.random.randint(k_q, (), 0, num_tags)
+    query = tags[queried]
+    context_tags, context_content = sample_context(k_x, pmf, tags, task.context_length, task)
+    y_clean = target(coeffs[queried], query, task)
+    y = y_clean + task.noise_std * jax.random.normal(k_noise, ())
+    return Batch(context_tags, context_content, query, queried, y, y_clean, pmf, coeffs)
+
+
+def sample_context(key: Array, pmf: Array, tags: Array, length: int, task: RecallTask) -> tuple[Array, Array]:
+    """``length`` i.i.d. tokens X_t = (V_t, Z_t) ~ nu = (1/I) sum_i delta_{v_i} (x) mu_i; returns tags (T, d_1), content (T,).
+
+    pmf (I, G) the content mass functions on ``task.grid``, tags (I, d_1). ``length`` must be static under jit.
+    """
+    k_comp, k_x = jax.random.split(key)
+    component = jax.random.randint(k_comp, (length,), 0, tags.shape[0])  # balanced mixture
+    cell = jax.random.categorical(k_x, jnp.log(pmf[component]))  # grid index drawn from mu_component
+    return tags[component], jnp.asarray(task.grid, jnp.float32)[cell]
+
+
+def degenerate_fraction(key: Array, task: RecallTask, num: int = 100_000) -> float:
+    """Fraction of content measures whose clamped density is zero on the whole grid (then taken uniform)."""
+    coeffs = jax.random.normal(key, (num, task.num_coeffs)).at[:, 0].set(0.0)
+    density = (coeffs * jnp.asarray(task.eigenvalues, jnp.float32)) @ jnp.asarray(task.basis, jnp.float32)
+    return float(jnp.mean(jnp.all(density <= 0, axis=-1)))
+
+
+def baseline_mse(task: RecallTask) -> dict[str, float]:
+    """Exact risks of two reference predictors (label noise included), from the coefficient distribution.
+
+    With S = sum_j lambda_j Z_j^2 (Z_0 = 0) and g = q_1 (query-dependent) or 1, Y = g S + xi:
+
+    * ``mean``: predict E[Y] (a constant); risk Var(g S) + sigma^2. With the A.1 tags E[Y] = 0.
+    * ``tag_only``: predict E[Y | q] = g E[S], the best a model can do from the query alone, without
+      recalling the content; risk E[g^2] Var(S) + sigma^2.
+
+    E[S] = sum_{j>=1} lambda_j, Var(S) = 2 sum_{j>=1} lambda_j^2 (chi-square moments); i* is uniform.
+    """
+    lam = task.eigenvalues[1:]
+    mean_s, var_s = lam.sum(), 2.0 * (lam**2).sum()
+    g = task.tag_array[:, 0] if task.query_dependent else np.ones(1)
+    mean_g, mean_g2 = g.mean(), (g**2).mean()
+    noise = task.noise_std**2
+    mean = mean_g2 * (var_s + mean_s**2) - (mean_g * mean_s) ** 2 + noise
+    return {"mean": float(mean), "tag_only": float(mean_g2 * var_s + noise)}

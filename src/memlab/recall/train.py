@@ -1,0 +1,137 @@
+"""Training of a recall student as App. A.1 / A.4, in the PureJaxRL style.
+
+``make_train(config, make_model)`` returns one pure, jittable ``train(key, train_set, val_set)``: the whole
+run (every epoch: a shuffled pass of Adam steps, then the validation MSE) is one ``lax.scan``, so it can be
+jitted once and vmapped over seeds (``jax.vmap(train, in_axes=(0, 0, None))`` with one training set per seed).
+
+A.1 / A.4 hyper-parameters: Adam, learning rate 2e-3 decayed by 0.95 after every epoch (staircase), batch
+min(16, n), gradient clipping at global norm 1.0, 30 (A.1) or 120 (A.4) epochs; the reported number is the
+lowest validation MSE over the epochs (early stopping), and the model at that epoch is returned with it.
+When n is not a multiple of the batch size the last partial batch of each (freshly shuffled) epoch is dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+from jax import Array
+
+from memlab.recall.encoding import encode
+from memlab.recall.task import Batch
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 30  # A.1 (A.4: 120)
+    learning_rate: float = 2e-3
+    decay: float = 0.95  # per epoch
+    batch_size: int = 16  # the batch is min(batch_size, n)
+    clip_norm: float = 1.0
+    eval_chunk: int = 100  # validation examples per vectorised chunk (memory, not results)
+
+    def __post_init__(self):
+        for name in ("epochs", "batch_size", "eval_chunk"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        for name in ("learning_rate", "clip_norm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0; got {getattr(self, name)!r}")
+        if not 0 < self.decay <= 1:
+            raise ValueError(f"decay must be in (0, 1]; got {self.decay!r}")
+
+
+class TrainResult(NamedTuple):
+    best_val_mse: Array  # ()
+    best_epoch: Array  # () int, 0-based
+    val_mse: Array  # (epochs,) after each epoch
+    train_mse: Array  # (epochs,) mean minibatch loss of each epoch
+    model: eqx.Module  # the model at the best epoch
+
+
+def predictions(model: eqx.Module, data: Batch, chunk: int = 100) -> Array:
+    """Student outputs (n,) for every example of ``data``, ``chunk`` examples at a time."""
+    def one(example):
+        query, tags, content = example
+        return model(encode(query, tags, content))
+
+    return jax.lax.map(one, (data.query, data.context_tags, data.context_content), batch_size=chunk)
+
+
+def mse(model: eqx.Module, data: Batch, chunk: int = 100) -> Array:
+    """Mean squared error against the noisy targets ``data.y`` (what A.1 reports)."""
+    return jnp.mean((predictions(model, data, chunk) - data.y) ** 2)
+
+
+def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module]):
+    """``train(key, train_set, val_set, num_train=None) -> TrainResult``; ``make_model(key)`` builds the student.
+
+    Only the first ``num_train`` examples of ``train_set`` are used (default: all). ``num_train`` may be traced,
+    so one compiled ``train`` serves every n up to the size of ``train_set``: an epoch is a fixed scan over
+    ceil(capacity / batch) slots of ``batch`` examples, of which the first n // batch (one for n < batch)
+    carry the shuffled valid examples and the rest are skipped (``lax.cond``: no gradient, no Adam step), and
+    padding examples get weight zero. The effect is exactly the n-example run with batch min(16, n).
+    """
+
+    def train(key: Array, train_set: Batch, val_set: Batch, num_train=None) -> TrainResult:
+        capacity = train_set.y.shape[0]
+        slot = min(config.batch_size, capacity)  # static batch shape
+        num_slots = -(-capacity // slot)
+        n = jnp.asarray(capacity if num_train is None else num_train)
+        batch = jnp.minimum(config.batch_size, n)  # the batch of the n-example run
+        steps_per_epoch = jnp.maximum(n // batch, 1)
+        k_model, k_epochs = jax.random.split(key)
+        params, static = eqx.partition(make_model(k_model), eqx.is_inexact_array)
+        optimiser = optax.chain(optax.clip_by_global_norm(config.clip_norm), optax.scale_by_adam())
+
+        def loss(p, idx, weight):
+            model = eqx.combine(p, static)
+            sequences = jax.vmap(encode)(train_set.query[idx], train_set.context_tags[idx],
+                                         train_set.context_content[idx])
+            err = (jax.vmap(model)(sequences) - train_set.y[idx]) ** 2
+            return jnp.sum(weight * err) / jnp.sum(weight)
+
+        def step(carry, inputs):
+            p, opt_state, lr = carry
+            idx, weight, active = inputs
+
+            def update(p, opt_state):
+                value, grads = jax.value_and_grad(loss)(p, idx, weight)
+                updates, opt_state = optimiser.update(grads, opt_state, p)
+                return optax.apply_updates(p, jax.tree.map(lambda u: -lr * u, updates)), opt_state, value
+
+            p, opt_state, value = jax.lax.cond(active, update, lambda p, o: (p, o, jnp.zeros(())), p, opt_state)
+            return (p, opt_state, lr), value
+
+        def epoch(carry, inputs):
+            p, opt_state, best_p, best_mse, best_epoch = carry
+            k, index = inputs
+            # a random order of the n valid examples first, padding after; slot s takes positions s*slot ...
+            order = jnp.argsort(jnp.where(jnp.arange(capacity) < n, jax.random.uniform(k, (capacity,)), 2.0))
+            order = jnp.pad(order, (0, num_slots * slot - capacity))
+            # the n-example run's step s uses positions s*batch .. s*batch + batch - 1 of the order
+            position = jnp.arange(num_slots)[:, None] * batch + jnp.arange(slot)[None, :]  # < num_slots * slot
+            in_batch = jnp.arange(slot)[None, :] < batch
+            active = jnp.arange(num_slots) < steps_per_epoch
+            idx = order[position]
+            weight = (in_batch & active[:, None]).astype(jnp.float32)
+            lr = config.learning_rate * config.decay ** index.astype(jnp.float32)  # staircase decay per epoch
+            (p, opt_state, _), losses = jax.lax.scan(step, (p, opt_state, lr), (idx, weight, active))
+            val = mse(eqx.combine(p, static), val_set, config.eval_chunk)
+            better = val < best_mse
+            best_p = jax.tree.map(lambda new, old: jnp.where(better, new, old), p, best_p)
+            carry = (p, opt_state, best_p, jnp.minimum(val, best_mse), jnp.where(better, index, best_epoch))
+            return carry, (val, jnp.sum(losses) / steps_per_epoch)
+
+        init = (params, optimiser.init(params), params, jnp.asarray(jnp.inf), jnp.asarray(0))
+        epochs = (jax.random.split(k_epochs, config.epochs), jnp.arange(config.epochs))
+        (_, _, best_p, best_mse, best_epoch), (val_curve, train_curve) = jax.lax.scan(epoch, init, epochs)
+        return TrainResult(best_mse, best_epoch, val_curve, train_curve, eqx.combine(best_p, static))
+
+    return train
