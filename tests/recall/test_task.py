@@ -6,8 +6,17 @@ import jax
 import numpy as np
 import pytest
 
-from memlab.recall.task import (A1_TAGS, RecallTask, baseline_mse, check_tags, content_pmf, degenerate_fraction,
-                                orthogonal_tags, sample, sample_context)
+from memlab.recall.task import (
+    A1_TAGS,
+    RecallTask,
+    baseline_mse,
+    check_tags,
+    content_pmf,
+    degenerate_fraction,
+    orthogonal_tags,
+    sample,
+    sample_context,
+)
 
 
 @pytest.fixture(scope="module")

@@ -155,10 +155,10 @@ def run_context_limit(cfg: ContextLimitConfig, run: Run) -> dict:
     t = np.arange(1, len(coupling) + 1)
     usable = coupling > 1e-5 * coupling[0]
     if usable.sum() >= 10:
-        slope = np.polyfit(t[usable], np.log(coupling[usable]), 1)[0]
+        slope, intercept = np.polyfit(t[usable], np.log(coupling[usable]), 1)
         r_eff = float(np.exp(slope))
     else:
-        r_eff = float("nan")
+        r_eff = intercept = float("nan")
 
     dev = np.abs(mean - mean[-1])  # |F^(T) - F^(T_max)|
     run.save_csv("finite_context.csv", ["T", "pair", "F_T", "stderr", "target_F_star", "query_tag"],
@@ -181,7 +181,7 @@ def run_context_limit(cfg: ContextLimitConfig, run: Run) -> dict:
     axes[1].legend()
     axes[2].plot(t, coupling, label="mean distance")
     if np.isfinite(r_eff):
-        axes[2].plot(t, coupling[0] * r_eff ** (t - 1), "k--", lw=0.8, label=f"fit r_eff = {r_eff:.4f}")
+        axes[2].plot(t, np.exp(intercept) * r_eff**t, "k--", lw=0.8, label=f"least-squares fit, r_eff = {r_eff:.4f}")
     axes[2].set(yscale="log", xlabel="shared tokens t", ylabel="‖features − features′‖",
                 title=f"coupling of two chains; per-step bound\nr ≤ {', '.join(f'{b:.4f}' for b in bounds)} (per layer)")
     axes[2].legend()
