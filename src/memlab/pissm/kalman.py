@@ -1,0 +1,251 @@
+"""Exact Kalman filter of a linear-Gaussian state-space model (App. A.2, eq. 17-21; App. G.1, eq. 197-198).
+
+Model, in the time convention of eq. (1) and Algorithm "Inference in pi-SSM" (App. E.1): a prior
+x_0 ~ N(m_0, P_0), then for t = 1..T
+
+    x_t = A_t x_{t-1} + q_t,  q_t ~ N(0, Q_t);        y_t = C_t x_t + r_t,  r_t ~ N(0, R_t).
+
+Arrays are 0-based: ``y[i]`` is y_{i+1}, ``A[i]`` maps x_i to x_{i+1}. A, C, Q, R are either fixed, (M, M),
+(N, M), (M, M), (N, N), or time-varying with a leading axis T. Each step predicts (eq. 18) then, if y_t is
+observed, updates (eq. 19-21); a missing y_t (``mask[i] = False``; its value is ignored, NaN allowed) is predict
+only, as in App. H.1, and contributes log-likelihood 0. Data whose first observation sees the initial state
+(the pi-SSM data sets: y[0] observes x[0]) use ``observe_initial=True``: step 1 skips the prediction, which is
+the same as A_1 = I, Q_1 = 0.
+
+Numerics: the gain solves with the Cholesky factor of S_t = C P C^T + R, and the covariance update is the Joseph
+form P = (I - K C) P (I - K C)^T + K R K^T, symmetrised. Eq. (21)'s P - K S K^T is the same matrix in exact
+arithmetic, but in float32 it subtracts nearly equal numbers when observations are precise and can lose
+positive definiteness; the Joseph form is a sum of two positive semi-definite terms. (Eq. (7) of the main text
+prints + K (C P C^T + R) K^T for pi-SSM's learned gain; the exact filter subtracts, eq. (21).) Q and the prior
+covariance may be singular; S_t must be positive definite, which a positive definite R guarantees.
+
+Plain functions in the style of dynamax; one sequence per call (vmap outside); jit outside.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+from jax.scipy.linalg import cho_factor, cho_solve
+
+
+class KalmanFiltered(NamedTuple):
+    """Output of ``kalman_filter`` for T steps, state size M.
+
+    ``means`` (T, M) and ``covariances`` (T, M, M): filtered p(x_t | y_{1:t}), t = 1..T.
+    ``predicted_means`` (T, M), ``predicted_covariances`` (T, M, M): predictive p(x_t | y_{1:t-1}).
+    ``log_likelihoods`` (T,): log p(y_t | y_{1:t-1}) = log N(y_t; C_t m_{t|t-1}, C_t P_{t|t-1} C_t^T + R_t),
+    0 where y_t is missing; their sum is the exact log marginal likelihood of the observed y's.
+    """
+
+    means: Array
+    covariances: Array
+    predicted_means: Array
+    predicted_covariances: Array
+    log_likelihoods: Array
+
+
+def symmetrise(P: Array) -> Array:
+    """(P + P^T) / 2 over the last two axes: exactly symmetric in floating point."""
+    return 0.5 * (P + jnp.swapaxes(P, -1, -2))
+
+
+def predict(mean: Array, cov: Array, A: Array, Q: Array) -> tuple[Array, Array]:
+    """Eq. (18): N(m, P) -> N(A m, A P A^T + Q). mean (M,), cov (M, M), A (M, M), Q (M, M)."""
+    return A @ mean, symmetrise(A @ cov @ A.T + Q)
+
+
+def update(mean: Array, cov: Array, y: Array, C: Array, R: Array) -> tuple[Array, Array, Array]:
+    """Eq. (19)-(21) with the Joseph-form covariance. mean (M,), cov (M, M), y (N,), C (N, M), R (N, N).
+
+    Returns the filtered mean (M,), covariance (M, M) and log N(y; C mean, C cov C^T + R) (scalar).
+    """
+    S = symmetrise(C @ cov @ C.T + R)
+    S_chol = cho_factor(S, lower=True)
+    residual = y - C @ mean
+    K = cho_solve(S_chol, C @ cov).T  # eq. (19): P C^T S^{-1}, S symmetric
+    whitened = jax.scipy.linalg.solve_triangular(S_chol[0], residual, lower=True)
+    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(S_chol[0])))
+    log_lik = -0.5 * (y.shape[-1] * math.log(2 * math.pi) + log_det + whitened @ whitened)
+    I_KC = jnp.eye(mean.shape[-1], dtype=cov.dtype) - K @ C
+    cov = symmetrise(I_KC @ cov @ I_KC.T + K @ R @ K.T)  # Joseph form of eq. (21)
+    return mean + K @ residual, cov, log_lik  # eq. (20)
+
+
+def filter_step(
+    mean: Array, cov: Array, y: Array, observed: Array, A: Array, C: Array, Q: Array, R: Array
+) -> tuple[Array, Array, Array, Array, Array]:
+    """One predict-then-update step from p(x_{t-1} | y_{1:t-1}); the update is skipped where ``observed`` is False.
+
+    Returns (filtered mean, filtered cov, predicted mean, predicted cov, log p(y_t | y_{1:t-1}) or 0).
+    """
+    pred_mean, pred_cov = predict(mean, cov, A, Q)
+    y = jnp.where(observed, y, jnp.zeros_like(y))  # a NaN at a missing step must not reach the arithmetic
+    new_mean, new_cov, log_lik = update(pred_mean, pred_cov, y, C, R)
+    new_mean = jnp.where(observed, new_mean, pred_mean)
+    new_cov = jnp.where(observed, new_cov, pred_cov)
+    return new_mean, new_cov, pred_mean, pred_cov, jnp.where(observed, log_lik, 0.0)
+
+
+def kalman_filter(
+    y: Array,
+    A: Array,
+    C: Array,
+    Q: Array,
+    R: Array,
+    initial_mean: Array,
+    initial_cov: Array,
+    mask: Array | None = None,
+    observe_initial: bool = False,
+) -> KalmanFiltered:
+    """Filter y (T, N) through the model of the module docstring with a ``lax.scan`` over time.
+
+    A (M, M) or (T, M, M); C (N, M) or (T, N, M); Q (M, M) or (T, M, M); R (N, N) or (T, N, N);
+    initial_mean (M,), initial_cov (M, M) of x_0; mask (T,) bool, True where y_t is observed (None: all).
+    ``observe_initial``: y[0] observes x_0 itself (no prediction before the first update).
+    """
+    y, mask = check_observations(y, mask)
+    T, N = y.shape
+    M = initial_mean.shape[-1] if jnp.ndim(initial_mean) == 1 else -1
+    if M < 1:
+        raise ValueError(f"initial_mean must have shape (M,) with M >= 1, got {jnp.shape(initial_mean)}")
+    matrices = {"A": (A, (M, M)), "C": (C, (N, M)), "Q": (Q, (M, M)), "R": (R, (N, N))}
+    fixed, varying = {}, {}
+    for name, (X, shape) in matrices.items():
+        (fixed if check_matrix(name, X, shape, T) else varying)[name] = X
+    check_matrix("initial_cov", initial_cov, (M, M))
+    for name, P in (("initial_cov", initial_cov), ("Q", Q), ("R", R)):
+        check_covariance(name, P)
+
+    def step_matrices(previous_mean, varying_t):
+        m = {**fixed, **varying_t}
+        return m["A"], m["C"], m["Q"], m["R"], None
+
+    filtered, _ = scan_filter(y, mask, initial_mean, initial_cov, step_matrices, varying, observe_initial)
+    return filtered
+
+
+def scan_filter(
+    y: Array,
+    mask: Array,
+    initial_mean: Array,
+    initial_cov: Array,
+    step_matrices: Callable,
+    inputs=None,
+    observe_initial: bool = False,
+) -> tuple[KalmanFiltered, object]:
+    """The filter loop (``lax.scan``) for matrices that may depend on the previous filtered mean (unchecked inputs).
+
+    ``step_matrices(m_{t-1|t-1} (M,), inputs_t) -> (A_t, C_t, Q_t, R_t, aux_t)``, where ``inputs_t`` is the t-th
+    slice of the pytree ``inputs`` (leading axis T, or None). Returns the ``KalmanFiltered`` record and the aux_t
+    stacked over time. ``kalman_filter`` and the LG variant (lg.py, A_t and C_t mixed from m_{t-1|t-1}) use it.
+    """
+    T = y.shape[0]
+    skip_predict = jnp.zeros(T, bool).at[0].set(bool(observe_initial))
+
+    def step(carry, inputs_t):
+        mean, cov = carry
+        y_t, observed, skip, extra = inputs_t
+        A_t, C_t, Q_t, R_t, aux = step_matrices(mean, extra)
+        M = mean.shape[-1]
+        A_t = jnp.where(skip, jnp.eye(M, dtype=mean.dtype), A_t)
+        Q_t = jnp.where(skip, jnp.zeros((M, M), mean.dtype), Q_t)
+        out = filter_step(mean, cov, y_t, observed, A_t, C_t, Q_t, R_t)
+        return out[:2], (out, aux)
+
+    carry = (jnp.asarray(initial_mean), jnp.asarray(initial_cov))
+    _, (out, aux) = jax.lax.scan(step, carry, (y, mask, skip_predict, inputs))
+    return KalmanFiltered(*out), aux
+
+
+def sample_lgssm(
+    key: Array, A: Array, C: Array, Q: Array, R: Array, initial_mean: Array, initial_cov: Array, num_steps: int
+) -> tuple[Array, Array]:
+    """Draw x_{1:T} (T, M) and y_{1:T} (T, N) from the model of the module docstring (x_0 from the prior).
+
+    Same matrix shapes as ``kalman_filter`` (fixed or with a leading axis T = num_steps). Singular Q, R, initial
+    covariances are allowed (noise is drawn through a symmetric square root).
+    """
+    if not isinstance(num_steps, (int, np.integer)) or isinstance(num_steps, bool) or num_steps < 1:
+        raise ValueError(f"num_steps must be an int >= 1, got {num_steps!r}")
+    M = jnp.shape(initial_mean)[-1]
+    N = jnp.shape(C)[-2]
+    per_step = {}
+    for name, X, shape in (("A", A, (M, M)), ("C", C, (N, M)), ("Q", Q, (M, M)), ("R", R, (N, N))):
+        fixed = check_matrix(name, X, shape, num_steps)
+        per_step[name] = jnp.broadcast_to(X, (num_steps, *shape)) if fixed else jnp.asarray(X)
+    check_matrix("initial_cov", initial_cov, (M, M))
+    for name, P in (("initial_cov", initial_cov), ("Q", Q), ("R", R)):
+        check_covariance(name, P)
+    k0, kq, kr = jax.random.split(key, 3)
+    x0 = initial_mean + psd_sqrt(initial_cov) @ jax.random.normal(k0, (M,), jnp.result_type(initial_mean))
+    q = jnp.einsum("tij,tj->ti", psd_sqrt(per_step["Q"]), jax.random.normal(kq, (num_steps, M), x0.dtype))
+    r = jnp.einsum("tij,tj->ti", psd_sqrt(per_step["R"]), jax.random.normal(kr, (num_steps, N), x0.dtype))
+
+    def step(x, inputs):
+        A_t, q_t = inputs
+        x = A_t @ x + q_t
+        return x, x
+
+    _, xs = jax.lax.scan(step, x0, (per_step["A"], q))
+    return xs, jnp.einsum("tij,tj->ti", per_step["C"], xs) + r
+
+
+def psd_sqrt(P: Array) -> Array:
+    """Symmetric square root S (..., M, M) with S S^T = P of a positive semi-definite P (eigenvalues clipped at 0)."""
+    eigenvalues, vectors = jnp.linalg.eigh(symmetrise(jnp.asarray(P)))
+    return (vectors * jnp.sqrt(jnp.clip(eigenvalues, 0.0))[..., None, :]) @ jnp.swapaxes(vectors, -1, -2)
+
+
+# ---------------------------------------------------------------- input checks (shared with lg.py, particle.py)
+
+
+def is_concrete(*xs) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+def check_observations(y, mask) -> tuple[Array, Array]:
+    """y (T, N) with T, N >= 1 and finite where observed; mask (T,) bool or None (all observed)."""
+    y = jnp.asarray(y)
+    if y.ndim != 2 or y.shape[0] < 1 or y.shape[1] < 1:
+        raise ValueError(f"y must have shape (T, N) with T, N >= 1 (one sequence; vmap for a batch), got {y.shape}")
+    mask = jnp.ones(y.shape[0], bool) if mask is None else jnp.asarray(mask)
+    if mask.shape != y.shape[:1] or mask.dtype != jnp.bool_:
+        raise ValueError(f"mask must be a bool array of shape {y.shape[:1]}, got {mask.dtype} {mask.shape}")
+    if is_concrete(y, mask):
+        bad = ~np.all(np.isfinite(np.asarray(y)), axis=-1) & np.asarray(mask)
+        if np.any(bad):
+            raise ValueError(f"y is not finite at observed step {int(np.argmax(bad))}; mark missing steps in mask")
+    return y, mask
+
+
+def check_matrix(name: str, X, shape: tuple[int, ...], T: int | None = None) -> bool:
+    """ValueError unless X has shape ``shape`` (returns True: fixed) or, if T is given, (T, *shape) (returns
+    False: time-varying)."""
+    X_shape = jnp.shape(X)
+    if X_shape != shape and (T is None or X_shape != (T, *shape)):
+        expected = f"{shape} or {(T, *shape)} (time-varying)" if T is not None else f"{shape}"
+        raise ValueError(f"{name} must have shape {expected}, got {X_shape}")
+    if is_concrete(X) and not np.all(np.isfinite(np.asarray(X))):
+        raise ValueError(f"{name} must be finite")
+    return X_shape == shape
+
+
+def check_covariance(name: str, P) -> None:
+    """ValueError unless P (..., M, M) is finite, symmetric and positive semi-definite (checked when concrete)."""
+    if not is_concrete(P):
+        return
+    P = np.asarray(P, dtype=np.float64)
+    if not np.all(np.isfinite(P)):
+        raise ValueError(f"{name} must be finite")
+    scale = max(float(np.max(np.abs(P))), np.finfo(np.float32).tiny)
+    if np.max(np.abs(P - np.swapaxes(P, -1, -2))) > 1e-6 * scale:
+        raise ValueError(f"{name} must be symmetric")
+    if np.min(np.linalg.eigvalsh(P)) < -1e-6 * scale:
+        raise ValueError(f"{name} must be positive semi-definite, smallest eigenvalue {np.min(np.linalg.eigvalsh(P))}")
