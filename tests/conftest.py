@@ -9,6 +9,8 @@ catalog under the names ``fake.means`` and ``fake.other``; used by test_runner.p
 from __future__ import annotations
 
 import dataclasses
+import os
+import tempfile
 from types import SimpleNamespace
 
 import jax
@@ -17,6 +19,18 @@ import numpy as np
 import pytest
 
 from memlab.runner import Experiment
+
+
+def pytest_configure(config):
+    """Share compiled XLA programs between the xdist workers (and later runs) through JAX's persistent cache.
+
+    Several tests compile the same program (e.g. the recall tiny profiles train the same student); a cached
+    executable is keyed by the program itself, so results never depend on the cache. Only compiles over 2 s
+    are stored. Set MEMLAB_JAX_CACHE to move it.
+    """
+    default = os.path.join(tempfile.gettempdir(), f"memlab-jax-cache-{os.getuid()}")
+    jax.config.update("jax_compilation_cache_dir", os.environ.get("MEMLAB_JAX_CACHE", default))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.0)
 
 
 @pytest.fixture
