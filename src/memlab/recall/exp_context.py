@@ -114,18 +114,21 @@ def _coupling(model, pairs, task: RecallTask, length: int, num: int, key) -> np.
     return np.mean([np.asarray(one(model, k)) for k in jax.random.split(key, num)], axis=0)
 
 
-def _per_step_bound(model, pairs, task: RecallTask, key) -> list[float]:
+def _per_step_bound(model, pairs, task: RecallTask, key, length: int = 1000) -> list[float]:
     """Largest exp(Delta A) of each block's state over the context tokens of one sampled context per pair."""
     tags = jnp.asarray(task.tag_array, jnp.float32)
-    bounds = np.zeros(len(model.blocks))
-    for p in range(pairs.y.shape[0]):
-        ctx = sample_context(jax.random.fold_in(key, p), pairs.pmf[p], tags, 1000, task)
-        _, mixer_inputs = model.trace(encode(pairs.query[p], *ctx))
-        for b, (block, x) in enumerate(zip(model.blocks, mixer_inputs)):
-            delta = block.ssm_inputs(x)["delta"][1:-1]  # context tokens only, (T, d_inner)
-            largest = jnp.exp(jnp.max(delta * jnp.max(block.A, axis=1)[None, :]))  # A < 0: max_n A_dn is the slowest
-            bounds[b] = max(bounds[b], float(largest))
-    return bounds.tolist()
+
+    @eqx.filter_jit
+    def largest_decay(model, pmf, query, k):
+        _, mixer_inputs = model.trace(encode(query, *sample_context(k, pmf, tags, length, task)))
+        return jnp.stack([
+            # context tokens only; A < 0, so max_n A_dn is each channel's slowest mode
+            jnp.exp(jnp.max(block.ssm_inputs(x)["delta"][1:-1] * jnp.max(block.A, axis=1)[None, :]))
+            for block, x in zip(model.blocks, mixer_inputs)])
+
+    per_pair = [largest_decay(model, pairs.pmf[p], pairs.query[p], jax.random.fold_in(key, p))
+                for p in range(pairs.y.shape[0])]
+    return np.max(np.stack(per_pair), axis=0).tolist()
 
 
 def run_context_limit(cfg: ContextLimitConfig, run: Run) -> dict:
