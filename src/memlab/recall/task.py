@@ -133,11 +133,20 @@ class Batch(NamedTuple):
     coeffs: Array
 
 
+def sample_coeffs(key: Array, num: int, task: RecallTask) -> Array:
+    """num Gaussian coefficient vectors Z (num, M) with the constant coordinate Z_0 = 0 (App. A.1)."""
+    return jax.random.normal(key, (num, task.num_coeffs)).at[:, 0].set(0.0)
+
+
+def unnormalised_density(coeffs: Array, task: RecallTask) -> Array:
+    """mu~ = sum_j lambda_j Z_j e_j on the grid: coeffs (..., M) -> (..., G), before the clamp."""
+    lam = jnp.asarray(task.eigenvalues, coeffs.dtype)
+    return (coeffs * lam) @ jnp.asarray(task.basis, coeffs.dtype)
+
+
 def content_pmf(coeffs: Array, task: RecallTask) -> Array:
     """Clamp-and-renormalise (App. A.1): coeffs (..., M) with Z_0 ignored -> mass function (..., G)."""
-    lam = jnp.asarray(task.eigenvalues, coeffs.dtype)
-    basis = jnp.asarray(task.basis, coeffs.dtype)
-    density = jnp.maximum((coeffs * lam) @ basis, 0.0)
+    density = jnp.maximum(unnormalised_density(coeffs, task), 0.0)
     total = density.sum(-1, keepdims=True)
     uniform = jnp.full_like(density, 1.0 / task.grid_size)
     return jnp.where(total > 0, density / jnp.where(total > 0, total, 1.0), uniform)
@@ -165,7 +174,7 @@ def _sample_one(key: Array, task: RecallTask) -> Batch:
     tags = jnp.asarray(task.tag_array, jnp.float32)
     num_tags = tags.shape[0]
     k_z, k_q, k_x, k_noise = jax.random.split(key, 4)
-    coeffs = jax.random.normal(k_z, (num_tags, task.num_coeffs)).at[:, 0].set(0.0)  # constant coordinate = 0
+    coeffs = sample_coeffs(k_z, num_tags, task)
     pmf = content_pmf(coeffs, task)
     queried = jax.random.randint(k_q, (), 0, num_tags)
     query = tags[queried]
@@ -188,8 +197,7 @@ def sample_context(key: Array, pmf: Array, tags: Array, length: int, task: Recal
 
 def degenerate_fraction(key: Array, task: RecallTask, num: int = 100_000) -> float:
     """Fraction of content measures whose clamped density is zero on the whole grid (then taken uniform)."""
-    coeffs = jax.random.normal(key, (num, task.num_coeffs)).at[:, 0].set(0.0)
-    density = (coeffs * jnp.asarray(task.eigenvalues, jnp.float32)) @ jnp.asarray(task.basis, jnp.float32)
+    density = unnormalised_density(sample_coeffs(key, num, task), task)
     return float(jnp.mean(jnp.all(density <= 0, axis=-1)))
 
 
