@@ -1,0 +1,288 @@
+"""The pi-SSM (sections 4-5): a switching state-space model whose mode is chosen from the previous continuous
+state, filtered by nested message passing with a Kalman-style update whose gain comes from a gated RNN.
+
+Generative model, eq. (1), with K modes, latent x in R^M, observations y in R^N:
+    z_t ~ q(z_t | x_{t-1}) = softmax(MLP(x_{t-1}))             10 ReLU units (App. F.2)
+    x_t = A_{z_t} x_{t-1} + b_{z_t} [+ g(x_{t-1})] + q_t,  q_t ~ N(0, Q)    (b_z: the input term of section 3)
+    y_t = C_{z_t} x_t + r_t,  r_t ~ N(0, R)
+g is an optional shared MLP for data sets whose transition is nonlinear (Lorenz, Navier-Stokes: App. G.2/G.4
+write A_z(x) as a function); its covariance is propagated with the Jacobian (first order, as App. G.2 linearises).
+
+Inference, Algorithm "Inference in pi-SSM" (App. E.1), one step from q(x_{t-1} | y_{1:t-1}) = N(mu, Sigma):
+    4  x_{t-1} = mu + chol(Sigma) eps                     (reparameterised sample)
+    5  z_t ~ q(z_t | x_{t-1})
+    6  mu_{t|t-1} = A_z mu + b_z,  Sigma_{t|t-1} = A_z Sigma A_z^T + Q        eq. (18)
+    7  L_t = RNN([Sigma_{t|t-1}, r_t])
+    8  K_t = Sigma_{t|t-1} C_z^T L_t L_t^T
+    9  mu_{t|t} = mu_{t|t-1} + K_t r_t,  r_t = y_t - C_z mu_{t|t-1}            eq. (7)
+Decisions the paper leaves open or gets wrong, each forced by the mathematics:
+- Step 6 predicts from the moments (mu, Sigma), not from the sample x_{t-1} (App. E.2's code passes x_tm1): from a
+  point the predictive covariance loses A Sigma A^T, and with the exact gain the filter would not be the Kalman
+  filter. The sample feeds only q(z_t | x_{t-1}); with K = 1 and the exact gain this IS the Kalman filter (tested).
+- Eq. (7) prints Sigma_{t|t} = Sigma + K S K^T, which grows with every observation. The covariance of the error of
+  ANY gain K applied to a correct prior is the Joseph form (I - K C) Sigma (I - K C)^T + K R K^T, positive
+  semi-definite by construction (the paper's claim) and equal to Sigma - K S K^T at the exact gain. We use it.
+- Covariances are full by default. The paper's diagonal covariances (``covariance="diagonal"``) make K_t =
+  Sigma C^T L L^T zero in every row of a coordinate C does not observe, e.g. Pong's velocities never learn from the
+  positions; we keep the option, not the default.
+- Gain factor: S_t = C Sigma_{t|t-1} C^T + R = G G^T (Cholesky) is known before y_t. The RNN reads
+  [log diag Sigma_{t|t-1}, log diag S_t, G^{-1} r_t] (a scale-free encoding of the paper's [Sigma, r]) and its
+  layer-normalised state (App. F.1) gives a lower-triangular Ltilde; L_t = G^{-T} Ltilde. So L L^T = S^{-1} (the
+  exact gain) when Ltilde = I, which is where it starts, and the RNN learns corrections in the units of S^{-1}.
+  Ltilde's diagonal is squashed into (0, sqrt 2) and its off-diagonal into (-1/2, 1/2): in one dimension the error
+  update is 1 - rho l^2 with rho = C Sigma C / S in (0, 1), contractive for every rho iff l^2 < 2, so the learned
+  gain may trust the observation less or up to twice as much as the Kalman gain but cannot make the filter blow up.
+  Measured reason: with L_t read out in absolute units, scaled by diag(S) only, or with an unbounded (exp)
+  diagonal, Adam at the paper's learning rate 0.011 drove the covariance to overflow within 5-25 steps on Pong.
+- A missing y_t (``mask`` False) skips steps 7-9 (the RNN state is kept): the filter predicts through the gap,
+  which is the imputation of App. H.1 (eq. 208-209).
+- The first observation sees x_0 itself (our data sets record y_0 = C x_0 + r_0): step 1 updates the learned prior
+  N(m_0, P_0) directly, with the sampled mode choosing C_z.
+
+``gain="exact"`` replaces 7-8 by the Kalman gain Sigma C^T S^{-1}: the pi-SSM(LG) ablation of section 7.
+Also returned per step: log q(y_t | y_{1:t-1}) = log N(y_t; C_z mu_{t|t-1}, S_t) for the sampled (x_{t-1}, z_t)
+(section 6), log q(z_t | x_{t-1}) for REINFORCE (x_{t-1} detached, so the score term trains the mode network only,
+as App. E.2's separate optimiser does), and the filtered mode posterior of eq. (6),
+q(z_t = k | y_{1:t}) ∝ q(k | x_{t-1}) N(y_t; C_k mu_k, C_k Sigma_k C_k^T + R) with (mu_k, Sigma_k) step 6 under mode k.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from memlab.layers.gated_rnn import GRUCell, LSTMCell
+from memlab.pissm.kalman import check_covariance, check_matrix, check_observations, symmetrise
+from memlab.pissm.predictions import Predictions
+
+GAINS = ("gru", "lstm", "exact")
+COVARIANCES = ("full", "diagonal")
+GAIN_BOUND = math.sqrt(2.0)  # Ltilde's diagonal lies in (0, GAIN_BOUND): see the module docstring
+OFF_DIAGONAL_BOUND = 0.5
+_DIAGONAL_OFFSET = math.log(1.0 / (GAIN_BOUND - 1.0))  # sigmoid(offset) * GAIN_BOUND = 1: Ltilde starts at I
+JITTER = 1e-6  # added to Sigma before its Cholesky factor (the sample only; the filter keeps Sigma as is)
+
+
+def gaussian_log_density(y: Array, mean: Array, cov: Array) -> Array:
+    """log N(y; mean, cov) for y, mean (..., N), cov (..., N, N) positive definite, through a Cholesky factor."""
+    chol = jnp.linalg.cholesky(symmetrise(cov))
+    white = jax.scipy.linalg.solve_triangular(chol, (y - mean)[..., None], lower=True)[..., 0]
+    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), axis=-1)
+    return -0.5 * (y.shape[-1] * math.log(2 * math.pi) + log_det + jnp.sum(white**2, axis=-1))
+
+
+def _check_int(name, n):
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {n!r}")
+    return int(n)
+
+
+class PiSSM(eqx.Module):
+    """pi-SSM with K linear(-plus-MLP) modes and a GRU / LSTM / exact gain. ``__call__(y (T, N), mask, key)``.
+
+    Parameters: A (K, M, M), b (K, M), C (K, N, M); ``mode_net`` x (M,) -> logits (K,); log_q (M,) with
+    Q = diag(exp(log_q)); R (N, N) square root ``R_sqrt`` (trained only if ``learn_noise``); prior m_0 (M,),
+    P_0 = diag(exp(initial_log_var)); the gain RNN (``cell``, ``norm``, ``readout``) unless ``gain="exact"``;
+    ``transition_mlp`` (M -> M) when ``transition_hidden > 0``.
+    """
+
+    A: Array
+    b: Array
+    C: Array
+    mode_net: eqx.nn.MLP
+    log_q: Array
+    R_sqrt: Array
+    initial_mean: Array
+    initial_log_var: Array
+    cell: GRUCell | LSTMCell | None
+    norm: eqx.nn.LayerNorm | None
+    readout: eqx.nn.Linear | None
+    transition_mlp: eqx.nn.MLP | None
+    gain: str = eqx.field(static=True)
+    covariance: str = eqx.field(static=True)
+    learn_noise: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        state_size: int,
+        observation_size: int,
+        num_modes: int,
+        *,
+        R,
+        key: Array,
+        gain: str = "gru",
+        hidden_size: int = 64,
+        mode_hidden: int = 10,
+        transition_hidden: int = 0,
+        covariance: str = "full",
+        process_var: float = 1e-3,
+        initial_mean=None,
+        initial_var=1.0,
+        C=None,
+        learn_noise: bool = False,
+    ):
+        """R (N, N) observation noise covariance, positive definite. A starts at I + N(0, 0.01^2), b at 0, C at
+        C_0 + N(0, 0.01^2) with one C_0 ~ N(0, 1/M) shared by the modes unless given ((N, M) shared by every mode, or (K, N, M)); Q = process_var I; P_0 = initial_var I."""
+        M, N, K = (_check_int(n, v) for n, v in
+                   (("state_size", state_size), ("observation_size", observation_size), ("num_modes", num_modes)))
+        if gain not in GAINS:
+            raise ValueError(f"gain must be one of {GAINS}, got {gain!r}")
+        if covariance not in COVARIANCES:
+            raise ValueError(f"covariance must be one of {COVARIANCES}, got {covariance!r}")
+        for name, v in (("process_var", process_var), ("initial_var", initial_var)):
+            if not (np.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+        check_matrix("R", R, (N, N))
+        check_covariance("R", R)
+        if np.min(np.linalg.eigvalsh(np.asarray(R, np.float64))) <= 0:
+            raise ValueError("R must be positive definite (the predictive density of y_t needs it)")
+        dtype = jnp.result_type(float)
+        kA, kC, kmode, kcell, kread, kmlp = jax.random.split(key, 6)
+        self.A = jnp.eye(M, dtype=dtype) + 0.01 * jax.random.normal(kA, (K, M, M), dtype)
+        self.b = jnp.zeros((K, M), dtype)
+        if C is None:  # one shared emission, each mode a small perturbation of it (the modes start alike)
+            kC0, kC1 = jax.random.split(kC)
+            C = jax.random.normal(kC0, (N, M), dtype) / np.sqrt(M) + 0.01 * jax.random.normal(kC1, (K, N, M), dtype)
+        C = jnp.asarray(C, dtype)
+        if C.shape == (N, M):
+            C = jnp.broadcast_to(C, (K, N, M))
+        check_matrix("C", C, (K, N, M))
+        self.C = C
+        self.mode_net = eqx.nn.MLP(M, K, _check_int("mode_hidden", mode_hidden), depth=1,
+                                   activation=jax.nn.relu, key=kmode, dtype=dtype)
+        self.log_q = jnp.full((M,), math.log(process_var), dtype)
+        self.R_sqrt = jnp.linalg.cholesky(jnp.asarray(R, dtype))
+        self.initial_mean = jnp.zeros(M, dtype) if initial_mean is None else jnp.asarray(initial_mean, dtype)
+        check_matrix("initial_mean", self.initial_mean, (M,))
+        self.initial_log_var = jnp.full((M,), math.log(initial_var), dtype)
+        if gain == "exact":
+            self.cell = self.norm = self.readout = None
+        else:
+            n_h = _check_int("hidden_size", hidden_size)
+            cell_type = GRUCell if gain == "gru" else LSTMCell
+            self.cell = cell_type(M + 2 * N, n_h, key=kcell)
+            self.norm = eqx.nn.LayerNorm(n_h, dtype=dtype)
+            readout = eqx.nn.Linear(n_h, N * (N + 1) // 2, key=kread, dtype=dtype)
+            # Ltilde starts near I: small weights, zero bias (exp(0) = 1 on the diagonal).
+            self.readout = eqx.tree_at(lambda r: (r.weight, r.bias), readout,
+                                       (0.01 * readout.weight, jnp.zeros_like(readout.bias)))
+        if transition_hidden:
+            mlp = eqx.nn.MLP(M, M, _check_int("transition_hidden", transition_hidden), depth=1,
+                             activation=jnp.tanh, key=kmlp, dtype=dtype)
+            # g starts at 0 so the initial dynamics are the linear modes
+            self.transition_mlp = eqx.tree_at(lambda m: m.layers[-1].weight, mlp, jnp.zeros_like(mlp.layers[-1].weight))
+        else:
+            self.transition_mlp = None
+        self.gain, self.covariance, self.learn_noise = gain, covariance, bool(learn_noise)
+
+    @property
+    def state_size(self) -> int:
+        return self.A.shape[-1]
+
+    @property
+    def num_modes(self) -> int:
+        return self.A.shape[0]
+
+    def noise(self) -> tuple[Array, Array, Array]:
+        """(Q (M, M), R (N, N), P_0 (M, M)); R without gradient unless ``learn_noise``."""
+        R = self.R_sqrt @ self.R_sqrt.T
+        if not self.learn_noise:
+            R = jax.lax.stop_gradient(R)
+        return jnp.diag(jnp.exp(self.log_q)), R, jnp.diag(jnp.exp(self.initial_log_var))
+
+    def mode_logits(self, x: Array) -> Array:
+        """Logits (K,) of q(z_t | x_{t-1} = x), x (M,)."""
+        return self.mode_net(x)
+
+    def transition(self, x: Array, mode: Array) -> Array:
+        """A_z x + b_z (+ g(x)): the mean of x_t given x_{t-1} = x (M,) and z_t = mode."""
+        out = self.A[mode] @ x + self.b[mode]
+        return out if self.transition_mlp is None else out + self.transition_mlp(x)
+
+    def predict(self, mean: Array, cov: Array, mode: Array, Q: Array) -> tuple[Array, Array]:
+        """Step 6 / eq. (18) under mode z: moments of q(x_t | y_{1:t-1}, z_t) from those of x_{t-1}."""
+        J = self.A[mode]
+        if self.transition_mlp is not None:
+            J = J + jax.jacfwd(self.transition_mlp)(mean)
+        return self.transition(mean, mode), self._shape_cov(J @ cov @ J.T + Q)
+
+    def _shape_cov(self, P: Array) -> Array:
+        return jnp.diag(jnp.diagonal(P)) if self.covariance == "diagonal" else symmetrise(P)
+
+    def _gain_factor(self, S_chol: Array, features: Array, rnn_state, observed: Array):
+        """(L L^T (N, N), new RNN state): S^{-1} for the exact gain, else L = S_chol^{-T} Ltilde with Ltilde from the
+        RNN, S = S_chol S_chol^T."""
+        N = S_chol.shape[0]
+        S_chol_inv = jax.scipy.linalg.solve_triangular(S_chol, jnp.eye(N, dtype=S_chol.dtype), lower=True)
+        if self.cell is None:
+            return S_chol_inv.T @ S_chol_inv, rnn_state
+        new_state = self.cell(rnn_state, features)
+        rnn_state = jax.tree_util.tree_map(lambda new, old: jnp.where(observed, new, old), new_state, rnn_state)
+        h = rnn_state[0] if isinstance(rnn_state, tuple) else rnn_state
+        entries = self.readout(self.norm(h))
+        rows, cols = np.tril_indices(N)
+        raw = jnp.zeros((N, N), S_chol.dtype).at[rows, cols].set(entries)
+        diagonal = GAIN_BOUND * jax.nn.sigmoid(jnp.diagonal(raw) + _DIAGONAL_OFFSET)  # in (0, sqrt 2), starts at 1
+        L_tilde = jnp.tril(OFF_DIAGONAL_BOUND * jnp.tanh(raw), -1) + jnp.diag(diagonal)
+        L = S_chol_inv.T @ L_tilde
+        return L @ L.T, rnn_state
+
+    def init_rnn_state(self):
+        return None if self.cell is None else self.cell.init_state()
+
+    def __call__(self, y: Array, mask: Array | None = None, *, key: Array) -> Predictions:
+        """Filter one sequence y (T, N) (mask (T,) bool, True where observed) with one sampled path of
+        (x_{t-1}, z_t). Returns ``Predictions`` with modes, mode_probs (eq. 6), means, covariances."""
+        y, mask = check_observations(y, mask)
+        T, N = y.shape
+        if N != self.C.shape[1]:
+            raise ValueError(f"y must have shape (T, {self.C.shape[1]}), got {y.shape}")
+        y = jnp.where(mask[:, None], y, 0.0).astype(self.A.dtype)  # a NaN at a missing step must not propagate
+        Q, R, P0 = self.noise()
+        M = self.state_size
+        eye = jnp.eye(M, dtype=self.A.dtype)
+        first = jnp.zeros(T, bool).at[0].set(True)
+
+        def step(carry, inputs):
+            mean, cov, rnn_state = carry
+            y_t, observed, is_first, key_t = inputs
+            k_x, k_z = jax.random.split(key_t)
+            chol = jnp.linalg.cholesky(cov + JITTER * eye)
+            x_prev = mean + chol @ jax.random.normal(k_x, (M,), mean.dtype)  # step 4
+            logits = self.mode_logits(jax.lax.stop_gradient(x_prev))
+            log_probs = jax.nn.log_softmax(logits)
+            mode = jax.random.categorical(k_z, logits)  # step 5
+            # step 6 for every mode (the mode posterior of eq. 6 needs them); the sampled one drives the filter
+            means_k, covs_k = jax.vmap(lambda k: self.predict(mean, cov, k, Q))(jnp.arange(self.num_modes))
+            means_k = jnp.where(is_first, self.initial_mean, means_k)  # step 1 updates the prior itself
+            covs_k = jnp.where(is_first, P0, covs_k)
+            S_k = symmetrise(jnp.einsum("knm,kml,kjl->knj", self.C, covs_k, self.C) + R)
+            obs_k = jnp.einsum("knm,km->kn", self.C, means_k)
+            ll_k = gaussian_log_density(y_t, obs_k, S_k)
+            mode_post = jax.nn.softmax(log_probs + jnp.where(observed, ll_k, 0.0))  # eq. (6)
+            pred_mean, pred_cov, C, S, obs_mean = means_k[mode], covs_k[mode], self.C[mode], S_k[mode], obs_k[mode]
+            residual = y_t - obs_mean
+            S_chol = jnp.linalg.cholesky(S)
+            white = jax.scipy.linalg.solve_triangular(S_chol, residual, lower=True)
+            features = jnp.concatenate([jnp.log(jnp.diagonal(pred_cov)), jnp.log(jnp.diagonal(S)), white])
+            LLt, rnn_state = self._gain_factor(S_chol, features, rnn_state, observed)  # step 7
+            K = pred_cov @ C.T @ LLt  # step 8
+            I_KC = eye - K @ C
+            new_mean = pred_mean + K @ residual  # eq. (7)
+            new_cov = self._shape_cov(I_KC @ pred_cov @ I_KC.T + K @ R @ K.T)  # Joseph form (module doc)
+            new_mean = jnp.where(observed, new_mean, pred_mean)
+            new_cov = jnp.where(observed, new_cov, pred_cov)
+            out = (jnp.where(observed, ll_k[mode], 0.0), obs_mean, S, C @ new_mean, log_probs[mode], mode,
+                   mode_post, new_mean, new_cov)
+            return (new_mean, new_cov, rnn_state), out
+
+        carry = (self.initial_mean, P0, self.init_rnn_state())
+        keys = jax.random.split(key, T)
+        _, out = jax.lax.scan(step, carry, (y, mask, first, keys))
+        ll, obs_means, obs_covs, filtered_obs, score, modes, mode_probs, means, covs = out
+        return Predictions(ll, obs_means, obs_covs, filtered_obs, score, modes, mode_probs, means, covs)

@@ -1,0 +1,233 @@
+"""Training by the surrogate predictive log-likelihood (section 6, App. C.4, App. F.1), in the PureJaxRL style.
+
+``make_train(config)`` returns one pure, jittable ``train(key, model, train_y, train_mask, val_y, val_mask)``: the
+whole run (every epoch: a shuffled pass of optimiser steps, then the validation log-likelihood) is one ``lax.scan``,
+so it compiles once and vmaps over seeds. It trains any model of the study (``predictions.py``'s interface).
+
+Per minibatch of sequences, with one sampled path of (x_{t-1}, z_t) per sequence:
+    loss = -(1 / #observed) sum_{b, t observed} [ log q_t + stopgrad(log q_t - b_t) log q(z_t | x_{t-1}) ]
+Its gradient is eq. (8) (backpropagation through time along the reparameterised path of the first term) plus
+eq. (9) (REINFORCE: the second term's gradient is the score function weighted by the detached advantage; the
+model detaches x_{t-1} in log q(z_t | x_{t-1}) so it reaches the mode network only). b_t is the exponential
+moving average of App. F.1, one per time step, b_t <- 0.95 b_t + 0.05 mean_batch log q_t (started at the
+first batch's mean). The loss is divided by the number of observed steps so the learning rate does not depend
+on the batch size or sequence length.
+
+App. F.1 practice: Adam at learning rate 0.011, multiplied by ``decay_rate`` every ``decay_every`` = 10 epochs
+(staircase; the paper gives no factor, ours is 0.5); a warm-up of ``warmup_epochs`` in which the mode network
+(q(z | x), any leaf under an attribute named in ``frozen_during_warmup``) gets no update while the shared
+A_z, C_z and the gain RNN train; time-correlated input noise: every training minibatch gets an AR(1) sequence
+n_t = rho n_{t-1} + sqrt(1 - rho^2) sigma e_t added to its observations (sigma = ``input_noise_std``,
+rho = ``input_noise_corr``; the paper gives neither), so consecutive observations are not independent given the
+state and a model cannot rely on pointwise prediction.
+
+Stability (section 6, Theorem 2; Table 2): ``stability="iss"`` projects every GRU/LSTM cell of the model onto
+its ISS region with buffer ``iss_eps`` after each optimiser step (``layers.gated_rnn.project_model_iss``);
+``"clip"`` clips the gradient's global norm at ``clip_norm`` instead (GC); ``"none"`` does neither.
+
+A run has failed (Table 2's success rate) if any minibatch loss or validation value is not finite, or if it
+diverged: its last-epoch mean training loss is above its first-epoch one. The returned model is the one with the
+best validation log-likelihood (early stopping), taken only from epochs with finite values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax import Array
+
+from memlab.layers.gated_rnn import GATED_CELLS, iss_margin, project_model_iss
+from memlab.pissm.predictions import Predictions
+
+STABILITY = ("iss", "clip", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 50
+    batch_size: int = 32
+    learning_rate: float = 0.011  # App. F.1
+    decay_every: int = 10  # epochs, App. F.1
+    decay_rate: float = 0.5  # not given by the paper
+    warmup_epochs: int = 5  # not given by the paper
+    frozen_during_warmup: tuple[str, ...] = ("mode_net",)
+    stability: str = "iss"
+    iss_eps: float = 0.1  # Table 2 / 6
+    clip_norm: float = 10.0  # Table 2's delta, used when stability == "clip"
+    baseline_decay: float = 0.95  # App. F.1
+    input_noise_std: float = 0.0
+    input_noise_corr: float = 0.9
+
+    def __post_init__(self):
+        for name in ("epochs", "batch_size", "decay_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.warmup_epochs, int) or self.warmup_epochs < 0:
+            raise ValueError(f"warmup_epochs must be an integer >= 0, got {self.warmup_epochs!r}")
+        if self.stability not in STABILITY:
+            raise ValueError(f"stability must be one of {STABILITY}, got {self.stability!r}")
+        for name in ("learning_rate", "clip_norm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("decay_rate", "baseline_decay"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)!r}")
+        if not 0 < self.iss_eps < 1:
+            raise ValueError(f"iss_eps must be in (0, 1), got {self.iss_eps!r}")
+        if not self.input_noise_std >= 0:
+            raise ValueError(f"input_noise_std must be >= 0, got {self.input_noise_std!r}")
+        if not 0 <= self.input_noise_corr < 1:
+            raise ValueError(f"input_noise_corr must be in [0, 1), got {self.input_noise_corr!r}")
+
+
+class TrainResult(NamedTuple):
+    model: eqx.Module  # at the best validation epoch
+    best_val: Array  # () best validation log-likelihood per observed step
+    best_epoch: Array  # () int, 0-based; -1 if no epoch was finite
+    failed: Array  # () bool: non-finite values or divergence (module doc)
+    train_loss: Array  # (epochs,) mean minibatch loss
+    val_ll: Array  # (epochs,) validation log-likelihood per observed step after each epoch
+    recurrent_norm: Array  # (epochs, steps) ||U||_inf of the first gated cell after each step (NaN without one)
+    radius: Array  # (epochs, steps) ||U||_inf at which its ISS gain reaches 1 (Fig. 8's l1 radius)
+
+
+def gated_cells(model) -> list:
+    """Every GRUCell / LSTMCell inside ``model``."""
+    leaves = jax.tree_util.tree_leaves(model, is_leaf=lambda x: isinstance(x, GATED_CELLS))
+    return [x for x in leaves if isinstance(x, GATED_CELLS)]
+
+
+def frozen_mask(model, names: tuple[str, ...]):
+    """Pytree of bools like ``eqx.filter(model, eqx.is_inexact_array)``: True for leaves under an attribute in names."""
+    def is_frozen(path, leaf):
+        return any(isinstance(k, jax.tree_util.GetAttrKey) and k.name in names for k in path)
+    return jax.tree_util.tree_map_with_path(is_frozen, eqx.filter(model, eqx.is_inexact_array))
+
+
+def correlated_noise(key: Array, shape: tuple[int, ...], std: float, corr: float) -> Array:
+    """Stationary AR(1) noise (B, T, N) along axis 1 with marginal standard deviation std and lag-1 correlation."""
+    e = std * jax.random.normal(key, shape)
+
+    def step(prev, e_t):
+        n = corr * prev + np.sqrt(1.0 - corr**2) * e_t
+        return n, n
+
+    _, n = jax.lax.scan(step, e[:, 0], jnp.swapaxes(e[:, 1:], 0, 1))
+    return jnp.concatenate([e[:, :1], jnp.swapaxes(n, 0, 1)], axis=1)
+
+
+def predict_batch(model, y: Array, mask: Array, key: Array, num_samples: int = 1) -> Predictions:
+    """``Predictions`` with leading axes (S, B): every sequence of y (B, T, N) filtered with S sampled paths."""
+    B = y.shape[0]
+    keys = jax.random.split(key, (num_samples, B))
+    one = lambda y_b, m_b, k: model(y_b, m_b, key=k)  # noqa: E731
+    return jax.vmap(jax.vmap(one), in_axes=(None, None, 0))(y, mask, keys)
+
+
+def mean_log_likelihood(log_likelihoods: Array, mask: Array) -> Array:
+    """Mean of log q(y_t | y_{1:t-1}) over observed steps (any leading axes broadcast against mask (B, T))."""
+    return jnp.sum(jnp.where(mask, log_likelihoods, 0.0)) / (jnp.sum(mask) * log_likelihoods.size / mask.size)
+
+
+def _check_data(name, y, mask):
+    if y.ndim != 3 or mask.shape != y.shape[:2] or mask.dtype != jnp.bool_:
+        raise ValueError(f"{name}: y must be (B, T, N) and mask (B, T) bool, got {y.shape} and {mask.dtype} "
+                         f"{mask.shape}")
+
+
+def make_train(config: TrainConfig):
+    """Return ``train(key, model, train_y, train_mask, val_y, val_mask) -> TrainResult`` (module doc). Jittable with
+    the model marked static by ``eqx.filter_jit``; the arrays may be vmapped over (e.g. seeds)."""
+
+    def train(key, model, train_y, train_mask, val_y, val_mask) -> TrainResult:
+        _check_data("train", train_y, train_mask)
+        _check_data("validation", val_y, val_mask)
+        B, T, _ = train_y.shape
+        batch = min(config.batch_size, B)
+        steps = B // batch
+        cells = gated_cells(model)
+        if config.stability == "iss" and not cells:
+            raise ValueError(f"stability='iss' needs a GRU/LSTM cell; {type(model).__name__} has none")
+        schedule = optax.exponential_decay(config.learning_rate, config.decay_every * steps, config.decay_rate,
+                                           staircase=True)
+        optimizer = optax.adam(schedule)
+        if config.stability == "clip":
+            optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm), optimizer)
+        if config.stability == "iss":
+            model = project_model_iss(model, config.iss_eps)
+        params, static = eqx.partition(model, eqx.is_inexact_array)
+        frozen = frozen_mask(model, config.frozen_during_warmup)
+        opt_state = optimizer.init(params)
+
+        def loss_fn(params, y, mask, keys, baseline):
+            preds = jax.vmap(lambda y_b, m_b, k: eqx.combine(params, static)(y_b, m_b, key=k))(y, mask, keys)
+            ll = preds.log_likelihoods
+            surrogate = ll + jax.lax.stop_gradient(ll - baseline) * preds.score_log_probs  # eq. (8) + (9)
+            return -jnp.sum(jnp.where(mask, surrogate, 0.0)) / jnp.sum(mask), ll
+
+        def iss_state(params):
+            if not cells:
+                return jnp.nan, jnp.nan
+            margin = iss_margin(gated_cells(eqx.combine(params, static))[0])
+            return margin.recurrent_norm, margin.radius
+
+        def sgd_step(carry, inputs):
+            params, opt_state, baseline, started = carry
+            idx, key, warm = inputs
+            k_noise, k_paths = jax.random.split(key)
+            y, mask = train_y[idx], train_mask[idx]
+            if config.input_noise_std > 0:
+                y = y + correlated_noise(k_noise, y.shape, config.input_noise_std, config.input_noise_corr)
+            (loss, ll), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+                params, y, mask, jax.random.split(k_paths, batch), baseline)
+            grads = jax.tree_util.tree_map(lambda g, f: jnp.where(warm & f, 0.0, g), grads, frozen)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = eqx.apply_updates(params, updates)
+            if config.stability == "iss":
+                params = eqx.filter(project_model_iss(eqx.combine(params, static), config.iss_eps),
+                                    eqx.is_inexact_array)
+            step_mean = jnp.sum(jnp.where(mask, ll, 0.0), 0) / jnp.maximum(jnp.sum(mask, 0), 1)
+            baseline = jnp.where(started, config.baseline_decay * baseline + (1 - config.baseline_decay) * step_mean,
+                                 step_mean)  # App. F.1
+            return (params, opt_state, baseline, jnp.asarray(True)), (loss, *iss_state(params))
+
+        def evaluate(params, key):
+            preds = predict_batch(eqx.combine(params, static), val_y, val_mask, key)
+            return mean_log_likelihood(preds.log_likelihoods, val_mask)
+
+        def epoch(carry, inputs):
+            params, opt_state, baseline, started, best_params, best_val, best_epoch, ok = carry
+            index, key = inputs
+            k_perm, k_steps, k_val = jax.random.split(key, 3)
+            order = jax.random.permutation(k_perm, B)[: steps * batch].reshape(steps, batch)
+            warm = jnp.broadcast_to(index < config.warmup_epochs, (steps,))
+            (params, opt_state, baseline, started), (losses, norms, radii) = jax.lax.scan(
+                sgd_step, (params, opt_state, baseline, started), (order, jax.random.split(k_steps, steps), warm))
+            val = evaluate(params, k_val)
+            ok = ok & jnp.all(jnp.isfinite(losses)) & jnp.isfinite(val)
+            better = ok & (val > best_val)
+            best_params = jax.tree_util.tree_map(lambda new, old: jnp.where(better, new, old), params, best_params)
+            best_val = jnp.where(better, val, best_val)
+            best_epoch = jnp.where(better, index, best_epoch)
+            carry = (params, opt_state, baseline, started, best_params, best_val, best_epoch, ok)
+            return carry, (jnp.mean(losses), val, norms, radii)
+
+        dtype = train_y.dtype
+        carry = (params, opt_state, jnp.zeros(T, dtype), jnp.asarray(False), params, jnp.asarray(-jnp.inf, dtype),
+                 jnp.asarray(-1), jnp.asarray(True))
+        epochs = jnp.arange(config.epochs)
+        carry, (train_loss, val_ll, norms, radii) = jax.lax.scan(
+            epoch, carry, (epochs, jax.random.split(key, config.epochs)))
+        best_params, best_val, best_epoch, ok = carry[4:]
+        diverged = train_loss[-1] > train_loss[0]
+        return TrainResult(eqx.combine(best_params, static), best_val, best_epoch, ~ok | diverged, train_loss,
+                           val_ll, norms, radii)
+
+    return train
