@@ -58,6 +58,7 @@ def test_error_paths_print_one_line_and_exit_2(tmp_path, capsys):
         (["fake.means", "--profile", "broken"], ["invalid config", "n_cells must be >= 1"]),
         (["fake.means", "--out", str(blocker / "sub")], ["cannot write to output folder", str(blocker / "sub")]),
         (["fake.means", "--seed", "abc"], ["invalid int value: 'abc'"]),
+        (["fake.means", "--data-dir", str(tmp_path)], ["reads no external data", "--data-dir"]),
     ]
     for args, fragments in cases:
         out = [] if "--out" in args else ["--out", str(tmp_path / "o")]

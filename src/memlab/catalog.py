@@ -11,10 +11,11 @@ from collections.abc import Iterable
 
 from memlab.belief import experiments as belief
 from memlab.ictd import experiments as ictd
+from memlab.pissm import experiments as pissm
 from memlab.recall import experiments as recall
 from memlab.runner import Experiment
 
-_STUDIES = (belief, ictd, recall)
+_STUDIES = (belief, ictd, recall, pissm)
 
 
 def _build(experiments: Iterable[Experiment]) -> dict[str, Experiment]:

@@ -66,7 +66,8 @@ def cmd_run(args) -> int:
         return _error(str(e))
     out = Path(args.out) if args.out else default_out_dir(exp, args.profile)
     try:
-        run_experiment(exp, profile=args.profile, seed=args.seed, out_dir=out, progress=not args.no_progress)
+        run_experiment(exp, profile=args.profile, seed=args.seed, out_dir=out, progress=not args.no_progress,
+                       data_dir=args.data_dir)
     except SetupError as e:  # errors inside the experiment itself keep their traceback
         return _error(str(e))
     except KeyboardInterrupt:
@@ -169,6 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="replace the profile's seed")
     p.add_argument("--out", default=None, help="output folder (default out/<name>/<profile>)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--data-dir", default=None, help="folder of external data (experiments that read it, e.g. NCLT)")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("report", help="gather every summary.md and claim under DIR into DIR/report.md")
     p.add_argument("dir", nargs="?", default="out")

@@ -315,14 +315,22 @@ def run_experiment(
     seed: int | None = None,
     out_dir: str | Path | None = None,
     progress: bool = True,
+    data_dir: str | Path | None = None,
 ) -> Path:
     """Run ``exp`` with the config of ``profile`` (``seed`` replaces its seed) and return the output folder.
+
+    ``data_dir`` sets the config's ``data_dir`` field (experiments on external data, e.g. NCLT); SetupError
+    if the experiment reads no external data.
 
     Raises :class:`SetupError` (a ValueError naming the problem) for an unknown profile, an invalid config,
     an unusable output folder, or a folder that holds a run of a different config. Finished cells of an
     interrupted run (KeyboardInterrupt propagates) are skipped when the same command is run again.
     """
     config = _resolve_config(exp, profile, seed)
+    if data_dir is not None:
+        if "data_dir" not in {f.name for f in dataclasses.fields(config)}:
+            raise SetupError(f"experiment {exp.name!r} reads no external data; drop --data-dir")
+        config = dataclasses.replace(config, data_dir=str(data_dir))
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(exp, profile)
     header = to_jsonable({"experiment": exp.name, "profile": profile, "config": config})
     _bind_folder(out_dir, header)

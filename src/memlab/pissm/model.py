@@ -58,6 +58,7 @@ from jax import Array
 
 from memlab.layers.gated_rnn import GRUCell, LSTMCell
 from memlab.pissm.kalman import check_covariance, check_matrix, check_observations, symmetrise
+from memlab.pissm.metrics import gaussian_log_density
 from memlab.pissm.predictions import Predictions
 
 GAINS = ("gru", "lstm", "exact")
@@ -66,14 +67,6 @@ GAIN_BOUND = math.sqrt(2.0)  # Ltilde's diagonal lies in (0, GAIN_BOUND): see th
 OFF_DIAGONAL_BOUND = 0.5
 _DIAGONAL_OFFSET = math.log(1.0 / (GAIN_BOUND - 1.0))  # sigmoid(offset) * GAIN_BOUND = 1: Ltilde starts at I
 JITTER = 1e-6  # added to Sigma before its Cholesky factor (the sample only; the filter keeps Sigma as is)
-
-
-def gaussian_log_density(y: Array, mean: Array, cov: Array) -> Array:
-    """log N(y; mean, cov) for y, mean (..., N), cov (..., N, N) positive definite, through a Cholesky factor."""
-    chol = jnp.linalg.cholesky(symmetrise(cov))
-    white = jax.scipy.linalg.solve_triangular(chol, (y - mean)[..., None], lower=True)[..., 0]
-    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), axis=-1)
-    return -0.5 * (y.shape[-1] * math.log(2 * math.pi) + log_det + jnp.sum(white**2, axis=-1))
 
 
 def _check_int(name, n):

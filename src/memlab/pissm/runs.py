@@ -1,0 +1,217 @@
+"""The pieces every pi-SSM experiment shares: the data sets by name, the models by name (section 7's rows), one
+training cell, and the evaluation of a trained model on a split.
+
+Models (Table 1 rows we can run; the other rows are published methods outside this library):
+    pissm-gru, pissm-lstm   pi-SSM with a GRU / LSTM gain factor (section 5)
+    pissm-lg                pi-SSM(LG): the same switching model with the exact Kalman gain (section 7)
+    lg                      the LG variant of App. G.1 (exact filter, convex mixture of K base matrices)
+    gru, lstm               a GRU / LSTM that predicts y_t directly from y_{1:t-1}
+    observation             the observation-only random walk (closed-form maximum likelihood, not trained)
+State sizes and mode counts follow App. F.1-F.2 and G.4: M = 4 (Pong, NCLT), 3 (Lorenz), 5 (Navier-Stokes);
+K = 18, except K = 3 for Navier-Stokes. Lorenz and Navier-Stokes get the shared nonlinear transition MLP (their
+transition "A_z(x)" is a function, App. G.2, G.4).
+
+Initialisation from the training data (our choice; the paper gives none): the emission starts at the data set's
+C (the true observation map: positions, or the identity for Lorenz), the prior mean at C^+ times the mean first
+observation, the prior variance at the variance of the first observations, the process variance at 0.1 x the
+observation noise variance. Everything but the observation noise R (known, section 4) is trained.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from memlab.pissm import metrics
+from memlab.pissm.baselines import DirectRNN, LGBaseline, ObservationOnly
+from memlab.pissm.data import (
+    LORENZ_LAYOUT,
+    NAVIER_STOKES_LAYOUT,
+    NAVIER_STOKES_QUICK_LAYOUT,
+    NCLT_LAYOUT,
+    PONG_LAYOUT,
+    Dataset,
+    SplitLayout,
+    generate_lorenz,
+    generate_navier_stokes,
+    generate_pong,
+    load_nclt,
+)
+from memlab.pissm.data.splits import Split
+from memlab.pissm.lg import LGVariant
+from memlab.pissm.model import PiSSM
+from memlab.pissm.train import TrainConfig, make_train, predict_batch
+from memlab.runner import Run, atomic_write_bytes
+
+MODELS = ("pissm-gru", "pissm-lstm", "pissm-lg", "lg", "gru", "lstm", "observation")
+DATASETS = ("pong", "lorenz", "navier-stokes", "nclt")
+STATE_SIZE = {"pong": 4, "lorenz": 3, "navier-stokes": 5, "nclt": 4}
+NUM_MODES = {"pong": 18, "lorenz": 18, "navier-stokes": 3, "nclt": 18}
+TRANSITION_HIDDEN = {"pong": 0, "lorenz": 16, "navier-stokes": 16, "nclt": 0}
+QUICK_LAYOUT = {
+    "pong": SplitLayout(train=(500, 80), validation=(100, 80), test=(100, 80)),
+    "lorenz": LORENZ_LAYOUT,  # the paper's 5k steps are cheap
+    "navier-stokes": NAVIER_STOKES_QUICK_LAYOUT,
+    "nclt": NCLT_LAYOUT,
+}
+PAPER_LAYOUT = {"pong": PONG_LAYOUT, "lorenz": LORENZ_LAYOUT, "navier-stokes": NAVIER_STOKES_LAYOUT,
+                "nclt": NCLT_LAYOUT}
+TINY_LAYOUT = {  # for the tests: seconds, not minutes
+    "pong": SplitLayout(train=(64, 40), validation=(16, 40), test=(16, 40)),
+    "lorenz": SplitLayout(train=(8, 50), validation=(2, 50), test=(2, 50)),
+    "navier-stokes": SplitLayout(train=(16, 20), validation=(4, 20), test=(4, 20)),
+    "nclt": NCLT_LAYOUT,
+}
+LAYOUTS = {"tiny": TINY_LAYOUT, "quick": QUICK_LAYOUT, "paper": PAPER_LAYOUT}
+
+
+def load_dataset(name: str, layout: SplitLayout, seed: int = 0, data_dir: str | None = None) -> Dataset:
+    """The data set ``name`` (DATASETS) cut to ``layout``; generated from ``seed`` or (NCLT) read from data_dir."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown data set {name!r}; known: {', '.join(DATASETS)}")
+    key = jax.random.key(seed)
+    if name == "pong":
+        return generate_pong(key, layout)
+    if name == "lorenz":
+        return generate_lorenz(key, layout)
+    if name == "navier-stokes":
+        return generate_navier_stokes(key, layout)
+    return load_nclt(data_dir, layout=layout)
+
+
+def full_mask(split: Split) -> jax.Array:
+    return jnp.ones(split.y.shape[:2], bool)
+
+
+def make_model(name: str, data_name: str, data: Dataset, key, hidden_size: int = 64):
+    """An untrained model ``name`` (MODELS) sized and initialised for ``data`` (module docstring)."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+    y = np.asarray(data.train.y, np.float64)
+    N, M = y.shape[-1], STATE_SIZE[data_name]
+    R = np.asarray(data.R, np.float64)
+    if name == "observation":
+        return ObservationOnly.fit(y)
+    if name in ("gru", "lstm"):
+        flat = y.reshape(-1, N)
+        return DirectRNN(N, key=key, cell=name, hidden_size=hidden_size, obs_offset=flat.mean(0),
+                         obs_scale=flat.std(0) + 1e-6)
+    C = np.asarray(data.C, np.float64)
+    if C.shape != (N, M):
+        raise ValueError(f"{data_name}: the data set's C has shape {C.shape}, the model needs ({N}, {M})")
+    initial_mean = np.linalg.pinv(C) @ y[:, 0].mean(0)
+    initial_var = float(np.mean(y[:, 0].var(0)))
+    process_var = 0.1 * float(np.mean(np.diag(R)))
+    K = NUM_MODES[data_name]
+    if name == "lg":
+        lg = LGVariant(M, N, K, Q=process_var * np.eye(M), R=R, key=key, C=np.broadcast_to(C, (K, N, M)),
+                       initial_mean=initial_mean, initial_cov=initial_var * np.eye(M))
+        return LGBaseline(lg)
+    gain = {"pissm-gru": "gru", "pissm-lstm": "lstm", "pissm-lg": "exact"}[name]
+    return PiSSM(M, N, K, R=R, key=key, gain=gain, hidden_size=hidden_size, C=C, initial_mean=initial_mean,
+                 initial_var=initial_var, process_var=process_var, transition_hidden=TRANSITION_HIDDEN[data_name])
+
+
+def trains(name: str) -> bool:
+    return name != "observation"
+
+
+def default_stability(name: str) -> str:
+    """ISS projection for models with a gated RNN (Table 1 trains pi-SSM with it), none otherwise."""
+    return "iss" if name in ("pissm-gru", "pissm-lstm", "gru", "lstm") else "none"
+
+
+_TRAINERS: dict = {}
+
+
+def compiled_train(config: TrainConfig):
+    """One jitted ``train`` per config (jit caches per model structure and data shape)."""
+    if config not in _TRAINERS:
+        _TRAINERS[config] = eqx.filter_jit(make_train(config))
+    return _TRAINERS[config]
+
+
+def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, seed: int):
+    """Train model ``name`` on data.train with early stopping on data.validation.
+
+    Returns (model, record): record has best_val, best_epoch, failed, seconds, and the per-epoch histories.
+    """
+    key_model, key_train = jax.random.split(jax.random.key(seed))
+    model = make_model(name, data_name, data, key_model)
+    start = time.perf_counter()
+    if not trains(name):
+        return model, {"seconds": 0.0, "failed": False, "best_epoch": -1}
+    result = compiled_train(config)(key_train, model, data.train.y, full_mask(data.train), data.validation.y,
+                                    full_mask(data.validation))
+    jax.block_until_ready(result.best_val)
+    record = {
+        "seconds": time.perf_counter() - start,
+        "best_val": float(result.best_val),
+        "best_epoch": int(result.best_epoch),
+        "failed": bool(result.failed),
+        "train_loss": np.asarray(result.train_loss).tolist(),
+        "val_ll": np.asarray(result.val_ll).tolist(),
+        "recurrent_norm": np.asarray(result.recurrent_norm).ravel().tolist(),  # after every optimiser step
+        "radius": np.asarray(result.radius).ravel().tolist(),
+    }
+    return result.model, record
+
+
+predict_jit = eqx.filter_jit(predict_batch)  # num_samples (an int) is static
+
+
+def evaluate(model, data: Dataset, split: Split, key, num_samples: int = 8, mask=None, chunk: int = 250) -> dict:
+    """Per-sequence metrics of ``model`` on ``split`` with S = num_samples sampled paths (lists of length B).
+
+    ``ll``: average predictive log-likelihood per observed step (log-mean-exp over the samples);
+    ``filtered_mse``: MSE of the filtered position estimate against the true position C x_t (observed steps);
+    ``predicted_mse``: MSE of the one-step predictive mean of y_t against C x_t; with a ``mask``, also
+    ``imputation_mse``: MSE of the estimate at the removed steps (the prediction through the gap, App. H.1).
+    """
+    mask = full_mask(split) if mask is None else mask
+    truth = jnp.einsum("nm,btm->btn", data.C, split.x)
+    parts = []
+    for start in range(0, split.y.shape[0], chunk):
+        stop = start + chunk
+        y = jnp.where(mask[start:stop, :, None], split.y[start:stop], jnp.nan)  # removed steps are really gone
+        p = predict_jit(model, y, mask[start:stop], jax.random.fold_in(key, start), num_samples)
+        parts.append((p.log_likelihoods, p.filtered_obs, p.obs_means))
+    ll, filtered, predicted = (jnp.concatenate(x, axis=1) for x in zip(*parts))
+    out = {
+        "ll": metrics.predictive_log_likelihood(ll, mask),
+        "filtered_mse": metrics.position_mse(filtered, truth, mask),
+        "predicted_mse": metrics.position_mse(predicted, truth, mask),
+    }
+    if not bool(jnp.all(mask)):
+        out["imputation_mse"] = metrics.position_mse(filtered, truth, ~mask)
+    return {k: np.asarray(v).tolist() for k, v in out.items()}
+
+
+def trained_model(run: Run, cell: str, name: str, data_name: str, data: Dataset, config: TrainConfig, seed: int):
+    """``fit`` as a resumable cell that also keeps the trained model (``<cell>.eqx`` in the run folder).
+
+    Returns (model, record). If the record exists but the model file is gone, the cell is recomputed.
+    """
+    path = run.out_dir / f"{cell}.eqx"
+    template = make_model(name, data_name, data, jax.random.key(0))
+    fresh = {}
+
+    def compute():
+        model, record = fit(name, data_name, data, config, seed)
+        buffer = io.BytesIO()
+        eqx.tree_serialise_leaves(buffer, model)
+        atomic_write_bytes(path, buffer.getvalue())
+        fresh["model"] = model
+        return record
+
+    stored = run.out_dir / "cells" / f"{cell}.json"
+    if stored.exists() and not path.exists():
+        stored.unlink()
+    record = run.cell(cell, compute)
+    model = fresh["model"] if "model" in fresh else eqx.tree_deserialise_leaves(path, template)
+    return model, record

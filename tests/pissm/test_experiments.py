@@ -1,0 +1,79 @@
+"""The pissm experiments are registered and run end to end (tiny profile), resumably; NCLT via --data-dir."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from memlab import catalog, cli
+from memlab.catalog import EXPERIMENTS
+from memlab.pissm import exp_table1
+from memlab.pissm.data.nclt import NCLT_LAYOUT
+from memlab.runner import Run, run_experiment
+
+_spec = importlib.util.spec_from_file_location("pissm_nclt_files", Path(__file__).with_name("test_nclt.py"))
+_nclt_files = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_nclt_files)
+write_session = _nclt_files.write_session  # NCLT files in the real format (tests/pissm/test_nclt.py)
+
+ISSUE_EXPERIMENTS = {"pissm.table1", "pissm.stability", "pissm.pong-modes", "pissm.imputation"}
+
+
+def test_every_issue_experiment_is_registered_with_its_profiles():
+    assert ISSUE_EXPERIMENTS <= set(EXPERIMENTS)
+    for name in ISSUE_EXPERIMENTS:
+        exp = EXPERIMENTS[name]
+        assert {"quick", "paper", "tiny"} <= set(exp.profiles), name
+        assert exp.paper == "pi-ssm-hybrid-state-space"
+        assert exp.profiles["paper"].layout == "paper"
+
+
+def test_paper_profiles_use_the_paper_grids():
+    stability = EXPERIMENTS["pissm.stability"].profiles["paper"]
+    assert stability.iss_eps == (0.1, 0.15, 0.2, 0.25) and stability.clip_norms == (5.0, 10.0, 15.0, 20.0)
+    assert stability.models == ("pissm-gru", "pissm-lstm")
+    table1 = EXPERIMENTS["pissm.table1"].profiles["paper"]
+    assert set(table1.datasets) == {"pong", "lorenz", "navier-stokes", "nclt"}
+    assert {"pissm-gru", "pissm-lstm", "pissm-lg", "lg", "gru", "lstm", "observation"} <= set(table1.models)
+
+
+@pytest.mark.parametrize("name", sorted(ISSUE_EXPERIMENTS))
+def test_tiny_profile_runs_and_resumes(name, tmp_path):
+    out = tmp_path / name
+    assert cli.main(["run", name, "--profile", "tiny", "--out", str(out), "--no-progress"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["claims"] and all(isinstance(c["holds"], bool) for c in results["claims"])
+    assert list(out.glob("*.png")) and (out / "summary.md").exists()
+    cells = sorted(p.name for p in (out / "cells").glob("*.json"))
+    again = run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=out, progress=False)
+    assert json.loads((again / "results.json").read_text())["claims"] == results["claims"]
+    assert sorted(p.name for p in (out / "cells").glob("*.json")) == cells
+
+
+def test_table1_without_nclt_data_says_where_to_get_it(tmp_path):
+    cfg = dataclasses.replace(EXPERIMENTS["pissm.table1"].profiles["tiny"], datasets=("nclt",))
+    folder = tmp_path / "n"
+    folder.mkdir()
+    notes = exp_table1.run(cfg, Run(folder, cfg, "tiny", 0, progress=False))["notes"]
+    assert notes == [exp_table1.NCLT_HINT]
+    assert "--data-dir" in notes[0] and "robots.engin.umich.edu/nclt" in notes[0]
+
+
+def test_table1_reads_nclt_from_data_dir(tmp_path, monkeypatch):
+    data = tmp_path / "nclt"
+    write_session(data, duration=NCLT_LAYOUT.total_steps + 40, gps_noise=3.0)
+    exp = EXPERIMENTS["pissm.table1"]
+    tiny = dataclasses.replace(exp.profiles["tiny"], datasets=("nclt",), models=("pissm-lg", "observation"))
+    monkeypatch.setitem(catalog.EXPERIMENTS, "pissm.table1", dataclasses.replace(exp, profiles={**exp.profiles,
+                                                                                               "tiny": tiny}))
+    out = tmp_path / "o"
+    args = ["run", "pissm.table1", "--profile", "tiny", "--out", str(out), "--no-progress", "--data-dir", str(data)]
+    assert cli.main(args) == 0
+    table = json.loads((out / "results.json").read_text())["results"]["table"]
+    assert {row["dataset"] for row in table} == {"nclt"}
+    assert all(row["ll_mean"] == row["ll_mean"] for row in table)  # finite numbers, not NaN
+    assert exp_table1.NCLT_HINT not in (out / "summary.md").read_text()
