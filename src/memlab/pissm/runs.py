@@ -19,6 +19,7 @@ observation noise variance. Everything but the observation noise R (known, secti
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import time
 
@@ -137,11 +138,14 @@ def compiled_train(config: TrainConfig):
 
 
 def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, seed: int):
-    """Train model ``name`` on data.train with early stopping on data.validation.
+    """Train model ``name`` on data.train with early stopping on data.validation (the batch shrinks so that an
+    epoch has at least 8 minibatches).
 
     Returns (model, record): record has best_val, best_epoch, failed, seconds, and the per-epoch histories.
     """
     key_model, key_train = jax.random.split(jax.random.key(seed))
+    # at least 8 minibatches per epoch (Lorenz has 40 training sequences)
+    config = dataclasses.replace(config, batch_size=max(1, min(config.batch_size, data.train.y.shape[0] // 8)))
     model = make_model(name, data_name, data, key_model)
     start = time.perf_counter()
     if not trains(name):

@@ -26,7 +26,8 @@ its ISS region with buffer ``iss_eps`` after each optimiser step (``layers.gated
 ``"clip"`` clips the gradient's global norm at ``clip_norm`` instead (GC); ``"none"`` does neither.
 
 A run has failed (Table 2's success rate) if any minibatch loss or validation value is not finite, or if it
-diverged: its last-epoch mean training loss is above its first-epoch one. The returned model is the one with the
+diverged: its last validation log-likelihood per step is more than ``DIVERGENCE_NATS`` = 1 below the first
+epoch's (validation, not the training loss, because with few minibatches per epoch the training mean is noisy). The returned model is the one with the
 best validation log-likelihood (early stopping), taken only from epochs with finite values.
 """
 
@@ -46,6 +47,7 @@ from memlab.layers.gated_rnn import GATED_CELLS, iss_margin, project_model_iss
 from memlab.pissm.predictions import Predictions
 
 STABILITY = ("iss", "clip", "none")
+DIVERGENCE_NATS = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +228,7 @@ def make_train(config: TrainConfig):
         carry, (train_loss, val_ll, norms, radii) = jax.lax.scan(
             epoch, carry, (epochs, jax.random.split(key, config.epochs)))
         best_params, best_val, best_epoch, ok = carry[4:]
-        diverged = train_loss[-1] > train_loss[0]
+        diverged = val_ll[-1] < val_ll[0] - DIVERGENCE_NATS
         return TrainResult(eqx.combine(best_params, static), best_val, best_epoch, ~ok | diverged, train_loss,
                            val_ll, norms, radii)
 
