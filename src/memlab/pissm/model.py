@@ -30,8 +30,12 @@ Decisions the paper leaves open or gets wrong, each forced by the mathematics:
   layer-normalised state (App. F.1) gives a lower-triangular Ltilde; L_t = G^{-T} Ltilde. So L L^T = S^{-1} (the
   exact gain) when Ltilde = I, which is where it starts, and the RNN learns corrections in the units of S^{-1}.
   Ltilde's diagonal is squashed into (0, sqrt 2) and its off-diagonal into (-1/2, 1/2): in one dimension the error
-  update is 1 - rho l^2 with rho = C Sigma C / S in (0, 1), contractive for every rho iff l^2 < 2, so the learned
-  gain may trust the observation less or up to twice as much as the Kalman gain but cannot make the filter blow up.
+  update is 1 - rho l^2 with rho = C Sigma C / S in (0, 1), contractive for every rho iff l^2 < 2. In N
+  dimensions the error map in the whitened observation space is I - H Ltilde Ltilde^T with eig(H) in (0, 1),
+  contractive for every such H iff eig(Ltilde Ltilde^T) <= 2; the entry bounds alone allow ~2.8 (a test found the
+  filter diverging there), so Ltilde is also scaled down until the Hoelder bound sqrt(||Ltilde||_1 ||Ltilde||_inf)
+  of its spectral norm is <= sqrt 2 (Ltilde = I is untouched). The learned gain may trust the observation less
+  or up to twice as much as the Kalman gain but cannot make the filter blow up.
   Measured reason: with L_t read out in absolute units, scaled by diag(S) only, or with an unbounded (exp)
   diagonal, Adam at the paper's learning rate 0.011 drove the covariance to overflow within 5-25 steps on Pong.
 - A missing y_t (``mask`` False) skips steps 7-9 (the RNN state is kept): the filter predicts through the gap,
@@ -222,6 +226,9 @@ class PiSSM(eqx.Module):
         raw = jnp.zeros((N, N), S_chol.dtype).at[rows, cols].set(entries)
         diagonal = GAIN_BOUND * jax.nn.sigmoid(jnp.diagonal(raw) + _DIAGONAL_OFFSET)  # in (0, sqrt 2), starts at 1
         L_tilde = jnp.tril(OFF_DIAGONAL_BOUND * jnp.tanh(raw), -1) + jnp.diag(diagonal)
+        # spectral norm <= sqrt(||L||_1 ||L||_inf) <= GAIN_BOUND, so eig(Ltilde Ltilde^T) <= 2 (module doc)
+        holder = jnp.sqrt(jnp.max(jnp.sum(jnp.abs(L_tilde), 0)) * jnp.max(jnp.sum(jnp.abs(L_tilde), 1)))
+        L_tilde = L_tilde * jnp.minimum(1.0, GAIN_BOUND / holder)
         L = S_chol_inv.T @ L_tilde
         return L @ L.T, rnn_state
 
