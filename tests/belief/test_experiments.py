@@ -59,7 +59,9 @@ def test_interrupted_sweep_resumes_from_its_cells(tmp_path):
     cmd = [sys.executable, "-m", "memlab.cli", "run", "belief.error-vs-epsilon", "--profile", "quick",
            "--out", str(out), "--no-progress"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # xdist workers ignore SIGINT and a child inherits that (Python then installs no KeyboardInterrupt handler)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while not (out / "config.json").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.01)
