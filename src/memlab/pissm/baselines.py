@@ -21,7 +21,7 @@ import numpy as np
 from jax import Array
 
 from memlab.layers.gated_rnn import GRUCell, LSTMCell
-from memlab.pissm.kalman import check_covariance, check_matrix, check_observations, symmetrise
+from memlab.pissm.kalman import check_covariance, check_int, check_matrix, check_observations, symmetrise
 from memlab.pissm.lg import LGVariant
 from memlab.pissm.metrics import gaussian_log_density
 from memlab.pissm.predictions import Predictions
@@ -39,12 +39,6 @@ def cholesky_raw(cov) -> np.ndarray:
     L = np.linalg.cholesky(np.asarray(cov, np.float64))
     d = np.diagonal(L)
     return np.tril(L, -1) + np.diag(d + np.log(-np.expm1(-d)))
-
-
-def _check_size(name: str, n) -> int:
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {n!r}")
-    return int(n)
 
 
 def _check_input(y, mask, N: int) -> tuple[Array, Array]:
@@ -75,7 +69,7 @@ class ObservationOnly(eqx.Module):
 
     def __init__(self, observation_size: int, *, initial_mean=None, initial_cov=None, step_cov=None):
         """Defaults: m_0 = 0, P_0 = I, Sigma = I. Covariances must be symmetric positive definite."""
-        N = _check_size("observation_size", observation_size)
+        N = check_int("observation_size", observation_size)
         dtype = jnp.result_type(float)
         initial_mean = np.zeros(N) if initial_mean is None else initial_mean
         check_matrix("initial_mean", initial_mean, (N,))
@@ -175,8 +169,8 @@ class DirectRNN(eqx.Module):
                  obs_offset=None, obs_scale=None):
         """``cell`` "gru" or "lstm"; obs_offset (N,) (default 0), obs_scale (N,) > 0 (default 1). At the default
         hidden size 32 a GRU on N = 2 has 3.6k parameters, an LSTM 4.8k (pi-SSM: a few thousand at default)."""
-        N = _check_size("observation_size", observation_size)
-        hidden_size = _check_size("hidden_size", hidden_size)
+        N = check_int("observation_size", observation_size)
+        hidden_size = check_int("hidden_size", hidden_size)
         cells = {"gru": GRUCell, "lstm": LSTMCell}
         if cell not in cells:
             raise ValueError(f"cell must be 'gru' or 'lstm', got {cell!r}")

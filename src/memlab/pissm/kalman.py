@@ -172,8 +172,7 @@ def sample_lgssm(
     Same matrix shapes as ``kalman_filter`` (fixed or with a leading axis T = num_steps). Singular Q, R, initial
     covariances are allowed (noise is drawn through a symmetric square root).
     """
-    if not isinstance(num_steps, (int, np.integer)) or isinstance(num_steps, bool) or num_steps < 1:
-        raise ValueError(f"num_steps must be an int >= 1, got {num_steps!r}")
+    check_int("num_steps", num_steps)
     M = jnp.shape(initial_mean)[-1]
     N = jnp.shape(C)[-2]
     per_step = {}
@@ -204,6 +203,13 @@ def psd_sqrt(P: Array) -> Array:
 
 
 # ---------------------------------------------------------------- input checks (shared with lg.py, particle.py)
+
+
+def check_int(name: str, n, low: int = 1) -> int:
+    """n as an int, or ValueError unless it is an integer (not a bool) >= low."""
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {n!r}")
+    return int(n)
 
 
 def is_concrete(*xs) -> bool:

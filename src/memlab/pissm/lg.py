@@ -30,6 +30,7 @@ from jax import Array
 
 from memlab.pissm.kalman import (
     check_covariance,
+    check_int,
     check_matrix,
     check_observations,
     psd_sqrt,
@@ -87,8 +88,7 @@ class LGVariant(eqx.Module):
             ("state_size", state_size), ("observation_size", observation_size),
             ("num_modes", num_modes), ("hidden_size", hidden_size),
         ):
-            if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {n!r}")
+            check_int(name, n)
         M, N, K = int(state_size), int(observation_size), int(num_modes)
         dtype = jnp.result_type(float)
         k_A, k_C, k_mlp = jax.random.split(key, 3)

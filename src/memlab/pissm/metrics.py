@@ -27,7 +27,7 @@ import numpy as np
 from jax import Array
 from scipy.optimize import linear_sum_assignment
 
-from memlab.pissm.kalman import is_concrete, symmetrise
+from memlab.pissm.kalman import check_int, is_concrete, symmetrise
 
 
 def gaussian_log_density(y: Array, mean: Array, cov: Array) -> Array:
@@ -108,8 +108,7 @@ def imputation_mask(key: Array, num_sequences: int, num_steps: int, fraction: fl
     """
     for name, n, low in (("num_sequences", num_sequences, 1), ("num_steps", num_steps, 1),
                          ("keep_first", keep_first, 0)):
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {n!r}")
+        check_int(name, n, low)
     if not (math.isfinite(fraction) and 0 <= fraction <= 1):
         raise ValueError(f"fraction must lie in [0, 1], got {fraction!r}")
     num_removed = math.floor(fraction * num_steps + 0.5)
@@ -152,8 +151,7 @@ def modes_in_use(modes, num_modes: int, threshold: float = 0.01) -> int:
     """Number of the K = ``num_modes`` modes whose share of all sampled steps (every entry of modes (..., T),
     pooled over samples, sequences and steps) is >= threshold: App. H.1's "uniqueness" (pruned modes drop out)."""
     modes = _int_modes("modes", modes)
-    if not isinstance(num_modes, (int, np.integer)) or isinstance(num_modes, bool) or num_modes < 1:
-        raise ValueError(f"num_modes must be an int >= 1, got {num_modes!r}")
+    check_int("num_modes", num_modes)
     if np.any(modes >= num_modes):
         raise ValueError(f"modes must lie in [0, {num_modes}), got max {int(modes.max())}")
     if not 0 < threshold <= 1:

@@ -61,7 +61,7 @@ import numpy as np
 from jax import Array
 
 from memlab.layers.gated_rnn import GRUCell, LSTMCell
-from memlab.pissm.kalman import check_covariance, check_matrix, check_observations, symmetrise
+from memlab.pissm.kalman import check_covariance, check_int, check_matrix, check_observations, symmetrise
 from memlab.pissm.metrics import gaussian_log_density
 from memlab.pissm.predictions import Predictions
 
@@ -71,12 +71,6 @@ GAIN_BOUND = math.sqrt(2.0)  # Ltilde's diagonal lies in (0, GAIN_BOUND): see th
 OFF_DIAGONAL_BOUND = 0.5
 _DIAGONAL_OFFSET = math.log(1.0 / (GAIN_BOUND - 1.0))  # sigmoid(offset) * GAIN_BOUND = 1: Ltilde starts at I
 JITTER = 1e-6  # added to Sigma before its Cholesky factor (the sample only; the filter keeps Sigma as is)
-
-
-def _check_int(name, n):
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {n!r}")
-    return int(n)
 
 
 class PiSSM(eqx.Module):
@@ -125,7 +119,7 @@ class PiSSM(eqx.Module):
     ):
         """R (N, N) observation noise covariance, positive definite. A starts at I + N(0, 0.01^2), b at 0, C at
         C_0 + N(0, 0.01^2) with one C_0 ~ N(0, 1/M) shared by the modes unless given ((N, M) shared by every mode, or (K, N, M)); Q = process_var I; P_0 = initial_var I."""
-        M, N, K = (_check_int(n, v) for n, v in
+        M, N, K = (check_int(n, v) for n, v in
                    (("state_size", state_size), ("observation_size", observation_size), ("num_modes", num_modes)))
         if gain not in GAINS:
             raise ValueError(f"gain must be one of {GAINS}, got {gain!r}")
@@ -150,7 +144,7 @@ class PiSSM(eqx.Module):
             C = jnp.broadcast_to(C, (K, N, M))
         check_matrix("C", C, (K, N, M))
         self.C = C
-        self.mode_net = eqx.nn.MLP(M, K, _check_int("mode_hidden", mode_hidden), depth=1,
+        self.mode_net = eqx.nn.MLP(M, K, check_int("mode_hidden", mode_hidden), depth=1,
                                    activation=jax.nn.relu, key=kmode, dtype=dtype)
         self.log_q = jnp.full((M,), math.log(process_var), dtype)
         self.R_sqrt = jnp.linalg.cholesky(jnp.asarray(R, dtype))
@@ -160,7 +154,7 @@ class PiSSM(eqx.Module):
         if gain == "exact":
             self.cell = self.norm = self.readout = None
         else:
-            n_h = _check_int("hidden_size", hidden_size)
+            n_h = check_int("hidden_size", hidden_size)
             cell_type = GRUCell if gain == "gru" else LSTMCell
             self.cell = cell_type(M + 2 * N, n_h, key=kcell)
             self.norm = eqx.nn.LayerNorm(n_h, dtype=dtype)
@@ -169,7 +163,7 @@ class PiSSM(eqx.Module):
             self.readout = eqx.tree_at(lambda r: (r.weight, r.bias), readout,
                                        (0.01 * readout.weight, jnp.zeros_like(readout.bias)))
         if transition_hidden:
-            mlp = eqx.nn.MLP(M, M, _check_int("transition_hidden", transition_hidden), depth=1,
+            mlp = eqx.nn.MLP(M, M, check_int("transition_hidden", transition_hidden), depth=1,
                              activation=jnp.tanh, key=kmlp, dtype=dtype)
             # g starts at 0 so the initial dynamics are the linear modes
             self.transition_mlp = eqx.tree_at(lambda m: m.layers[-1].weight, mlp, jnp.zeros_like(mlp.layers[-1].weight))

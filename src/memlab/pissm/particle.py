@@ -27,10 +27,9 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import Array
 
-from memlab.pissm.kalman import check_observations
+from memlab.pissm.kalman import check_int, check_observations
 
 
 class ParticleFiltered(NamedTuple):
@@ -82,9 +81,7 @@ def bootstrap_particle_filter(
     per-particle functions are vmapped over particles here. mask (T,) bool, True where y_t is observed (None: all).
     """
     y, mask = check_observations(y, mask)
-    if not isinstance(num_particles, (int, np.integer)) or isinstance(num_particles, bool) or num_particles < 1:
-        raise ValueError(f"num_particles must be an int >= 1, got {num_particles!r}")
-    P = int(num_particles)
+    P = check_int("num_particles", num_particles)
     k_init, k_steps = jax.random.split(key)
     initial = jax.eval_shape(lambda k: initial_sampler(k, P), k_init)
     shape = initial.shape

@@ -41,7 +41,7 @@ from jax import Array
 
 from memlab.pissm.data.lorenz import DELTA_T, NOISE_VAR, _rk4
 from memlab.pissm.data.pong import NOISE_STD, OBSERVATION_MATRIX, SPEED_RANGE, pong_mode, reflect_step
-from memlab.pissm.kalman import check_covariance, check_matrix, check_observations, is_concrete, update
+from memlab.pissm.kalman import check_covariance, check_int, check_matrix, check_observations, is_concrete, update
 from memlab.pissm.metrics import gaussian_log_density
 from memlab.pissm.particle import bootstrap_particle_filter
 from memlab.pissm.predictions import Predictions
@@ -106,9 +106,7 @@ def _run(key: Array, y: Array, mask: Array, first: _FirstStep, transition_sample
 
 
 def _check_particles(num_particles) -> int:
-    if not isinstance(num_particles, (int, np.integer)) or isinstance(num_particles, bool) or num_particles < 1:
-        raise ValueError(f"num_particles must be an int >= 1, got {num_particles!r}")
-    return int(num_particles)
+    return check_int("num_particles", num_particles)
 
 
 def _check_jitter(jitter, M: int) -> Array:
@@ -164,8 +162,7 @@ def lorenz_particle_filter(
     y_t = x_t + N(0, R). y (T, 3); R (3, 3) defaults to 0.5 I (section 7); prior N(initial_mean,
     initial_cov), default N((0, 0, 25), 10^2 I) (see ``LORENZ_PRIOR_MEAN``)."""
     P = _check_particles(num_particles)
-    if not isinstance(substeps, (int, np.integer)) or isinstance(substeps, bool) or substeps < 1:
-        raise ValueError(f"substeps must be an int >= 1, got {substeps!r}")
+    check_int("substeps", substeps)
     y, mask = check_observations(y, mask)
     if y.shape[1] != 3:
         raise ValueError(f"y must have shape (T, 3), got {y.shape}")

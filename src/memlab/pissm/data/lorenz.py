@@ -25,6 +25,7 @@ import numpy as np
 from jax import Array
 
 from memlab.pissm.data.splits import Dataset, Split, SplitLayout, cut_recording
+from memlab.pissm.kalman import check_int
 
 SIGMA, RHO, BETA = 10.0, 28.0, 8.0 / 3.0
 DELTA_T = 0.01  # sampling interval of the data (App. G.2)
@@ -66,8 +67,7 @@ def integrate_lorenz(x0, num_samples: int, delta_t: float = DELTA_T, substeps: i
     if x0.ndim < 1 or x0.shape[-1] != 3 or not np.all(np.isfinite(x0)):
         raise ValueError(f"x0 must be finite with shape (..., 3), got shape {x0.shape}")
     for name, n in (("num_samples", num_samples), ("substeps", substeps)):
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {n!r}")
+        check_int(name, n)
     if not (math.isfinite(delta_t) and delta_t > 0):
         raise ValueError(f"delta_t must be a finite number > 0, got {delta_t}")
     with jax.enable_x64(True):

@@ -62,6 +62,7 @@ import numpy as np
 from jax import Array
 
 from memlab.pissm.data.splits import Dataset, Split, SplitLayout
+from memlab.pissm.kalman import check_int
 
 NAVIER_STOKES_LAYOUT = SplitLayout(train=(8000, 100), validation=(1000, 100), test=(1000, 100))
 NAVIER_STOKES_QUICK_LAYOUT = SplitLayout(train=(400, 50), validation=(50, 50), test=(50, 50))
@@ -259,12 +260,6 @@ def _run(omega, positions, forcing, mean_flow, dt, viscosity, density, num_steps
     return FlowRecord(out[0], out[1], out[2] if keep_vorticity else None)
 
 
-def _check_int(name, n, low=1) -> int:
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {n!r}")
-    return int(n)
-
-
 def _check_number(name, value, low=0.0, strict=False) -> float:
     ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
     ok = ok and math.isfinite(float(value)) and (float(value) > low if strict else float(value) >= low)
@@ -318,7 +313,7 @@ def simulate_flow(
     for name, a in (("vorticity", omega), ("forcing", forcing), ("mean_flow", mean_flow)):
         if _concrete(a) and not bool(jnp.all(jnp.isfinite(a))):
             raise ValueError(f"{name} must be finite")
-    num_steps, substeps = _check_int("num_steps", num_steps), _check_int("substeps", substeps)
+    num_steps, substeps = check_int("num_steps", num_steps), check_int("substeps", substeps)
     delta_t = _check_number("delta_t", delta_t, strict=True)
     viscosity = _check_number("viscosity", viscosity)
     density = _check_number("density", density, strict=True)
@@ -401,9 +396,9 @@ def simulate_navier_stokes(
     Returns a ``Split``: t (B, T) = k delta_t; y (B, T, 2) noisy positions; x (B, T, 5) = [u, v, x, y, p];
     z None; events (B, T, 4) bool seam crossings (``SEAMS`` order).
     """
-    num_sequences, num_steps = _check_int("num_sequences", num_sequences), _check_int("num_steps", num_steps)
-    per_field = _check_int("particles_per_field", particles_per_field)
-    grid, substeps = _check_grid(grid), _check_int("substeps", substeps)
+    num_sequences, num_steps = check_int("num_sequences", num_sequences), check_int("num_steps", num_steps)
+    per_field = check_int("particles_per_field", particles_per_field)
+    grid, substeps = _check_grid(grid), check_int("substeps", substeps)
     viscosity = _check_number("viscosity", viscosity)
     delta_t = _check_number("delta_t", delta_t, strict=True)
     burn_in = _check_number("burn_in", burn_in)

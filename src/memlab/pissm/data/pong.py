@@ -34,6 +34,7 @@ import numpy as np
 from jax import Array
 
 from memlab.pissm.data.splits import Dataset, Split, SplitLayout
+from memlab.pissm.kalman import check_int
 
 PONG_LAYOUT = SplitLayout(train=(4000, 80), validation=(500, 80), test=(500, 80))
 SPEED_RANGE = (0.03, 0.07)
@@ -62,8 +63,7 @@ def pong_mode(velocity: Array) -> Array:
 
 def _check(num_sequences, num_steps, speed_range, noise_std) -> tuple[float, float, float]:
     for name, n in (("num_sequences", num_sequences), ("num_steps", num_steps)):
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {n!r}")
+        check_int(name, n)
     lo, hi = (float(s) for s in speed_range)
     if not 0 < lo <= hi < 1:
         raise ValueError(f"speed_range must satisfy 0 < low <= high < 1 (box widths per step), got {speed_range}")
