@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from memlab import plots
-from memlab.pissm import metrics, reference
+from memlab.pissm import reference
 from memlab.pissm.data import NCLTDataMissingError
 from memlab.pissm.data.pong import NOISE_STD as PONG_NOISE_STD
 from memlab.pissm.runs import (
@@ -28,6 +28,7 @@ from memlab.pissm.runs import (
     fit,
     full_mask,
     load_dataset,
+    score,
 )
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
@@ -89,12 +90,7 @@ def particle_reference(data_name, data, key, particles: int):
 def _score_particles(data_name, data, key, particles) -> dict:
     p = particle_reference(data_name, data, key, particles)
     truth = jnp.einsum("nm,btm->btn", data.C, data.test.x)
-    mask = full_mask(data.test)
-    return {
-        "ll": np.asarray(metrics.predictive_log_likelihood(p.log_likelihoods[None], mask)).tolist(),
-        "filtered_mse": np.asarray(metrics.position_mse(p.filtered_obs[None], truth, mask)).tolist(),
-        "predicted_mse": np.asarray(metrics.position_mse(p.obs_means[None], truth, mask)).tolist(),
-    }
+    return score(p.log_likelihoods[None], p.filtered_obs[None], p.obs_means[None], truth, full_mask(data.test))
 
 
 def _mean_std(values) -> str:

@@ -186,8 +186,14 @@ def evaluate(model, data: Dataset, split: Split, key, num_samples: int = 8, mask
         p = predict_jit(model, y, mask[start:stop], jax.random.fold_in(key, start), num_samples)
         parts.append((p.log_likelihoods, p.filtered_obs, p.obs_means))
     ll, filtered, predicted = (jnp.concatenate(x, axis=1) for x in zip(*parts))
+    return score(ll, filtered, predicted, truth, mask)
+
+
+def score(log_likelihoods, filtered, predicted, truth, mask) -> dict:
+    """The metrics of ``evaluate`` (lists of length B) from stacked Predictions fields with leading axes (S, B):
+    log_likelihoods (S, B, T), filtered / predicted (S, B, T, N); truth (B, T, N) = C x_t; mask (B, T)."""
     out = {
-        "ll": metrics.predictive_log_likelihood(ll, mask),
+        "ll": metrics.predictive_log_likelihood(log_likelihoods, mask),
         "filtered_mse": metrics.position_mse(filtered, truth, mask),
         "predicted_mse": metrics.position_mse(predicted, truth, mask),
     }
@@ -202,7 +208,6 @@ def trained_model(run: Run, cell: str, name: str, data_name: str, data: Dataset,
     Returns (model, record). If the record exists but the model file is gone, the cell is recomputed.
     """
     path = run.out_dir / f"{cell}.eqx"
-    template = make_model(name, data_name, data, jax.random.key(0))
     fresh = {}
 
     def compute():
@@ -217,5 +222,8 @@ def trained_model(run: Run, cell: str, name: str, data_name: str, data: Dataset,
     if stored.exists() and not path.exists():
         stored.unlink()
     record = run.cell(cell, compute)
-    model = fresh["model"] if "model" in fresh else eqx.tree_deserialise_leaves(path, template)
+    if "model" in fresh:
+        return fresh["model"], record
+    template = make_model(name, data_name, data, jax.random.key(0))  # only the structure is read
+    model = eqx.tree_deserialise_leaves(path, template)
     return model, record
