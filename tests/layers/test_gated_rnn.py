@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from memlab.layers.gated_rnn import (
+    BoundedInput,
     GRUCell,
     LSTMCell,
     iss_margin,
@@ -260,6 +261,31 @@ def test_projected_cells_obey_the_iss_bounds_along_trajectories(u_max):
         V0 = 1.0 + jnp.max(jnp.abs(c0))
         bound = (1 - m.decay) ** t * V0 + m.input_gain * u_max + m.bias_gain * jnp.max(jnp.abs(lstm.b_c))
         assert np.all(V <= bound + 1e-5)
+
+
+def test_bounded_input_lets_the_unit_certificate_cover_unbounded_features(x64):
+    """Raw features of size ~100 through BoundedInput: the u_max = 1 margin's bound (67) holds along the path,
+    while the same cell fed the raw features leaves it (so the test can fail)."""
+    T, key = 200, jax.random.key(3)
+    raw = 100.0 * jax.random.normal(key, (T, N_U), jnp.float64)
+    shift, scale = np.array([1.0, -2.0, 0.5]), np.array([0.5, 2.0, 4.0])
+    bounded = BoundedInput(shift, scale)
+    us = jax.vmap(bounded)(raw)
+    np.testing.assert_allclose(us, np.tanh((np.asarray(raw) - shift) / scale), rtol=1e-12, atol=0)
+    assert float(jnp.max(jnp.abs(us))) <= 1.0
+    gru = project_iss(random_cell(GRUCell, key, 0.05), 0.2)  # small weights: a bound (67) below 1, not vacuous
+    m = iss_margin(gru)
+    h0 = jnp.ones(N_H, jnp.float64)
+    bound = (1 - m.decay) ** jnp.arange(1, T + 1) + m.input_gain + m.bias_gain * jnp.max(jnp.abs(gru.b_r))
+    assert float(bound[-1]) < 1.0
+    assert np.all(inf_norms(run(gru, h0, us)) <= bound + 1e-9)
+    assert np.mean(inf_norms(run(gru, h0, raw)) > bound) > 0.5  # raw features break Assumption 4 and the bound
+    with pytest.raises(ValueError, match="scale"):
+        BoundedInput(np.zeros(2), np.array([1.0, 0.0]))
+    with pytest.raises(ValueError, match="one shape"):
+        BoundedInput(np.zeros(2), np.ones(3))
+    with pytest.raises(ValueError, match="f must have shape"):
+        bounded(jnp.zeros(N_U + 1))
 
 
 def test_without_input_and_bias_the_iss_bound_is_exponential_decay_to_zero():

@@ -205,10 +205,11 @@ def test_gain_factor_at_identity_is_the_exact_gain():
 def test_learned_gain_stays_between_zero_and_twice_the_kalman_gain(x64):
     """M = N = 1: K_t = l_t^2 x (Kalman gain) with l_t^2 in (0, 2) (module doc), so |1 - K C| < 1. l_t^2 is read
     off the outputs: K_t = (mu_{t|t} - mu_{t|t-1}) / r_t and the Kalman gain P C / S with P = (S - R) / C^2."""
-    model = PiSSM(1, 1, 1, R=np.array([[0.3]]), key=jax.random.key(0), gain="gru", hidden_size=8, process_var=0.1)
-    readout = model.readout
-    model = eqx.tree_at(lambda m: (m.readout.weight, m.readout.bias), model,
-                        (1e3 * readout.weight, jnp.asarray([0.5])))
+    model = PiSSM(1, 1, 1, R=np.array([[0.3]]), key=jax.random.key(1), gain="gru", hidden_size=8, process_var=0.1)
+    readout, cell = model.readout, model.cell
+    # a loud readout and input weights (the cell's inputs are squashed into (-1, 1)) swing l_t^2 across its range
+    model = eqx.tree_at(lambda m: (m.readout.weight, m.readout.bias, m.cell.W_r, m.cell.W_g), model,
+                        (1e3 * readout.weight, jnp.asarray([0.5]), 5 * cell.W_r, 5 * cell.W_g))
     y = 2.0 * jax.random.normal(jax.random.key(1), (300, 1), jnp.float64)
     out = run(model, y, jnp.ones(300, bool), jax.random.key(2))
     c, R = float(model.C[0, 0, 0]), float(model.noise()[1][0, 0])

@@ -2,14 +2,15 @@
 
 * ``s6``        the S6 layer of paper 4, section 4.2, and the diagonal selective scan (sequential / parallel)
 * ``mamba``     the Mamba block built on the selective scan
-* ``gated_rnn`` GRU and LSTM cells in GSRNN form with their ISS margins and projections (paper 3, Theorem 2)
+* ``gated_rnn`` GRU and LSTM cells in GSRNN form with their ISS margins and projections (paper 3, Theorem 2),
+                and the bounded-input layer that makes the margins cover the cell's real inputs
 * ``l1_ball``   Euclidean projection onto the l1 ball (Duchi et al. 2008)
 """
 
-from memlab.layers.gated_rnn import GRUCell, LSTMCell, iss_margin, project_iss, project_model_iss
+from memlab.layers.gated_rnn import BoundedInput, GRUCell, LSTMCell, iss_margin, project_iss, project_model_iss
 from memlab.layers.l1_ball import project_l1_ball, project_rows_l1
 from memlab.layers.mamba import MambaBlock
 from memlab.layers.s6 import S6, selective_scan
 
-__all__ = ["GRUCell", "LSTMCell", "MambaBlock", "S6", "iss_margin", "project_iss", "project_l1_ball",
+__all__ = ["BoundedInput", "GRUCell", "LSTMCell", "MambaBlock", "S6", "iss_margin", "project_iss", "project_l1_ball",
            "project_model_iss", "project_rows_l1", "selective_scan"]

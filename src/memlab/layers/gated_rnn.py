@@ -81,6 +81,33 @@ def _check_vector(name: str, x, size: int) -> None:
         raise ValueError(f"{name} must have shape ({size},) (one unbatched example; vmap outside), got {jnp.shape(x)}")
 
 
+class BoundedInput(eqx.Module):
+    """u = tanh((f - shift) / exp(log_scale)), elementwise: any feature vector f (n_u,) -> u with ||u||_inf < 1.
+
+    Theorem 2 assumes bounded inputs, "enforced by normalization" (App. C.7 (A1)), and the margins below are
+    computed for ||u||_inf <= u_max (Assumption 4: u_max = 1). Feeding a gated cell through this layer makes the
+    certificate of ``iss_margin(cell)`` (u_max = 1) cover every input the cell can see. shift and log_scale are
+    learned (a feature-wise affine normalisation, as LayerNorm's); the tanh keeps the bound whatever they learn.
+    """
+
+    shift: Array
+    log_scale: Array
+
+    def __init__(self, shift, scale):
+        """shift (n_u,), scale (n_u,) > 0: the initial centre and width of each feature's near-linear range."""
+        shift = jnp.asarray(shift, jnp.result_type(float))
+        scale = jnp.asarray(scale, shift.dtype)
+        if shift.ndim != 1 or scale.shape != shift.shape:
+            raise ValueError(f"shift and scale must be 1-D of one shape, got {shift.shape} and {scale.shape}")
+        if not bool(jnp.all(jnp.isfinite(shift))) or not bool(jnp.all(jnp.isfinite(scale) & (scale > 0))):
+            raise ValueError("shift must be finite and scale finite and > 0")
+        self.shift, self.log_scale = shift, jnp.log(scale)
+
+    def __call__(self, f: Array) -> Array:
+        _check_vector("f", f, self.shift.shape[0])
+        return jnp.tanh((f - self.shift) * jnp.exp(-self.log_scale))
+
+
 class GRUCell(eqx.Module):
     """One unbatched GRU step in the GSRNN form of eq. (10): ``h_next = cell(h, u)``, h (n_h,), u (n_u,).
 

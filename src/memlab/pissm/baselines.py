@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.layers.gated_rnn import GRUCell, LSTMCell
+from memlab.layers.gated_rnn import BoundedInput, GRUCell, LSTMCell
 from memlab.pissm.kalman import check_covariance, check_int, check_matrix, check_observations, symmetrise
 from memlab.pissm.lg import LGVariant
 from memlab.pissm.metrics import gaussian_log_density
@@ -146,13 +146,14 @@ class DirectRNN(eqx.Module):
     """A GRU or LSTM cell that predicts y_t from y_{1:t-1} directly, without a latent state model (the "GRU" /
     "LSTM" rows of Table 1).
 
-    Step t feeds u_t = [ytilde_{t-1} * o_{t-1}, o_{t-1}] (N + 1 inputs; o = observed flag, ytilde the standardised
-    observation (y - obs_offset) / obs_scale; u_0 = 0) to the cell, h_t = cell(h_{t-1}, u_t) (LSTM: its h), and a
+    Step t feeds u_t = [B(ytilde_{t-1}) * o_{t-1}, o_{t-1}] (N + 1 inputs; o = observed flag, ytilde the
+    standardised observation (y - obs_offset) / obs_scale, B the learned ``BoundedInput`` (tanh, initial width 2);
+    u_0 = 0) to the cell, h_t = cell(h_{t-1}, u_t) (LSTM: its h), and a
     linear head maps h_t to N means and N (N + 1) / 2 Cholesky entries in standardised units:
         q(y_t | y_{1:t-1}) = N(obs_offset + obs_scale * mu_t, D L_t L_t^T D),   D = diag(obs_scale).
     Missing steps feed o = 0 and the network predicts through them. The cells are ``memlab.layers.gated_rnn``
-    cells, so ``project_model_iss`` applies to this model as to pi-SSM (the standardised inputs bound
-    ||u_t||_inf by the data's range in standard deviations: pass that as u_max).
+    cells, so ``project_model_iss`` applies to this model as to pi-SSM, and B keeps ||u_t||_inf <= 1, the input
+    bound its margin is certified for.
 
     The model has no filtering estimate of y_t given y_{1:t}, so ``filtered_obs`` is the one-step predictive mean
     (an estimate from y_{1:t-1} only). No modes: ``score_log_probs`` are zeros.
@@ -160,6 +161,7 @@ class DirectRNN(eqx.Module):
     observed y's) and stored as static tuples: not trained, not seen by the optimiser.
     """
 
+    obs_input: BoundedInput
     cell: GRUCell | LSTMCell
     head: eqx.nn.Linear  # h (n_h,) -> [mu (N,), Cholesky entries (N (N + 1) / 2,)]
     obs_offset: tuple[float, ...] = eqx.field(static=True)
@@ -182,6 +184,7 @@ class DirectRNN(eqx.Module):
         if not np.all(np.isfinite(scale) & (scale > 0)):
             raise ValueError(f"obs_scale must be finite and > 0, got {scale}")
         k_cell, k_head = jax.random.split(key)
+        self.obs_input = BoundedInput(np.zeros(N), np.full(N, 2.0))
         self.cell = cells[cell](N + 1, hidden_size, key=k_cell)
         self.head = eqx.nn.Linear(hidden_size, N + N * (N + 1) // 2, key=k_head)
         self.obs_offset = tuple(float(v) for v in offset)
@@ -194,7 +197,8 @@ class DirectRNN(eqx.Module):
         dtype = self.head.weight.dtype
         offset, scale = jnp.asarray(self.obs_offset, dtype), jnp.asarray(self.obs_scale, dtype)
         observed = mask.astype(dtype)[:, None]
-        read = jnp.concatenate([(y - offset) / scale * observed, observed], axis=-1)  # (T, N + 1)
+        standardised = jax.vmap(self.obs_input)((y - offset) / scale)
+        read = jnp.concatenate([standardised * observed, observed], axis=-1)  # (T, N + 1)
         inputs = jnp.concatenate([jnp.zeros((1, N + 1), dtype), read[:-1]])  # u_t carries y_{t-1}: causal
         is_lstm = isinstance(self.cell, LSTMCell)
 
