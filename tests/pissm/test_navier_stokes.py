@@ -21,8 +21,8 @@ from scipy.integrate import solve_ivp
 from memlab.pissm.data.navier_stokes import (
     NOISE_STD,
     OBSERVATION_MATRIX,
-    generate_navier_stokes,
     gaussian_random_vorticity,
+    generate_navier_stokes,
     pressure_field,
     simulate_flow,
     simulate_navier_stokes,
