@@ -21,6 +21,7 @@ from memlab.pissm.runs import (
     default_stability,
     evaluate,
     load_dataset,
+    mean_scores,
     predict_jit,
     trained_model,
 )
@@ -60,9 +61,8 @@ def run(cfg: ImputationConfig, run: Run) -> dict:
         for name in cfg.models:
             train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, stability=default_stability(name))
             models[name], _ = trained_model(run, f"train-{name}", name, "pong", data, train_cfg, cfg.seed)
-            scores[name] = run.cell(f"score-{name}", lambda name=name: {
-                k: float(np.mean(v)) for k, v in
-                evaluate(models[name], data, test, jax.random.key(cfg.seed), cfg.num_samples, mask).items()})
+            scores[name] = run.cell(f"score-{name}", lambda name=name: mean_scores(
+                evaluate(models[name], data, test, jax.random.key(cfg.seed), cfg.num_samples, mask)))
             advance()
     header = ["model", "imputation_mse", "observed_filtered_mse", "ll_observed"]
     rows = [[n, s["imputation_mse"], s["filtered_mse"], s["ll"]] for n, s in scores.items()]

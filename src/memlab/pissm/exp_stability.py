@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from memlab import plots
-from memlab.pissm.runs import LAYOUTS, evaluate, fit, load_dataset
+from memlab.pissm.runs import LAYOUTS, evaluate, fit, load_dataset, mean_scores
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
 
@@ -76,8 +76,8 @@ def run(cfg: StabilityConfig, run: Run) -> dict:
                         trained, record = fit(model, "pong", data, train_cfg, cfg.seed * 1000 + s)
                         ll = np.nan
                         if not record["failed"]:
-                            ll = float(np.mean(evaluate(trained, data, data.test, jax.random.key(s),
-                                                        cfg.num_samples)["ll"]))
+                            ll = mean_scores(evaluate(trained, data, data.test, jax.random.key(s),
+                                                      cfg.num_samples))["ll"]
                         return {**record, "ll": ll}
                     cells[(model, scheme, value, s)] = run.cell(f"{model}-{scheme}-{value:g}-{s}", compute)
                     advance()

@@ -28,6 +28,7 @@ from memlab.pissm.runs import (
     fit,
     full_mask,
     load_dataset,
+    mean_scores,
     score,
 )
 from memlab.pissm.train import TrainConfig
@@ -93,16 +94,20 @@ def _score_particles(data_name, data, key, particles) -> dict:
     return score(p.log_likelihoods[None], p.filtered_obs[None], p.obs_means[None], truth, full_mask(data.test))
 
 
-def _mean_std(values) -> str:
-    values = np.asarray(values, float)
-    if values.size == 0 or not np.all(np.isfinite(values)):
+def _mean_std(row: dict, key: str) -> str:
+    mean, std = row[f"{key}_mean"], row[f"{key}_std"]
+    if not (np.isfinite(mean) and np.isfinite(std)):
         return "n/a"
-    return f"{values.mean():.3f} ± {values.std():.3f}" if values.size > 1 else f"{values.mean():.3f}"
+    return f"{mean:.3f} ± {std:.3f}" if row["seeds"] > 1 else f"{mean:.3f}"
+
+
+def _or_dash(value) -> str:
+    return "—" if value is None else str(value)
 
 
 def run(cfg: Table1Config, run: Run) -> dict:
     layouts = LAYOUTS[cfg.layout]
-    results, notes, rows = {}, [], []
+    results, notes = {}, []
     datasets = []
     for name in cfg.datasets:
         if name == "nclt" and not cfg.data_dir:
@@ -122,43 +127,48 @@ def run(cfg: Table1Config, run: Run) -> dict:
                                                 stability=default_stability(model_name))
                         model, record = fit(model_name, data_name, data, train_cfg, cfg.seed * 1000 + s)
                         scores = evaluate(model, data, data.test, jax.random.key(s), cfg.num_samples)
-                        return {**record, **{k: float(np.mean(v)) for k, v in scores.items()}}
+                        return {**record, **mean_scores(scores)}
                     cell = run.cell(f"{data_name}-{model_name}-{s}", compute)
                     results.setdefault(data_name, {}).setdefault(model_name, []).append(cell)
                     advance()
             if cfg.particles and data_name in ("pong", "lorenz"):
-                cell = run.cell(f"{data_name}-pf", lambda: {k: float(np.mean(v)) for k, v in _score_particles(
-                    data_name, data, jax.random.key(cfg.seed), cfg.particles).items()})
+                cell = run.cell(f"{data_name}-pf", lambda: mean_scores(_score_particles(
+                    data_name, data, jax.random.key(cfg.seed), cfg.particles)))
                 results[data_name]["pf"] = [cell]
             advance()
-    for data_name, by_model in results.items():
-        d = DATASETS.index(data_name)
-        for model_name, cells in by_model.items():
-            paper_ll = PAPER_LL.get(model_name, (None,) * 4)[d]
-            paper_mse = PAPER_MSE.get(model_name, (None,) * 4)[d]
-            rows.append([data_name, model_name, len(cells), float(np.mean([c["ll"] for c in cells])),
-                         float(np.std([c["ll"] for c in cells])), float(np.mean([c["filtered_mse"] for c in cells])),
-                         float(np.mean([c["predicted_mse"] for c in cells])),
-                         sum(bool(c.get("failed", False)) for c in cells),
-                         float(np.mean([c.get("seconds", 0.0) for c in cells])), paper_ll, paper_mse])
-    header = ["dataset", "model", "seeds", "ll_mean", "ll_std", "filtered_mse", "predicted_mse", "failed",
-              "train_seconds", "paper_ll", "paper_mse"]
-    run.save_csv("table1.csv", header, rows)
-    _figure(results, run)
-    _claims(results, run)
-    _summary(cfg, results, notes, run)
-    return {"table": [dict(zip(header, r)) for r in rows], "notes": notes}
+    table = [_row(data_name, model_name, cells) for data_name, by_model in results.items()
+             for model_name, cells in by_model.items()]
+    run.save_csv("table1.csv", list(table[0]) if table else [], [list(r.values()) for r in table])
+    _figure(table, run)
+    _claims(table, run)
+    _summary(cfg, table, notes, run)
+    return {"table": table, "notes": notes}
 
 
-def _figure(results, run: Run):
-    fig, axes = plots.figure(1, max(len(results), 1), width=4.2 * max(len(results), 1), height=3.2, squeeze=False)
-    for ax, (data_name, by_model) in zip(axes[0], results.items()):
-        names = list(by_model)
-        means = [np.mean([c["ll"] for c in by_model[m]]) for m in names]
-        stds = [np.std([c["ll"] for c in by_model[m]]) for m in names]
+def _row(data_name: str, model_name: str, cells: list[dict]) -> dict:
+    """One line of the table: our mean (std) over seeds beside the paper's number."""
+    d = DATASETS.index(data_name)
+    column = {key: np.asarray([c.get(key, 0.0) for c in cells], float)
+              for key in ("ll", "filtered_mse", "predicted_mse", "seconds")}
+    return {"dataset": data_name, "model": model_name, "seeds": len(cells),
+            "ll_mean": float(column["ll"].mean()), "ll_std": float(column["ll"].std()),
+            "filtered_mse_mean": float(column["filtered_mse"].mean()),
+            "filtered_mse_std": float(column["filtered_mse"].std()),
+            "predicted_mse": float(column["predicted_mse"].mean()),
+            "failed": sum(bool(c.get("failed", False)) for c in cells),
+            "train_seconds": float(column["seconds"].mean()),
+            "paper_ll": PAPER_LL.get(model_name, (None,) * 4)[d], "paper_mse": PAPER_MSE.get(model_name, (None,) * 4)[d]}
+
+
+def _figure(table: list[dict], run: Run):
+    datasets = list(dict.fromkeys(r["dataset"] for r in table))
+    fig, axes = plots.figure(1, max(len(datasets), 1), width=4.2 * max(len(datasets), 1), height=3.2, squeeze=False)
+    for ax, data_name in zip(axes[0], datasets):
+        rows = [r for r in table if r["dataset"] == data_name]
+        names, means = [r["model"] for r in rows], [r["ll_mean"] for r in rows]
         colors = ["C3" if m.startswith("pissm") else "C7" if m == "pf" else "C0" for m in names]
-        ax.barh(range(len(names)), means, xerr=stds, color=colors)
-        ax.set_yticks(range(len(names)), names)
+        ax.barh(range(len(rows)), means, xerr=[r["ll_std"] for r in rows], color=colors)
+        ax.set_yticks(range(len(rows)), names)
         ax.invert_yaxis()
         finite = [m for m in means if np.isfinite(m)]
         if finite:
@@ -168,16 +178,11 @@ def _figure(results, run: Run):
     run.save_figure(fig, "table1.png")
 
 
-def _mean(results, data_name, model, key="ll"):
-    cells = results.get(data_name, {}).get(model, [])
-    return float(np.mean([c[key] for c in cells])) if cells else np.nan
-
-
-def _claims(results, run: Run):
+def _claims(table: list[dict], run: Run):
     for data_name in ("pong", "lorenz"):
-        if data_name not in results:
+        ours = {m: np.nan for m in MODELS} | {r["model"]: r["ll_mean"] for r in table if r["dataset"] == data_name}
+        if all(np.isnan(v) for v in ours.values()):
             continue
-        ours = {m: _mean(results, data_name, m) for m in MODELS}
         best_pissm = max(ours["pissm-gru"], ours["pissm-lstm"])
         if np.isfinite(best_pissm) and np.isfinite(ours["lg"]):
             run.claim(f"{data_name}-pissm-beats-lg", f"{data_name}: pi-SSM (best of GRU/LSTM gain) has a higher test "
@@ -194,24 +199,20 @@ def _claims(results, run: Run):
                       bool(ours["pissm-gru"] > ours["pissm-lg"]))
 
 
-def _summary(cfg, results, notes, run: Run):
+def _summary(cfg, table: list[dict], notes, run: Run):
     lines = ["# pissm.table1 — Table 1 / Table 8", "",
              f"Layout `{cfg.layout}`, {cfg.seeds} seed(s), {cfg.epochs} epochs, batch {cfg.batch_size}, "
              f"{cfg.num_samples} sampled paths per test sequence. Test split; mean ± std over seeds. "
              "ll = average predictive log-likelihood per step (log-mean-exp over the sampled paths); MSE = filtered "
              "position against the ground truth (the paper's NCLT column is in dB).", ""]
     lines += [*notes, ""] if notes else []
-    for data_name, by_model in results.items():
-        d = DATASETS.index(data_name)
+    for data_name in dict.fromkeys(r["dataset"] for r in table):
         lines += [f"## {data_name}", "", "| model | ll (ours) | ll (paper) | filtered MSE (ours) | MSE (paper) | "
                   "failed runs | train s |", "| --- | --- | --- | --- | --- | --- | --- |"]
-        for model_name, cells in by_model.items():
-            paper_ll = PAPER_LL.get(model_name, (None,) * 4)[d]
-            paper_mse = PAPER_MSE.get(model_name, (None,) * 4)[d]
-            lines.append(f"| {model_name} | {_mean_std([c['ll'] for c in cells])} | {paper_ll if paper_ll is not None else '—'} | "
-                         f"{_mean_std([c['filtered_mse'] for c in cells])} | {paper_mse if paper_mse is not None else '—'} | "
-                         f"{sum(bool(c.get('failed', False)) for c in cells)} | "
-                         f"{np.mean([c.get('seconds', 0.0) for c in cells]):.0f} |")
+        for row in (r for r in table if r["dataset"] == data_name):
+            lines.append(f"| {row['model']} | {_mean_std(row, 'll')} | {_or_dash(row['paper_ll'])} | "
+                         f"{_mean_std(row, 'filtered_mse')} | {_or_dash(row['paper_mse'])} | {row['failed']} | "
+                         f"{row['train_seconds']:.0f} |")
         lines.append("")
     lines += [
         "Our data sets are our own generators (the paper publishes neither its noise levels nor its scales), so "

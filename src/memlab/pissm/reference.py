@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.pissm.data.lorenz import DELTA_T, NOISE_VAR, _rk4
+from memlab.pissm.data.lorenz import DELTA_T, NOISE_VAR, lorenz_flow
 from memlab.pissm.data.pong import NOISE_STD, OBSERVATION_MATRIX, SPEED_RANGE, pong_mode, reflect_step
 from memlab.pissm.kalman import check_covariance, check_int, check_matrix, check_observations, is_concrete, update
 from memlab.pissm.metrics import gaussian_log_density
@@ -172,7 +172,7 @@ def lorenz_particle_filter(
     h = DELTA_T / int(substeps)
 
     def transition(key, x):
-        x = jax.lax.fori_loop(0, int(substeps), lambda _, x: _rk4(x, h), x)
+        x = lorenz_flow(x, h, int(substeps))
         return x + noise * jax.random.normal(key, x.shape, x.dtype)
 
     return gaussian_prior_particle_filter(key, y, mask, transition, np.eye(3), R, initial_mean, initial_cov, P)

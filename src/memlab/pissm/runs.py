@@ -202,6 +202,11 @@ def score(log_likelihoods, filtered, predicted, truth, mask) -> dict:
     return {k: np.asarray(v).tolist() for k, v in out.items()}
 
 
+def mean_scores(scores: dict) -> dict:
+    """Per-sequence metric lists (``evaluate`` / ``score``) -> their means over the sequences, as floats."""
+    return {k: float(np.mean(v)) for k, v in scores.items()}
+
+
 def trained_model(run: Run, cell: str, name: str, data_name: str, data: Dataset, config: TrainConfig, seed: int):
     """``fit`` as a resumable cell that also keeps the trained model (``<cell>.eqx`` in the run folder).
 

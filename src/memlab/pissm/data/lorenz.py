@@ -49,10 +49,15 @@ def _rk4(x: Array, h) -> Array:
     return x + (h / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
 
 
+def lorenz_flow(x: Array, h, substeps: int) -> Array:
+    """x (..., 3) moved forward by ``substeps`` RK4 steps of size h along eq. (200)."""
+    return jax.lax.fori_loop(0, substeps, lambda _, x: _rk4(x, h), x)
+
+
 @functools.partial(jax.jit, static_argnames=("num_samples", "substeps"))
 def _integrate(x0, h, num_samples, substeps):
     def sample(x, _):
-        x = jax.lax.fori_loop(0, substeps, lambda _, x: _rk4(x, h), x)
+        x = lorenz_flow(x, h, substeps)
         return x, x
 
     _, xs = jax.lax.scan(sample, x0, None, length=num_samples - 1)
