@@ -78,10 +78,12 @@ def run(cfg: ImputationConfig, run: Run) -> dict:
 
 
 def _figure(cfg, models, test, mask, run: Run):
-    b = 0
+    positions = np.asarray(test.x)[:, :, [0, 2]]
+    b = int(np.argmax(np.prod(np.ptp(positions, axis=1), axis=-1)))  # the test path that covers most of the box
     y, x, m = np.asarray(test.y[b]), np.asarray(test.x[b]), np.asarray(mask[b])
     shown = [n for n in ("pissm-gru", "lg", "observation") if n in models]
-    fig, axes = plots.figure(1, len(shown), width=3.6 * len(shown), height=3.6, squeeze=False)
+    # square panels: narrower than tall, else constrained layout pushes the titles out of the figure
+    fig, axes = plots.figure(1, len(shown), width=3.2 * len(shown), height=3.8, squeeze=False)
     for ax, name in zip(axes[0], shown):
         y_in = jnp.where(mask[b:b + 1, :, None], test.y[b:b + 1], jnp.nan)
         p = predict_jit(models[name], y_in, mask[b:b + 1], jax.random.key(0), cfg.num_samples)
@@ -91,7 +93,7 @@ def _figure(cfg, models, test, mask, run: Run):
         ax.plot(est[:, 0], est[:, 1], "C3-", lw=0.8)
         ax.plot(est[~m, 0], est[~m, 1], "C3o", ms=3, mfc="none", label="imputed (removed steps)")
         ax.set(title=name, xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), aspect="equal")
-    axes[0, 0].legend(fontsize=6, loc="lower left")
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=7)
     run.save_figure(fig, "imputation.png")
 
 
