@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from memlab import catalog, cli
@@ -76,4 +77,8 @@ def test_table1_reads_nclt_from_data_dir(tmp_path, monkeypatch):
     table = json.loads((out / "results.json").read_text())["results"]["table"]
     assert {row["dataset"] for row in table} == {"nclt"}
     assert all(row["ll_mean"] == row["ll_mean"] for row in table)  # finite numbers, not NaN
-    assert exp_table1.NCLT_HINT not in (out / "summary.md").read_text()
+    summary = (out / "summary.md").read_text()
+    assert exp_table1.NCLT_HINT not in summary
+    for row in table:  # Table 7's unit: 10 log10 of the MSE
+        assert abs(row["filtered_mse_db"] - 10 * np.log10(row["filtered_mse_mean"])) < 1e-4  # float32
+        assert f"{row['filtered_mse_db']:.2f} dB" in summary
