@@ -3,8 +3,8 @@ sampled path) it is the Kalman filter of kalman.py in float64, also with missing
 augmented-state Kalman filter); its log-likelihood is differentiable end to end (finite differences); float32
 covariances stay symmetric positive definite over 10^5 steps with a learned gain far from Kalman's; the learned
 gain factor obeys its bound (0, 2) x Kalman in 1-D and equals the exact gain at Ltilde = I, and for N = 2 an
-Ltilde inside the entrywise range no longer makes the filter diverge (a bug this file found); the mode posterior is eq. (6)
-recomputed in NumPy; the filter is causal and ignores missing values; REINFORCE as in train.py is unbiased
+Ltilde inside the entrywise range no longer makes the filter diverge (a bug this file found); the mode posterior
+is eq. (6) recomputed in NumPy; the filter is causal and ignores missing values; REINFORCE as in train.py is unbiased
 for eq. (9)'s expectation against exact enumeration of the modes (Gauss-Hermite over the reparameterised sample)
 and the score term adds no pathwise gradient; bad inputs raise ValueError."""
 
@@ -237,9 +237,9 @@ def fixed_gain_factor(model, diagonal, off_diagonal):
     return eqx.tree_at(lambda m: (m.readout.weight, m.readout.bias), model, (zero, bias))
 
 
-BLOW_UP = ("(fixed) model.py bounded Ltilde entrywise (diagonal in (0, sqrt 2), off-diagonal in (-1/2, 1/2)); the module "
-           "doc's 'cannot make the filter blow up' is the 1-D argument. For N >= 2 the error map in the observed "
-           "subspace is I - H Ltilde Ltilde^T with H = G^-1 C P C^T G^-T (eigenvalues in (0, 1)); it is contractive "
+BLOW_UP = ("(fixed) model.py bounded Ltilde entrywise (diagonal in (0, sqrt 2), off-diagonal in (-1/2, 1/2)); "
+           "the module doc's 'cannot make the filter blow up' is the 1-D argument. For N >= 2 the error map in the "
+           "observed subspace is I - H Ltilde Ltilde^T with H = G^-1 C P C^T G^-T (eigenvalues in (0, 1)); it is contractive "
            "for every such H iff lambda_max(Ltilde Ltilde^T) <= 2, but the entrywise bounds allow up to ~2.84 "
            "(here 2.38: an eigenvalue ~ -1.4 when H ~ I). The covariance's largest eigenvalue reaches ~1e4 within "
            "200 steps (prior: 1) and is inf/NaN by step ~400 (float32), while off-diagonal 0 stays below 0.005 "

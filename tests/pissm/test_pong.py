@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from memlab.pissm.data.pong import NOISE_STD, SPEED_RANGE, generate_pong, simulate_pong
+from memlab.pissm.data.pong import NOISE_STD, SPEED_RANGE, generate_pong, simulate_pong, step_maps
 from memlab.pissm.data.splits import SplitLayout
 
 B, T = 512, 80
@@ -137,3 +137,15 @@ def test_bad_input_is_rejected(kwargs, match):
 def test_bad_layout_is_rejected():
     with pytest.raises(ValueError, match="layout.test"):
         generate_pong(jax.random.key(0), SplitLayout((2, 5), (1, 5), (0, 5)))
+
+
+def test_step_maps_reproduce_every_single_wall_step(balls):
+    """x_t = A_w x_{t-1} + b_w with w the wall hit between t-1 and t (0: none), for every step of the sample
+    that hits at most one wall."""
+    A, b = step_maps()
+    x, hits = balls["x"].astype(np.float64), balls["events"]
+    single = hits[:, 1:].sum(-1) <= 1
+    w = np.where(hits[:, 1:].any(-1), 1 + np.argmax(hits[:, 1:], -1), 0)[single]
+    predicted = np.einsum("nij,nj->ni", A[w], x[:, :-1][single]) + b[w]
+    assert {0, 1, 2, 3, 4} <= set(w.tolist())
+    np.testing.assert_allclose(predicted, x[:, 1:][single], atol=1e-5)

@@ -165,7 +165,8 @@ EXPERIMENT = Experiment(
     description="ISS projection (eps) vs gradient clipping (delta) for pi-SSM-GRU/LSTM on Pong: objective, success "
                 "rate, and ||U||_inf against the l1 radius over training",
     profiles={
-        "tiny": StabilityConfig(layout="tiny", models=("pissm-gru",), iss_eps=(0.1,), clip_norms=(20.0,), seeds=1, epochs=1,
+        "tiny": StabilityConfig(layout="tiny", models=("pissm-gru",), iss_eps=(0.1,), clip_norms=(20.0,), seeds=1,
+                                epochs=1,
                                 num_samples=1),
         "quick": StabilityConfig(models=("pissm-gru",), iss_eps=(0.1, 0.25), clip_norms=(5.0, 20.0), seeds=2,
                                  epochs=6),

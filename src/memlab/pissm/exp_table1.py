@@ -158,7 +158,8 @@ def _row(data_name: str, model_name: str, cells: list[dict]) -> dict:
             "predicted_mse": float(column["predicted_mse"].mean()),
             "failed": sum(bool(c.get("failed", False)) for c in cells),
             "train_seconds": float(column["seconds"].mean()),
-            "paper_ll": PAPER_LL.get(model_name, (None,) * 4)[d], "paper_mse": PAPER_MSE.get(model_name, (None,) * 4)[d]}
+            "paper_ll": PAPER_LL.get(model_name, (None,) * 4)[d],
+            "paper_mse": PAPER_MSE.get(model_name, (None,) * 4)[d]}
 
 
 def _figure(table: list[dict], run: Run):
@@ -191,7 +192,8 @@ def _claims(table: list[dict], run: Run):
                       f"{best_pissm:.3f} vs {ours['lg']:.3f}", bool(best_pissm > ours["lg"]))
         if np.isfinite(best_pissm) and np.isfinite(ours["gru"]):
             best_direct = max(ours["gru"], ours["lstm"])
-            run.claim(f"{data_name}-pissm-beats-direct-rnn", f"{data_name}: pi-SSM beats GRU/LSTM predicting y directly",
+            run.claim(f"{data_name}-pissm-beats-direct-rnn",
+                      f"{data_name}: pi-SSM beats GRU/LSTM predicting y directly",
                       "yes (Table 1)", f"{best_pissm:.3f} vs {best_direct:.3f}", bool(best_pissm > best_direct))
         if np.isfinite(ours["pissm-gru"]) and np.isfinite(ours["pissm-lg"]):
             run.claim(f"{data_name}-learned-gain-beats-exact-gain", f"{data_name}: the learned gain (pi-SSM-GRU) beats "
@@ -237,7 +239,8 @@ EXPERIMENT = Experiment(
     description="pi-SSM (GRU / LSTM / exact gain), LG, direct RNNs, observation-only and a particle filter on Pong, "
                 "Lorenz, Navier-Stokes (and NCLT with --data-dir): predictive log-likelihood and filtered MSE",
     profiles={
-        "tiny": Table1Config(layout="tiny", datasets=("pong",), models=("pissm-gru", "lg", "observation"), seeds=1, epochs=1,
+        "tiny": Table1Config(layout="tiny", datasets=("pong",), models=("pissm-gru", "lg", "observation"), seeds=1,
+                             epochs=1,
                              num_samples=2, particles=100),
         "quick": Table1Config(datasets=("pong", "lorenz", "nclt"), seeds=2, epochs=8, batch_size=16),
         "paper": Table1Config(layout="paper", seeds=5, epochs=60),

@@ -122,7 +122,8 @@ class PiSSM(eqx.Module):
         learn_noise: bool = False,
     ):
         """R (N, N) observation noise covariance, positive definite. A starts at I + N(0, 0.01^2), b at 0, C at
-        C_0 + N(0, 0.01^2) with one C_0 ~ N(0, 1/M) shared by the modes unless given ((N, M) shared by every mode, or (K, N, M)); Q = process_var I; P_0 = initial_var I."""
+        C_0 + N(0, 0.01^2) with one C_0 ~ N(0, 1/M) shared by the modes unless given ((N, M) shared by every
+        mode, or (K, N, M)); Q = process_var I; P_0 = initial_var I."""
         M, N, K = (check_int(n, v) for n, v in
                    (("state_size", state_size), ("observation_size", observation_size), ("num_modes", num_modes)))
         if gain not in GAINS:

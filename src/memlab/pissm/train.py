@@ -27,8 +27,9 @@ its ISS region with buffer ``iss_eps`` after each optimiser step (``layers.gated
 
 A run has failed (Table 2's success rate) if any minibatch loss or validation value is not finite, or if it
 diverged: its last validation log-likelihood per step is more than ``DIVERGENCE_NATS`` = 1 below the first
-epoch's (validation, not the training loss, because with few minibatches per epoch the training mean is noisy). The returned model is the one with the
-best validation log-likelihood (early stopping), taken only from epochs with finite values.
+epoch's (validation, not the training loss, because with few minibatches per epoch the training mean is noisy).
+The returned model is the one with the best validation log-likelihood (early stopping), taken only from epochs
+with finite values.
 """
 
 from __future__ import annotations

@@ -56,6 +56,24 @@ def reflect_step(position: Array, velocity: Array) -> tuple[Array, Array, Array,
     return position, velocity, below, above
 
 
+def step_maps() -> tuple[np.ndarray, np.ndarray]:
+    """The true dynamics as a switching affine system on x = [p_x, v_x, p_y, v_y]: x_t = A_w x_{t-1} + b_w.
+
+    Returns A (5, 4, 4), b (5, 4): w = 0 free flight (p' = p + v), w = 1..4 a hit of wall ``WALLS[w - 1]``: on
+    that axis p' = -(p + v) (wall at 0) or 2 - (p + v) (wall at 1) and v' = -v. Exact for steps with at most one
+    wall hit (a corner hit composes two). The oracle of ``pissm.pong-modes`` and the eigenvalues of Fig. 9.
+    """
+    free, hit = np.array([[1.0, 1.0], [0.0, 1.0]]), np.array([[-1.0, -1.0], [0.0, -1.0]])
+    A = np.zeros((5, 4, 4))
+    b = np.zeros((5, 4))
+    for w in range(5):
+        axis = (w - 1) // 2 if w else -1  # 0: x, 1: y
+        for k in (0, 1):
+            A[w, 2 * k:2 * k + 2, 2 * k:2 * k + 2] = hit if k == axis else free
+    b[2, 0] = b[4, 2] = 2.0  # right wall (x = 1), top wall (y = 1)
+    return A, b
+
+
 def pong_mode(velocity: Array) -> Array:
     """Velocity-sign quadrant (..., 2) -> (...) int32: 0 right-up, 1 right-down, 2 left-up, 3 left-down."""
     return (2 * (velocity[..., 0] < 0) + (velocity[..., 1] < 0)).astype(jnp.int32)
