@@ -239,7 +239,8 @@ def fixed_gain_factor(model, diagonal, off_diagonal):
 
 BLOW_UP = ("(fixed) model.py bounded Ltilde entrywise (diagonal in (0, sqrt 2), off-diagonal in (-1/2, 1/2)); "
            "the module doc's 'cannot make the filter blow up' is the 1-D argument. For N >= 2 the error map in the "
-           "observed subspace is I - H Ltilde Ltilde^T with H = G^-1 C P C^T G^-T (eigenvalues in (0, 1)); it is contractive "
+           "observed subspace is I - H Ltilde Ltilde^T with H = G^-1 C P C^T G^-T (eigenvalues in (0, 1)); it is "
+           "contractive "
            "for every such H iff lambda_max(Ltilde Ltilde^T) <= 2, but the entrywise bounds allow up to ~2.84 "
            "(here 2.38: an eigenvalue ~ -1.4 when H ~ I). The covariance's largest eigenvalue reaches ~1e4 within "
            "200 steps (prior: 1) and is inf/NaN by step ~400 (float32), while off-diagonal 0 stays below 0.005 "
