@@ -94,11 +94,11 @@ def _score_particles(data_name, data, key, particles) -> dict:
     return score(p.log_likelihoods[None], p.filtered_obs[None], p.obs_means[None], truth, full_mask(data.test))
 
 
-def _mean_std(row: dict, key: str) -> str:
+def _mean_std(row: dict, key: str, fmt: str = ".3f") -> str:
     mean, std = row[f"{key}_mean"], row[f"{key}_std"]
     if not (np.isfinite(mean) and np.isfinite(std)):
         return "n/a"
-    return f"{mean:.3f} ± {std:.3f}" if row["seeds"] > 1 else f"{mean:.3f}"
+    return f"{mean:{fmt}} ± {std:{fmt}}" if row["seeds"] > 1 else f"{mean:{fmt}}"
 
 
 def _or_dash(value) -> str:
@@ -213,7 +213,7 @@ def _summary(cfg, table: list[dict], notes, run: Run):
         lines += [f"## {data_name}", "", "| model | ll (ours) | ll (paper) | filtered MSE (ours) | MSE (paper) | "
                   "failed runs | train s |", "| --- | --- | --- | --- | --- | --- | --- |"]
         for row in (r for r in table if r["dataset"] == data_name):
-            mse = f"{row['filtered_mse_db']:.2f} dB" if data_name == "nclt" else _mean_std(row, "filtered_mse")
+            mse = f"{row['filtered_mse_db']:.2f} dB" if data_name == "nclt" else _mean_std(row, "filtered_mse", ".2e")
             lines.append(f"| {row['model']} | {_mean_std(row, 'll')} | {_or_dash(row['paper_ll'])} | {mse} | "
                          f"{_or_dash(row['paper_mse'])} | {row['failed']} | {row['train_seconds']:.0f} |")
         lines.append("")
