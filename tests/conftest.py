@@ -1,5 +1,7 @@
 """Shared test fixtures.
 
+Compiles: JAX's persistent cache (below) and LLVM at -O0 (``pytest_configure``); set XLA_FLAGS to override.
+
 ``x64``: float64 JAX inside one test (theorem checks to ~1e-10), restored afterwards.
 
 ``fake_lab``: a tiny fake experiment (no science: random means in resumable cells), installed as the whole
@@ -31,6 +33,11 @@ def pytest_configure(config):
     default = os.path.join(tempfile.gettempdir(), f"memlab-jax-cache-{os.getuid()}")
     jax.config.update("jax_compilation_cache_dir", os.environ.get("MEMLAB_JAX_CACHE", default))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.0)
+    # LLVM at -O0: a cold run spends about half its time compiling (measured: tests/pissm 5:18 -> 4:06 cold);
+    # codegen level does not change float semantics, and no test times anything. Set before the first computation.
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_backend_optimization_level" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
 
 
 @pytest.fixture

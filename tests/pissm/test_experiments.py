@@ -68,7 +68,7 @@ def test_table1_reads_nclt_from_data_dir(tmp_path, monkeypatch):
     data = tmp_path / "nclt"
     write_session(data, duration=NCLT_LAYOUT.total_steps + 40, gps_noise=3.0)
     exp = EXPERIMENTS["pissm.table1"]
-    tiny = dataclasses.replace(exp.profiles["tiny"], datasets=("nclt",), models=("pissm-lg", "observation"))
+    tiny = dataclasses.replace(exp.profiles["tiny"], datasets=("nclt",), models=("observation",))
     monkeypatch.setitem(catalog.EXPERIMENTS, "pissm.table1", dataclasses.replace(exp, profiles={**exp.profiles,
                                                                                                "tiny": tiny}))
     out = tmp_path / "o"
