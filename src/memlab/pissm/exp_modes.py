@@ -235,7 +235,8 @@ EXPERIMENT = Experiment(
     paper_ref="Fig. 4, Fig. 9, App. H.1",
     paper="pi-ssm-hybrid-state-space",
     description="pi-SSM on Pong: inferred modes along a trajectory, predictive ellipses at t = 15, 35, 55, 75 beside "
-                "a particle filter, eigenvalues of A_z against the true step maps, mode pruning and persistence",
+                "a particle filter, eigenvalues of A_z against the true step maps, mode pruning and persistence, "
+                "and an oracle (true step maps given) that tests whether eq. (9) learns to select the modes",
     profiles={
         "tiny": ModesConfig(layout="tiny", epochs=1, particles=200, oracle_epochs=1),
         "quick": ModesConfig(epochs=12),
