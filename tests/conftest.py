@@ -2,6 +2,8 @@
 
 Compiles: JAX's persistent cache (below) and LLVM at -O0 (``pytest_configure``); set XLA_FLAGS to override.
 
+``check_tiny_run``: an experiment's tiny profile through the CLI, then resumed (every study's experiment tests).
+
 ``x64``: float64 JAX inside one test (theorem checks to ~1e-10), restored afterwards.
 
 ``fake_lab``: a tiny fake experiment (no science: random means in resumable cells), installed as the whole
@@ -11,6 +13,7 @@ catalog under the names ``fake.means`` and ``fake.other``; used by test_runner.p
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tempfile
 from types import SimpleNamespace
@@ -38,6 +41,28 @@ def pytest_configure(config):
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_backend_optimization_level" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
+
+
+@pytest.fixture
+def check_tiny_run():
+    """``check(name, tmp_path)``: ``memlab run NAME --profile tiny`` writes claims, a figure and a summary; run
+    again into the same folder it recomputes no cell and reports the same claims."""
+    from memlab import cli
+    from memlab.catalog import EXPERIMENTS
+    from memlab.runner import run_experiment
+
+    def check(name: str, tmp_path) -> None:
+        out = tmp_path / name
+        assert cli.main(["run", name, "--profile", "tiny", "--out", str(out), "--no-progress"]) == 0
+        results = json.loads((out / "results.json").read_text())
+        assert results["claims"] and all(isinstance(c["holds"], bool) for c in results["claims"])
+        assert list(out.glob("*.png")) and (out / "summary.md").exists()
+        cells = sorted(p.name for p in (out / "cells").glob("*.json"))
+        again = run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=out, progress=False)
+        assert json.loads((again / "results.json").read_text())["claims"] == results["claims"]
+        assert sorted(p.name for p in (out / "cells").glob("*.json")) == cells
+
+    return check
 
 
 @pytest.fixture

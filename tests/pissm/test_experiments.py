@@ -14,7 +14,7 @@ from memlab import catalog, cli
 from memlab.catalog import EXPERIMENTS
 from memlab.pissm import exp_table1
 from memlab.pissm.data.nclt import NCLT_LAYOUT
-from memlab.runner import Run, run_experiment
+from memlab.runner import Run
 
 _spec = importlib.util.spec_from_file_location("pissm_nclt_files", Path(__file__).with_name("test_nclt.py"))
 _nclt_files = importlib.util.module_from_spec(_spec)
@@ -43,16 +43,8 @@ def test_paper_profiles_use_the_paper_grids():
 
 
 @pytest.mark.parametrize("name", sorted(ISSUE_EXPERIMENTS))
-def test_tiny_profile_runs_and_resumes(name, tmp_path):
-    out = tmp_path / name
-    assert cli.main(["run", name, "--profile", "tiny", "--out", str(out), "--no-progress"]) == 0
-    results = json.loads((out / "results.json").read_text())
-    assert results["claims"] and all(isinstance(c["holds"], bool) for c in results["claims"])
-    assert list(out.glob("*.png")) and (out / "summary.md").exists()
-    cells = sorted(p.name for p in (out / "cells").glob("*.json"))
-    again = run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=out, progress=False)
-    assert json.loads((again / "results.json").read_text())["claims"] == results["claims"]
-    assert sorted(p.name for p in (out / "cells").glob("*.json")) == cells
+def test_tiny_profile_runs_and_resumes(name, tmp_path, check_tiny_run):
+    check_tiny_run(name, tmp_path)
 
 
 def test_table1_without_nclt_data_says_where_to_get_it(tmp_path):

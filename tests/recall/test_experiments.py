@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from memlab import cli
 from memlab.catalog import EXPERIMENTS
-from memlab.runner import run_experiment
 
 ISSUE_EXPERIMENTS = {"recall.rate", "recall.sweep", "recall.context-limit", "recall.attention-vs-s6"}
 
@@ -32,13 +28,5 @@ def test_paper_profiles_use_the_paper_sizes():
 
 
 @pytest.mark.parametrize("name", sorted(ISSUE_EXPERIMENTS))
-def test_tiny_profile_runs_and_resumes(name, tmp_path):
-    out = tmp_path / name
-    assert cli.main(["run", name, "--profile", "tiny", "--out", str(out), "--no-progress"]) == 0
-    results = json.loads((out / "results.json").read_text())
-    assert results["claims"] and all(isinstance(c["holds"], bool) for c in results["claims"])
-    assert list(out.glob("*.png")) and (out / "summary.md").exists()
-    cells = sorted(p.name for p in (out / "cells").glob("*.json"))
-    again = run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=out, progress=False)
-    assert json.loads((again / "results.json").read_text())["claims"] == results["claims"]
-    assert sorted(p.name for p in (out / "cells").glob("*.json")) == cells
+def test_tiny_profile_runs_and_resumes(name, tmp_path, check_tiny_run):
+    check_tiny_run(name, tmp_path)
