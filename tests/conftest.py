@@ -15,7 +15,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import tempfile
+import time
 from types import SimpleNamespace
 
 import jax
@@ -71,7 +73,15 @@ def x64():
         yield
 
 # interrupt_after: raise KeyboardInterrupt when this many cells have been computed (None: never)
-STATE: dict = {"interrupt_after": None, "computed": 0, "run": None}
+# swallowed_sigint_in: cell index whose compute() gets a real SIGINT inside a __del__, where Python can only
+# print the KeyboardInterrupt as "Exception ignored" (as in JAX's gc callback) and compute() goes on
+STATE: dict = {"interrupt_after": None, "swallowed_sigint_in": None, "computed": 0, "run": None}
+
+
+class _SigintInDel:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler runs here, inside __del__ (sleep is interrupted at once)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +111,9 @@ def fake_run(config: FakeConfig, run) -> dict:
                 if STATE["interrupt_after"] is not None and STATE["computed"] >= STATE["interrupt_after"]:
                     raise KeyboardInterrupt
                 STATE["computed"] += 1
+                if STATE["swallowed_sigint_in"] == i:
+                    del_in_here = _SigintInDel()
+                    del del_in_here
                 x = jax.random.normal(jax.random.fold_in(run.key, i), (config.size,))
                 return {"x": x, "mean": jnp.mean(x)}
 
@@ -138,7 +151,7 @@ def fake_lab(monkeypatch) -> SimpleNamespace:
     """Reset STATE and make the catalog hold two fake experiments; returns the helpers above."""
     from memlab import catalog
 
-    STATE.update(interrupt_after=None, computed=0, run=None)
+    STATE.update(interrupt_after=None, swallowed_sigint_in=None, computed=0, run=None)
     experiments = {e.name: e for e in (make_experiment("fake.means"), make_experiment("fake.other"))}
     monkeypatch.setattr(catalog, "EXPERIMENTS", experiments)
     return SimpleNamespace(

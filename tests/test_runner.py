@@ -4,6 +4,7 @@ import csv
 import dataclasses
 import json
 import os
+import signal
 
 import jax.numpy as jnp
 import numpy as np
@@ -87,6 +88,29 @@ def test_interrupt_then_resume_matches_uninterrupted_run(exp, fake_lab, tmp_path
     assert (run.cells_skipped, run.cells_computed) == (2, 2)
     assert fake_lab.STATE["computed"] == 4  # every cell computed exactly once over both runs
     assert _results(out) == _results(run_experiment(exp, "tiny", out_dir=tmp_path / "fresh", progress=False))
+
+
+def test_ctrl_c_swallowed_by_a_callback_still_stops_the_run(exp, fake_lab, tmp_path, capfd):
+    """A SIGINT that lands in a callback whose exceptions Python ignores (JAX's gc callback did this in CI)
+    must still stop the run at the next cell, silently, keeping the finished cells."""
+    out = tmp_path / "o"
+    fake_lab.STATE["swallowed_sigint_in"] = 1
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # xdist workers ignore SIGINT
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_experiment(exp, "tiny", out_dir=out, progress=False)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "handler restored"
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert fake_lab.STATE["computed"] == 2, "stopped right after the cell that got the signal"
+    assert sorted(p.name for p in (out / "cells").iterdir()) == ["cell-0.json", "cell-1.json"]
+    assert not (out / "results.json").exists()
+    err = capfd.readouterr().err
+    assert "Exception ignored" not in err and "Traceback" not in err
+
+    fake_lab.STATE["swallowed_sigint_in"] = None
+    run_experiment(exp, "tiny", out_dir=out, progress=False)
+    assert (fake_lab.STATE["run"].cells_skipped, fake_lab.STATE["run"].cells_computed) == (2, 2)
 
 
 def test_same_config_resumes_and_different_config_is_refused(exp, fake_lab, tmp_path):

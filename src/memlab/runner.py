@@ -30,7 +30,10 @@ import json
 import math
 import os
 import re
+import signal
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -56,6 +59,52 @@ _NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
 class SetupError(ValueError):
     """Bad profile, invalid config or unusable output folder: raised before the experiment starts."""
+
+
+# ---------------------------------------------------------------- Ctrl-C
+
+
+class _StickyInterrupt:
+    """Ctrl-C that cannot be lost: the SIGINT handler raises KeyboardInterrupt *and* remembers it.
+
+    Python delivers the KeyboardInterrupt into whatever Python code runs when the signal arrives; if that is
+    a callback whose exceptions are ignored (JAX's garbage-collection callback, a ``__del__``), Python prints
+    it as "Exception ignored ... Traceback" and the run would go on to the end. :meth:`check` re-raises at
+    the next safe point (every cell, progress step and the final write), so an interrupted run always
+    stops, and while installed the unraisable-exception hook stays silent about the swallowed interrupt.
+    """
+
+    def __init__(self):
+        self.hit = False
+
+    def _handler(self, signum, frame):
+        self.hit = True
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        # only where Python's own handler is active: not in threads, not where SIGINT is deliberately ignored
+        if threading.current_thread() is not threading.main_thread() or \
+                signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self._handler)
+        previous_hook = sys.unraisablehook
+
+        def hook(unraisable):
+            if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+                previous_hook(unraisable)
+
+        sys.unraisablehook = hook
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            sys.unraisablehook = previous_hook
+
+    def check(self) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
 
 
 # ---------------------------------------------------------------- atomic files and JSON
@@ -157,7 +206,8 @@ class Run:
     Attributes: ``out_dir``, ``config``, ``profile``, ``seed``, ``cells_computed``, ``cells_skipped``, ``claims``.
     """
 
-    def __init__(self, out_dir: Path, config: Any, profile: str, seed: int, progress: bool = True):
+    def __init__(self, out_dir: Path, config: Any, profile: str, seed: int, progress: bool = True,
+                 interrupt: _StickyInterrupt | None = None):
         self.out_dir = Path(out_dir)
         self.config = config
         self.profile = profile
@@ -167,6 +217,7 @@ class Run:
         self.cells_skipped = 0
         self.claims: list[dict] = []
         self._cell_names: set[str] = set()
+        self._interrupt = interrupt or _StickyInterrupt()
 
     @property
     def key(self) -> jax.Array:
@@ -184,6 +235,7 @@ class Run:
 
         Returns the stored (JSON round-tripped) dict in both cases, so fresh and resumed runs agree exactly.
         """
+        self._interrupt.check()
         _check_name("cell", name)
         if name in self._cell_names:
             raise ValueError(f"cell name {name!r} used twice in one run; each cell needs its own name")
@@ -202,20 +254,26 @@ class Run:
         text = json.dumps(to_jsonable(value, strict=False))  # exact floats, NaN tokens allowed
         atomic_write_text(path, text)
         self.cells_computed += 1
+        self._interrupt.check()  # the cell is finished and kept; a Ctrl-C swallowed inside compute() stops here
         return json.loads(text)
 
     @contextlib.contextmanager
     def progress(self, total: int, description: str) -> Iterator[Callable[[int], None]]:
         """Context manager yielding ``advance(n=1)``; shows a rich progress bar on stderr unless disabled."""
         if not self.show_progress:
-            yield lambda n=1: None
+            yield lambda n=1: self._interrupt.check()
             return
         from rich.console import Console
         from rich.progress import Progress
 
         with Progress(console=Console(stderr=True), transient=False) as bar:
             task = bar.add_task(description, total=total)
-            yield lambda n=1: bar.advance(task, n)
+
+            def advance(n=1):
+                self._interrupt.check()
+                bar.advance(task, n)
+
+            yield advance
 
     def save_json(self, filename: str, obj: Any) -> Path:
         """Write ``obj`` as strict JSON (see module docstring for NaN/inf)."""
@@ -333,21 +391,23 @@ def run_experiment(
         config = dataclasses.replace(config, data_dir=str(data_dir))
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(exp, profile)
     header = to_jsonable({"experiment": exp.name, "profile": profile, "config": config})
-    _bind_folder(out_dir, header)
-
-    run = Run(out_dir, config, profile, config.seed, progress=progress)
-    start = time.perf_counter()
-    results = exp.run(config, run)
-    if not isinstance(results, Mapping):
-        raise TypeError(f"{exp.name}: run() must return a dict of results, got {type(results).__name__}")
-    document = {
-        "experiment": exp.name,
-        "profile": profile,
-        "paper_ref": exp.paper_ref,
-        "config": header["config"],
-        "results": results,
-        "claims": run.claims,
-        "elapsed_s": round(time.perf_counter() - start, 3),  # this invocation only (a resumed run skips cells)
-    }
-    atomic_write_text(out_dir / "results.json", _dumps(document))
+    interrupt = _StickyInterrupt()
+    with interrupt.installed():  # before config.json exists: from then on a Ctrl-C cannot be lost
+        _bind_folder(out_dir, header)
+        run = Run(out_dir, config, profile, config.seed, progress=progress, interrupt=interrupt)
+        start = time.perf_counter()
+        results = exp.run(config, run)
+        interrupt.check()
+        if not isinstance(results, Mapping):
+            raise TypeError(f"{exp.name}: run() must return a dict of results, got {type(results).__name__}")
+        document = {
+            "experiment": exp.name,
+            "profile": profile,
+            "paper_ref": exp.paper_ref,
+            "config": header["config"],
+            "results": results,
+            "claims": run.claims,
+            "elapsed_s": round(time.perf_counter() - start, 3),  # this invocation only (a resumed run skips cells)
+        }
+        atomic_write_text(out_dir / "results.json", _dumps(document))
     return out_dir
