@@ -12,8 +12,10 @@ import pytest
 
 from memlab import catalog, cli
 from memlab.catalog import EXPERIMENTS
-from memlab.pissm import exp_table1
+from memlab.pissm import exp_table1, runs
+from memlab.pissm.baselines import ObservationOnly
 from memlab.pissm.data.nclt import NCLT_LAYOUT
+from memlab.pissm.train import TrainConfig
 from memlab.runner import Run
 
 _spec = importlib.util.spec_from_file_location("pissm_nclt_files", Path(__file__).with_name("test_nclt.py"))
@@ -74,3 +76,22 @@ def test_table1_reads_nclt_from_data_dir(tmp_path, monkeypatch):
     for row in table:  # Table 7's unit: 10 log10 of the MSE
         assert abs(row["filtered_mse_db"] - 10 * np.log10(row["filtered_mse_mean"])) < 1e-4  # float32
         assert f"{row['filtered_mse_db']:.2f} dB" in summary
+
+
+def test_training_masks_remove_the_asked_fraction_and_the_observation_model_fits_only_what_is_kept():
+    data = runs.load_dataset("pong", runs.LAYOUTS["tiny"]["pong"])
+    complete = runs.training_masks(data, 0.0, seed=0)
+    assert all(bool(np.all(m)) for m in complete)
+    train_mask, validation_mask = runs.training_masks(data, 0.5, seed=0)
+    T = data.train.y.shape[1]
+    for mask, split in ((train_mask, data.train), (validation_mask, data.validation)):
+        mask = np.asarray(mask)
+        assert mask.shape == split.y.shape[:2] and np.all(mask[:, 0])
+        np.testing.assert_array_equal(mask.sum(1), T - round(0.5 * T))
+    assert not np.array_equal(np.asarray(train_mask), np.asarray(runs.training_masks(data, 0.5, seed=1)[0]))
+
+    model, _ = runs.fit("observation", "pong", data, TrainConfig(epochs=1), seed=0, missing=0.5)
+    expected = ObservationOnly.fit(np.asarray(data.train.y, np.float64), np.asarray(train_mask))
+    np.testing.assert_allclose(np.asarray(model.step_cov_raw), np.asarray(expected.step_cov_raw), rtol=1e-6)
+    unmasked = ObservationOnly.fit(np.asarray(data.train.y, np.float64))
+    assert not np.allclose(np.asarray(model.step_cov_raw), np.asarray(unmasked.step_cov_raw), rtol=1e-3)

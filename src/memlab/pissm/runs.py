@@ -89,15 +89,16 @@ def full_mask(split: Split) -> jax.Array:
     return jnp.ones(split.y.shape[:2], bool)
 
 
-def make_model(name: str, data_name: str, data: Dataset, key, hidden_size: int = 64):
-    """An untrained model ``name`` (MODELS) sized and initialised for ``data`` (module docstring)."""
+def make_model(name: str, data_name: str, data: Dataset, key, hidden_size: int = 64, train_mask=None):
+    """An untrained model ``name`` (MODELS) sized and initialised for ``data`` (module docstring); ``train_mask``
+    (B, T) bool marks the training observations the observation-only model may fit (None: all)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
     y = np.asarray(data.train.y, np.float64)
     N, M = y.shape[-1], STATE_SIZE[data_name]
     R = np.asarray(data.R, np.float64)
     if name == "observation":
-        return ObservationOnly.fit(y)
+        return ObservationOnly.fit(y, None if train_mask is None else np.asarray(train_mask))
     if name in ("gru", "lstm"):
         flat = y.reshape(-1, N)
         return DirectRNN(N, key=key, cell=name, hidden_size=hidden_size, obs_offset=flat.mean(0),
@@ -137,21 +138,33 @@ def compiled_train(config: TrainConfig):
     return _TRAINERS[config]
 
 
-def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, seed: int):
+def training_masks(data: Dataset, missing: float, seed: int) -> tuple[jax.Array, jax.Array]:
+    """Masks (B, T) of the training and validation sequences: all observed, or with a fraction ``missing`` of
+    the steps removed at random (``metrics.imputation_mask``, first step kept) so that models learn to predict
+    through gaps."""
+    if missing == 0:
+        return full_mask(data.train), full_mask(data.validation)
+    k_train, k_val = jax.random.split(jax.random.fold_in(jax.random.key(seed), 0x6A95))
+    return (metrics.imputation_mask(k_train, *data.train.y.shape[:2], missing),
+            metrics.imputation_mask(k_val, *data.validation.y.shape[:2], missing))
+
+
+def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, seed: int, missing: float = 0.0):
     """Train model ``name`` on data.train with early stopping on data.validation (the batch shrinks so that an
-    epoch has at least 8 minibatches).
+    epoch has at least 8 minibatches); ``missing`` > 0 removes that fraction of the observations of both
+    (``training_masks``).
 
     Returns (model, record): record has best_val, best_epoch, failed, seconds, and the per-epoch histories.
     """
     key_model, key_train = jax.random.split(jax.random.key(seed))
     # at least 8 minibatches per epoch (Lorenz has 40 training sequences)
     config = dataclasses.replace(config, batch_size=max(1, min(config.batch_size, data.train.y.shape[0] // 8)))
-    model = make_model(name, data_name, data, key_model)
+    train_mask, validation_mask = training_masks(data, missing, seed)
+    model = make_model(name, data_name, data, key_model, train_mask=train_mask)
     start = time.perf_counter()
     if not trains(name):
         return model, {"seconds": 0.0, "failed": False, "best_epoch": -1}
-    result = compiled_train(config)(key_train, model, data.train.y, full_mask(data.train), data.validation.y,
-                                    full_mask(data.validation))
+    result = compiled_train(config)(key_train, model, data.train.y, train_mask, data.validation.y, validation_mask)
     jax.block_until_ready(result.best_val)
     record = {
         "seconds": time.perf_counter() - start,
@@ -207,7 +220,8 @@ def mean_scores(scores: dict) -> dict:
     return {k: float(np.mean(v)) for k, v in scores.items()}
 
 
-def trained_model(run: Run, cell: str, name: str, data_name: str, data: Dataset, config: TrainConfig, seed: int):
+def trained_model(run: Run, cell: str, name: str, data_name: str, data: Dataset, config: TrainConfig, seed: int,
+                  missing: float = 0.0):
     """``fit`` as a resumable cell that also keeps the trained model (``<cell>.eqx`` in the run folder).
 
     Returns (model, record). If the record exists but the model file is gone, the cell is recomputed.
@@ -216,7 +230,7 @@ def trained_model(run: Run, cell: str, name: str, data_name: str, data: Dataset,
     fresh = {}
 
     def compute():
-        model, record = fit(name, data_name, data, config, seed)
+        model, record = fit(name, data_name, data, config, seed, missing)
         buffer = io.BytesIO()
         eqx.tree_serialise_leaves(buffer, model)
         atomic_write_bytes(path, buffer.getvalue())
