@@ -118,7 +118,9 @@ def _summary(cfg, rows, run: Run):
              "", "| model | imputation MSE (removed steps) | filtered MSE (kept steps) | log-likelihood (kept) |",
              "| --- | --- | --- | --- |"]
     lines += [f"| {r[0]} | {r[1]:.5f} | {r[2]:.5f} | {r[3]:.3f} |" for r in rows]
-    lines += ["", "`observation` carries the last kept observation forward (a random walk cannot do better).", "",
+    lines += ["", "`observation` carries the last kept observation forward (a random walk cannot do better). A direct "
+              "RNN (`gru`, `lstm`) has no update with y_t: its estimate at a kept step is the prediction from "
+              "y_{1:t-1}, hence its larger filtered MSE.", "",
               "![imputation](imputation.png)"]
     run.write_summary("\n".join(lines))
 
