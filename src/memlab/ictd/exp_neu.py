@@ -38,9 +38,9 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from memlab import plots
+from memlab.checks import check_int
 from memlab.ictd.neu import summarize, theta_star_looped, update_samples
 from memlab.ictd.random_tasks import random_task, task_margin
-from memlab.ictd.softmax_td import check_int
 from memlab.runner import Experiment
 
 PAPER = "softmax-transformers-in-context-td"

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from memlab.checks import check_int
 from memlab.ictd.pretrain import (
     Params,
     PretrainConfig,
@@ -55,7 +56,6 @@ from memlab.ictd.pretrain_figures import (
     sign_pattern,
     value_row,
 )
-from memlab.ictd.softmax_td import check_int
 from memlab.ictd.transformer import theta_star
 from memlab.runner import Experiment
 

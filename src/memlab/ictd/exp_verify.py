@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from memlab import plots
+from memlab.checks import check_int
 from memlab.ictd import softmax_td as st
 from memlab.ictd import transformer as tf
 from memlab.ictd.boyan import boyan_chain
@@ -65,7 +66,7 @@ class VerifyConfig:
 
     def validate(self):
         for name, least in (("d", 1), ("n", 1), ("num_layers", 1), ("num_trials", 1), ("num_states", 2)):
-            st.check_int(name, getattr(self, name), least)
+            check_int(name, getattr(self, name), least)
         st.check_gamma(self.gamma)
         if not (self.alpha > 0 and self.feature_scale > 0):
             raise ValueError(f"alpha and feature_scale must be > 0, got {self.alpha}, {self.feature_scale}")
@@ -252,7 +253,7 @@ class DepthConfig:
 
     def validate(self):
         for name, least in (("num_layers", 2), ("tasks_per_m", 1), ("num_actions", 1), ("max_resamples", 1)):
-            st.check_int(name, getattr(self, name), least)
+            check_int(name, getattr(self, name), least)
         ns = self.context_lengths
         if len(ns) < 2 or any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in ns) or \
                 list(ns) != sorted(set(ns)):

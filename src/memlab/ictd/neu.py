@@ -51,8 +51,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from memlab.checks import check_int
 from memlab.ictd.mrp import Task, sample_trajectory
-from memlab.ictd.softmax_td import check_int
 from memlab.ictd.transformer import forward, make_prompt, readout
 
 NUM_U = 3  # u = (coefficient of R, of gamma v', of v)

@@ -81,12 +81,6 @@ def check_kernel_args(kind: str, tau, rho) -> None:
             raise ValueError(f"diagonal mixing rho must be a scalar in [0, 1], got {rho}")
 
 
-def check_int(name: str, value, least: int = 1) -> None:
-    """ValueError unless ``value`` is an integer (not a bool) >= ``least``."""
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
-        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
-
-
 def check_gamma(gamma) -> None:
     """ValueError unless gamma is a scalar in [0, 1) (checked when concrete)."""
     if _is_concrete(gamma):

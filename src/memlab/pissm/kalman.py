@@ -34,6 +34,8 @@ import numpy as np
 from jax import Array
 from jax.scipy.linalg import cho_factor, cho_solve
 
+from memlab.checks import check_int
+
 
 class KalmanFiltered(NamedTuple):
     """Output of ``kalman_filter`` for T steps, state size M.
@@ -203,13 +205,6 @@ def psd_sqrt(P: Array) -> Array:
 
 
 # ---------------------------------------------------------------- input checks (shared with lg.py, particle.py)
-
-
-def check_int(name: str, n, low: int = 1) -> int:
-    """n as an int, or ValueError unless it is an integer (not a bool) >= low."""
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {n!r}")
-    return int(n)
 
 
 def is_concrete(*xs) -> bool:

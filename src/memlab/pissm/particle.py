@@ -29,7 +29,8 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from memlab.pissm.kalman import check_int, check_observations
+from memlab.checks import check_int
+from memlab.pissm.kalman import check_observations
 
 
 class ParticleFiltered(NamedTuple):

@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from memlab.checks import check_int
 from memlab.pissm.data.splits import Dataset, Split, SplitLayout, cut_recording
-from memlab.pissm.kalman import check_int
 
 SIGMA, RHO, BETA = 10.0, 28.0, 8.0 / 3.0
 DELTA_T = 0.01  # sampling interval of the data (App. G.2)

@@ -61,8 +61,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from memlab.checks import check_int
 from memlab.pissm.data.splits import Dataset, Split, SplitLayout
-from memlab.pissm.kalman import check_int
 
 NAVIER_STOKES_LAYOUT = SplitLayout(train=(8000, 100), validation=(1000, 100), test=(1000, 100))
 NAVIER_STOKES_QUICK_LAYOUT = SplitLayout(train=(400, 50), validation=(50, 50), test=(50, 50))

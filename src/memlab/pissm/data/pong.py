@@ -33,8 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from memlab.checks import check_int
 from memlab.pissm.data.splits import Dataset, Split, SplitLayout
-from memlab.pissm.kalman import check_int
 
 PONG_LAYOUT = SplitLayout(train=(4000, 80), validation=(500, 80), test=(500, 80))
 SPEED_RANGE = (0.03, 0.07)
