@@ -166,8 +166,7 @@ EXPERIMENT = Experiment(
                 "rate, and ||U||_inf against the l1 radius over training",
     profiles={
         "tiny": StabilityConfig(layout="tiny", models=("pissm-gru",), iss_eps=(0.1,), clip_norms=(20.0,), seeds=1,
-                                epochs=1,
-                                num_samples=1),
+                                epochs=1, num_samples=1),
         "quick": StabilityConfig(models=("pissm-gru",), iss_eps=(0.1, 0.25), clip_norms=(5.0, 20.0), seeds=2,
                                  epochs=6),
         "paper": StabilityConfig(layout="paper", seeds=10, epochs=60),

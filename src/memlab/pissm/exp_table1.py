@@ -240,8 +240,7 @@ EXPERIMENT = Experiment(
                 "Lorenz, Navier-Stokes (and NCLT with --data-dir): predictive log-likelihood and filtered MSE",
     profiles={
         "tiny": Table1Config(layout="tiny", datasets=("pong",), models=("pissm-gru", "lg", "observation"), seeds=1,
-                             epochs=1,
-                             num_samples=2, particles=100),
+                             epochs=1, num_samples=2, particles=100),
         "quick": Table1Config(datasets=("pong", "lorenz", "nclt"), seeds=2, epochs=8, batch_size=16),
         "paper": Table1Config(layout="paper", seeds=5, epochs=60),
     },

@@ -106,10 +106,6 @@ def _run(key: Array, y: Array, mask: Array, first: _FirstStep, transition_sample
                        mode_probs=mode_probs, means=means, covariances=covs)
 
 
-def _check_particles(num_particles) -> int:
-    return check_int("num_particles", num_particles)
-
-
 def _check_jitter(jitter, M: int) -> Array:
     """Scalar or (M,) standard deviations >= 0 -> (M,)."""
     if np.ndim(jitter) not in (0, 1) or (np.ndim(jitter) == 1 and np.shape(jitter) != (M,)):
@@ -130,7 +126,7 @@ def gaussian_prior_particle_filter(
     initial_cov (M, M) positive semi-definite. Returns ``Predictions`` (modes and mode_probs None).
     """
     y, mask = check_observations(y, mask)
-    P = _check_particles(num_particles)
+    P = check_int("num_particles", num_particles)
     M = np.shape(initial_mean)[-1] if np.ndim(initial_mean) == 1 else 0
     if M < 1:
         raise ValueError(f"initial_mean must have shape (M,) with M >= 1, got {np.shape(initial_mean)}")
@@ -162,7 +158,7 @@ def lorenz_particle_filter(
     """PF with the true Lorenz flow (eq. 200): x_t = RK4^substeps(x_{t-1}; h = 0.01 / substeps) + N(0, jitter^2),
     y_t = x_t + N(0, R). y (T, 3); R (3, 3) defaults to 0.5 I (section 7); prior N(initial_mean,
     initial_cov), default N((0, 0, 25), 10^2 I) (see ``LORENZ_PRIOR_MEAN``)."""
-    P = _check_particles(num_particles)
+    P = check_int("num_particles", num_particles)
     check_int("substeps", substeps)
     y, mask = check_observations(y, mask)
     if y.shape[1] != 3:
@@ -213,7 +209,7 @@ def pong_particle_filter(
 
     With half of the observations missing, 1000 particles lost track of one ball in six for ~25 steps (a fast
     ball bouncing between two walls); 3000 did not, and more changed the error little."""
-    P = _check_particles(num_particles)
+    P = check_int("num_particles", num_particles)
     y, mask = check_observations(y, mask)
     if y.shape[1] != 2:
         raise ValueError(f"y must have shape (T, 2), got {y.shape}")
