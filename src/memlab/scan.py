@@ -11,8 +11,8 @@ Entries may be -inf (logits of impossible states); products use the convention
 
 The parallel form composes affine maps: applying (src1, c1, b1) then (src2, c2, b2) gives
 (src1[src2], c1 c2, c2 b1[src2] + b2); a flag records whether a factor was exactly zero,
-since a product of small factors may underflow to 0 without being a true zero. On a CPU the sequential form is usually faster
-(see DESIGN.md); the parallel form is the accelerator path and the cross-check.
+since a product of small factors may underflow to 0 without being a true zero. On a CPU the sequential form is
+usually faster (see DESIGN.md); the parallel form is the accelerator path and the cross-check.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ import pytest
 from scipy import stats
 
 from memlab.belief.filters import lof
-from memlab.belief.hmm import HMM, ControlledHMM, safe_log, sample
+from memlab.belief.hmm import HMM, ControlledHMM, sample
+from memlab.logspace import safe_log
 
 P_MIN = 1e-4  # chi-square p-value below which a sampled frequency table is rejected
 

@@ -25,8 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.belief.hmm import check_column_stochastic, safe_log
 from memlab.belief.structure import decompose_deterministic, is_permutation
+from memlab.checks import check_column_stochastic
+from memlab.logspace import safe_log
 from memlab.scan import extended_mul, permutation_scan, permutation_scan_parallel
 
 # delta_eps choices of section 6.1: valid eq. (48), invalid eq. (49).
@@ -113,14 +114,14 @@ class ALF(eqx.Module):
     w0: Array
 
     @classmethod
-    def time_invariant(cls, D, E, delta, w0=None) -> "ALF":
+    def time_invariant(cls, D, E, delta, w0=None) -> ALF:
         """eq. (24) for T = D + eps Q; w0 defaults to Assumption 5.3 with zeros on recurrent states."""
         src = alf_backbone(D)
         w0 = alf_initial_logits(D) if w0 is None else np.asarray(w0, dtype=np.float64)
         return cls._build(src[None], E, delta, w0)
 
     @classmethod
-    def _build(cls, src, E, delta, w0) -> "ALF":
+    def _build(cls, src, E, delta, w0) -> ALF:
         N = src.shape[-1]
         E = jnp.asarray(E)
         check_column_stochastic("E", E)
@@ -134,7 +135,7 @@ class ALF(eqx.Module):
         return cls(jnp.asarray(src), safe_log(E), jnp.asarray(delta, E.dtype), jnp.asarray(w0, dtype=E.dtype))
 
     @classmethod
-    def time_varying(cls, P, E, delta, w0=None) -> "ALF":
+    def time_varying(cls, P, E, delta, w0=None) -> ALF:
         """eq. (46) for T(a) = P(a) + eps Q(a); P (A, N, N); w0 finite (Assumption 5.8), default 0."""
         if np.ndim(P) != 3:
             raise ValueError(f"P must hold one permutation per action, shape (A, N, N), got {np.shape(P)}")

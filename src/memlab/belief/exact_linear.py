@@ -44,8 +44,9 @@ import numpy as np
 from jax import Array
 
 from memlab.belief.filters import log_matvec
-from memlab.belief.hmm import HMM, ControlledHMM, safe_log
+from memlab.belief.hmm import HMM, ControlledHMM
 from memlab.belief.structure import decompose_deterministic, is_permutation, successors
+from memlab.logspace import safe_log
 
 
 class LinearFilterOutput(NamedTuple):

@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from memlab.belief.hmm import HMM, ControlledHMM, safe_log
+from memlab.belief.hmm import HMM, ControlledHMM
+from memlab.logspace import safe_log
 
 
 def _finite_max(w: Array) -> Array:
@@ -184,7 +185,7 @@ class LOF(eqx.Module):
     normalize: bool = eqx.field(static=True, default=True)
 
     @classmethod
-    def of(cls, model: HMM | ControlledHMM, w0: Array | None = None, normalize: bool = True) -> "LOF":
+    def of(cls, model: HMM | ControlledHMM, w0: Array | None = None, normalize: bool = True) -> LOF:
         T = model.T if isinstance(model, ControlledHMM) else model.T[None]
         return cls(T, safe_log(model.E), _initial_logits(model, w0), normalize)
 

@@ -24,51 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-STOCHASTIC_ATOL = 1e-6
-
-
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
-def check_distribution(name: str, p, atol: float = STOCHASTIC_ATOL) -> None:
-    """Raise ValueError unless ``p`` (shape (N,)) is a probability vector."""
-    p = np.asarray(p, dtype=np.float64)
-    if p.ndim != 1 or p.size == 0:
-        raise ValueError(f"{name} must be a non-empty vector, got shape {p.shape}")
-    if not np.all(np.isfinite(p)):
-        raise ValueError(f"{name} contains NaN or inf")
-    if np.any(p < 0):
-        raise ValueError(f"{name} has negative entries (min {p.min():.3g}); probabilities must be >= 0")
-    if abs(p.sum() - 1.0) > atol:
-        raise ValueError(f"{name} must sum to 1, sums to {p.sum():.6g}")
-
-
-def check_column_stochastic(name: str, M, shape: tuple | None = None, atol: float = STOCHASTIC_ATOL) -> None:
-    """Raise ValueError unless every column of ``M`` (shape (..., rows, cols)) is a distribution."""
-    M = np.asarray(M, dtype=np.float64)
-    if shape is not None and M.shape != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {M.shape}")
-    if M.ndim < 2 or 0 in M.shape:
-        raise ValueError(f"{name} must be a non-empty matrix, got shape {M.shape}")
-    if not np.all(np.isfinite(M)):
-        raise ValueError(f"{name} contains NaN or inf")
-    if np.any(M < 0):
-        raise ValueError(f"{name} has negative entries (min {M.min():.3g}); probabilities must be >= 0")
-    sums = M.sum(axis=-2)
-    bad = np.abs(sums - 1.0) > atol
-    if np.any(bad):
-        where = np.argwhere(bad)[0]
-        raise ValueError(
-            f"{name} must be column-stochastic (column j = distribution given state j, "
-            f"the paper's convention); column {tuple(where)} sums to {sums[tuple(where)]:.6g}"
-        )
-
-
-def safe_log(p: Array) -> Array:
-    """Elementwise log with log(0) = -inf and no warnings or NaN."""
-    p = jnp.asarray(p)
-    return jnp.where(p > 0, jnp.log(jnp.where(p > 0, p, 1.0)), -jnp.inf)
+from memlab.checks import check_column_stochastic, check_distribution, is_concrete
+from memlab.logspace import safe_log
 
 
 class _Model(eqx.Module):
@@ -79,7 +36,7 @@ class _Model(eqx.Module):
     pi0: Array
 
     def __check_init__(self):
-        if not all(_is_concrete(a) for a in (self.T, self.E, self.pi0)):
+        if not all(is_concrete(a) for a in (self.T, self.E, self.pi0)):
             return
         check_distribution("pi0", self.pi0)
         N = np.shape(self.pi0)[0]

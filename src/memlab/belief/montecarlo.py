@@ -16,7 +16,8 @@ A filter is any pytree with ``w0`` (N,) and ``step(w (B, N), y (B,), a (B,)) ->
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import equinox as eqx
 import jax

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memlab.belief.hmm import check_column_stochastic
+from memlab.checks import check_column_stochastic
 
 Q_ATOL = 1e-9  # relative tolerance for q_{n_j j} = -sum_{i != n_j} q_ij, eq. (21)
 

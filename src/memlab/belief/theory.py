@@ -33,13 +33,13 @@ import numpy as np
 from scipy.integrate import quad
 from scipy.special import logsumexp
 
-from memlab.belief.hmm import check_column_stochastic, check_distribution
 from memlab.belief.structure import (
     is_permutation,
     permutation_order,
     stacked_emission,
     successors,
 )
+from memlab.checks import check_column_stochastic, check_distribution
 
 # Below this |tau| the integrand Lambda(tau)/tau is replaced by its Taylor
 # expansion d + Lambda''(0) tau / 2 (error O(tau^2), i.e. < 1e-12 relative).

@@ -24,9 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.checks import check_int
+from memlab.checks import check_gamma, check_int
 from memlab.ictd.mrp import MRP, Task
-from memlab.ictd.softmax_td import check_gamma
 
 
 def boyan_chain(key: Array, m: int, d: int, gamma) -> Task:

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.belief.hmm import check_distribution, safe_log
+from memlab.checks import check_distribution
+from memlab.logspace import safe_log
 
 
 def _check_finite(name: str, a: np.ndarray) -> None:

@@ -58,11 +58,10 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from memlab.checks import check_int
+from memlab.checks import check_gamma, check_int
 from memlab.ictd.boyan import boyan_chain
 from memlab.ictd.emergence import a_emergence, kernel_diagonal_mean, v_emergence
 from memlab.ictd.mrp import sample_trajectory
-from memlab.ictd.softmax_td import check_gamma
 from memlab.ictd.transformer import forward, make_prompt, readout
 
 A_MASKS = ("full", "relaxed")

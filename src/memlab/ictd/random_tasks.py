@@ -24,9 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.checks import check_int
+from memlab.checks import check_gamma, check_int
 from memlab.ictd.mrp import MRP, Task, stationary_distribution, value_function
-from memlab.ictd.softmax_td import check_gamma, diagonal_margin, population_kernel
+from memlab.ictd.softmax_td import diagonal_margin, population_kernel
 
 
 def random_task(key: Array, m: int, d: int, gamma, num_actions: int = 2, feature_scale=3.0) -> Task:

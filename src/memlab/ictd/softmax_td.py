@@ -58,41 +58,25 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from memlab.checks import check_finite, check_gamma, is_concrete
+
 KERNELS = ("softmax", "relu", "elu1", "rbf", "linear")
 
 
 # ---------------------------------------------------------------- input checks (shared with transformer.py)
 
-def _is_concrete(*xs) -> bool:
-    return not any(isinstance(x, jax.core.Tracer) for x in xs)
-
-
 def check_kernel_args(kind: str, tau, rho) -> None:
     """ValueError unless ``kind`` is one of KERNELS, tau > 0 and 0 <= rho <= 1 (values checked when concrete)."""
     if kind not in KERNELS:
         raise ValueError(f"unknown kernel kind {kind!r}; expected one of {KERNELS}")
-    if _is_concrete(tau):
+    if is_concrete(tau):
         t = np.asarray(tau, dtype=np.float64)
         if t.ndim != 0 or not np.isfinite(t) or t <= 0:
             raise ValueError(f"temperature tau must be a finite scalar > 0, got {tau}")
-    if _is_concrete(rho):
+    if is_concrete(rho):
         p = np.asarray(rho, dtype=np.float64)
         if p.ndim != 0 or not (0.0 <= p <= 1.0):
             raise ValueError(f"diagonal mixing rho must be a scalar in [0, 1], got {rho}")
-
-
-def check_gamma(gamma) -> None:
-    """ValueError unless gamma is a scalar in [0, 1) (checked when concrete)."""
-    if _is_concrete(gamma):
-        g = np.asarray(gamma, dtype=np.float64)
-        if g.ndim != 0 or not (0.0 <= g < 1.0):
-            raise ValueError(f"discount gamma must be a scalar in [0, 1), got {gamma}")
-
-
-def check_finite(name: str, x) -> None:
-    """ValueError if a concrete array holds NaN or inf."""
-    if _is_concrete(x) and not np.all(np.isfinite(np.asarray(x))):
-        raise ValueError(f"{name} contains NaN or inf")
 
 
 def check_trajectory(features_traj, rewards) -> tuple[Array, Array]:
@@ -254,7 +238,7 @@ def operator_form(states, K, m: int) -> tuple[Array, Array]:
     n = S.shape[0] - 1
     hits = S[None, :] == jnp.arange(m)[:, None]  # (m, n+1)
     col = jnp.argmax(hits, axis=1)  # first position of each state
-    if _is_concrete(S, K):
+    if is_concrete(S, K):
         s_np, K_np = np.asarray(S), np.asarray(K)
         if s_np.min() < 0 or s_np.max() >= m:
             raise ValueError(f"states must lie in [0, m) = [0, {m})")
@@ -326,7 +310,7 @@ def population_kernel(features, mu, tau=1.0) -> Array:
     if X.ndim != 2 or mu.shape != (X.shape[0],):
         raise ValueError(f"need shapes features (m, d) and mu (m,); got {X.shape} and {mu.shape}")
     check_kernel_args("softmax", tau, 0.0)
-    if _is_concrete(mu):
+    if is_concrete(mu):
         p = np.asarray(mu, np.float64)
         if np.any(p < 0) or abs(p.sum() - 1.0) > 1e-6:
             raise ValueError(f"mu must be a probability vector (>= 0, sums to 1), sums to {p.sum():.6g}")

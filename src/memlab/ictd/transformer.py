@@ -31,7 +31,8 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from memlab.ictd.softmax_td import check_finite, check_gamma, check_kernel_args, check_trajectory, kernel_weights
+from memlab.checks import check_finite, check_gamma
+from memlab.ictd.softmax_td import check_kernel_args, check_trajectory, kernel_weights
 
 FORMS = ("tsm", "dual")
 

@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from memlab.layers.s6 import DISCRETIZATIONS, METHODS, check_choice, selective_scan
+from memlab.checks import check_choice
+from memlab.layers.s6 import DISCRETIZATIONS, METHODS, selective_scan
 
 
 class MambaBlock(eqx.Module):

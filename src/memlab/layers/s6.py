@@ -29,13 +29,10 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from memlab.checks import check_choice
+
 METHODS = ("sequential", "parallel")
 DISCRETIZATIONS = ("zoh", "euler_b")
-
-
-def check_choice(name: str, value, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"unknown {name} {value!r}; expected one of {', '.join(map(repr, allowed))}")
 
 
 # ---------------------------------------------------------------------------------------------- discretisation

@@ -34,7 +34,7 @@ import numpy as np
 from jax import Array
 from jax.scipy.linalg import cho_factor, cho_solve
 
-from memlab.checks import check_int
+from memlab.checks import check_covariance, check_int, check_matrix, is_concrete
 
 
 class KalmanFiltered(NamedTuple):
@@ -207,10 +207,6 @@ def psd_sqrt(P: Array) -> Array:
 # ---------------------------------------------------------------- input checks (shared with lg.py, particle.py)
 
 
-def is_concrete(*xs) -> bool:
-    return not any(isinstance(x, jax.core.Tracer) for x in xs)
-
-
 def check_observations(y, mask) -> tuple[Array, Array]:
     """y (T, N) with T, N >= 1 and finite where observed; mask (T,) bool or None (all observed)."""
     y = jnp.asarray(y)
@@ -226,27 +222,3 @@ def check_observations(y, mask) -> tuple[Array, Array]:
     return y, mask
 
 
-def check_matrix(name: str, X, shape: tuple[int, ...], T: int | None = None) -> bool:
-    """ValueError unless X has shape ``shape`` (returns True: fixed) or, if T is given, (T, *shape) (returns
-    False: time-varying)."""
-    X_shape = jnp.shape(X)
-    if X_shape != shape and (T is None or X_shape != (T, *shape)):
-        expected = f"{shape} or {(T, *shape)} (time-varying)" if T is not None else f"{shape}"
-        raise ValueError(f"{name} must have shape {expected}, got {X_shape}")
-    if is_concrete(X) and not np.all(np.isfinite(np.asarray(X))):
-        raise ValueError(f"{name} must be finite")
-    return X_shape == shape
-
-
-def check_covariance(name: str, P) -> None:
-    """ValueError unless P (..., M, M) is finite, symmetric and positive semi-definite (checked when concrete)."""
-    if not is_concrete(P):
-        return
-    P = np.asarray(P, dtype=np.float64)
-    if not np.all(np.isfinite(P)):
-        raise ValueError(f"{name} must be finite")
-    scale = max(float(np.max(np.abs(P))), np.finfo(np.float32).tiny)
-    if np.max(np.abs(P - np.swapaxes(P, -1, -2))) > 1e-6 * scale:
-        raise ValueError(f"{name} must be symmetric")
-    if np.min(np.linalg.eigvalsh(P)) < -1e-6 * scale:
-        raise ValueError(f"{name} must be positive semi-definite, smallest eigenvalue {np.min(np.linalg.eigvalsh(P))}")

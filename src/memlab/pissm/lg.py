@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.checks import check_int
-from memlab.pissm.kalman import check_covariance, check_matrix, check_observations, psd_sqrt, scan_filter
+from memlab.checks import check_covariance, check_int, check_matrix
+from memlab.pissm.kalman import check_observations, psd_sqrt, scan_filter
 
 
 class LGFiltered(NamedTuple):

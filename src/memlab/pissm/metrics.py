@@ -27,8 +27,8 @@ import numpy as np
 from jax import Array
 from scipy.optimize import linear_sum_assignment
 
-from memlab.checks import check_int
-from memlab.pissm.kalman import is_concrete, symmetrise
+from memlab.checks import check_int, is_concrete
+from memlab.pissm.kalman import symmetrise
 
 
 def gaussian_log_density(y: Array, mean: Array, cov: Array) -> Array:

@@ -39,10 +39,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.checks import check_int
+from memlab.checks import check_covariance, check_int, check_matrix, is_concrete
 from memlab.pissm.data.lorenz import DELTA_T, NOISE_VAR, lorenz_flow
 from memlab.pissm.data.pong import NOISE_STD, OBSERVATION_MATRIX, SPEED_RANGE, pong_mode, reflect_step
-from memlab.pissm.kalman import check_covariance, check_matrix, check_observations, is_concrete, update
+from memlab.pissm.kalman import check_observations, update
 from memlab.pissm.metrics import gaussian_log_density
 from memlab.pissm.particle import bootstrap_particle_filter
 from memlab.pissm.predictions import Predictions
