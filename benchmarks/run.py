@@ -45,7 +45,8 @@ def main(argv: list[str]) -> int:
     paths = {p.stem.removeprefix("bench_"): p for p in sorted(HERE.glob("bench_*.py"))}
     unknown = [n for n in argv if n not in paths]
     if unknown:
-        print(f"benchmarks: error: unknown benchmark(s) {unknown}; known: {', '.join(paths) or '(none)'}", file=sys.stderr)
+        known = ", ".join(paths) or "(none)"
+        print(f"benchmarks: error: unknown benchmark(s) {unknown}; known: {known}", file=sys.stderr)
         return 2
     if not paths:
         console.print("no benchmarks yet (add benchmarks/bench_<name>.py with run() -> list[dict])", markup=False)

@@ -6,6 +6,10 @@ Compiles: JAX's persistent cache (below) and LLVM at -O0 (``pytest_configure``);
 
 ``x64``: float64 JAX inside one test (theorem checks to ~1e-10), restored afterwards.
 
+``process_pool`` / ``ray_cluster``: a ProcessExecutor (2 workers) and a RayExecutor on a two-node Ray cluster
+started on this machine (``ray.cluster_utils``), one of each per test process, kept for the session so their
+workers keep their compiled programs between tests.
+
 ``fake_lab``: a tiny fake experiment (no science: random means in resumable cells), installed as the whole
 catalog under the names ``fake.means`` and ``fake.other``; used by test_runner.py and test_cli.py.
 """
@@ -18,6 +22,7 @@ import os
 import signal
 import tempfile
 import time
+from functools import partial
 from types import SimpleNamespace
 
 import jax
@@ -67,15 +72,45 @@ def check_tiny_run():
     return check
 
 
+@pytest.fixture(scope="session")
+def process_pool():
+    from memlab.executors import ProcessExecutor
+
+    with ProcessExecutor(workers=2) as executor:
+        yield executor
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A RayExecutor on a two-node cluster (one CPU per node) on this machine; shut down after the session."""
+    pytest.importorskip("ray", reason='the ray extra is not installed (pip install -e ".[ray]")')
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from memlab.executors import RayExecutor
+
+    cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    try:
+        with RayExecutor() as executor:  # Ray is initialised: the executor uses this cluster
+            yield executor
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
 @pytest.fixture
 def x64():
     with jax.enable_x64(True):
         yield
 
 # interrupt_after: raise KeyboardInterrupt when this many cells have been computed (None: never)
+# fail_cell: cell index that raises RuntimeError
 # swallowed_sigint_in: cell index whose compute() gets a real SIGINT inside a __del__, where Python can only
 # print the KeyboardInterrupt as "Exception ignored" (as in JAX's gc callback) and compute() goes on
-STATE: dict = {"interrupt_after": None, "swallowed_sigint_in": None, "computed": 0, "run": None}
+STATE: dict = {"interrupt_after": None, "swallowed_sigint_in": None, "fail_cell": None, "computed": 0}
+RUNS: list = []  # the Run of each fake_run call (not in STATE: STATE travels to workers with the cells)
 
 
 class _SigintInDel:
@@ -97,28 +132,31 @@ class FakeConfig:
 
 def reference_means(seed: int, n_cells: int, size: int = 3) -> np.ndarray:
     """What the fake experiment must report, computed directly."""
-    key = jax.random.key(seed)
-    return np.array([float(jnp.mean(jax.random.normal(jax.random.fold_in(key, i), (size,)))) for i in range(n_cells)])
+    from memlab.keys import key_for
+
+    return np.array([float(jnp.mean(jax.random.normal(key_for(seed, "cell", i), (size,)))) for i in range(n_cells)])
+
+
+def fake_cell(size: int, key, i: int) -> dict:
+    """One cell of the fake experiment (a module function of the config and a key, so any executor can run it)."""
+    if STATE["interrupt_after"] is not None and STATE["computed"] >= STATE["interrupt_after"]:
+        raise KeyboardInterrupt
+    if STATE["fail_cell"] == i:
+        raise RuntimeError(f"cell {i} was told to fail")
+    STATE["computed"] += 1
+    if STATE["swallowed_sigint_in"] == i:
+        del_in_here = _SigintInDel()
+        del del_in_here
+    x = jax.random.normal(key, (size,))
+    return {"x": x, "mean": jnp.mean(x), "blob": bytes([i, 255, 0])}
 
 
 def fake_run(config: FakeConfig, run) -> dict:
-    STATE["run"] = run
-    means = []
-    with run.progress(config.n_cells, "fake cells") as advance:
-        for i in range(config.n_cells):
-
-            def compute(i=i):
-                if STATE["interrupt_after"] is not None and STATE["computed"] >= STATE["interrupt_after"]:
-                    raise KeyboardInterrupt
-                STATE["computed"] += 1
-                if STATE["swallowed_sigint_in"] == i:
-                    del_in_here = _SigintInDel()
-                    del del_in_here
-                x = jax.random.normal(jax.random.fold_in(run.key, i), (config.size,))
-                return {"x": x, "mean": jnp.mean(x)}
-
-            means.append(run.cell(f"cell-{i}", compute)["mean"])
-            advance()
+    RUNS.append(run)
+    cells = run.sweep({f"cell-{i}": partial(fake_cell, config.size, run.key_for("cell", i), i)
+                       for i in range(config.n_cells)}, "fake cells")
+    assert all(c["blob"] == bytes([i, 255, 0]) for i, c in enumerate(cells.values())), "bytes survive a cell file"
+    means = [c["mean"] for c in cells.values()]
     from memlab import plots
 
     means = np.array(means)
@@ -151,10 +189,11 @@ def fake_lab(monkeypatch) -> SimpleNamespace:
     """Reset STATE and make the catalog hold two fake experiments; returns the helpers above."""
     from memlab import catalog
 
-    STATE.update(interrupt_after=None, swallowed_sigint_in=None, computed=0, run=None)
+    STATE.update(interrupt_after=None, swallowed_sigint_in=None, fail_cell=None, computed=0)
+    RUNS.clear()
     experiments = {e.name: e for e in (make_experiment("fake.means"), make_experiment("fake.other"))}
     monkeypatch.setattr(catalog, "EXPERIMENTS", experiments)
     return SimpleNamespace(
         experiments=experiments, STATE=STATE, FakeConfig=FakeConfig,
-        make_experiment=make_experiment, reference_means=reference_means,
+        make_experiment=make_experiment, reference_means=reference_means, last_run=lambda: RUNS[-1],
     )

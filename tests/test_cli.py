@@ -37,7 +37,9 @@ def test_list_shows_every_experiment(capsys):
 def test_run_writes_outputs_and_prints_folder(tmp_path, capsys):
     out = tmp_path / "o"
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
-    assert capsys.readouterr().out.strip() == str(out)
+    line = capsys.readouterr().out.strip()
+    pattern = re.escape(str(out)) + r"  \(\d+\.\d s; 4 cells computed, 0 resumed, executor local\)"
+    assert re.fullmatch(pattern, line), line
     for name in ["config.json", "results.json", "summary.md", "means.png", "means.csv"]:
         assert (out / name).is_file(), name
 
@@ -53,7 +55,8 @@ def test_error_paths_print_one_line_and_exit_2(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")
     cases = [
-        (["fake.mean"], ["unknown experiment 'fake.mean'", "did you mean 'fake.means'", "known: fake.means, fake.other"]),
+        (["fake.mean"], ["unknown experiment 'fake.mean'", "did you mean 'fake.means'",
+                         "known: fake.means, fake.other"]),
         (["fake.means", "--profile", "huge"], ["unknown profile 'huge'"]),
         (["fake.means", "--profile", "broken"], ["invalid config", "n_cells must be >= 1"]),
         (["fake.means", "--out", str(blocker / "sub")], ["cannot write to output folder", str(blocker / "sub")]),
@@ -73,7 +76,7 @@ def test_conflicting_config_in_existing_folder(tmp_path, capsys):
     assert_one_error_line(capsys, out, "different config", "--out")
 
 
-def test_interrupt_then_resume(state, tmp_path, capsys):
+def test_interrupt_then_resume(state, fake_lab, tmp_path, capsys):
     out = tmp_path / "o"
     state["interrupt_after"] = 3
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 130
@@ -83,7 +86,7 @@ def test_interrupt_then_resume(state, tmp_path, capsys):
 
     state["interrupt_after"] = None
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
-    assert (state["run"].cells_skipped, state["run"].cells_computed) == (3, 1)
+    assert (fake_lab.last_run().cells_skipped, fake_lab.last_run().cells_computed) == (3, 1)
     assert run("fake.means", "--profile", "tiny", "--out", str(tmp_path / "fresh")) == 0
     results = [json.loads((d / "results.json").read_text())["results"] for d in (out, tmp_path / "fresh")]
     assert results[0] == results[1]
@@ -95,7 +98,10 @@ def test_report_gathers_claims_summaries_and_images(tmp_path, capsys):
     assert run("fake.other", "--profile", "quick", "--out", str(root / "fake.other/quick")) == 0
     capsys.readouterr()
     assert cli.main(["report", str(root)]) == 0
-    assert capsys.readouterr().out.strip() == str(root / "report.md")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == str(root / "report.md")
+    assert printed[1] == "| experiment | profile | time | cells computed | cells resumed | executor |"
+    assert [line.split(" | ")[:2] for line in printed[3:]] == [["| fake.means", "tiny"], ["| fake.other", "quick"]]
     report = (root / "report.md").read_text()
 
     assert report.startswith("# memlab report\n")
@@ -120,6 +126,11 @@ def test_report_without_results_is_an_error(tmp_path, capsys):
     assert_one_error_line(capsys, "no such folder")
     assert cli.main(["report", str(tmp_path)]) == 2
     assert_one_error_line(capsys, "no summary.md")
+
+
+def test_version(capsys):
+    assert cli.main(["--version"]) == 0
+    assert re.fullmatch(r"memlab \d+\.\d+\.\d+\n", capsys.readouterr().out)
 
 
 def test_help_and_missing_command(capsys):

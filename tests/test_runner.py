@@ -5,12 +5,15 @@ import dataclasses
 import json
 import os
 import signal
+from functools import partial
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memlab import runner
+from memlab import files, runner
+from memlab.keys import key_for
 from memlab.runner import (
     Run,
     SetupError,
@@ -28,6 +31,7 @@ def exp(fake_lab):
 def _results(out):
     doc = json.loads((out / "results.json").read_text())
     doc.pop("elapsed_s")
+    doc.pop("cells")  # computed / resumed counts and compute times differ between runs
     return doc
 
 
@@ -47,7 +51,10 @@ def test_run_writes_every_file(exp, fake_lab, tmp_path):
     assert (out / "means.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     doc = _strict_load(out / "results.json")
-    assert set(doc) == {"experiment", "profile", "paper_ref", "config", "results", "claims", "elapsed_s"}
+    assert set(doc) == {"experiment", "profile", "paper_ref", "config", "results", "claims", "elapsed_s", "executor",
+                        "cells"}
+    assert doc["executor"] == "local" and doc["cells"]["computed"] == 4 and doc["cells"]["resumed"] == 0
+    assert set(doc["cells"]["seconds"]) == {f"cell-{i}" for i in range(4)}
     assert (doc["experiment"], doc["profile"], doc["paper_ref"]) == ("fake.means", "tiny", "Fig. 0")
     assert doc["config"] == {"seed": 0, "n_cells": 4, "size": 3}
     np.testing.assert_allclose(doc["results"]["means"], fake_lab.reference_means(0, 4), rtol=1e-6)
@@ -84,7 +91,7 @@ def test_interrupt_then_resume_matches_uninterrupted_run(exp, fake_lab, tmp_path
 
     fake_lab.STATE["interrupt_after"] = None
     run_experiment(exp, "tiny", out_dir=out, progress=False)
-    run = fake_lab.STATE["run"]
+    run = fake_lab.last_run()
     assert (run.cells_skipped, run.cells_computed) == (2, 2)
     assert fake_lab.STATE["computed"] == 4  # every cell computed exactly once over both runs
     assert _results(out) == _results(run_experiment(exp, "tiny", out_dir=tmp_path / "fresh", progress=False))
@@ -110,14 +117,14 @@ def test_ctrl_c_swallowed_by_a_callback_still_stops_the_run(exp, fake_lab, tmp_p
 
     fake_lab.STATE["swallowed_sigint_in"] = None
     run_experiment(exp, "tiny", out_dir=out, progress=False)
-    assert (fake_lab.STATE["run"].cells_skipped, fake_lab.STATE["run"].cells_computed) == (2, 2)
+    assert (fake_lab.last_run().cells_skipped, fake_lab.last_run().cells_computed) == (2, 2)
 
 
 def test_same_config_resumes_and_different_config_is_refused(exp, fake_lab, tmp_path):
     out = tmp_path / "o"
     run_experiment(exp, "tiny", out_dir=out, progress=False)
     run_experiment(exp, "tiny", out_dir=out, progress=False)
-    assert (fake_lab.STATE["run"].cells_skipped, fake_lab.STATE["run"].cells_computed) == (4, 0)
+    assert (fake_lab.last_run().cells_skipped, fake_lab.last_run().cells_computed) == (4, 0)
     with pytest.raises(ValueError, match=f"{out}.*different config.*--out"):
         run_experiment(exp, "tiny", seed=1, out_dir=out, progress=False)
     assert json.loads((out / "config.json").read_text())["config"]["seed"] == 0  # untouched
@@ -149,7 +156,7 @@ def test_atomic_write_failure_keeps_old_file(tmp_path, monkeypatch):
     def fail(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(runner.os, "replace", fail)
+    monkeypatch.setattr(files.os, "replace", fail)
     with pytest.raises(OSError):
         atomic_write_text(path, "new")
     assert path.read_text() == "old"
@@ -159,13 +166,15 @@ def test_atomic_write_failure_keeps_old_file(tmp_path, monkeypatch):
 def test_run_checks_cells_claims_and_file_names(fake_lab, tmp_path):
     run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
     with pytest.raises(ValueError, match="invalid cell name"):
-        run.cell("a/b", dict)
-    with pytest.raises(ValueError, match="must return a dict"):
-        run.cell("list", lambda: [1, 2])
-    assert run.cell("nan", lambda: {"x": np.array([np.nan, 1.0])})["x"][1] == 1.0
-    assert np.isnan(run.cell("nan2", lambda: {"x": np.nan})["x"])  # cells keep NaN exactly
+        run.sweep({"a/b": dict}, "bad")
+    with pytest.raises(ValueError, match="zero-argument function"):
+        run.sweep({"not-callable": {"x": 1}}, "bad")
+    with pytest.raises(runner.CellsFailed, match="1 of 1 cells of 'lists' failed: list"):
+        run.sweep({"list": lambda: [1, 2]}, "lists")
+    nan = run.sweep({"nan": lambda: {"x": np.array([np.nan, 1.0])}, "nan2": lambda: {"x": np.nan}}, "nan")
+    assert nan["nan"]["x"][1] == 1.0 and np.isnan(nan["nan2"]["x"])  # cells keep NaN exactly
     with pytest.raises(ValueError, match="used twice"):
-        run.cell("nan", dict)
+        run.sweep({"nan": dict}, "again")
     with pytest.raises(ValueError, match="holds must be a bool"):
         run.claim("c", "claim", "Fig. 1", "0.1", holds=1)
     run.claim("c", "claim", "Fig. 1", "0.1", holds=np.bool_(True))
@@ -179,6 +188,65 @@ def test_run_checks_cells_claims_and_file_names(fake_lab, tmp_path):
         run.save_csv("t.csv", ["a", "b"], [[1]])
     with pytest.raises(ValueError, match=r"\.png"):
         run.save_figure(None, "f.pdf")
+
+
+def test_sweep_returns_cells_in_order_and_reads_finished_ones(fake_lab, tmp_path):
+    order = []
+
+    def cell(i):
+        order.append(i)
+        return {"i": i, "blob": b"\x00\xff" * i}
+
+    run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
+    first = run.sweep({f"c{i}": partial(cell, i) for i in (3, 1, 2)}, "first")
+    assert list(first) == ["c3", "c1", "c2"] and [r["i"] for r in first.values()] == [3, 1, 2]
+    assert first["c2"]["blob"] == b"\x00\xff\x00\xff"
+    again = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
+    second = again.sweep({f"c{i}": partial(cell, i) for i in (1, 2, 3, 4)}, "second")
+    assert second == {"c1": first["c1"], "c2": first["c2"], "c3": first["c3"], "c4": {"i": 4, "blob": b"\x00\xff" * 4}}
+    assert order == [3, 1, 2, 4] and (again.cells_skipped, again.cells_computed) == (3, 1)
+    assert set(again.cell_seconds) == {"c1", "c2", "c3", "c4"}
+    (tmp_path / "cells" / "old.json").write_text('{"i": 7}')  # a cell file of memlab <= 0.1: the bare result
+    assert again.sweep({"old": partial(cell, 0)}, "old")["old"] == {"i": 7}
+
+
+def test_a_failing_cell_is_reported_and_the_others_are_kept(exp, fake_lab, tmp_path, capsys):
+    out = tmp_path / "o"
+    fake_lab.STATE["fail_cell"] = 1
+    with pytest.raises(runner.CellsFailed, match="1 of 4 cells of 'fake cells' failed: cell-1") as failure:
+        run_experiment(exp, "tiny", out_dir=out, progress=False)
+    assert "RuntimeError: cell 1 was told to fail" in failure.value.failures["cell-1"]
+    err = capsys.readouterr().err
+    assert "memlab: cell 'cell-1' failed:" in err and "Traceback" in err and "told to fail" in err
+    assert sorted(p.name for p in (out / "cells").iterdir()) == ["cell-0.json", "cell-2.json", "cell-3.json"]
+    assert not (out / "results.json").exists()
+    fake_lab.STATE["fail_cell"] = None
+    run_experiment(exp, "tiny", out_dir=out, progress=False)
+    assert (fake_lab.last_run().cells_skipped, fake_lab.last_run().cells_computed) == (3, 1)
+
+
+def test_key_streams_are_named_and_stable(fake_lab, tmp_path):
+    run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 5, progress=False)
+    data = jax.random.key_data
+    assert np.array_equal(data(run.key_for()), data(jax.random.key(5))) and np.array_equal(data(run.key),
+                                                                                          data(jax.random.key(5)))
+    assert np.array_equal(data(run.key_for("tasks", 3)), data(key_for(5, "tasks", 3)))
+    assert np.array_equal(data(key_for(5, 3)), data(jax.random.fold_in(jax.random.key(5), 3)))
+    streams = [key_for(5, *names) for names in [("tasks",), ("tasks", 0), ("tasks", 1), ("trajectories",), (0,),
+                                                ("tasks", "0")]]
+    assert len({tuple(np.asarray(data(k)).tolist()) for k in streams}) == len(streams)
+    for bad in (-1, 2**32, 1.5, True, None):
+        with pytest.raises(ValueError, match="strings and ints"):
+            key_for(0, bad)
+
+
+def test_save_table_writes_csv_and_returns_markdown(fake_lab, tmp_path):
+    run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
+    markdown = run.save_table("t.csv", ["model", "mse", "n"], [("a|b", 0.123456789, 3), ("c", np.float32(2.5), 4)],
+                              fmt={"mse": ".3f"})
+    assert markdown == "| model | mse | n |\n| --- | --- | --- |\n| a\\|b | 0.123 | 3 |\n| c | 2.500 | 4 |\n"
+    with open(tmp_path / "t.csv") as f:
+        assert list(csv.reader(f)) == [["model", "mse", "n"], ["a|b", "0.123456789", "3"], ["c", "2.5", "4"]]
 
 
 def test_experiment_checks_profiles(fake_lab):

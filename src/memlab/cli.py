@@ -1,21 +1,30 @@
 """The ``memlab`` command: ``list``, ``run`` and ``report``.
 
 User errors (unknown experiment, bad profile, invalid config, unusable output folder, bad arguments)
-print one line ``memlab: error: <message>`` on stderr and exit with code 2; Ctrl-C during a run exits
-with 130 and keeps the finished cells, so the same command resumes.
+print one line ``memlab: error: <message>`` on stderr and exit with code 2; cells that raise are reported
+with their tracebacks and the run exits with 1; Ctrl-C during a run exits with 130. In both cases the
+finished cells are kept, so the same command resumes.
+
+``memlab run`` keeps compiled XLA programs in JAX's persistent cache (``$MEMLAB_JAX_CACHE``, default
+``~/.cache/memlab/jax``; ``MEMLAB_JAX_CACHE=off`` disables it): a cached program is keyed by the program
+itself, so it changes how long a run takes, never its numbers.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import posixpath
 import re
 import sys
+import time
 from pathlib import Path
 
-from memlab import catalog
-from memlab.runner import SetupError, atomic_write_text, default_out_dir, run_experiment
+from memlab import __version__, catalog
+from memlab.executors import EXECUTORS, make_executor
+from memlab.files import markdown_cell, markdown_table
+from memlab.runner import CellsFailed, SetupError, atomic_write_text, default_out_dir, run_experiment
 
 _LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")  # [text](target "title")
 _ABSOLUTE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|/|#)")  # URL scheme, absolute path or anchor
@@ -59,29 +68,50 @@ def cmd_list(args) -> int:
 # ---------------------------------------------------------------- run
 
 
+def use_compile_cache() -> None:
+    """Point JAX's persistent compile cache at $MEMLAB_JAX_CACHE (default ~/.cache/memlab/jax), unless 'off'."""
+    import jax
+
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlab" / "jax"
+    folder = os.environ.get("MEMLAB_JAX_CACHE", str(default))
+    if folder and folder.lower() != "off":
+        jax.config.update("jax_compilation_cache_dir", folder)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
 def cmd_run(args) -> int:
     try:
         exp = catalog.get(args.name)
+        executor = make_executor(args.executor, args.workers, args.address, args.cpus_per_cell)
     except ValueError as e:
         return _error(str(e))
     out = Path(args.out) if args.out else default_out_dir(exp, args.profile)
+    use_compile_cache()
+    start = time.perf_counter()
     try:
-        run_experiment(exp, profile=args.profile, seed=args.seed, out_dir=out, progress=not args.no_progress,
-                       data_dir=args.data_dir)
+        with executor:
+            run_experiment(exp, profile=args.profile, seed=args.seed, out_dir=out, progress=not args.no_progress,
+                           data_dir=args.data_dir, executor=executor)
     except SetupError as e:  # errors inside the experiment itself keep their traceback
         return _error(str(e))
+    except CellsFailed as e:
+        print(f"memlab: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        print(f"memlab: interrupted; finished cells are kept in {out}; rerun the same command to resume", file=sys.stderr)
+        print(f"memlab: interrupted; finished cells are kept in {out}; rerun the same command to resume",
+              file=sys.stderr)
         return 130
-    print(out)
+    cells = json.loads((out / "results.json").read_text(encoding="utf-8"))["cells"]
+    print(f"{out}  ({_duration(time.perf_counter() - start)}; {cells['computed']} cells computed, "
+          f"{cells['resumed']} resumed, executor {executor.name})")
     return 0
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 120 else f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
+
+
 # ---------------------------------------------------------------- report
-
-
-def _cell(text) -> str:
-    return str(text).replace("|", r"\|").replace("\n", " ")
 
 
 def _rebase(markdown: str, folder: str) -> tuple[str, set[str]]:
@@ -111,24 +141,31 @@ def _rebase(markdown: str, folder: str) -> tuple[str, set[str]]:
     return "\n".join(lines), targets
 
 
-def build_report(root: Path) -> Path:
-    """Gather every results.json claim and every summary.md under ``root`` into ``root/report.md``."""
+def build_report(root: Path) -> tuple[Path, str]:
+    """Gather every results.json claim and every summary.md under ``root`` into ``root/report.md``.
+
+    Returns the report's path and a Markdown table of the time each experiment's last invocation took.
+    """
     if not root.is_dir():
         raise ValueError(f"no such folder {root}; run an experiment first (memlab run NAME)")
     summaries = sorted(root.rglob("summary.md"))
     if not summaries:
         raise ValueError(f"no summary.md under {root}; run an experiment first (memlab run NAME)")
 
-    rows, held, total = [], 0, 0
+    rows, times, held, total = [], [], 0, 0
     for path in sorted(root.rglob("results.json")):
         doc = json.loads(path.read_text(encoding="utf-8"))
         for c in doc.get("claims", []):
             held, total = held + bool(c["holds"]), total + 1
             cells = [f"{doc['experiment']} ({doc['profile']})", c["id"], c["claim"], c["paper"], c["ours"]]
-            rows.append("| " + " | ".join(map(_cell, cells)) + f" | {'✓' if c['holds'] else '✗'} |")
+            rows.append("| " + " | ".join(map(markdown_cell, cells)) + f" | {'✓' if c['holds'] else '✗'} |")
+        cells = doc.get("cells", {})
+        times.append((doc["experiment"], doc["profile"], _duration(float(doc.get("elapsed_s", 0.0))),
+                      cells.get("computed", "?"), cells.get("resumed", "?"), doc.get("executor", "local")))
+    timing = markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed", "executor"], times)
     parts = ["# memlab report", "", f"{held} of {total} claims hold.", ""]
     if rows:
-        parts += ["| experiment | id | claim | paper | ours | holds |", "| --- | --- | --- | --- | --- | --- |", *rows, ""]
+        parts += ["| experiment | id | claim | paper | ours | holds |", "|" + " --- |" * 6, *rows, ""]
 
     for summary in summaries:
         folder = summary.parent.relative_to(root).as_posix()
@@ -143,15 +180,18 @@ def build_report(root: Path) -> Path:
             target = posixpath.normpath(posixpath.join(folder, png.relative_to(summary.parent).as_posix()))
             if target not in shown:
                 parts += [f"![{png.stem}]({target})", ""]
-    return atomic_write_text(root / "report.md", "\n".join(parts))
+    parts += ["## Time per experiment", "", "The last invocation of each run (a resumed run skips finished cells).",
+              "", timing]
+    return atomic_write_text(root / "report.md", "\n".join(parts)), timing
 
 
 def cmd_report(args) -> int:
     try:
-        path = build_report(Path(args.dir))
+        path, timing = build_report(Path(args.dir))
     except (ValueError, OSError) as e:
         return _error(str(e))
     print(path)
+    print(timing, end="")
     return 0
 
 
@@ -160,6 +200,7 @@ def cmd_report(args) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="memlab", description="Sequence models as memory, measured against the optimal inference.")
+    parser.add_argument("--version", action="version", version=f"memlab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("list", help="list every experiment")
     p.add_argument("--names", action="store_true", help="print only the names, one per line")
@@ -171,6 +212,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default out/<name>/<profile>)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--data-dir", default=None, help="folder of external data (experiments that read it, e.g. NCLT)")
+    p.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="who computes the cells: this process (default), a local process pool, or a Ray cluster")
+    p.add_argument("--workers", type=int, default=None, help="processes of --executor processes (default: CPU count)")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster of --executor ray: 'auto' (ray start --head on this machine) or host:port; "
+                        "default: start a local Ray instance")
+    p.add_argument("--cpus-per-cell", type=float, default=None, help="CPUs each cell reserves on Ray (default 1)")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("report", help="gather every summary.md and claim under DIR into DIR/report.md")
     p.add_argument("dir", nargs="?", default="out")

@@ -1,23 +1,19 @@
-"""What every experiment shares: output folder, config, seed, progress, resumable cells, atomic writes.
+"""What every experiment shares: output folder, config, named keys, sweeps of resumable cells, writers.
 
 An :class:`Experiment` names a frozen config dataclass per profile and a ``run(config, run)`` function.
 :func:`run_experiment` gives that function a :class:`Run` bound to an output folder::
 
     out/<experiment name>/<profile>/
-        config.json      written first; a folder is tied to one config
-        cells/<name>.json  finished sweep cells (kept on interrupt, skipped on the next run)
-        results.json     {"experiment", "profile", "paper_ref", "config", "results", "claims", "elapsed_s"}
+        config.json        written first; a folder is tied to one config
+        cells/<name>.json  finished sweep cells (kept on interrupt or failure, skipped on the next run)
+        results.json       {"experiment", "profile", "paper_ref", "config", "results", "claims",
+                            "elapsed_s", "executor", "cells"}
         summary.md, *.png, *.csv   whatever the experiment writes
 
-Every file goes through :func:`atomic_write_bytes` (temporary file in the same folder, then ``os.replace``),
-so a killed run never leaves a half-written file.
-
-JSON conversion (:func:`to_jsonable`): NumPy/JAX arrays become (nested) lists, NumPy scalars become
-Python numbers, tuples become lists, dataclasses become dicts. In the public files (config.json,
-results.json, :meth:`Run.save_json`) non-finite floats are written as the *strings* ``"NaN"``,
-``"Infinity"`` and ``"-Infinity"`` (so the files are strict JSON and ``float(s)`` reads them back).
-Cell files are private to the runner and keep non-finite floats exactly (Python's ``NaN`` tokens),
-so a resumed run sees the same numbers as an uninterrupted one.
+The shape of every experiment: cells -> :meth:`Run.sweep` -> analysis -> figures -> claims -> summary. A
+sweep's cells are zero-argument functions of the config and a named key (:meth:`Run.key_for`); the executor
+(``memlab.executors``: in-process, a local process pool, a Ray cluster) computes the unfinished ones, and the
+driver writes each cell file as its result arrives. Files are written atomically (``memlab.files``).
 """
 
 from __future__ import annotations
@@ -27,12 +23,9 @@ import csv
 import dataclasses
 import io
 import json
-import math
-import os
 import re
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -42,7 +35,19 @@ from typing import Any
 import jax
 import numpy as np
 
+from memlab.executors import Executor, LocalExecutor, Settings
+from memlab.files import (
+    atomic_write_bytes,
+    atomic_write_text,
+    dumps,
+    markdown_table,
+    read_cell,
+    to_jsonable,
+)
+from memlab.keys import key_for
+
 __all__ = [
+    "CellsFailed",
     "Experiment",
     "Run",
     "SetupError",
@@ -54,11 +59,20 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+,-]*$")  # experiment, cell and profile names
-_NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
 
 class SetupError(ValueError):
     """Bad profile, invalid config or unusable output folder: raised before the experiment starts."""
+
+
+class CellsFailed(RuntimeError):
+    """Cells of a sweep raised; every other cell finished and is kept. ``failures`` maps name -> traceback."""
+
+    def __init__(self, label: str, total: int, failures: Mapping[str, str]):
+        self.failures = dict(failures)
+        names = ", ".join(self.failures)
+        super().__init__(f"{len(self.failures)} of {total} cells of '{label}' failed: {names} (tracebacks above); "
+                         "the other cells are kept; rerun the same command to retry the failed ones")
 
 
 # ---------------------------------------------------------------- Ctrl-C
@@ -107,58 +121,6 @@ class _StickyInterrupt:
             raise KeyboardInterrupt
 
 
-# ---------------------------------------------------------------- atomic files and JSON
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write UTF-8 ``text`` to ``path`` atomically (see :func:`atomic_write_bytes`)."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def to_jsonable(obj: Any, strict: bool = True) -> Any:
-    """Convert ``obj`` to plain JSON types. ``strict``: non-finite floats become "NaN"/"Infinity"/"-Infinity"."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    if isinstance(obj, Mapping):
-        return {str(k): to_jsonable(v, strict) for k, v in obj.items()}
-    if isinstance(obj, (jax.Array, np.ndarray)):
-        return to_jsonable(np.asarray(obj).tolist(), strict)
-    if isinstance(obj, np.generic):
-        return to_jsonable(obj.item(), strict)
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v, strict) for v in obj]
-    if isinstance(obj, float) and strict and not math.isfinite(obj):
-        return "NaN" if math.isnan(obj) else _NONFINITE[obj]
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"cannot convert {type(obj).__name__} to JSON; expected arrays, numbers, str, lists or dicts")
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-
-
 # ---------------------------------------------------------------- experiments
 
 
@@ -181,19 +143,21 @@ class Experiment:
     paper: str
     description: str
     profiles: Mapping[str, Any]
-    run: Callable[[Any, "Run"], dict]
+    run: Callable[[Any, Run], dict]
 
     def __post_init__(self):
         _check_name("experiment", self.name)
         missing = {"quick", "paper"} - set(self.profiles)
         if missing:
-            raise ValueError(f"experiment {self.name!r} lacks profile(s) {sorted(missing)}; 'quick' and 'paper' are required")
+            raise ValueError(f"experiment {self.name!r} lacks profile(s) {sorted(missing)}; "
+                             "'quick' and 'paper' are required")
         for profile, config in self.profiles.items():
             _check_name("profile", profile)
             fields = {f.name: f for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else {}
             if not fields or not config.__dataclass_params__.frozen or "seed" not in fields:
                 raise ValueError(
-                    f"experiment {self.name!r}, profile {profile!r}: config must be a frozen dataclass with an int field 'seed'"
+                    f"experiment {self.name!r}, profile {profile!r}: config must be a frozen dataclass with an int "
+                    "field 'seed'"
                 )
 
 
@@ -201,73 +165,123 @@ class Experiment:
 
 
 class Run:
-    """What ``Experiment.run`` gets: the output folder, the config, the seed, and writers.
+    """What ``Experiment.run`` gets: the output folder, the config, the seed, named keys, the sweep, writers.
 
-    Attributes: ``out_dir``, ``config``, ``profile``, ``seed``, ``cells_computed``, ``cells_skipped``, ``claims``.
+    Attributes: ``out_dir``, ``config``, ``profile``, ``seed``, ``executor``, ``cells_computed``,
+    ``cells_skipped``, ``cell_seconds`` (compute time of every cell of the run, also of resumed ones), ``claims``.
     """
 
     def __init__(self, out_dir: Path, config: Any, profile: str, seed: int, progress: bool = True,
-                 interrupt: _StickyInterrupt | None = None):
+                 interrupt: _StickyInterrupt | None = None, executor: Executor | None = None):
         self.out_dir = Path(out_dir)
         self.config = config
         self.profile = profile
         self.seed = seed
         self.show_progress = progress
+        self.executor = executor or LocalExecutor()
         self.cells_computed = 0
         self.cells_skipped = 0
+        self.cell_seconds: dict[str, float | None] = {}
         self.claims: list[dict] = []
-        self._cell_names: set[str] = set()
         self._interrupt = interrupt or _StickyInterrupt()
 
     @property
     def key(self) -> jax.Array:
-        """``jax.random.key(seed)``: the root of every random draw of the run."""
-        return jax.random.key(self.seed)
+        """``jax.random.key(seed)``: the root of every random draw of the run (prefer :meth:`key_for`)."""
+        return key_for(self.seed)
+
+    def key_for(self, *names: str | int) -> jax.Array:
+        """The key of the named stream ``names`` (strings and ints) under the run's seed: the same names always
+        give the same key (``memlab.keys.key_for``), e.g. ``run.key_for("tasks", m)``."""
+        return key_for(self.seed, *names)
 
     def _path(self, filename: str | Path) -> Path:
         rel = Path(filename)
         if rel.is_absolute() or ".." in rel.parts or not rel.parts:
-            raise ValueError(f"output file name must be relative to the run folder, without '..'; got {str(filename)!r}")
+            raise ValueError(f"output file name must be relative to the run folder, without '..'; "
+                             f"got {str(filename)!r}")
         return self.out_dir / rel
 
-    def cell(self, name: str, compute: Callable[[], dict]) -> dict:
-        """Resumable sweep cell: load ``cells/<name>.json`` if it exists, else ``compute()`` and store it.
+    # ------------------------------------------------------------ sweeps
 
-        Returns the stored (JSON round-tripped) dict in both cases, so fresh and resumed runs agree exactly.
+    def sweep(self, cells: Mapping[str, Callable[[], Mapping]], label: str) -> dict[str, dict]:
+        """Compute a grid of independent cells; returns ``{name: result}`` in the order of ``cells``.
+
+        ``cells`` maps a cell name (letters, digits, ``. _ = + , -``; unique within the run) to a zero-argument
+        function returning a dict of arrays, numbers, strings, lists, dicts or ``bytes`` -- a pure function of
+        the config and a named key, since it may run in another process or on another machine. A finished cell
+        is read from ``cells/<name>.json``; the others go to the run's executor, and each is written (atomically)
+        as it arrives. Results are JSON round-tripped (arrays come back as lists), so fresh and resumed runs see
+        the same values. Ctrl-C stops the sweep and keeps the finished cells; cells that raise are reported with
+        their traceback while the others finish, then :class:`CellsFailed` is raised.
         """
+        if not isinstance(cells, Mapping):
+            raise ValueError(f"sweep '{label}': cells must map names to functions, got {type(cells).__name__}")
+        results, todo = {}, {}
+        for name, compute in cells.items():
+            _check_name("cell", name)
+            if name in self.cell_seconds:
+                raise ValueError(f"cell name {name!r} used twice in one run; each cell needs its own name")
+            if not callable(compute):
+                raise ValueError(f"cell {name!r}: expected a zero-argument function, got {type(compute).__name__}")
+            path = self._cell_path(name)
+            self.cell_seconds[name] = None
+            if path.exists():
+                results[name], self.cell_seconds[name] = self._read_cell(path)
+                self.cells_skipped += 1
+            else:
+                todo[name] = compute
         self._interrupt.check()
-        _check_name("cell", name)
-        if name in self._cell_names:
-            raise ValueError(f"cell name {name!r} used twice in one run; each cell needs its own name")
-        self._cell_names.add(name)
-        path = self.out_dir / "cells" / f"{name}.json"
-        if path.exists():
-            try:
-                value = json.loads(path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"cell file {path} is not valid JSON ({e}); delete it to recompute the cell") from e
-            self.cells_skipped += 1
-            return value
-        value = compute()
-        if not isinstance(value, Mapping):
-            raise ValueError(f"cell {name!r}: compute() must return a dict, got {type(value).__name__}")
-        text = json.dumps(to_jsonable(value, strict=False))  # exact floats, NaN tokens allowed
-        atomic_write_text(path, text)
-        self.cells_computed += 1
-        self._interrupt.check()  # the cell is finished and kept; a Ctrl-C swallowed inside compute() stops here
-        return json.loads(text)
+        failures = {}
+        with self._progress(len(cells), label, done=len(results)) as advance:
+            if todo:
+                with contextlib.closing(self.executor.run(todo, Settings.of_driver())) as outcomes:
+                    for outcome in outcomes:
+                        if outcome.error is not None:
+                            failures[outcome.name] = outcome.error
+                            print(f"memlab: cell {outcome.name!r} failed:\n{outcome.error}", file=sys.stderr)
+                        else:
+                            atomic_write_text(self._cell_path(outcome.name), outcome.text)
+                            results[outcome.name], self.cell_seconds[outcome.name] = read_cell(outcome.text)
+                            self.cells_computed += 1
+                        advance()  # a Ctrl-C swallowed inside a cell stops the sweep here
+        if failures:
+            raise CellsFailed(label, len(cells), failures)
+        return {name: results[name] for name in cells}
+
+    # TRANSITIONAL (removed once every experiment goes through sweep): the old per-cell API
+    def cell(self, name: str, compute: Callable[[], dict]) -> dict:
+        shown, self.show_progress = self.show_progress, False
+        try:
+            return self.sweep({name: compute}, name)[name]
+        finally:
+            self.show_progress = shown
+
+    def progress(self, total: int, description: str):
+        return self._progress(total, description)
+
+    def _cell_path(self, name: str) -> Path:
+        return self.out_dir / "cells" / f"{name}.json"
+
+    @staticmethod
+    def _read_cell(path: Path) -> tuple[dict, float | None]:
+        try:
+            return read_cell(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"cell file {path} is not valid JSON ({e}); delete it to recompute the cell") from e
 
     @contextlib.contextmanager
-    def progress(self, total: int, description: str) -> Iterator[Callable[[int], None]]:
-        """Context manager yielding ``advance(n=1)``; shows a rich progress bar on stderr unless disabled."""
+    def _progress(self, total: int, description: str, done: int = 0) -> Iterator[Callable[[int], None]]:
+        """Yields ``advance(n=1)``; a rich progress bar on stderr unless disabled; checks for Ctrl-C."""
         if not self.show_progress:
             yield lambda n=1: self._interrupt.check()
             return
         from rich.console import Console
-        from rich.progress import Progress
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        with Progress(console=Console(stderr=True), transient=False) as bar:
-            task = bar.add_task(description, total=total)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+            task = bar.add_task(description, total=total, completed=done)
 
             def advance(n=1):
                 self._interrupt.check()
@@ -275,9 +289,11 @@ class Run:
 
             yield advance
 
+    # ------------------------------------------------------------ writers
+
     def save_json(self, filename: str, obj: Any) -> Path:
         """Write ``obj`` as strict JSON (see module docstring for NaN/inf)."""
-        return atomic_write_text(self._path(filename), _dumps(obj))
+        return atomic_write_text(self._path(filename), dumps(obj))
 
     def save_csv(self, filename: str, header: list[str], rows: Iterable[Sequence]) -> Path:
         """Write a CSV table; every row must have ``len(header)`` entries. Floats are written exactly (repr)."""
@@ -290,6 +306,14 @@ class Run:
                 raise ValueError(f"{filename}: row {i} has {len(row)} entries, header has {len(header)}")
             writer.writerow(row)
         return atomic_write_text(self._path(filename), buf.getvalue())
+
+    def save_table(self, filename: str, header: list[str], rows: Iterable[Sequence],
+                   fmt: str | Mapping[str, str] = ".4g") -> str:
+        """Write the CSV ``filename`` (exact values) and return the same table as Markdown for summary.md
+        (floats formatted by ``fmt``: one format spec, or one per column name; ``|`` escaped)."""
+        rows = [list(row) for row in rows]
+        self.save_csv(filename, header, rows)
+        return markdown_table(header, rows, fmt)
 
     def save_figure(self, fig, filename: str) -> Path:
         """Save a matplotlib figure as PNG (dpi 150) atomically, then close it."""
@@ -358,9 +382,10 @@ def _bind_folder(out_dir: Path, header: dict) -> None:
             old = json.loads(config_path.read_text(encoding="utf-8"))
             if {k: old.get(k) for k in ("experiment", "config")} != {k: header[k] for k in ("experiment", "config")}:
                 raise SetupError(
-                    f"output folder {out_dir} holds a run of a different config; pick another --out or delete the folder"
+                    f"output folder {out_dir} holds a run of a different config; pick another --out or delete "
+                    "the folder"
                 )
-        atomic_write_text(config_path, _dumps(header))
+        atomic_write_text(config_path, dumps(header))
     except OSError as e:
         raise SetupError(f"cannot write to output folder {out_dir}: {e.strerror or e}") from e
     except json.JSONDecodeError as e:
@@ -374,15 +399,18 @@ def run_experiment(
     out_dir: str | Path | None = None,
     progress: bool = True,
     data_dir: str | Path | None = None,
+    executor: Executor | None = None,
 ) -> Path:
     """Run ``exp`` with the config of ``profile`` (``seed`` replaces its seed) and return the output folder.
 
     ``data_dir`` sets the config's ``data_dir`` field (experiments on external data, e.g. NCLT); SetupError
-    if the experiment reads no external data.
+    if the experiment reads no external data. ``executor`` computes the sweeps' cells (default: in this
+    process); the caller owns it (``close()`` it when done).
 
     Raises :class:`SetupError` (a ValueError naming the problem) for an unknown profile, an invalid config,
-    an unusable output folder, or a folder that holds a run of a different config. Finished cells of an
-    interrupted run (KeyboardInterrupt propagates) are skipped when the same command is run again.
+    an unusable output folder, or a folder that holds a run of a different config; :class:`CellsFailed` when
+    cells raised. Finished cells of an interrupted run (KeyboardInterrupt propagates) are skipped when the
+    same command is run again.
     """
     config = _resolve_config(exp, profile, seed)
     if data_dir is not None:
@@ -394,7 +422,7 @@ def run_experiment(
     interrupt = _StickyInterrupt()
     with interrupt.installed():  # before config.json exists: from then on a Ctrl-C cannot be lost
         _bind_folder(out_dir, header)
-        run = Run(out_dir, config, profile, config.seed, progress=progress, interrupt=interrupt)
+        run = Run(out_dir, config, profile, config.seed, progress=progress, interrupt=interrupt, executor=executor)
         start = time.perf_counter()
         results = exp.run(config, run)
         interrupt.check()
@@ -408,6 +436,8 @@ def run_experiment(
             "results": results,
             "claims": run.claims,
             "elapsed_s": round(time.perf_counter() - start, 3),  # this invocation only (a resumed run skips cells)
+            "executor": run.executor.name,
+            "cells": {"computed": run.cells_computed, "resumed": run.cells_skipped, "seconds": run.cell_seconds},
         }
-        atomic_write_text(out_dir / "results.json", _dumps(document))
+        atomic_write_text(out_dir / "results.json", dumps(document))
     return out_dir

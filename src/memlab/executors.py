@@ -1,0 +1,289 @@
+"""Who computes the unfinished cells of a sweep: this process, a local pool of processes, or a Ray cluster.
+
+A cell is a zero-argument callable returning a dict (a pure function of the config and a named key, see
+``Run.sweep``). An executor takes ``{name: cell}`` and yields an :class:`Outcome` per cell *as it finishes*;
+the driver (``Run.sweep``) alone writes the cell files, so a lost worker, a killed driver or Ctrl-C loses only
+the cells still running, and rerunning the same command with any executor resumes.
+
+- :class:`LocalExecutor` (``--executor local``, the default): in this process, one cell after another.
+- :class:`ProcessExecutor` (``--executor processes --workers N``): a pool of N spawned worker processes.
+- :class:`RayExecutor` (``--executor ray [--address ADDR] [--cpus-per-cell K]``): one Ray task per cell on an
+  existing cluster (``--address auto`` joins one started with ``ray start --head``), or on a local Ray
+  instance. Ray is the optional extra ``pip install -e ".[ray]"``; every node needs memlab installed.
+
+Same numbers whatever the executor: every cell runs through :func:`compute_cell`, which applies the driver's
+JAX settings (float64 on or off at the time of the sweep; the persistent compile cache), and a cell's result
+always reaches the driver as the same JSON record (``files.cell_text``). Worker processes inherit the
+driver's environment (``XLA_FLAGS``); on a remote Ray cluster it is passed in the job's runtime environment.
+Cells travel to workers with cloudpickle (closures and partials of module functions both work).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import contextlib
+import dataclasses
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+
+import jax
+
+from memlab.checks import check_int
+from memlab.files import cell_text
+
+__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "Outcome", "ProcessExecutor", "RayExecutor", "make_executor"]
+
+EXECUTORS = ("local", "processes", "ray")
+RAY_MISSING = 'the ray executor needs Ray: pip install -e ".[ray]" (or pip install "memlab[ray]")'
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """One finished cell: ``text`` is its record (``files.cell_text``) or ``error`` the traceback it raised."""
+
+    name: str
+    text: str | None = None
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The driver's JAX settings at the time of a sweep, applied wherever its cells run."""
+
+    x64: bool
+    cache_dir: str | None
+    cache_min_compile_secs: float
+
+    @classmethod
+    def of_driver(cls) -> Settings:
+        return cls(bool(jax.config.jax_enable_x64), jax.config.jax_compilation_cache_dir,
+                   float(jax.config.jax_persistent_cache_min_compile_time_secs))
+
+
+_applied_cache: list[str | None] = []  # the compile cache a worker process was configured with
+
+
+def _configure_worker(settings: Settings) -> None:
+    if settings.cache_dir and not _applied_cache:
+        jax.config.update("jax_compilation_cache_dir", settings.cache_dir)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", settings.cache_min_compile_secs)
+        _applied_cache.append(settings.cache_dir)
+
+
+def compute_cell(cell: Callable[[], Mapping], settings: Settings) -> tuple[str | None, str | None]:
+    """Run one cell where it lands; (record, None) or (None, traceback). Ctrl-C is not caught."""
+    start = time.perf_counter()
+    try:
+        with jax.enable_x64(settings.x64):
+            result = cell()
+        return cell_text(result, time.perf_counter() - start), None
+    except Exception:
+        return None, traceback.format_exc()
+
+
+def _compute_pickled(blob: bytes, settings: Settings) -> tuple[str | None, str | None]:
+    """A worker's entry point: unpickle the cell, configure JAX, compute."""
+    import cloudpickle
+
+    _configure_worker(settings)
+    try:
+        cell = cloudpickle.loads(blob)
+    except Exception:
+        return None, traceback.format_exc()
+    return compute_cell(cell, settings)
+
+
+def _pickled(cells: Mapping[str, Callable]) -> Iterator[tuple[str, bytes | None, str | None]]:
+    """(name, blob, None), or (name, None, why) for a cell that cannot travel to a worker."""
+    import cloudpickle
+
+    for name, cell in cells.items():
+        try:
+            yield name, cloudpickle.dumps(cell), None
+        except Exception as e:
+            yield name, None, f"cell {name!r} cannot be sent to a worker ({type(e).__name__}: {e}); " \
+                              "a cell must be a picklable function of the config and a key"
+
+
+class Executor:
+    """Base class: ``run(cells, settings)`` yields Outcomes as cells finish; ``close()`` frees the workers.
+
+    A generator from ``run`` that is closed early (Ctrl-C in the driver) stops the cells still running.
+    """
+
+    name = "executor"
+
+    def run(self, cells: Mapping[str, Callable[[], Mapping]], settings: Settings) -> Iterator[Outcome]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Free workers; the executor can still be used afterwards (it starts them again)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class LocalExecutor(Executor):
+    """Cells in this process, one after another (``--executor local``)."""
+
+    name = "local"
+
+    def run(self, cells, settings):
+        for name, cell in cells.items():
+            text, error = compute_cell(cell, settings)
+            yield Outcome(name, text, error)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it stops the pool
+
+
+class ProcessExecutor(Executor):
+    """A pool of ``workers`` spawned processes on this machine (``--executor processes --workers N``).
+
+    Spawned, not forked: JAX's threads do not survive a fork. A worker pays one import of JAX and its own
+    compiles (the persistent compile cache shares them between workers and runs).
+    """
+
+    name = "processes"
+
+    def __init__(self, workers: int | None = None):
+        self.workers = check_int("workers", (os.cpu_count() or 1) if workers is None else workers)
+        self._pool: futures.ProcessPoolExecutor | None = None
+
+    def _ensure_pool(self) -> futures.ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = futures.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                                     initializer=_ignore_sigint)
+        return self._pool
+
+    def run(self, cells, settings):
+        pool = self._ensure_pool()
+        submitted = {}
+        for name, blob, why in _pickled(cells):
+            if why:
+                yield Outcome(name, error=why)
+            else:
+                submitted[pool.submit(_compute_pickled, blob, settings)] = name
+        healthy = False
+        try:
+            for future in futures.as_completed(submitted):
+                try:
+                    text, error = future.result()
+                except futures.process.BrokenProcessPool as e:  # a worker died (killed, out of memory)
+                    text, error = None, f"the worker process was lost ({e})"
+                yield Outcome(submitted[future], text, error)
+            healthy = all(f.exception() is None for f in submitted)
+        finally:
+            if not healthy:  # interrupted, or a pool that lost a worker: stop it (a new one starts on demand)
+                self._terminate()
+
+    def _terminate(self) -> None:
+        """Stop every worker now (they hold only unfinished cells)."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        processes = list(getattr(pool, "_processes", {}).values())  # no public way before Python 3.14
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            with contextlib.suppress(Exception):
+                process.terminate()
+        for process in processes:
+            with contextlib.suppress(Exception):
+                process.join(timeout=5)
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class RayExecutor(Executor):
+    """One Ray task per cell (``--executor ray``), each reserving ``cpus_per_cell`` CPUs.
+
+    ``address``: ``None`` starts a local Ray instance (stopped again by :meth:`close`); ``"auto"`` joins the
+    cluster started on this machine with ``ray start --head``; ``"host:6379"`` (a head's GCS address) or
+    ``"ray://host:10001"`` (Ray Client) joins a remote one. If Ray is already initialised in this process, its
+    cluster is used as it is.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, cpus_per_cell: float = 1):
+        try:
+            import ray  # noqa: F401
+        except ImportError as e:
+            raise ValueError(RAY_MISSING) from e
+        if not isinstance(cpus_per_cell, (int, float)) or isinstance(cpus_per_cell, bool) or cpus_per_cell <= 0:
+            raise ValueError(f"cpus_per_cell must be a positive number, got {cpus_per_cell!r}")
+        self.address = address
+        self.cpus_per_cell = cpus_per_cell
+        self._started = False
+
+    def _ensure_ray(self):
+        import ray
+
+        if not ray.is_initialized():
+            env = {k: os.environ[k] for k in ("XLA_FLAGS", "JAX_ENABLE_X64") if k in os.environ}
+            remote = self.address not in (None, "local")
+            with warnings.catch_warnings():  # Ray starts its services with fork+exec, which JAX warns about
+                warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+                ray.init(address=self.address or "local", include_dashboard=False, log_to_driver=False,
+                         runtime_env={"env_vars": env} if env and remote else None, logging_level="warning")
+            self._started = True
+        return ray
+
+    def run(self, cells, settings):
+        ray = self._ensure_ray()
+        task = ray.remote(num_cpus=self.cpus_per_cell)(_compute_pickled)
+        submitted = {}
+        for name, blob, why in _pickled(cells):
+            if why:
+                yield Outcome(name, error=why)
+            else:
+                submitted[task.remote(blob, settings)] = name
+        pending = list(submitted)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    try:
+                        text, error = ray.get(ref)
+                    except Exception as e:  # the worker or its node was lost beyond Ray's retries
+                        text, error = None, f"the Ray task was lost ({type(e).__name__}: {e})"
+                    yield Outcome(submitted[ref], text, error)
+        finally:
+            for ref in pending:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+
+    def close(self):
+        if self._started:
+            import ray
+
+            ray.shutdown()
+            self._started = False
+
+
+def make_executor(name: str = "local", workers: int | None = None, address: str | None = None,
+                  cpus_per_cell: float | None = None) -> Executor:
+    """The executor called ``name``; ValueError for an unknown name or an option it does not take."""
+    if name not in EXECUTORS:
+        raise ValueError(f"unknown executor {name!r}; known: {', '.join(EXECUTORS)}")
+    if workers is not None and name != "processes":
+        raise ValueError("--workers goes with --executor processes")
+    if (address is not None or cpus_per_cell is not None) and name != "ray":
+        raise ValueError("--address and --cpus-per-cell go with --executor ray")
+    if name == "processes":
+        return ProcessExecutor(workers)
+    if name == "ray":
+        return RayExecutor(address, 1 if cpus_per_cell is None else cpus_per_cell)
+    return LocalExecutor()

@@ -1,0 +1,145 @@
+"""Files every run writes: atomic writes, JSON conversion, sweep-cell records, Markdown tables.
+
+Every file goes through :func:`atomic_write_bytes` (temporary file in the same folder, then ``os.replace``),
+so a killed run never leaves a half-written file.
+
+JSON conversion (:func:`to_jsonable`): NumPy/JAX arrays become (nested) lists, NumPy scalars become Python
+numbers, tuples become lists, dataclasses become dicts. In the public files (config.json, results.json,
+``Run.save_json``) non-finite floats are written as the *strings* ``"NaN"``, ``"Infinity"`` and
+``"-Infinity"`` (so the files are strict JSON and ``float(s)`` reads them back). Cell records are private to
+the runner: they keep non-finite floats exactly (Python's ``NaN`` tokens) and ``bytes`` (e.g. a trained
+model's serialised leaves) as ``{"__bytes__": base64}``, so a resumed run sees exactly what a fresh one saw.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = [
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "cell_text",
+    "dumps",
+    "markdown_cell",
+    "markdown_table",
+    "read_cell",
+    "to_jsonable",
+]
+
+_NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+_BYTES = "__bytes__"
+CELL_FORMAT = 1  # version of the cell record written by cell_text
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write UTF-8 ``text`` to ``path`` atomically (see :func:`atomic_write_bytes`)."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def to_jsonable(obj: Any, strict: bool = True) -> Any:
+    """Convert ``obj`` to plain JSON types. ``strict``: non-finite floats become "NaN"/"Infinity"/"-Infinity"
+    and ``bytes`` are refused; otherwise floats stay as they are and bytes become ``{"__bytes__": base64}``."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v, strict) for k, v in obj.items()}
+    if isinstance(obj, (jax.Array, np.ndarray)):
+        return to_jsonable(np.asarray(obj).tolist(), strict)
+    if isinstance(obj, np.generic):
+        return to_jsonable(obj.item(), strict)
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v, strict) for v in obj]
+    if isinstance(obj, float) and strict and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else _NONFINITE[obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, bytes) and not strict:
+        return {_BYTES: base64.b64encode(obj).decode("ascii")}
+    raise TypeError(f"cannot convert {type(obj).__name__} to JSON; expected arrays, numbers, str, lists or dicts"
+                    + ("" if strict else " (or bytes)"))
+
+
+def dumps(obj: Any) -> str:
+    """Strict, indented JSON of ``obj`` (see :func:`to_jsonable`)."""
+    return json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+# ---------------------------------------------------------------- sweep cells
+
+
+def cell_text(result: Mapping, seconds: float) -> str:
+    """The record of one finished cell: its result (exact floats, bytes as base64) and its compute time."""
+    if not isinstance(result, Mapping):
+        raise TypeError(f"a cell must return a dict, got {type(result).__name__}")
+    record = {"memlab_cell": CELL_FORMAT, "seconds": round(float(seconds), 3), "result": result}
+    return json.dumps(to_jsonable(record, strict=False))
+
+
+def _decode_bytes(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        if set(obj) == {_BYTES}:
+            return base64.b64decode(obj[_BYTES])
+        return {k: _decode_bytes(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_decode_bytes(v) for v in obj]
+    return obj
+
+
+def read_cell(text: str) -> tuple[dict, float | None]:
+    """(result, seconds) of a cell record written by :func:`cell_text` (a bare dict: an older record)."""
+    record = json.loads(text)
+    if isinstance(record, dict) and record.get("memlab_cell") == CELL_FORMAT:
+        return _decode_bytes(record["result"]), record.get("seconds")
+    return _decode_bytes(record), None
+
+
+# ---------------------------------------------------------------- Markdown
+
+
+def markdown_cell(value: Any, fmt: str = ".4g") -> str:
+    """One Markdown table cell: floats with ``fmt``, ``|`` escaped, line breaks flattened."""
+    if isinstance(value, (float, np.floating)):
+        value = format(float(value), fmt)
+    return str(value).replace("|", r"\|").replace("\n", " ")
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence], fmt: str | Mapping[str, str] = ".4g") -> str:
+    """A GitHub Markdown table; ``fmt`` formats floats, one spec for all columns or per column name."""
+    specs = [fmt.get(h, ".4g") if isinstance(fmt, Mapping) else fmt for h in header]
+    lines = ["| " + " | ".join(markdown_cell(h) for h in header) + " |", "|" + " --- |" * len(header)]
+    for row in rows:
+        lines.append("| " + " | ".join(markdown_cell(v, s) for v, s in zip(row, specs, strict=True)) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,156 @@
+"""Tests for memlab.executors through the runner: every executor gives a local run's numbers, failing and
+unpicklable cells are reported by name with the worker's traceback, a lost worker or a killed driver loses only
+unfinished cells, and the command line's executor options."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from functools import partial
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+from memlab import cli
+from memlab.executors import ProcessExecutor, make_executor
+from memlab.runner import CellsFailed, Run, run_experiment
+
+DRIVER = Path(__file__).with_name("sweep_driver.py")
+
+
+@pytest.fixture
+def exp(fake_lab):
+    """The fake experiment; its cells (conftest functions) travel to workers by value."""
+    module = sys.modules[fake_lab.make_experiment.__module__]
+    cloudpickle.register_pickle_by_value(module)
+    yield fake_lab.experiments["fake.means"]
+    cloudpickle.unregister_pickle_by_value(module)
+
+
+@pytest.fixture(params=["processes", "ray"])
+def executor(request):
+    return request.getfixturevalue({"processes": "process_pool", "ray": "ray_cluster"}[request.param])
+
+
+def _numbers(out: Path) -> tuple:
+    doc = json.loads((out / "results.json").read_text())
+    return doc["results"], doc["claims"]
+
+
+def test_same_numbers_as_a_local_run_and_resumable_across_executors(exp, executor, tmp_path):
+    local = run_experiment(exp, "tiny", out_dir=tmp_path / "local", progress=False)
+    remote = run_experiment(exp, "tiny", out_dir=tmp_path / "remote", progress=False, executor=executor)
+    assert _numbers(remote) == _numbers(local)
+    doc = json.loads((remote / "results.json").read_text())
+    assert doc["executor"] == executor.name and doc["cells"]["computed"] == 4
+    for name in ("cell-0.json", "cell-3.json"):  # a local run finishes what the workers left
+        (remote / "cells" / name).unlink()
+    run_experiment(exp, "tiny", out_dir=remote, progress=False)
+    assert _numbers(remote) == _numbers(local)
+    assert json.loads((remote / "results.json").read_text())["cells"] == {
+        **doc["cells"], "computed": 2, "resumed": 2, "seconds": json.loads(
+            (remote / "results.json").read_text())["cells"]["seconds"]}
+
+
+def test_a_failing_cell_is_reported_with_the_workers_traceback(exp, fake_lab, executor, tmp_path, capsys):
+    out = tmp_path / "o"
+    fake_lab.STATE["fail_cell"] = 2  # travels with the pickled cell
+    with pytest.raises(CellsFailed, match="1 of 4 cells of 'fake cells' failed: cell-2") as failure:
+        run_experiment(exp, "tiny", out_dir=out, progress=False, executor=executor)
+    assert "fake_cell" in failure.value.failures["cell-2"] and "told to fail" in failure.value.failures["cell-2"]
+    assert "memlab: cell 'cell-2' failed:" in capsys.readouterr().err
+    assert sorted(p.name for p in (out / "cells").iterdir()) == ["cell-0.json", "cell-1.json", "cell-3.json"]
+    fake_lab.STATE["fail_cell"] = None
+    run_experiment(exp, "tiny", out_dir=out, progress=False, executor=executor)
+    assert _numbers(out) == _numbers(run_experiment(exp, "tiny", out_dir=tmp_path / "local", progress=False))
+
+
+def test_a_cell_that_cannot_travel_is_named(fake_lab, executor, tmp_path):
+    lock = threading.Lock()
+    run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False, executor=executor)
+    with pytest.raises(CellsFailed, match="failed: locked") as failure:
+        run.sweep({"fine": partial(dict, a=1), "locked": lambda: {"held": lock.locked()}}, "travel")
+    assert "cannot be sent to a worker" in failure.value.failures["locked"]
+    assert (tmp_path / "cells" / "fine.json").exists()
+
+
+def test_a_lost_worker_process_loses_only_unfinished_cells(fake_lab, tmp_path):
+    cells = {f"ok-{i}": partial(dict, i=i) for i in range(3)} | {"crash": partial(os._exit, 1)}
+    with ProcessExecutor(workers=2) as executor:
+        run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False, executor=executor)
+        with pytest.raises(CellsFailed) as failure:
+            run.sweep(cells, "crashing")
+        assert "worker process was lost" in failure.value.failures["crash"]
+        kept = {p.stem for p in (tmp_path / "cells").iterdir()}
+        assert kept | set(failure.value.failures) == set(cells) and not kept & set(failure.value.failures)
+        cells["crash"] = partial(dict, i=3)  # the pool starts again for the next sweep
+        again = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False, executor=executor)
+        assert again.sweep(cells, "again") == {f"ok-{i}": {"i": i} for i in range(3)} | {"crash": {"i": 3}}
+        assert again.cells_skipped == len(kept)
+
+
+def _cell_files(out: Path) -> list[str]:
+    return sorted(p.name for p in (out / "cells").glob("*.json")) if (out / "cells").exists() else []
+
+
+def test_a_killed_ray_driver_resumes_from_its_cells(tmp_path):
+    """SIGKILL the driver (and the local Ray instance it started) mid-sweep; the same command resumes."""
+    pytest.importorskip("ray")
+    out, log = tmp_path / "o", (tmp_path / "driver.log").open("w")
+    driver = subprocess.Popen([sys.executable, str(DRIVER), "ray", str(out), "8", "1.5"], stdout=log, stderr=log,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(_cell_files(out)) < 2 and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert driver.poll() is None, (tmp_path / "driver.log").read_text()
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    kept = _cell_files(out)
+    assert 2 <= len(kept) < 8 and not (out / "results.json").exists() and not list(out.rglob("*.tmp"))
+    subprocess.run([sys.executable, str(DRIVER), "ray", str(out), "8", "0"], check=True, timeout=300,
+                   capture_output=True)
+    cells = json.loads((out / "results.json").read_text())["cells"]
+    assert (cells["computed"], cells["resumed"]) == (8 - len(kept), len(kept))
+    subprocess.run([sys.executable, str(DRIVER), "local", str(tmp_path / "local"), "8", "0"], check=True, timeout=300,
+                   capture_output=True)
+    assert _numbers(out)[0] == _numbers(tmp_path / "local")[0]
+
+
+def test_ray_cluster_runs_cells_on_both_nodes(fake_lab, ray_cluster, tmp_path):
+    def where(seconds):
+        import ray
+
+        time.sleep(seconds)
+        return {"node": ray.get_runtime_context().get_node_id()}
+
+    run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False, executor=ray_cluster)
+    nodes = {r["node"] for r in run.sweep({f"c{i}": partial(where, 1.0) for i in range(4)}, "where").values()}
+    assert len(nodes) == 2
+
+
+def test_cli_executor_options(exp, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "o"
+    assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(out), "--no-progress",
+                     "--executor", "processes", "--workers", "2"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"{out}  (") and "4 cells computed, 0 resumed, executor processes" in line
+    cases = [(["--workers", "2"], "--workers goes with --executor processes"),
+             (["--executor", "processes", "--workers", "0"], "workers must be an int >= 1"),
+             (["--address", "auto"], "--address and --cpus-per-cell go with --executor ray"),
+             (["--executor", "ray", "--cpus-per-cell", "0"], "cpus_per_cell must be a positive number"),
+             (["--executor", "threads"], "invalid choice: 'threads'")]
+    for args, message in cases:
+        assert cli.main(["run", "fake.means", "--out", str(tmp_path / "x"), *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("memlab: error: ") and message in err and err.count("\n") == 1, err
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
+    assert cli.main(["run", "fake.means", "--out", str(tmp_path / "x"), "--executor", "ray"]) == 2
+    assert 'pip install -e ".[ray]"' in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown executor 'gpu'"):
+        make_executor("gpu")
