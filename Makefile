@@ -1,5 +1,6 @@
 # memlab: `make reproduce` runs every experiment (quick profile) and writes out/report.md;
-# `make test` runs the fast tests. Both create .venv (python3 -m venv) and install the package if needed.
+# `make test` checks the code with ruff and runs the fast tests. Both create .venv (python3 -m venv) and install
+# the package if needed (with the test tools and the Ray extra: the executor tests start local Ray clusters).
 
 PYTHON ?= python3
 VENV := .venv
@@ -8,22 +9,25 @@ STAMP := $(VENV)/.installed
 # pytest-xdist: two workers ran the suite about 1.5-2x faster on the 2-core machine (XLA compiles are
 # mostly single-threaded); override with make test PYTEST_ARGS= to run in one process.
 PYTEST_ARGS ?= -n 2
+# experiments run side by side by `make reproduce` (each its own process); default: every core
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install reproduce test test-slow bench
+.PHONY: install reproduce test test-slow bench lint
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[test,ray]"
 	touch $(STAMP)
 
 reproduce: $(STAMP)
-	set -e; names="$$($(BIN)/memlab list --names)"; \
-	for name in $$names; do $(BIN)/memlab run "$$name" --profile quick; done
-	$(BIN)/memlab report out
+	$(BIN)/memlab reproduce --profile quick --jobs $(JOBS) --out out
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-slow: $(STAMP)

@@ -111,6 +111,40 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 120 else f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
 
 
+# ---------------------------------------------------------------- reproduce
+
+
+def cmd_reproduce(args) -> int:
+    from memlab.reproduce import reproduce
+
+    if args.jobs < 1:
+        return _error(f"--jobs must be >= 1, got {args.jobs}")
+    names = list(catalog.EXPERIMENTS)
+    out = Path(args.out)
+    start = time.perf_counter()
+
+    def show(run):
+        mark = "✓" if run.returncode == 0 else f"✗ exit {run.returncode}, see {run.log}:"
+        print(f"{mark} {run.name} ({_duration(run.seconds)})", flush=True)
+
+    print(f"memlab: {len(names)} experiments, profile {args.profile}, {args.jobs} at a time", flush=True)
+    try:
+        runs = reproduce(names, args.profile, args.jobs, out, on_finish=show)
+    except KeyboardInterrupt:
+        print("memlab: interrupted; finished cells are kept; rerun the same command to resume", file=sys.stderr)
+        return 130
+    failed = [r.name for r in runs if r.returncode != 0]
+    try:
+        path, timing = build_report(out)
+    except ValueError as e:
+        return _error(str(e))
+    print(f"{path}  ({_duration(time.perf_counter() - start)} in all)")
+    print(timing, end="")
+    if failed:
+        return _error(f"{len(failed)} experiment(s) failed: {', '.join(failed)}; their logs are beside their folders")
+    return 0
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -220,6 +254,12 @@ def _parser() -> argparse.ArgumentParser:
                         "default: start a local Ray instance")
     p.add_argument("--cpus-per-cell", type=float, default=None, help="CPUs each cell reserves on Ray (default 1)")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("reproduce", help="run every experiment's profile, several at once, then write the report")
+    p.add_argument("--profile", default="quick", help="config profile of every experiment (default quick)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="experiments at a time, each its own process (default: CPU count)")
+    p.add_argument("--out", default="out", help="output root (default out)")
+    p.set_defaults(func=cmd_reproduce)
     p = sub.add_parser("report", help="gather every summary.md and claim under DIR into DIR/report.md")
     p.add_argument("dir", nargs="?", default="out")
     p.set_defaults(func=cmd_report)

@@ -1,0 +1,83 @@
+"""``memlab reproduce``: every experiment's profile, several at once, each in its own ``memlab run`` process.
+
+Experiments are independent, so ``jobs`` of them run side by side (``make reproduce`` uses both cores this way);
+each writes its usual folder ``<out>/<name>/<profile>/`` and a log ``<out>/<name>/<profile>.log``. Experiments
+start in the order given, longest first where an earlier run left its time in results.json. One that fails does
+not stop the others; the caller sees its exit code and log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from memlab.checks import check_int
+
+__all__ = ["Finished", "memlab_run", "reproduce"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """One experiment's run: its name, exit code, wall time and log file."""
+
+    name: str
+    returncode: int
+    seconds: float
+    log: Path
+
+
+def _previous_seconds(out: Path, name: str, profile: str) -> float:
+    try:
+        return float(json.loads((out / name / profile / "results.json").read_text(encoding="utf-8"))["elapsed_s"])
+    except (OSError, ValueError, KeyError):
+        return 0.0
+
+
+def memlab_run(name: str, profile: str, out: Path) -> list[str]:
+    """The command that runs one experiment: ``memlab run NAME --profile PROFILE --out OUT --no-progress``."""
+    return [sys.executable, "-m", "memlab.cli", "run", name, "--profile", profile, "--out", str(out), "--no-progress"]
+
+
+def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
+              on_finish: Callable[[Finished], None] = lambda f: None,
+              command: Callable[[str, str, Path], list[str]] = memlab_run) -> list[Finished]:
+    """Run ``command(name, profile, out/name/profile)`` (default :func:`memlab_run`) for every name, at most
+    ``jobs`` at a time; returns the runs in the order they finished. Ctrl-C stops every running experiment
+    (their finished cells are kept)."""
+    check_int("jobs", jobs)
+    known_costs = {name: _previous_seconds(out, name, profile) for name in names}
+    queue = sorted(names, key=lambda name: -known_costs[name])  # stable: catalog order where nothing is known
+    running: dict[str, tuple[subprocess.Popen, float, Path]] = {}
+    finished: list[Finished] = []
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                name = queue.pop(0)
+                log = out / name / f"{profile}.log"
+                log.parent.mkdir(parents=True, exist_ok=True)
+                with log.open("w", encoding="utf-8") as f:
+                    process = subprocess.Popen(command(name, profile, out / name / profile), stdout=f,
+                                               stderr=subprocess.STDOUT)
+                    running[name] = (process, time.perf_counter(), log)
+            for name, (process, start, log) in list(running.items()):
+                if process.poll() is not None:
+                    del running[name]
+                    finished.append(Finished(name, process.returncode, time.perf_counter() - start, log))
+                    on_finish(finished[-1])
+            time.sleep(0.2)
+    except KeyboardInterrupt:  # each run stops as on its own Ctrl-C: finished cells kept
+        for process, _, _ in running.values():
+            process.send_signal(signal.SIGINT)
+        for process, _, _ in running.values():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        raise
+    return finished
