@@ -1,7 +1,7 @@
 """A stand-alone driver for tests/test_executors.py: a fake experiment whose cells sleep, run through the
 executor named on the command line, so that a test can kill the driver mid-sweep and run it again.
 
-    python sweep_driver.py EXECUTOR OUT_DIR NUM_CELLS SLEEP_SECONDS
+    python sweep_driver.py EXECUTOR OUT_DIR NUM_CELLS SLEEP_SECONDS [RAY_ADDRESS]
 """
 
 import dataclasses
@@ -28,7 +28,7 @@ def sleepy_cell(key, seconds: float) -> dict:
     return {"trace": jnp.trace(x @ x.T)}
 
 
-def main(executor: str, out_dir: str, num_cells: int, seconds: float) -> None:
+def main(executor: str, out_dir: str, num_cells: int, seconds: float, address: str | None = None) -> None:
     def run(cfg, run):
         cells = run.sweep({f"cell-{i}": partial(sleepy_cell, run.key_for("cell", i), seconds)
                            for i in range(cfg.num_cells)}, "sleepy cells")
@@ -37,9 +37,9 @@ def main(executor: str, out_dir: str, num_cells: int, seconds: float) -> None:
 
     config = SleepyConfig(num_cells=num_cells)
     exp = Experiment("test.sleepy", "Fig. 0", "none", "cells that sleep", {"quick": config, "paper": config}, run)
-    with make_executor(executor) as ex:
+    with make_executor(executor, address=address) as ex:
         run_experiment(exp, "quick", out_dir=out_dir, progress=False, executor=ex)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), *sys.argv[5:])

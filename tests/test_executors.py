@@ -2,9 +2,12 @@
 unpicklable cells are reported by name with the worker's traceback, a lost worker or a killed driver loses only
 unfinished cells, and the command line's executor options."""
 
+import contextlib
 import json
 import os
+import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -97,29 +100,71 @@ def _cell_files(out: Path) -> list[str]:
     return sorted(p.name for p in (out / "cells").glob("*.json")) if (out / "cells").exists() else []
 
 
-def test_a_killed_ray_driver_resumes_from_its_cells(tmp_path):
-    """SIGKILL the driver (and the local Ray instance it started) mid-sweep; the same command resumes."""
-    pytest.importorskip("ray")
-    out, log = tmp_path / "o", (tmp_path / "driver.log").open("w")
-    driver = subprocess.Popen([sys.executable, str(DRIVER), "ray", str(out), "8", "1.5"], stdout=log, stderr=log,
-                              start_new_session=True)
+def _kill_driver_mid_sweep(out: Path, log: Path, address: str | None = None, env=None) -> list[str]:
+    """Start the sleepy driver on Ray, SIGKILL its process group once two cells are kept; the kept cells."""
+    command = [sys.executable, str(DRIVER), "ray", str(out), "6", "1.0", *([address] if address else [])]
+    with log.open("w") as f:
+        driver = subprocess.Popen(command, stdout=f, stderr=f, start_new_session=True, env=env)
     try:
         deadline = time.monotonic() + 180
         while len(_cell_files(out)) < 2 and driver.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert driver.poll() is None, (tmp_path / "driver.log").read_text()
+        assert driver.poll() is None, log.read_text()
     finally:
-        os.killpg(driver.pid, signal.SIGKILL)
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver, and a local Ray instance it started
         driver.wait()
     kept = _cell_files(out)
-    assert 2 <= len(kept) < 8 and not (out / "results.json").exists() and not list(out.rglob("*.tmp"))
-    subprocess.run([sys.executable, str(DRIVER), "ray", str(out), "8", "0"], check=True, timeout=300,
-                   capture_output=True)
+    assert 2 <= len(kept) < 6 and not (out / "results.json").exists() and not list(out.rglob("*.tmp"))
+    return kept
+
+
+def _resume_and_compare(out: Path, kept: list[str], tmp_path: Path, address: str | None = None, env=None):
+    subprocess.run([sys.executable, str(DRIVER), "ray", str(out), "6", "0", *([address] if address else [])],
+                   check=True, timeout=300, capture_output=True, env=env)
     cells = json.loads((out / "results.json").read_text())["cells"]
-    assert (cells["computed"], cells["resumed"]) == (8 - len(kept), len(kept))
-    subprocess.run([sys.executable, str(DRIVER), "local", str(tmp_path / "local"), "8", "0"], check=True, timeout=300,
-                   capture_output=True)
-    assert _numbers(out)[0] == _numbers(tmp_path / "local")[0]
+    assert (cells["computed"], cells["resumed"]) == (6 - len(kept), len(kept))
+    local = tmp_path / "local"
+    if not local.exists():
+        subprocess.run([sys.executable, str(DRIVER), "local", str(local), "6", "0"], check=True, timeout=300,
+                       capture_output=True)
+    assert _numbers(out)[0] == _numbers(local)[0]
+
+
+def test_a_killed_driver_resumes_on_a_local_ray_instance(tmp_path):
+    """SIGKILL the driver and the local Ray instance it started mid-sweep; the same command resumes."""
+    pytest.importorskip("ray")
+    kept = _kill_driver_mid_sweep(tmp_path / "o", tmp_path / "driver.log")
+    _resume_and_compare(tmp_path / "o", kept, tmp_path)
+
+
+def test_a_killed_driver_resumes_on_a_cluster_started_with_ray_start(tmp_path):
+    """A head started with `ray start --head` (token authentication on, as Ray >= 2.59 wants it); the driver
+    joins it by address, is killed mid-sweep while the cluster lives on, and a second driver resumes."""
+    pytest.importorskip("ray")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    log = tmp_path / "head.log"
+    with log.open("w") as f:
+        head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+                                 f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+                                 "--disable-usage-stats"], stdout=f, stderr=f, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "Ray runtime started" not in log.read_text() and head.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert head.poll() is None and "Ray runtime started" in log.read_text(), log.read_text()
+        address = f"127.0.0.1:{port}"
+        kept = _kill_driver_mid_sweep(tmp_path / "o", tmp_path / "driver.log", address, env)
+        _resume_and_compare(tmp_path / "o", kept, tmp_path, address, env)
+    finally:
+        head.terminate()  # `ray start --block` stops the node's processes on SIGTERM
+        try:
+            head.wait(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(head.pid, signal.SIGKILL)
 
 
 def test_ray_cluster_runs_cells_on_both_nodes(fake_lab, ray_cluster, tmp_path):
