@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -51,9 +52,12 @@ def pytest_configure(config):
 
 
 @pytest.fixture
-def check_tiny_run():
+def check_tiny_run(request):
     """``check(name, tmp_path)``: ``memlab run NAME --profile tiny`` writes claims, a figure and a summary; run
-    again into the same folder it recomputes no cell and reports the same claims."""
+    again into the same folder it recomputes no cell and reports the same claims; and every executor gives the
+    same numbers: copies of the run with half the cells removed are finished by the process pool and by the
+    Ray cluster (``process_pool``, ``ray_cluster``) and must report results and claims identical to the local
+    run."""
     from memlab import cli
     from memlab.catalog import EXPERIMENTS
     from memlab.runner import run_experiment
@@ -68,8 +72,28 @@ def check_tiny_run():
         again = run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=out, progress=False)
         assert json.loads((again / "results.json").read_text())["claims"] == results["claims"]
         assert sorted(p.name for p in (out / "cells").glob("*.json")) == cells
+        for executor, share in zip(_executors(request), (cells[0::2], cells[1::2] or cells)):
+            copy = tmp_path / f"{name}-{executor.name}"
+            shutil.copytree(out, copy)
+            (copy / "results.json").unlink()
+            for cell in share:
+                (copy / "cells" / cell).unlink()
+            run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=copy, progress=False, executor=executor)
+            doc = json.loads((copy / "results.json").read_text())
+            assert doc["cells"]["computed"] == len(share), executor.name
+            assert (doc["results"], doc["claims"]) == (results["results"], results["claims"]), executor.name
 
     return check
+
+
+def _executors(request) -> list:
+    """The session's process pool, and its Ray cluster unless the ray extra is missing."""
+    executors = [request.getfixturevalue("process_pool")]
+    try:
+        executors.append(request.getfixturevalue("ray_cluster"))
+    except pytest.skip.Exception:
+        pass
+    return executors
 
 
 @pytest.fixture(scope="session")
