@@ -108,7 +108,8 @@ def test_unwritable_output_folder(tmp_path, capsys):
 
 
 def test_config_validation_names_the_problem():
-    from memlab.belief.experiments import ErrorVsEpsilonConfig, LogitTraceConfig
+    from memlab.belief.exp_error import ErrorVsEpsilonConfig
+    from memlab.belief.exp_logit_trace import LogitTraceConfig
 
     with pytest.raises(ValueError, match="schedule"):
         ErrorVsEpsilonConfig(schedules=("sqrt", "cubic")).validate()
