@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
-import jax
 import numpy as np
 
 from memlab import plots
@@ -94,7 +93,7 @@ def _p_final_cell(cfg: ExampleConfig, eps: float, key) -> dict:
 def run_error_vs_epsilon(cfg: ErrorVsEpsilonConfig, run) -> dict:
     """Sweep 1/eps -> p_1000 per filter -> p_final.csv, figure, claims, summary."""
     inv_eps = np.linspace(cfg.inv_eps_min, cfg.inv_eps_max, cfg.num_eps)
-    cells = run.sweep({f"inv_eps={ie:.3f}": partial(_p_final_cell, cfg, 1.0 / ie, jax.random.fold_in(run.key, i))
+    cells = run.sweep({f"inv_eps={ie:.3f}": partial(_p_final_cell, cfg, 1.0 / ie, run.key_for("trajectories", i))
                        for i, ie in enumerate(inv_eps)}, f"p_{cfg.num_steps} vs 1/eps")
     stats = _analyse_epsilon(cfg, list(cells.values()))
     p, se, names = stats["p"], stats["stderr"], stats["filters"]
@@ -195,7 +194,7 @@ def _p_curves_cell(cfg: ErrorVsTimeConfig, key) -> dict:
 
 def run_error_vs_time(cfg: ErrorVsTimeConfig, run) -> dict:
     """One cell of error curves -> p_k.csv, figure, claims, summary."""
-    cells = run.sweep({"curves": partial(_p_curves_cell, cfg, run.key)},
+    cells = run.sweep({"curves": partial(_p_curves_cell, cfg, run.key_for("trajectories"))},
                       f"p_k, k = 1..{cfg.num_steps}")
     stats = _analyse_time(cfg, cells["curves"])
     run.save_csv("p_k.csv", ["k"] + stats["filters"], [(k, *row) for k, row in zip(stats["k"], stats["p"])])

@@ -100,7 +100,8 @@ def _lof_batch(model, ys, actions=None):
 
 def _theorem44_cell(cfg: ExactLinearConfig, N: int, r: int, chain: int, zeros: bool, key) -> dict:
     """Theorem 4.4 on cfg.num_models random systems (N states, r transient, a chain of ``chain``)."""
-    rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel())
+    key_models, key_obs = jax.random.split(key)
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(key_models)).ravel())  # T, E, pi0, w0
     frac = cfg.zero_frac if zeros else 0.0
     stats, ells = [], []
     for m in range(cfg.num_models):
@@ -110,7 +111,7 @@ def _theorem44_cell(cfg: ExactLinearConfig, N: int, r: int, chain: int, zeros: b
         w0 = rng.normal(scale=3.0, size=N)
         hmm = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
         filt = make_exact_linear_filter(T, E, pi0, w0)
-        ys = sample(hmm, jax.random.fold_in(key, m), cfg.num_steps, batch=cfg.num_sequences).observations
+        ys = sample(hmm, jax.random.fold_in(key_obs, m), cfg.num_steps, batch=cfg.num_sequences).observations
         out = _filter_batch(filt, ys)
         stats.append(logit_agreement(np.asarray(out.w), np.asarray(_lof_batch(hmm, ys)), np.asarray(out.inexact)))
         ells.append(filt.ell)
@@ -120,7 +121,8 @@ def _theorem44_cell(cfg: ExactLinearConfig, N: int, r: int, chain: int, zeros: b
 
 def _corollary45_cell(cfg: ExactLinearConfig, N: int, A: int, key) -> dict:
     """Corollary 4.5 on cfg.num_models random controlled systems (N states, A permutations), random actions."""
-    rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel())
+    key_models, key_obs = jax.random.split(key)
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(key_models)).ravel())  # T(a), E, pi0, w0
     stats = []
     for m in range(cfg.num_models):
         T = np.stack([random_permutation(rng, N) for _ in range(A)])
@@ -129,9 +131,9 @@ def _corollary45_cell(cfg: ExactLinearConfig, N: int, A: int, key) -> dict:
         w0 = rng.normal(scale=3.0, size=N)
         model = ControlledHMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
         filt = make_exact_linear_filter_controlled(T, E, pi0, w0)
-        actions = jax.random.randint(jax.random.fold_in(key, 2 * m), (cfg.num_sequences, cfg.num_steps), 0, A)
-        ys = sample(model, jax.random.fold_in(key, 2 * m + 1), cfg.num_steps, batch=cfg.num_sequences,
-                    actions=actions).observations
+        key_actions, key_ys = jax.random.split(jax.random.fold_in(key_obs, m))
+        actions = jax.random.randint(key_actions, (cfg.num_sequences, cfg.num_steps), 0, A)
+        ys = sample(model, key_ys, cfg.num_steps, batch=cfg.num_sequences, actions=actions).observations
         out = _filter_batch(filt, ys, actions)
         stats.append(logit_agreement(np.asarray(out.w), np.asarray(_lof_batch(model, ys, actions)),
                                      np.asarray(out.inexact)))
@@ -139,10 +141,11 @@ def _corollary45_cell(cfg: ExactLinearConfig, N: int, A: int, key) -> dict:
 
 
 def _cells(cfg: ExactLinearConfig, run) -> dict:
-    cells = {f"thm44_N{N}_r{r}_chain{c}_{z}": partial(_theorem44_cell, cfg, N, r, c, z == "zeros")
+    cells = {f"thm44_N{N}_r{r}_chain{c}_{z}": partial(_theorem44_cell, cfg, N, r, c, z == "zeros",
+                                                      run.key_for("thm44", z, N, r, c))
              for z in ("positive", "zeros") for N, r, c in cfg.systems}
-    cells |= {f"cor45_N{N}_A{A}": partial(_corollary45_cell, cfg, N, A) for N, A in cfg.controlled}
-    return {name: partial(cell, jax.random.fold_in(run.key, i)) for i, (name, cell) in enumerate(cells.items())}
+    return cells | {f"cor45_N{N}_A{A}": partial(_corollary45_cell, cfg, N, A, run.key_for("cor45", N, A))
+                    for N, A in cfg.controlled}
 
 
 def run_exact_linear(cfg: ExactLinearConfig, run) -> dict:

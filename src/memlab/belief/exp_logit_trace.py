@@ -85,7 +85,7 @@ def _traces_cell(cfg: LogitTraceConfig, key) -> dict:
 
 def run_logit_trace(cfg: LogitTraceConfig, run) -> dict:
     """One cell of traces -> trace.csv, figure, claims, summary."""
-    cells = run.sweep({"traces": partial(_traces_cell, cfg, run.key)}, "logit traces")
+    cells = run.sweep({"traces": partial(_traces_cell, cfg, run.key_for("trajectories"))}, "logit traces")
     stats = _analyse(cfg, cells["traces"])
     run.save_csv("trace.csv", ["k", "true_state"] + [f"{n}: w(x2)-w(x1)" for n in stats["filters"]],
                  [(k, x + 1, *d) for k, x, d in zip(stats["k"], stats["states"], zip(*stats["diffs"]))])
