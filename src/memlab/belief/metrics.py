@@ -16,8 +16,9 @@ import numpy as np
 def trend(x, y) -> tuple[float, float]:
     """Least-squares slope of y on x (both (n,), n >= 2) and its t-statistic slope / stderr.
 
-    The residual variance has n - 2 degrees of freedom (at least 1). A perfect fit (stderr 0) gives t = ±inf
-    by the slope's sign, or 0 for a flat line.
+    The residual variance has n - 2 degrees of freedom (at least 1). A residual of exactly 0 (e.g. two points)
+    gives t = ±inf by the sign of the slope (which rounding may give a flat line too); a fit perfect up to
+    rounding gives a huge finite t.
     """
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.ndim != 1 or x.shape != y.shape or x.size < 2:
