@@ -43,7 +43,8 @@ def test_same_seed_same_numbers_and_seed_matters(tmp_path):
     runs = {}
     for tag, seed in (("a", 3), ("b", 3), ("c", 4)):
         out = tmp_path / tag
-        assert cli.main(["run", name, "--profile", "tiny", "--seed", str(seed), "--out", str(out), "--no-progress"]) == 0
+        argv = ["run", name, "--profile", "tiny", "--seed", str(seed), "--out", str(out), "--no-progress"]
+        assert cli.main(argv) == 0
         runs[tag] = json.loads((out / "results.json").read_text())["results"]["p"]
     assert runs["a"] == runs["b"]
     assert runs["a"] != runs["c"]
