@@ -14,7 +14,7 @@ Tasks, references and models (the library; ``__all__`` below is what other code 
     metrics.py        trend of a curve, lag after a state switch, agreement of two filters' logits
 
 Experiments: ``exp_error.py`` (Fig. 1, Fig. 7), ``exp_logit_trace.py`` (Fig. 5), ``exp_exact_linear.py``
-(Thm 4.4, Cor 4.5, Example 1), indexed by ``experiments.py``; nothing outside them imports an ``exp_*.py``.
+(Thm 4.4, Cor 4.5, Example 1), indexed by ``experiments.py``; no library module imports an ``exp_*.py``.
 """
 
 from memlab.belief.alf import (
