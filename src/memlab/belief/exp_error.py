@@ -90,9 +90,13 @@ def _p_final_cell(cfg: ExampleConfig, eps: float, key) -> dict:
     return {"names": names, "p": error_curves(hmm, filters, key, cfg.num_runs, cfg.num_steps).p[-1]}
 
 
+def _inv_eps_grid(cfg: ErrorVsEpsilonConfig) -> np.ndarray:
+    return np.linspace(cfg.inv_eps_min, cfg.inv_eps_max, cfg.num_eps)  # 23 values in [30, 250] (section 6.1)
+
+
 def run_error_vs_epsilon(cfg: ErrorVsEpsilonConfig, run) -> dict:
     """Sweep 1/eps -> p_1000 per filter -> p_final.csv, figure, claims, summary."""
-    inv_eps = np.linspace(cfg.inv_eps_min, cfg.inv_eps_max, cfg.num_eps)
+    inv_eps = _inv_eps_grid(cfg)
     cells = run.sweep({f"inv_eps={ie:.3f}": partial(_p_final_cell, cfg, 1.0 / ie, run.key_for("trajectories", i))
                        for i, ie in enumerate(inv_eps)}, f"p_{cfg.num_steps} vs 1/eps")
     stats = _analyse_epsilon(cfg, list(cells.values()))
@@ -107,7 +111,7 @@ def run_error_vs_epsilon(cfg: ErrorVsEpsilonConfig, run) -> dict:
 
 def _analyse_epsilon(cfg: ErrorVsEpsilonConfig, cells: list[dict]) -> dict:
     """Cells (one per 1/eps, in grid order) -> p (E, F), binomial stderr, trend per filter, xi of eq. (47)."""
-    inv_eps = np.linspace(cfg.inv_eps_min, cfg.inv_eps_max, cfg.num_eps)
+    inv_eps = _inv_eps_grid(cfg)
     names = cells[0]["names"]
     p = np.array([c["p"] for c in cells])  # (num_eps, F)
     column = {s: f for f, s in enumerate(cfg.schedules, start=1)}
