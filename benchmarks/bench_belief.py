@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from timing import timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
 
-from memlab.belief.experiments import ErrorVsEpsilonConfig, example_filters, two_state_example
+from memlab.belief.examples import example_filters, two_state_example
+from memlab.belief.exp_error import ErrorVsEpsilonConfig
 from memlab.belief.filters import LOF, lof_parallel
 from memlab.belief.hmm import HMM
 from memlab.belief.montecarlo import error_curves

@@ -22,6 +22,7 @@ __all__ = [
     "check_finite",
     "check_gamma",
     "check_increasing_ints",
+    "check_indices",
     "check_int",
     "check_matrix",
     "check_real",
@@ -168,3 +169,12 @@ def check_covariance(name: str, P) -> None:
     smallest = float(np.min(np.linalg.eigvalsh(P)))
     if smallest < -1e-6 * scale:
         raise ValueError(f"{name} must be positive semi-definite, smallest eigenvalue {smallest}")
+
+
+def check_indices(name: str, v, upper: int) -> None:
+    """ValueError unless the integers ``v`` (any shape) lie in [0, ``upper``): states, observations, actions
+    (checked when concrete)."""
+    if is_concrete(v):
+        v = np.asarray(v)
+        if v.size and (int(v.min()) < 0 or int(v.max()) >= upper):
+            raise ValueError(f"{name} must lie in [0, {upper}), got values in [{int(v.min())}, {int(v.max())}]")

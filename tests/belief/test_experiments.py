@@ -43,7 +43,8 @@ def test_same_seed_same_numbers_and_seed_matters(tmp_path):
     runs = {}
     for tag, seed in (("a", 3), ("b", 3), ("c", 4)):
         out = tmp_path / tag
-        assert cli.main(["run", name, "--profile", "tiny", "--seed", str(seed), "--out", str(out), "--no-progress"]) == 0
+        argv = ["run", name, "--profile", "tiny", "--seed", str(seed), "--out", str(out), "--no-progress"]
+        assert cli.main(argv) == 0
         runs[tag] = json.loads((out / "results.json").read_text())["results"]["p"]
     assert runs["a"] == runs["b"]
     assert runs["a"] != runs["c"]
@@ -108,7 +109,8 @@ def test_unwritable_output_folder(tmp_path, capsys):
 
 
 def test_config_validation_names_the_problem():
-    from memlab.belief.experiments import ErrorVsEpsilonConfig, LogitTraceConfig
+    from memlab.belief.exp_error import ErrorVsEpsilonConfig
+    from memlab.belief.exp_logit_trace import LogitTraceConfig
 
     with pytest.raises(ValueError, match="schedule"):
         ErrorVsEpsilonConfig(schedules=("sqrt", "cubic")).validate()
@@ -127,3 +129,20 @@ def test_paper_profile_reproduces_every_claim(name, tmp_path):
     out = run_experiment(EXPERIMENTS[name], profile="paper", out_dir=tmp_path, progress=False)
     claims = json.loads((out / "results.json").read_text())["claims"]
     assert claims and all(c["holds"] for c in claims), [c for c in claims if not c["holds"]]
+
+
+def test_cells_travel_to_worker_processes_with_the_same_numbers(process_pool, tmp_path):
+    """The float64 sweep (x64 captured by the runner) and the Monte-Carlo sweep give a local run's results and
+    claims when their cells run in a process pool."""
+    from memlab.executors import LocalExecutor
+    from memlab.runner import run_experiment
+
+    for name in ("belief.exact-linear-filter", "belief.error-vs-epsilon"):
+        docs = []
+        for tag, executor in (("local", None), ("pool", process_pool)):
+            out = run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=tmp_path / name / tag, progress=False,
+                                 executor=executor)
+            doc = json.loads((out / "results.json").read_text())
+            assert doc["executor"] == (executor or LocalExecutor()).name and doc["cells"]["computed"] > 1
+            docs.append((doc["results"], doc["claims"]))
+        assert docs[0] == docs[1], name

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from memlab.belief import filters
+from memlab.belief import random_models as cases
 from memlab.belief.filters import LOF, bayes_decode, lof_step
 from memlab.belief.hmm import HMM, ControlledHMM
 
@@ -20,7 +21,6 @@ lof = jax.jit(filters.lof, static_argnames="normalize")
 log_belief = jax.jit(filters.log_belief)
 lof_parallel = jax.jit(filters.lof_parallel)
 
-from memlab.belief import random_models as cases
 
 
 def _log(p):

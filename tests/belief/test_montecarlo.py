@@ -74,10 +74,10 @@ def _independent_curves(model, w0s, key, n, K, alfs=(), controlled=False):
     a_in = jnp.asarray(acts) if controlled else jnp.zeros((n, K), jnp.int32)
     curves = []
     for w0 in w0s:
-        w = jax.vmap(lambda y, a: lof(model, y, w0=w0, actions=a if controlled else None))(ys, a_in)
+        w = jax.vmap(lambda y, a, w0=w0: lof(model, y, w0=w0, actions=a if controlled else None))(ys, a_in)
         curves.append(expected_error(w, x).mean(axis=0))
     for alf in alfs:
-        w = jax.vmap(lambda y, a: alf_filter(alf, y, actions=a if controlled else None))(ys, a_in)
+        w = jax.vmap(lambda y, a, alf=alf: alf_filter(alf, y, actions=a if controlled else None))(ys, a_in)
         curves.append(expected_error(w, x).mean(axis=0))
     return np.stack(curves, axis=1)
 

@@ -1,0 +1,100 @@
+"""The belief study (paper: linear-recurrent-memory-pomdp.md): which filter a linear recurrent memory carries out.
+
+Tasks, references and models (the library; ``__all__`` below is what other code may import):
+
+    hmm.py            HMM and action-controlled HMM, eq. (3)-(6), and their sampler
+    examples.py       the paper's worked examples: the two-state HMMs of eq. (47) / (54), Example 1 (eq. 50)
+    random_models.py  random deterministic systems, permutations and emissions (tests, experiments, benchmarks)
+    structure.py      Def. 4.1, Lemma 4.2, Def. 5.1 / 5.4, Assumptions 5.6 / 5.8
+    filters.py        the reference: the logit optimal filter (LOF) eq. (7), serial and parallel, MAP decoding
+    exact_linear.py   exact linear filters for deterministic systems, Theorem 4.4 / Corollary 4.5
+    alf.py            the Adaptive Logit Filter eq. (24) / (46) and the delta schedules eq. (48)-(49)
+    theory.py         constants of the ALF error bound: xi eq. (144)-(145), W eq. (190), ...
+    montecarlo.py     the decoding error p_k, eq. (19), by Monte Carlo
+    metrics.py        trend of a curve, lag after a state switch, agreement of two filters' logits
+
+Experiments: ``exp_error.py`` (Fig. 1, Fig. 7), ``exp_logit_trace.py`` (Fig. 5), ``exp_exact_linear.py``
+(Thm 4.4, Cor 4.5, Example 1), indexed by ``experiments.py``; no library module imports an ``exp_*.py``.
+"""
+
+from memlab.belief.alf import (
+    ALF,
+    DELTA_SCHEDULES,
+    alf_backbone,
+    alf_filter,
+    alf_initial_logits,
+    alf_step,
+    delta_is_valid,
+    delta_label,
+    delta_schedule,
+)
+from memlab.belief.exact_linear import (
+    ExactLinearFilter,
+    ExactLinearFilterControlled,
+    LinearFilterOutput,
+    construction_is_exact,
+    exact_linear_filter,
+    exact_linear_filter_controlled,
+    make_exact_linear_filter,
+    make_exact_linear_filter_controlled,
+)
+from memlab.belief.examples import EXAMPLE1_BAD_E, EXAMPLE1_E, EXAMPLE1_P, SWAP, example_filters, two_state_example
+from memlab.belief.filters import LOF, bayes_decode, lof, lof_parallel, lof_step, log_belief, normalize_logits
+from memlab.belief.hmm import HMM, ControlledHMM, Trajectory, sample
+from memlab.belief.metrics import logit_agreement, merge_agreement, switch_lags, trend
+from memlab.belief.montecarlo import ErrorCurves, decoding_error, error_curves
+from memlab.belief.random_models import random_columns, random_deterministic, random_permutation, simulate_observations
+from memlab.belief.structure import (
+    DeterministicDecomposition,
+    NearlyDeterministic,
+    ObservabilityReport,
+    check_observability,
+    check_observability_controlled,
+    decompose_deterministic,
+    is_deterministic,
+    is_permutation,
+    permutation_order,
+    split_nearly_deterministic,
+    stacked_emission,
+    successors,
+)
+from memlab.belief.theory import (
+    check_assumption_5_6,
+    delta_upper_bound,
+    gamma_set,
+    irregular_jump_bound,
+    kl_drift,
+    lambda_is_valid,
+    log_mgf,
+    logit_bound_W,
+    q_min,
+    xi,
+    xi_of,
+    xi_pair,
+)
+
+__all__ = [
+    # hmm
+    "HMM", "ControlledHMM", "Trajectory", "sample",
+    # examples, random_models
+    "SWAP", "EXAMPLE1_P", "EXAMPLE1_E", "EXAMPLE1_BAD_E", "two_state_example", "example_filters",
+    "random_deterministic", "random_permutation", "random_columns", "simulate_observations",
+    # structure
+    "is_deterministic", "is_permutation", "successors", "permutation_order", "DeterministicDecomposition",
+    "decompose_deterministic", "NearlyDeterministic", "split_nearly_deterministic", "stacked_emission",
+    "ObservabilityReport", "check_observability", "check_observability_controlled",
+    # filters (the reference)
+    "LOF", "lof", "lof_step", "lof_parallel", "log_belief", "normalize_logits", "bayes_decode",
+    # exact_linear
+    "LinearFilterOutput", "ExactLinearFilter", "ExactLinearFilterControlled", "make_exact_linear_filter",
+    "make_exact_linear_filter_controlled", "exact_linear_filter", "exact_linear_filter_controlled",
+    "construction_is_exact",
+    # alf
+    "ALF", "DELTA_SCHEDULES", "alf_filter", "alf_step", "alf_backbone", "alf_initial_logits", "delta_schedule",
+    "delta_label", "delta_is_valid",
+    # theory
+    "check_assumption_5_6", "log_mgf", "gamma_set", "kl_drift", "xi_pair", "xi_of", "xi", "logit_bound_W",
+    "delta_upper_bound", "lambda_is_valid", "q_min", "irregular_jump_bound",
+    # montecarlo, metrics
+    "ErrorCurves", "error_curves", "decoding_error", "trend", "switch_lags", "logit_agreement", "merge_agreement",
+]

@@ -164,7 +164,10 @@ def alf_filter(alf: ALF, ys: Array, actions: Array | None = None, parallel: bool
     K = ys.shape[0]
     if (actions is None) != (alf.src.shape[0] == 1):
         raise ValueError("give actions exactly when the ALF is time-varying (one permutation per action)")
-    src = alf.src[jnp.asarray(actions, jnp.int32)] if actions is not None else jnp.broadcast_to(alf.src, (K, alf.src.shape[-1]))
+    if actions is not None:
+        src = alf.src[jnp.asarray(actions, jnp.int32)]  # (K, N): P(a_{k-1}) of eq. (46)
+    else:
+        src = jnp.broadcast_to(alf.src, (K, alf.src.shape[-1]))
     c = jnp.full(K, 1.0 - alf.delta, alf.w0.dtype)
     b = extended_mul(alf.delta, alf.log_E[ys])  # delta log(E^T y_k)
     scan = permutation_scan_parallel if parallel else permutation_scan

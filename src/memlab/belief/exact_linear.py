@@ -46,6 +46,7 @@ from jax import Array
 from memlab.belief.filters import log_matvec
 from memlab.belief.hmm import HMM, ControlledHMM
 from memlab.belief.structure import decompose_deterministic, is_permutation, successors
+from memlab.checks import check_indices
 from memlab.logspace import safe_log
 
 
@@ -90,8 +91,7 @@ def _check_ints(name: str, v, upper: int, shape=None) -> Array:
         raise ValueError(f"{name} must have shape {shape}, got {v.shape}")
     if v.ndim != 1 or v.shape[0] == 0:
         raise ValueError(f"{name} must have shape (K,) with K >= 1, got {v.shape}; vmap over batches")
-    if not isinstance(v, jax.core.Tracer) and (np.any(np.asarray(v) < 0) or np.any(np.asarray(v) >= upper)):
-        raise ValueError(f"{name} must lie in [0, {upper})")
+    check_indices(name, v, upper)
     return v
 
 

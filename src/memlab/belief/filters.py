@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from memlab.belief.hmm import HMM, ControlledHMM
+from memlab.checks import check_indices
 from memlab.logspace import safe_log
 
 
@@ -77,23 +78,17 @@ def lof_step(T: Array, log_E: Array, w: Array, y: Array, normalize: bool = False
     return normalize_logits(w_next) if normalize else w_next
 
 
-def _check_range(name: str, v: Array, upper: int) -> None:
-    """ValueError if concrete integers ``v`` fall outside [0, upper) (skipped under jit/vmap tracing)."""
-    if not isinstance(v, jax.core.Tracer) and v.size and (int(v.min()) < 0 or int(v.max()) >= upper):
-        raise ValueError(f"{name} must lie in [0, {upper}), got values in [{int(v.min())}, {int(v.max())}]")
-
-
 def _check_inputs(model, ys, actions):
     if ys.ndim != 1:
         raise ValueError(f"ys must have shape (K,), got {ys.shape}; vmap over batches")
-    _check_range("observations ys", ys, model.num_obs)
+    check_indices("observations ys", ys, model.num_obs)
     if isinstance(model, ControlledHMM):
         if actions is None:
             raise ValueError("a ControlledHMM needs the actions a_0..a_{K-1}")
         actions = jnp.asarray(actions, jnp.int32)
         if actions.shape != ys.shape:
             raise ValueError(f"actions must have the shape of ys {ys.shape}, got {actions.shape}")
-        _check_range("actions", actions, model.num_actions)
+        check_indices("actions", actions, model.num_actions)
         return actions
     if actions is not None:
         raise ValueError("actions given for an HMM with fixed transitions")

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.checks import check_column_stochastic, check_distribution, is_concrete
+from memlab.checks import check_column_stochastic, check_distribution, check_indices, check_int, is_concrete
 from memlab.logspace import safe_log
 
 
@@ -105,10 +105,9 @@ def sample(model: HMM | ControlledHMM, key: Array, num_steps: int, batch: int | 
     same function object each time to reuse the compiled sampler).
     Returns a ``Trajectory`` with a leading batch axis when ``batch`` is given.
     """
-    if num_steps < 1:
-        raise ValueError(f"num_steps must be >= 1, got {num_steps}")
-    if batch is not None and batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
+    check_int("num_steps", num_steps)
+    if batch is not None:
+        check_int("batch", batch)
     controlled = isinstance(model, ControlledHMM)
     if controlled and (actions is None) == (policy is None):
         raise ValueError("a ControlledHMM needs exactly one of `actions` or `policy`")
@@ -119,8 +118,7 @@ def sample(model: HMM | ControlledHMM, key: Array, num_steps: int, batch: int | 
         if actions.shape[-1] != num_steps or actions.ndim > 2:
             raise ValueError(f"actions must have shape (K,) or (batch, K) with K = num_steps = {num_steps}, "
                              f"got {actions.shape}")
-        if np.any(np.asarray(actions) < 0) or np.any(np.asarray(actions) >= model.num_actions):
-            raise ValueError(f"actions must lie in [0, {model.num_actions})")
+        check_indices("actions", actions, model.num_actions)
         if batch is not None:
             actions = jnp.broadcast_to(actions, (batch, num_steps))
     return _sample(model, key, actions, num_steps, batch, policy)

@@ -1,7 +1,7 @@
 """Monte-Carlo estimate of the instantaneous decoding error p_k, eq. (19).
 
-p_k = P[argmax_x w_k(x) != x*_k] (ties broken at random, see ``decoding_error``) for every filter at once, on common sampled
-trajectories (the same states and observations feed every filter, so the curves
+p_k = P[argmax_x w_k(x) != x*_k] (ties broken at random, see ``decoding_error``) for every filter at
+once, on common sampled trajectories (the same states and observations feed every filter, so the curves
 are compared on equal footing). One jitted ``lax.scan`` over time carries the
 whole batch of runs — true states (B,) and each filter's logits (B, N) — and
 stores only the per-step error counts (K, F): beliefs are never stored.
@@ -26,6 +26,7 @@ import numpy as np
 from jax import Array
 
 from memlab.belief.hmm import HMM, ControlledHMM
+from memlab.checks import check_int
 
 
 class ErrorCurves(NamedTuple):
@@ -103,8 +104,8 @@ def error_curves(model: HMM | ControlledHMM, filters: Sequence, key: Array, num_
     chunk c uses key fold_in(key, c), so results do not depend on anything but
     (key, num_runs, chunk). For a ControlledHMM the actions are drawn uniformly at random.
     """
-    if num_runs < 1 or num_steps < 1 or chunk < 1:
-        raise ValueError(f"num_runs, num_steps and chunk must be >= 1, got {num_runs}, {num_steps}, {chunk}")
+    for name, value in (("num_runs", num_runs), ("num_steps", num_steps), ("chunk", chunk)):
+        check_int(name, value)
     if not filters:
         raise ValueError("give at least one filter")
     N = model.num_states

@@ -308,6 +308,7 @@ def irregular_jump_bound(eps, T_eps, qmin):
     if not (np.ndim(qmin) == 0 and np.isfinite(qmin) and qmin <= 0):
         raise ValueError(f"q_min must be a finite scalar <= 0 (eq. 159), got {qmin!r}")
     if np.any(eps * -qmin > 1):
-        raise ValueError(f"eq. (163) fails: eps must be <= -1/q_min = {-1 / qmin:.6g}, else D + eps Q is not stochastic")
+        raise ValueError(f"eq. (163) fails: eps must be <= -1/q_min = {-1 / qmin:.6g}, "
+                         "else D + eps Q is not stochastic")
     out = (T_eps + 1.0) * eps * (-qmin)
     return float(out) if out.ndim == 0 else out

@@ -1,0 +1,272 @@
+"""``belief.error-vs-epsilon`` (Fig. 1) and ``belief.error-vs-time`` (Fig. 7): the decoding error p_k, eq. (19),
+of the LOF and five ALFs (delta schedules eq. (48)-(49)) on the two-state HMM of eq. (47), by Monte Carlo.
+
+Choices the paper leaves open, fixed here: w_0 = 0 for every filter and pi0 = [1, 0] (App. E.1); all filters
+see the same sampled trajectories (``montecarlo.error_curves``); ties of the MAP decoder are broken uniformly
+at random, so delta = 0 (never leaving w = 0) scores a coin flip, 0.5. A valid schedule "decreases" when the
+least-squares slope of p_1000 on 1/eps has t < -3 and p_1000 at least halves over the grid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+
+import numpy as np
+
+from memlab import plots
+from memlab.belief.alf import DELTA_SCHEDULES, delta_is_valid
+from memlab.belief.examples import SWAP, example_filters, two_state_example
+from memlab.belief.metrics import trend
+from memlab.belief.montecarlo import error_curves
+from memlab.belief.theory import xi
+from memlab.checks import check_choices, check_int, check_real
+from memlab.runner import Experiment
+
+PAPER = "linear-recurrent-memory-pomdp"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleConfig:
+    """What Fig. 1 and Fig. 7 share: the HMM of eq. (47), the filters and the Monte-Carlo size."""
+
+    seed: int = 0
+    num_runs: int = 20_000
+    num_steps: int = 1000
+    emission: float = 0.9
+    lam: float = 0.7  # lambda of the schedule delta = lambda / log(1/eps), eq. (48)
+    schedules: tuple[str, ...] = ("sqrt", "log", "eps2", "zero", "one")
+
+    def validate(self):
+        check_int("num_runs", self.num_runs)
+        check_int("num_steps", self.num_steps, low=20)
+        check_real("emission", self.emission, 0.5, 1.0, open_low=True, open_high=True)
+        check_real("lam", self.lam, 0.0, open_low=True)
+        check_choices("schedules", self.schedules, DELTA_SCHEDULES)
+
+
+def _emission_matrix(e: float) -> np.ndarray:
+    return np.array([[e, 1 - e], [1 - e, e]])
+
+
+# --------------------------------------------------------------------------- Fig. 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorVsEpsilonConfig(ExampleConfig):
+    inv_eps_min: float = 30.0
+    inv_eps_max: float = 250.0
+    num_eps: int = 23
+
+    def validate(self):
+        super().validate()
+        check_real("inv_eps_min", self.inv_eps_min, 1.0, open_low=True)
+        if not self.inv_eps_min < self.inv_eps_max:
+            raise ValueError(f"need inv_eps_min < inv_eps_max, got {self.inv_eps_min}, {self.inv_eps_max}")
+        check_int("num_eps", self.num_eps, low=2)
+
+
+EPSILON_SUMMARY = """# belief.error-vs-epsilon — Fig. 1
+
+Two-state HMM of eq. (47) with E = {emission}/{emission_c:.1f}, π0 = [1, 0], w0 = 0 for every filter (App. E.1); \
+{num_eps} values of 1/ε in [{inv_eps_min:g}, {inv_eps_max:g}], {num_runs} Monte-Carlo runs each, p_k at \
+k = {num_steps}. All filters see the same trajectories.
+
+![p_final vs 1/eps](error_vs_epsilon.png)
+
+{table}
+The paper gives Fig. 1 without a table; its claims are checked in results.json (`claims`): valid δ give vanishing \
+error, 0.7/log(1/ε) beats √ε, invalid δ do not vanish. ξ of the model (eq. 144–145) is {xi:.4f} here \
+(paper: ≈ 0.7206); the claim `lambda-below-xi` checks λ = {lam} against the range (34).
+
+Ties (δ = 0 never leaves w = 0) are broken uniformly at random: that filter's error is a coin flip, 0.5.
+"""
+
+
+def _p_final_cell(cfg: ExampleConfig, eps: float, key) -> dict:
+    """p_K (eq. (19), K = cfg.num_steps) of the LOF and every ALF at one eps, from cfg.num_runs trajectories."""
+    hmm, D = two_state_example(eps, cfg.emission, flip=True)
+    names, filters = example_filters(hmm, D, eps, cfg.schedules, cfg.lam)
+    return {"names": names, "p": error_curves(hmm, filters, key, cfg.num_runs, cfg.num_steps).p[-1]}
+
+
+def _inv_eps_grid(cfg: ErrorVsEpsilonConfig) -> np.ndarray:
+    return np.linspace(cfg.inv_eps_min, cfg.inv_eps_max, cfg.num_eps)  # 23 values in [30, 250] (section 6.1)
+
+
+def run_error_vs_epsilon(cfg: ErrorVsEpsilonConfig, run) -> dict:
+    """Sweep 1/eps -> p_1000 per filter -> p_final.csv, figure, claims, summary."""
+    inv_eps = _inv_eps_grid(cfg)
+    cells = run.sweep({f"inv_eps={ie:.3f}": partial(_p_final_cell, cfg, 1.0 / ie, run.key_for("trajectories", i))
+                       for i, ie in enumerate(inv_eps)}, f"p_{cfg.num_steps} vs 1/eps")
+    stats = _analyse_epsilon(cfg, list(cells.values()))
+    p, se, names = stats["p"], stats["stderr"], stats["filters"]
+    run.save_csv("p_final.csv", ["inv_eps", "eps", "filter", "p", "stderr"],
+                 [(ie, 1 / ie, n, p[i, f], se[i, f]) for i, ie in enumerate(inv_eps) for f, n in enumerate(names)])
+    _figure_epsilon(cfg, stats, run)
+    _claims_epsilon(cfg, stats, run)
+    run.write_summary(_summary_epsilon(cfg, stats, run))
+    return {k: stats[k] for k in ("inv_eps", "filters", "p", "stderr", "xi")}
+
+
+def _analyse_epsilon(cfg: ErrorVsEpsilonConfig, cells: list[dict]) -> dict:
+    """Cells (one per 1/eps, in grid order) -> p (E, F), binomial stderr, trend per filter, xi of eq. (47)."""
+    inv_eps = _inv_eps_grid(cfg)
+    names = cells[0]["names"]
+    p = np.array([c["p"] for c in cells])  # (num_eps, F)
+    column = {s: f for f, s in enumerate(cfg.schedules, start=1)}
+    log_wins = float(np.mean(p[:, column["log"]] < p[:, column["sqrt"]])) if {"log", "sqrt"} <= set(column) else None
+    return {"inv_eps": inv_eps, "filters": names, "p": p, "stderr": np.sqrt(p * (1 - p) / cfg.num_runs),
+            "trend": [trend(inv_eps, p[:, f]) for f in range(len(names))], "column": column, "log_wins": log_wins,
+            "xi": xi(SWAP, _emission_matrix(cfg.emission))}
+
+
+def _figure_epsilon(cfg: ErrorVsEpsilonConfig, stats: dict, run) -> None:
+    inv_eps, p, se, names = stats["inv_eps"], stats["p"], stats["stderr"], stats["filters"]
+    fig, ax = plots.figure(width=7.0, height=3.6)
+    ax.errorbar(inv_eps, p[:, 0], yerr=se[:, 0], color="k", marker="o", label="LOF (Bayes-optimal)")
+    for f, s in enumerate(cfg.schedules, start=1):
+        ax.errorbar(inv_eps, p[:, f], yerr=se[:, f], marker=".", ls="-" if delta_is_valid(s) else "--", label=names[f])
+    ax.set(xlabel="1/ε", ylabel=f"$p_{{{cfg.num_steps}}}$", yscale="log",
+           title=f"Long-run error vs 1/ε ({cfg.num_runs} runs per point)")
+    fig.legend(loc="outside right upper", fontsize=7)
+    run.save_figure(fig, "error_vs_epsilon.png")
+
+
+def _claims_epsilon(cfg: ErrorVsEpsilonConfig, stats: dict, run) -> None:
+    p, names, column, K = stats["p"], stats["filters"], stats["column"], cfg.num_steps
+    for s in ("sqrt", "log"):
+        if s in column:
+            f = column[s]
+            (slope, t), a, b = stats["trend"][f], p[0, f], p[-1, f]
+            run.claim(f"valid-delta-vanishes[{s}]", f"p_{K} decreases as 1/ε grows for {names[f]}", "Fig. 1",
+                      f"{a:.4f} → {b:.4f} (slope {slope:.2e}, t = {t:.1f})", bool(t < -3 and b < 0.5 * a))
+    if stats["log_wins"] is not None:
+        run.claim("log-beats-sqrt", "δ = 0.7/log(1/ε) gives lower p than δ = √ε", "Fig. 1 (§6.1)",
+                  f"lower at {stats['log_wins']:.0%} of the 1/ε grid", stats["log_wins"] >= 0.8)
+    for s in ("eps2", "zero", "one"):
+        if s in column:
+            a, b = p[0, column[s]], p[-1, column[s]]
+            run.claim(f"invalid-delta-persists[{s}]", f"p_{K} does not vanish for {names[column[s]]}", "Fig. 1",
+                      f"{a:.4f} → {b:.4f}", bool(b >= 0.5 * a))
+    run.claim("lambda-below-xi", "λ = 0.7 satisfies λ < ξ (eq. 34), ξ ≈ 0.7206 (eq. 150)", "App. D.2",
+              f"ξ = {stats['xi']:.4f}", bool(cfg.lam < stats["xi"]))
+
+
+def _summary_epsilon(cfg: ErrorVsEpsilonConfig, stats: dict, run) -> str:
+    inv_eps, p = stats["inv_eps"], stats["p"]
+    shown = [0, len(p) // 2, len(p) - 1]
+    header = ["filter", *(f"p at 1/ε = {inv_eps[i]:g}" for i in shown), "slope per unit 1/ε"]
+    rows = [[n, *p[shown, f], stats["trend"][f][0]] for f, n in enumerate(stats["filters"])]
+    table = run.save_table("p_final_table.csv", header, rows, {**{h: ".4f" for h in header}, header[-1]: "+.2e"})
+    return EPSILON_SUMMARY.format(**dataclasses.asdict(cfg), emission_c=1 - cfg.emission, xi=stats["xi"],
+                                  table=table)
+
+
+# --------------------------------------------------------------------------- Fig. 7
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorVsTimeConfig(ExampleConfig):
+    eps: float = 0.005
+
+    def validate(self):
+        super().validate()
+        check_real("eps", self.eps, 0.0, 1.0, open_low=True, open_high=True)
+
+
+TIME_SUMMARY = """# belief.error-vs-time — Fig. 7
+
+Two-state HMM of eq. (47), ε = {eps}, E = {emission}/{emission_c:.1f}, π0 = [1, 0], w0 = 0; {num_runs} runs.
+
+![p_k vs k](error_vs_time.png)
+
+{table}
+Paper (App. E.1): every curve starts near 0.1 (the first decision rests on y_1 alone, error 1 − {emission}) and \
+p_k stabilises by k = 1000, which justifies p_1000 as the long-run error of Fig. 1. δ = 0 keeps w = 0 (a tie \
+broken at random, error 0.5 throughout). δ = ε² forgets on a time scale 1/δ = {forget:.0f} steps, far beyond \
+k = {num_steps}: its p_k is still rising, so p_1000 understates its long-run error.
+"""
+
+
+def _p_curves_cell(cfg: ErrorVsTimeConfig, key) -> dict:
+    """p_k, k = 1..K (eq. (19)), of the LOF and every ALF at cfg.eps: "p" (K, F)."""
+    hmm, D = two_state_example(cfg.eps, cfg.emission, flip=True)
+    names, filters = example_filters(hmm, D, cfg.eps, cfg.schedules, cfg.lam)
+    return {"names": names, "p": error_curves(hmm, filters, key, cfg.num_runs, cfg.num_steps).p}
+
+
+def run_error_vs_time(cfg: ErrorVsTimeConfig, run) -> dict:
+    """One cell of error curves -> p_k.csv, figure, claims, summary."""
+    cells = run.sweep({"curves": partial(_p_curves_cell, cfg, run.key_for("trajectories"))},
+                      f"p_k, k = 1..{cfg.num_steps}")
+    stats = _analyse_time(cfg, cells["curves"])
+    run.save_csv("p_k.csv", ["k"] + stats["filters"], [(k, *row) for k, row in zip(stats["k"], stats["p"])])
+    _figure_time(cfg, stats, run)
+    _claims_time(cfg, stats, run)
+    run.write_summary(_summary_time(cfg, stats, run))
+    return {k: stats[k] for k in ("k", "filters", "p")}
+
+
+def _analyse_time(cfg: ErrorVsTimeConfig, cell: dict) -> dict:
+    """The error curves -> p_1 of the informative filters (delta > 0) and, per filter, whether p_k is flat: the
+    means of the last two windows of ``tail`` steps differ by at most 4 binomial stderrs + 0.002."""
+    names, p = cell["names"], np.array(cell["p"])  # (K, F)
+    kinds = ["lof", *cfg.schedules]
+    tail = max(cfg.num_steps // 10, 10)
+    stable = []
+    for f in range(len(names)):
+        a, b = p[-2 * tail:-tail, f].mean(), p[-tail:, f].mean()
+        se = np.sqrt(max(b * (1 - b), 1e-4) / (cfg.num_runs * tail) * 4)
+        stable.append((a, b, bool(abs(a - b) <= 4 * se + 0.002)))
+    return {"k": np.arange(1, cfg.num_steps + 1), "filters": names, "p": p, "tail": tail, "stable": stable,
+            "start": p[0, [f for f, s in enumerate(kinds) if s != "zero"]],
+            "valid": [f for f, s in enumerate(kinds) if s in ("lof", "sqrt", "log")]}
+
+
+def _figure_time(cfg: ErrorVsTimeConfig, stats: dict, run) -> None:
+    k, p, names = stats["k"], stats["p"], stats["filters"]
+    fig, ax = plots.figure(width=7.0, height=3.6)
+    ax.plot(k, p[:, 0], color="k", label="LOF (Bayes-optimal)")
+    for f, s in enumerate(cfg.schedules, start=1):
+        ax.plot(k, p[:, f], ls="-" if delta_is_valid(s) else "--", lw=1.0, label=names[f])
+    ax.set(xlabel="k", ylabel="$p_k$", ylim=(0, 0.55), title=f"Per-step error, ε = {cfg.eps} ({cfg.num_runs} runs)")
+    fig.legend(loc="outside right upper", fontsize=7)
+    run.save_figure(fig, "error_vs_time.png")
+
+
+def _claims_time(cfg: ErrorVsTimeConfig, stats: dict, run) -> None:
+    p1, start, valid, stable = 1 - cfg.emission, stats["start"], stats["valid"], stats["stable"]
+    se1 = np.sqrt(p1 * (1 - p1) / cfg.num_runs)
+    run.claim("start-near-0.1", f"p_1 ≈ {p1:.2g} for LOF and every ALF with δ > 0 (decision on y_1 alone)",
+              "App. E.1", f"p_1 ∈ [{start.min():.4f}, {start.max():.4f}]",
+              bool(np.all(np.abs(start - p1) <= 4 * se1)))
+    run.claim("stable-by-1000", f"p_k has stabilised by k = {cfg.num_steps} for LOF and valid δ", "App. E.1",
+              "; ".join(f"{stats['filters'][f]}: {stable[f][0]:.4f}/{stable[f][1]:.4f}" for f in valid),
+              all(stable[f][2] for f in valid))
+
+
+def _summary_time(cfg: ErrorVsTimeConfig, stats: dict, run) -> str:
+    p = stats["p"]
+    shown = sorted({k for k in (1, 10, 100, cfg.num_steps) if k <= cfg.num_steps})
+    header = ["filter", *(f"p_{k}" for k in shown), f"flat over the last {2 * stats['tail']} steps"]
+    rows = [[n, *p[[k - 1 for k in shown], f], ("no", "yes")[st[2]]]
+            for f, (n, st) in enumerate(zip(stats["filters"], stats["stable"]))]
+    table = run.save_table("p_k_table.csv", header, rows, ".4f")
+    return TIME_SUMMARY.format(**dataclasses.asdict(cfg), emission_c=1 - cfg.emission, forget=1 / cfg.eps ** 2,
+                               table=table)
+
+
+EXPERIMENTS = [
+    Experiment(
+        "belief.error-vs-epsilon", "Fig. 1", PAPER, "ALF (5 δ schedules) and LOF: p_1000 vs 1/ε on the HMM of eq. (47)",
+        {"paper": ErrorVsEpsilonConfig(),
+         "quick": ErrorVsEpsilonConfig(num_eps=12, num_runs=4000),
+         "tiny": ErrorVsEpsilonConfig(num_eps=3, num_runs=200, num_steps=50)},
+        run_error_vs_epsilon),
+    Experiment(
+        "belief.error-vs-time", "Fig. 7", PAPER, "p_k vs k at ε = 0.005 for LOF and the five ALFs",
+        {"paper": ErrorVsTimeConfig(), "quick": ErrorVsTimeConfig(num_runs=5000),
+         "tiny": ErrorVsTimeConfig(num_runs=200, num_steps=50)},
+        run_error_vs_time),
+]

@@ -1,0 +1,87 @@
+"""The pure ``_analyse`` step of every belief experiment, on hand-made cell results (no sampling, no files)."""
+
+import numpy as np
+import pytest
+
+from memlab.belief.exp_error import ErrorVsEpsilonConfig, ErrorVsTimeConfig, _analyse_epsilon, _analyse_time
+from memlab.belief.exp_exact_linear import _analyse as analyse_exact
+from memlab.belief.exp_logit_trace import LogitTraceConfig
+from memlab.belief.exp_logit_trace import _analyse as analyse_trace
+from memlab.belief.metrics import trend
+
+NAMES = ["LOF", "ALF δ = √ε", "ALF δ = 0.7/log(1/ε)", "ALF δ = ε²", "ALF δ = 0", "ALF δ = 1"]
+
+
+def test_error_vs_epsilon_analysis():
+    cfg = ErrorVsEpsilonConfig(num_eps=4, num_runs=1000, inv_eps_min=50.0, inv_eps_max=200.0)
+    p = np.array([[0.02, 0.08, 0.07, 0.45, 0.5, 0.10],
+                  [0.015, 0.06, 0.05, 0.43, 0.5, 0.10],
+                  [0.012, 0.05, 0.055, 0.42, 0.5, 0.09],
+                  [0.010, 0.04, 0.03, 0.40, 0.5, 0.10]])
+    cells = [{"names": NAMES, "p": list(row)} for row in p]  # lists, as cells come back from JSON
+    stats = _analyse_epsilon(cfg, cells)
+    np.testing.assert_allclose(stats["inv_eps"], [50, 100, 150, 200])
+    np.testing.assert_array_equal(stats["p"], p)
+    np.testing.assert_allclose(stats["stderr"], np.sqrt(p * (1 - p) / 1000))
+    assert stats["filters"] == NAMES
+    assert stats["column"] == {"sqrt": 1, "log": 2, "eps2": 3, "zero": 4, "one": 5}
+    assert stats["log_wins"] == 0.75  # log below sqrt at 3 of the 4 grid points
+    for f in range(len(NAMES)):
+        assert stats["trend"][f] == trend(stats["inv_eps"], p[:, f])
+    assert stats["xi"] == pytest.approx(0.7206, abs=1e-4)  # eq. (150)
+
+
+def test_error_vs_epsilon_analysis_without_both_valid_schedules():
+    cfg = ErrorVsEpsilonConfig(num_eps=2, schedules=("sqrt", "one"))
+    stats = _analyse_epsilon(cfg, [{"names": NAMES[:2] + NAMES[-1:], "p": [0.1, 0.2, 0.3]}] * 2)
+    assert stats["log_wins"] is None and stats["column"] == {"sqrt": 1, "one": 2}
+
+
+def test_error_vs_time_analysis():
+    K = 100
+    cfg = ErrorVsTimeConfig(num_steps=K, num_runs=5000)
+    k = np.arange(1, K + 1)
+    p = np.column_stack([np.full(K, 0.014), np.full(K, 0.04), np.full(K, 0.021),
+                         0.1 + 0.003 * k,  # still rising: not flat
+                         np.full(K, 0.5), np.full(K, 0.1)])
+    p[0] = [0.1, 0.1, 0.1, 0.1, 0.5, 0.1]
+    stats = _analyse_time(cfg, {"names": NAMES, "p": p.tolist()})
+    np.testing.assert_array_equal(stats["k"], k)
+    assert stats["tail"] == 10
+    np.testing.assert_array_equal(stats["start"], [0.1] * 5)  # every filter but δ = 0
+    assert stats["valid"] == [0, 1, 2]  # LOF, √ε, 0.7/log(1/ε)
+    flat = [ok for _, _, ok in stats["stable"]]
+    assert flat == [True, True, True, False, True, True]
+    a, b, _ = stats["stable"][3]
+    assert a == pytest.approx(p[-20:-10, 3].mean()) and b == pytest.approx(p[-10:, 3].mean())
+
+
+def test_logit_trace_analysis():
+    cfg = LogitTraceConfig(num_steps=8)
+    states = [0, 0, 1, 1, 1, 0, 0, 1]
+    cell = {"states": states, "diffs": [[0.0] * 8, [1.0] * 8, [2.0] * 8], "error": [0.03, 0.04, 0.035],
+            "roughness": [0.1, 0.05, 0.2], "mean_lag": [1.0, 7.0, 2.0], "num_switches": 3}
+    stats = analyse_trace(cfg, cell)
+    assert stats["filters"] == ["LOF", "ALF δ = 0.07", "ALF δ = 0.19"]
+    np.testing.assert_array_equal(stats["k"], np.arange(1, 9))
+    np.testing.assert_array_equal(stats["switches"], [3, 6, 8])  # k of x_k != x_{k-1}
+    assert [d.tolist() for d in stats["diffs"]] == cell["diffs"]
+    assert stats["mean_lag"] == [1.0, 7.0, 2.0] and stats["num_switches"] == 3
+
+
+def _row(family, N, r, ell, error, mismatches=0, flagged=0):
+    return {"family": family, "N": N, "r": r, "ell": ell, "max_abs_error": error,
+            "pattern_mismatches": mismatches, "neg_inf_entries": 5, "flagged_rows": flagged, "rows": 100}
+
+
+def test_exact_linear_analysis():
+    positive, zeros = "Thm 4.4, π0 > 0, E > 0", "Thm 4.4, π0 and E with zeros"  # the families the cells name
+    rows = [_row(positive, 4, 0, "1–1", 1e-15), _row(positive, 12, 8, "8–9", 3e-14),
+            _row(zeros, 4, 0, "1–1", 1e-15, flagged=3), _row(zeros, 6, 3, "3–3", 1e-9),
+            _row("Cor 4.5, 2 actions", 4, 0, "1", 2e-15, mismatches=1)]
+    stats = analyse_exact(rows)
+    pos, zer, cor = (stats["families"][k] for k in ("positive", "zeros", "controlled"))
+    assert len(pos["rows"]) == 2 and pos["exact"] and pos["max_error"] == 3e-14 and pos["max_ell"] == 9
+    assert not zer["exact"] and zer["flagged"] == 3  # 1e-9 exceeds the tolerance
+    assert not cor["exact"] and cor["mismatches"] == 1
+    assert stats["example1"].holds and not stats["bad"].holds and stats["x1_x3_alike"]
