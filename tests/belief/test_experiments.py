@@ -23,9 +23,10 @@ def test_every_issue_experiment_is_registered():
 
 
 @pytest.mark.parametrize("name", BELIEF)
-def test_tiny_profile_writes_the_contract(name, tmp_path, capsys):
+def test_tiny_profile_writes_the_contract(name, tmp_path, check_tiny_run):
+    """The contract, a resume that computes nothing, and the same numbers from worker processes and Ray."""
+    check_tiny_run(name, tmp_path)
     out = tmp_path / name
-    assert cli.main(["run", name, "--profile", "tiny", "--out", str(out), "--no-progress"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["experiment"] == name and results["profile"] == "tiny"
     assert json.loads((out / "config.json").read_text())["config"]["seed"] == 0
@@ -129,20 +130,3 @@ def test_paper_profile_reproduces_every_claim(name, tmp_path):
     out = run_experiment(EXPERIMENTS[name], profile="paper", out_dir=tmp_path, progress=False)
     claims = json.loads((out / "results.json").read_text())["claims"]
     assert claims and all(c["holds"] for c in claims), [c for c in claims if not c["holds"]]
-
-
-def test_cells_travel_to_worker_processes_with_the_same_numbers(process_pool, tmp_path):
-    """The float64 sweep (x64 captured by the runner) and the Monte-Carlo sweep give a local run's results and
-    claims when their cells run in a process pool."""
-    from memlab.executors import LocalExecutor
-    from memlab.runner import run_experiment
-
-    for name in ("belief.exact-linear-filter", "belief.error-vs-epsilon"):
-        docs = []
-        for tag, executor in (("local", None), ("pool", process_pool)):
-            out = run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=tmp_path / name / tag, progress=False,
-                                 executor=executor)
-            doc = json.loads((out / "results.json").read_text())
-            assert doc["executor"] == (executor or LocalExecutor()).name and doc["cells"]["computed"] > 1
-            docs.append((doc["results"], doc["claims"]))
-        assert docs[0] == docs[1], name
