@@ -185,7 +185,8 @@ def _sample_one(key: Array, task: RecallTask) -> Batch:
 
 
 def sample_context(key: Array, pmf: Array, tags: Array, length: int, task: RecallTask) -> tuple[Array, Array]:
-    """``length`` i.i.d. tokens X_t = (V_t, Z_t) ~ nu = (1/I) sum_i delta_{v_i} (x) mu_i; returns tags (T, d_1), content (T,).
+    """``length`` i.i.d. tokens X_t = (V_t, Z_t) ~ nu = (1/I) sum_i delta_{v_i} (x) mu_i (Def. 3.1, section 4.1);
+    returns tags (T, d_1), content (T,).
 
     pmf (I, G) the content mass functions on ``task.grid``, tags (I, d_1). ``length`` must be static under jit.
     """
