@@ -21,7 +21,6 @@ from memlab.recall.curves import (
     risk_rows,
 )
 from memlab.recall.metrics import learning_curves
-from memlab.recall.runs import legacy_key_for
 from memlab.runner import Experiment, Run
 
 SUMMARY = """# recall.attention-vs-s6
@@ -56,7 +55,7 @@ class CompareConfig(CurveConfig):
 
 def run_compare(cfg: CompareConfig, run: Run) -> dict:
     """Sweep the grid -> one curve per student -> attention_vs_s6.png, claims, risk.csv, fits.csv, summary.md."""
-    cells = run.sweep(curve_cells(cfg, legacy_key_for(cfg.seed)), "train students")
+    cells = run.sweep(curve_cells(cfg, run.key_for), "train students")
     stats = _analyse(cfg, cells)
     _figures(cfg, stats, run)
     _claims(stats, run)

@@ -17,7 +17,7 @@ from memlab import plots
 from memlab.checks import check_choice, check_increasing_ints, check_int, check_real
 from memlab.recall.limit import coupling_distance, finite_context_values, per_step_bound
 from memlab.recall.metrics import coupling_rate
-from memlab.recall.runs import STUDENTS, deserialise, first_seed, legacy_key_for, serialise, train_cell
+from memlab.recall.runs import STUDENTS, deserialise, first_seed, serialise, train_cell
 from memlab.recall.task import RecallTask, sample
 from memlab.recall.train import TrainConfig
 from memlab.runner import Experiment, Run, atomic_write_bytes
@@ -70,18 +70,17 @@ class ContextLimitConfig:
 
 def run_context_limit(cfg: ContextLimitConfig, run: Run) -> dict:
     """Train (sweep 1) -> evaluate (sweep 2) -> convergence, contraction -> figure, claims, CSVs, summary.md."""
-    key_for = legacy_key_for(cfg.seed)
     task = RecallTask(alpha=cfg.alpha, context_length=cfg.train_context_length)
-    trained = run.sweep({"train": partial(_train_cell, cfg, task, key_for("validation"), key_for("training-pool"),
-                                          key_for("init", cfg.num_train))}, "train the student")["train"]
+    keys = run.key_for("validation"), run.key_for("training-pool"), run.key_for("init", cfg.num_train)
+    trained = run.sweep({"train": partial(_train_cell, cfg, task, *keys)}, "train the student")["train"]
     atomic_write_bytes(run.out_dir / "student.eqx", trained["model"])
     model = deserialise(trained["model"], cfg.student, task.tag_array.shape[1])
-    pairs = sample(key_for("test-pairs"), cfg.num_pairs, task)
-    cells = {f"T={T}": partial(_monte_carlo_cell, model, pairs, task, T, cfg.num_mc, key_for("monte-carlo", T))
+    pairs = sample(run.key_for("test-pairs"), cfg.num_pairs, task)
+    cells = {f"T={T}": partial(_monte_carlo_cell, model, pairs, task, T, cfg.num_mc, run.key_for("monte-carlo", T))
              for T in cfg.eval_lengths}
     cells["coupling"] = partial(_coupling_cell, model, pairs, task, cfg.coupling_length, cfg.num_couplings,
-                                key_for("coupling"))
-    cells["per-step-bound"] = partial(_bound_cell, model, pairs, task, key_for("per-step-bound"))
+                                run.key_for("coupling"))
+    cells["per-step-bound"] = partial(_bound_cell, model, pairs, task, run.key_for("per-step-bound"))
     stats = _analyse(cfg, trained["record"], run.sweep(cells, "evaluate the student"), pairs)
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)

@@ -23,7 +23,7 @@ from memlab.recall.curves import (
     risk_rows,
 )
 from memlab.recall.metrics import is_monotone, learning_curves
-from memlab.recall.runs import STUDENTS, legacy_key_for
+from memlab.recall.runs import STUDENTS
 from memlab.runner import Experiment, Run
 
 PAPER_C = {0.75: 1.81, 1.0: 1.28}  # App. A.2, Fig. 1 (T = 5000, one-block student)
@@ -55,7 +55,7 @@ class RateConfig(CurveConfig):
 
 def run_rate(cfg: RateConfig, run: Run) -> dict:
     """Sweep the grid -> curves and their fits -> rate.png, claims, risk.csv, fits.csv, summary.md."""
-    cells = run.sweep(curve_cells(cfg, legacy_key_for(cfg.seed)), "train students")
+    cells = run.sweep(curve_cells(cfg, run.key_for), "train students")
     stats = _analyse(cfg, cells)
     _figures(cfg, stats, run)
     _claims(stats, run)

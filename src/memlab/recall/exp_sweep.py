@@ -24,7 +24,7 @@ from memlab.recall.curves import (
     risk_rows,
 )
 from memlab.recall.metrics import is_monotone, learning_curves
-from memlab.recall.runs import STUDENTS, legacy_key_for
+from memlab.recall.runs import STUDENTS
 from memlab.runner import Experiment, Run
 
 PAPER_SWEEP_C = {0.5: "3.3-3.4", 0.75: "2.1-2.2", 1.0: "1.1-1.2", 2.0: "0.4-0.6"}  # App. A.4
@@ -59,7 +59,7 @@ class SweepConfig(CurveConfig):
 
 def run_sweep(cfg: SweepConfig, run: Run) -> dict:
     """Sweep the grid -> curves, C per (alpha, T) -> sweep.png, claims, risk.csv, fits.csv, summary.md."""
-    cells = run.sweep(curve_cells(cfg, legacy_key_for(cfg.seed)), "train students")
+    cells = run.sweep(curve_cells(cfg, run.key_for), "train students")
     stats = _analyse(cfg, cells)
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)

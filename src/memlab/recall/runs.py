@@ -111,20 +111,3 @@ def deserialise(data: bytes, kind: str, tag_dim: int) -> eqx.Module:
     """The student ``kind`` whose leaves ``serialise`` wrote (exact: float32 leaves round-trip bit for bit)."""
     return eqx.tree_deserialise_leaves(io.BytesIO(data), make_student(kind, tag_dim, jax.random.key(0)))
 
-
-def legacy_key_for(seed: int):
-    """STEP-2 SHIM (removed when the experiments switch to named streams): the old key arithmetic by name."""
-    root = jax.random.key(seed)
-    old = {"validation": 0, "training-pool": 1, "test-pairs": 777}
-    evaluation = jax.random.fold_in(root, 778)
-
-    def key_for(*names):
-        if names[0] == "init":
-            return jax.random.fold_in(root, 10_000 + names[1])
-        if names[0] == "monte-carlo":
-            return jax.random.fold_in(evaluation, names[1])
-        if names[0] in ("coupling", "per-step-bound"):
-            return jax.random.fold_in(evaluation, 1 if names[0] == "coupling" else 2)
-        return jax.random.fold_in(root, old[names[0]])
-
-    return key_for
