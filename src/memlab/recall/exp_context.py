@@ -185,8 +185,13 @@ EXPERIMENTS = [
     Experiment(
         "recall.context-limit", "Prop. 4.2, Assumption 4.1", "mamba-measure-valued-recall",
         "F^(T)(ν, q) of a trained two-layer S6 student as T grows, and its measured contraction factor r",
-        {"quick": ContextLimitConfig(train_context_length=200, num_val=200, eval_lengths=(10, 30, 100, 300, 1000, 3000),
-                                     num_pairs=4, num_mc=32, coupling_length=1000, num_couplings=8),
+        # quick: 64 validation examples (was 200), 20 epochs (was 30: the validation MSE is flat after epoch ~10,
+        # best epoch 9 before the trim), eval_lengths without 30 and 300 (the claim reads the last two T, the figure
+        # still spans 10..3000). Training T stays 200: at T = 100 the deviation at T = 1000 barely fell below the
+        # deviation at T = 10, so the convergence the claim tests was no longer visible.
+        {"quick": ContextLimitConfig(train_context_length=200, num_val=64, epochs=20,
+                                     eval_lengths=(10, 100, 1000, 3000), num_pairs=4, num_mc=32, coupling_length=1000,
+                                     num_couplings=8),
          "paper": ContextLimitConfig(),
          "tiny": ContextLimitConfig(train_context_length=16, num_train=8, num_val=16, epochs=2,
                                     eval_lengths=(4, 8, 16), num_pairs=2, num_mc=4, coupling_length=50,
