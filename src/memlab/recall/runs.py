@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.checks import check_int
+from memlab.checks import check_choice, check_int
 from memlab.recall.encoding import token_dim
 from memlab.recall.students import AttentionStudent, MambaStudent
 from memlab.recall.task import Batch, RecallTask, baseline_mse, sample
@@ -42,12 +42,11 @@ STUDENTS = {
 
 def make_student(kind: str, tag_dim: int, key: Array) -> eqx.Module:
     """The untrained student ``kind`` (a key of STUDENTS) for tags in R^{tag_dim}, at the paper's sizes."""
+    check_choice("student", kind, STUDENTS)
     if kind == "attention":
         return AttentionStudent(token_dim(tag_dim), d_model=16, key=key)
-    if kind in ("mamba-1", "mamba-2"):
-        return MambaStudent(token_dim(tag_dim), num_blocks=int(kind[-1]), d_model=16, d_state=32, d_conv=4,
-                            expand=2, key=key)
-    raise ValueError(f"unknown student {kind!r}; known: {', '.join(STUDENTS)}")
+    return MambaStudent(token_dim(tag_dim), num_blocks=int(kind[-1]), d_model=16, d_state=32, d_conv=4, expand=2,
+                        key=key)
 
 
 @functools.cache

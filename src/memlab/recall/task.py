@@ -39,6 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from memlab.checks import check_int, check_real
+
 A1_TAGS = np.array([[1.0], [-1.0]])  # App. A.1: v_1 = +-1, v_2 = -v_1
 
 
@@ -84,14 +86,10 @@ class RecallTask:
     query_dependent: bool = True
 
     def __post_init__(self):
-        if not (np.isfinite(self.alpha) and self.alpha > 0):
-            raise ValueError(f"alpha must be a positive number (Assumption 5.1); got {self.alpha}")
+        check_real("alpha (Assumption 5.1)", self.alpha, 0.0, open_low=True)
         for name, low in (("context_length", 1), ("num_coeffs", 2), ("grid_size", 2)):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-        if not (np.isfinite(self.noise_std) and self.noise_std >= 0):
-            raise ValueError(f"noise_std must be >= 0; got {self.noise_std}")
+            check_int(name, getattr(self, name), low)
+        check_real("noise_std", self.noise_std, 0.0)
         check_tags(self.tags)
 
     @property
@@ -170,9 +168,8 @@ def sample(key: Array, n: int, task: RecallTask) -> Batch:
     Jitted per n and per task up to alpha: alpha enters only through the eigenvalues, which are passed as an
     argument, so every alpha of a sweep shares one compiled sampler (the same numbers as with constants).
     """
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"number of examples n must be an integer >= 1; got {n!r}")
-    return _sample(key, int(n), dataclasses.replace(task, alpha=1.0), task.eigenvalues)
+    n = check_int("number of examples n", n)
+    return _sample(key, n, dataclasses.replace(task, alpha=1.0), task.eigenvalues)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
