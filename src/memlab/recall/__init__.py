@@ -9,7 +9,7 @@ rate.py       the rate fit log L(n) = A - C (log n)^{alpha/(alpha+1)} (App. A.2,
 metrics.py    learning curves with their rate fits, the monotonicity rule, the coupling rate
 limit.py      Prop. 4.2 / Assumption 4.1 on a trained student: Monte-Carlo F^(T), coupling distance, per-step bound
 curves.py     the risk-vs-n grid shared by three experiments: config, cells, tables, figure panel
-exp_*.py      the experiments (indexed in experiments.py); nothing imports them but the index
+exp_*.py      the experiments, indexed in experiments.py (tests import only their configs and _analyse)
 """
 
 from memlab.recall.encoding import encode, token_dim
