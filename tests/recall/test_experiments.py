@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import jax
+import numpy as np
 import pytest
 
 from memlab.catalog import EXPERIMENTS
@@ -30,3 +32,123 @@ def test_paper_profiles_use_the_paper_sizes():
 @pytest.mark.parametrize("name", sorted(ISSUE_EXPERIMENTS))
 def test_tiny_profile_runs_and_resumes(name, tmp_path, check_tiny_run):
     check_tiny_run(name, tmp_path)
+
+
+# ---------------------------------------------------------------- configs and the pure analyses
+
+
+def test_every_profile_validates_and_bad_configs_are_rejected():
+    from memlab.recall.exp_compare import CompareConfig
+    from memlab.recall.exp_context import ContextLimitConfig
+    from memlab.recall.exp_rate import RateConfig
+    from memlab.recall.exp_sweep import SweepConfig
+
+    for name in ISSUE_EXPERIMENTS:
+        for config in EXPERIMENTS[name].profiles.values():
+            config.validate()
+    bad = [
+        (RateConfig(alphas=(1.0, 0.75)), "strictly increasing"), (RateConfig(alphas=(0.0, 1.0)), "alphas"),
+        (RateConfig(sample_sizes=(8,)), "two sizes"), (RateConfig(sample_sizes=(8, 4)), "sample_sizes"),
+        (RateConfig(students=("lstm",)), "unknown student"), (RateConfig(num_val=0), "num_val"),
+        (RateConfig(context_lengths=(100, 200)), "one student at one T"),
+        (SweepConfig(alphas=(1.0,)), "two or more alphas"),
+        (CompareConfig(students=("mamba-1",)), "'attention'"), (CompareConfig(alphas=(0.5, 1.0)), "one alpha"),
+        (ContextLimitConfig(student="attention"), "unknown student"),
+        (ContextLimitConfig(eval_lengths=(10, 100)), "three context lengths"),
+        (ContextLimitConfig(eval_lengths=(100, 10, 1000)), "eval_lengths"),
+        (ContextLimitConfig(num_mc=1), "num_mc"), (ContextLimitConfig(num_pairs=1), "num_pairs"),
+        (ContextLimitConfig(alpha=-1.0), "alpha"),
+    ]
+    for config, match in bad:
+        with pytest.raises(ValueError, match=match):
+            config.validate()
+
+
+def test_curve_cells_share_the_data_streams_and_travel():
+    import cloudpickle
+
+    from memlab.keys import key_for
+    from memlab.recall.curves import curve_cells
+    from memlab.recall.exp_compare import CompareConfig
+
+    cfg = CompareConfig(context_lengths=(16,), sample_sizes=(4, 8), num_val=4, epochs=1)
+    cells = curve_cells(cfg, lambda *names: key_for(0, *names))
+    assert list(cells) == ["mamba-1_alpha=1_T=16_n=4", "mamba-1_alpha=1_T=16_n=8",
+                           "attention_alpha=1_T=16_n=4", "attention_alpha=1_T=16_n=8"]
+    a, b, c = (cells[name].args for name in list(cells)[:3])
+    same = lambda x, y: bool(np.all(np.asarray(jax.random.key_data(x)) == np.asarray(jax.random.key_data(y))))  # noqa: E731
+    assert same(a[-3], b[-3]) and same(a[-2], b[-2])  # one validation set and one training pool for every n
+    assert not same(a[-1], b[-1]) and same(a[-1], c[-1])  # init per n, shared by the students
+    assert a[6] == 8  # the pool holds the largest n: one compiled train serves every cell
+    cloudpickle.loads(cloudpickle.dumps(cells["mamba-1_alpha=1_T=16_n=4"]))
+
+
+def _record(student, alpha, T, n, mse, mean=1.0, tag_only=0.5):
+    return {"student": student, "alpha": alpha, "T": T, "n": n, "mse": mse, "baseline_mean": mean,
+            "baseline_tag_only": tag_only}
+
+
+def test_rate_analysis():
+    from memlab.recall.exp_rate import RateConfig, _analyse
+
+    cfg = RateConfig(context_lengths=(100,), sample_sizes=(4, 16, 64))
+    mse = {0.75: [0.8, 0.6, 0.62], 1.0: [0.5, 0.55, 0.4]}  # 0.6 -> 0.62 is +3.3 %; 0.5 -> 0.55 is +10 %
+    cells = {f"{a}-{n}": _record("mamba-1", a, 100, n, m, mean=2.0 if a == 0.75 else 0.9)
+             for a in (0.75, 1.0) for n, m in zip((4, 16, 64), mse[a])}
+    stats = _analyse(cfg, cells)
+    assert stats["keys"] == [("mamba-1", 0.75, 100), ("mamba-1", 1.0, 100)]
+    assert stats["monotone"] == [True, False]
+    np.testing.assert_array_equal(stats["below"], [True, True, True])
+    np.testing.assert_array_equal(stats["below_relative"], [0.5 / 0.9 < 0.4, 0.55 / 0.9 < 0.3, 0.4 / 0.9 < 0.31])
+    assert stats["curves"][("mamba-1", 0.75, 100)].fit.C > 0
+
+
+def test_sweep_analysis():
+    from memlab.recall.exp_sweep import SweepConfig, _analyse
+
+    cfg = SweepConfig(alphas=(0.5, 2.0), context_lengths=(25, 50), sample_sizes=(4, 16, 64))
+    n = np.array([4, 16, 64])
+    C = {(0.5, 25): 2.0, (0.5, 50): 2.3, (2.0, 25): 0.5, (2.0, 50): 0.52}
+    A = {0.5: 1.0, 2.0: -0.7}  # log risk A - C (log n)^(alpha/(alpha+1)), eq. (1)
+    risk = {(a, T): np.exp(A[a] - C[a, T] * np.log(n) ** (a / (a + 1))) for a, T in C}
+    cells = {f"{a}-{T}-{k}": _record("mamba-2", a, T, int(k), float(m)) for a in (0.5, 2.0) for T in (25, 50)
+             for k, m in zip(n, risk[a, T])}
+    stats = _analyse(cfg, cells)
+    np.testing.assert_allclose(stats["C"], [[2.0, 2.3], [0.5, 0.52]])
+    np.testing.assert_allclose(stats["spread"], [0.3, 0.02], atol=1e-9)
+    np.testing.assert_allclose(stats["allowed"], [0.215, 0.051])  # max(10 % of mean |C|, 0.05)
+    assert stats["monotone"] == [True] * 4
+    # log risk at T = 25, n = 4: alpha = 2: -0.7 - 0.5 (log 4)^(2/3) = -1.32 < alpha = 0.5: 1 - 2 (log 4)^(1/3) = -1.23;
+    # at n = 16 and 64, and everywhere at T = 50 (C = 2.3 for alpha = 0.5), the smoother alpha has the higher risk
+    np.testing.assert_array_equal(stats["ordered"], [[True, False, False], [False, False, False]])
+
+
+def test_compare_analysis():
+    from memlab.recall.exp_compare import CompareConfig, _analyse
+
+    cfg = CompareConfig(context_lengths=(100,), sample_sizes=(4, 16, 64))
+    mse = {"mamba-1": [0.6, 0.5, 0.45], "attention": [0.6, 0.45, 0.3]}
+    cells = {f"{s}-{n}": _record(s, 1.0, 100, n, m, tag_only=0.4) for s in mse for n, m in zip((4, 16, 64), mse[s])}
+    stats = _analyse(cfg, cells)
+    assert stats["learns"] == [False, True]  # mamba-1 ends above the tag-only risk 0.4
+    assert stats["ratio"] == pytest.approx(1.5)
+
+
+def test_context_limit_analysis():
+    from types import SimpleNamespace
+
+    from memlab.recall.exp_context import ContextLimitConfig, _analyse
+
+    cfg = ContextLimitConfig(eval_lengths=(10, 100, 1000), num_pairs=2)
+    cells = {"T=10": {"mean": [1.0, 2.0], "stderr": [0.1, 0.1]},
+             "T=100": {"mean": [1.04, 2.5], "stderr": [0.01, 0.1]},
+             "T=1000": {"mean": [1.02, 2.0], "stderr": [0.01, 0.1]},
+             "coupling": {"distance": (0.5 * 0.9 ** np.arange(1, 101)).tolist()},
+             "per-step-bound": {"r": [0.99, 0.995]}}
+    pairs = SimpleNamespace(y_clean=np.array([1.0, 2.1]), query=np.array([[1.0], [-1.0]]))
+    stats = _analyse(cfg, {"mse": 0.3}, cells, pairs)
+    np.testing.assert_allclose(stats["dev"], [[0.02, 0.0], [0.02, 0.5], [0.0, 0.0]], atol=1e-12)
+    # at T = 100: pair 0 deviates 0.02 <= 2 sqrt(0.01² + 0.01²) = 0.028; pair 1 deviates 0.5 > 2 sqrt(2) 0.1
+    np.testing.assert_array_equal(stats["converged"], [True, False])
+    assert stats["r_eff"] == pytest.approx(0.9) and stats["bounds"] == [0.99, 0.995]
+    np.testing.assert_array_equal(stats["query_tag"], [1.0, -1.0])

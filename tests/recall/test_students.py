@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from memlab.keys import key_for
 from memlab.recall.encoding import encode, token_dim
-from memlab.recall.runs import make_student, train_cell, validation_set
+from memlab.recall.runs import deserialise, first_seed, make_student, serialise, train_cell
 from memlab.recall.students import AttentionStudent, MambaStudent, num_params
 from memlab.recall.task import RecallTask, baseline_mse, sample
 from memlab.recall.train import TrainConfig, make_train, mse
@@ -91,8 +92,9 @@ def trained():
     """A tiny one-block student trained on 64 contexts of length 16 (A.1 recipe, fewer epochs)."""
     task = RecallTask(alpha=1.0, context_length=16)
     config = TrainConfig(epochs=12)
-    val = validation_set(task, 256, seed=0)
-    record, models = train_cell(task, 64, "mamba-1", config, val, num_seeds=2, seed=0)
+    val = sample(key_for(0, "validation"), 256, task)
+    record, models = train_cell(task, 64, "mamba-1", config, val, num_seeds=2, pool_key=key_for(0, "training-pool"),
+                                init_key=key_for(0, "init", 64))
     return task, val, record, models
 
 
@@ -106,10 +108,30 @@ def test_trained_student_beats_the_mean_predictor(trained):
 def test_best_model_is_the_one_with_the_best_validation_mse(trained):
     task, val, record, models = trained
     for s in range(2):
-        model = jax.tree.map(lambda x: x[s] if eqx.is_array(x) else x, models)
+        model = jax.tree.map(lambda x, s=s: x[s] if eqx.is_array(x) else x, models)
         assert float(mse(model, val)) == pytest.approx(record["best_val_mse"][s], rel=1e-4)
     assert record["mse"] == pytest.approx(min(record["val_curve"]), rel=0.5)  # val_curve is the seed mean
     assert len(record["val_curve"]) == 12 and len(record["train_curve"]) == 12
+
+
+def test_a_trained_model_survives_serialisation_bit_for_bit(trained):
+    task, val, _, models = trained
+    model = first_seed(models)
+    restored = deserialise(serialise(model), "mamba-1", task.tag_array.shape[1])
+    leaves = [jax.tree.leaves(eqx.filter(m, eqx.is_array)) for m in (model, restored)]
+    assert len(leaves[0]) == len(leaves[1]) > 0
+    for a, b in zip(*leaves):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert float(mse(restored, val)) == float(mse(model, val))
+
+
+def test_train_cell_rejects_bad_sizes():
+    task = RecallTask(context_length=4)
+    val = sample(jax.random.key(0), 4, task)
+    with pytest.raises(ValueError, match="num_seeds"):
+        train_cell(task, 4, "mamba-1", TrainConfig(epochs=1), val, 0, jax.random.key(1), jax.random.key(2))
+    with pytest.raises(ValueError, match="capacity"):
+        train_cell(task, 8, "mamba-1", TrainConfig(epochs=1), val, 1, jax.random.key(1), jax.random.key(2), capacity=4)
 
 
 class MeanReadout(eqx.Module):
@@ -140,7 +162,7 @@ def test_one_compiled_train_serves_every_n_exactly():
     train = eqx.filter_jit(make_train(TrainConfig(epochs=3), MeanReadout))
     for n in (5, 20):  # one batch of n < 16; one batch of 16 with 4 examples dropped
         padded = train(jax.random.key(3), pool, val, n)
-        alone = train(jax.random.key(3), jax.tree.map(lambda x: x[:n], pool), val)
+        alone = train(jax.random.key(3), jax.tree.map(lambda x, n=n: x[:n], pool), val)
         np.testing.assert_allclose(np.asarray(padded.val_mse), np.asarray(alone.val_mse), rtol=1e-5)
         np.testing.assert_allclose(np.asarray(padded.train_mse), np.asarray(alone.train_mse), rtol=1e-5)
     assert not np.allclose(np.asarray(train(jax.random.key(3), pool, val, 5).val_mse),

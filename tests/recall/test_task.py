@@ -146,3 +146,13 @@ def test_bad_task_rejected(kwargs, match):
 def test_bad_sample_size_rejected():
     with pytest.raises(ValueError, match="number of examples"):
         sample(jax.random.key(0), 0, RecallTask())
+
+
+def test_alphas_share_the_gaussian_draws_and_each_uses_its_own_eigenvalues():
+    """sample() passes alpha's eigenvalues as an argument (one compiled sampler for every alpha): same key, same Z."""
+    tasks = [RecallTask(alpha=a, context_length=6) for a in (0.5, 2.0)]
+    a, b = (sample(jax.random.key(7), 5, task) for task in tasks)
+    np.testing.assert_array_equal(np.asarray(a.coeffs), np.asarray(b.coeffs))
+    for task, batch in zip(tasks, (a, b)):
+        np.testing.assert_array_equal(np.asarray(batch.pmf), np.asarray(content_pmf(batch.coeffs, task)))
+    assert not np.allclose(np.asarray(a.y_clean), np.asarray(b.y_clean))

@@ -1,6 +1,7 @@
 """Query insertion (section 4.1): the query before and after the context, each token marked by its role.
 
-    U_0 = iota_in(q) = (m_in, q, 0),  U_t = iota_ctx(V_t, Z_t) = (m_ctx, V_t, Z_t),  U_{T+1} = iota_out(q) = (m_out, q, 0)
+    U_0 = iota_in(q) = (m_in, q, 0),  U_t = iota_ctx(V_t, Z_t) = (m_ctx, V_t, Z_t),
+    U_{T+1} = iota_out(q) = (m_out, q, 0)
 
 The markers are the one-hot vectors of R^3, so a token is u = (marker (3), tag (d_1), content (1)) and
 d_in = d_1 + 4. The first query token lets the recurrent state be query-conditioned while it scans the
@@ -36,7 +37,8 @@ def encode(query: Array, context_tags: Array, context_content: Array) -> Array:
     query_in = jnp.concatenate([markers[0], query.astype(dtype), jnp.zeros(1, dtype)])
     query_out = jnp.concatenate([markers[2], query.astype(dtype), jnp.zeros(1, dtype)])
     context = jnp.concatenate(
-        [jnp.broadcast_to(markers[1], (num_context, NUM_MARKERS)), context_tags.astype(dtype), context_content[:, None]],
+        [jnp.broadcast_to(markers[1], (num_context, NUM_MARKERS)), context_tags.astype(dtype),
+         context_content[:, None]],
         axis=1,
     )
     return jnp.concatenate([query_in[None], context, query_out[None]], axis=0)

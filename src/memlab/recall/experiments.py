@@ -1,13 +1,15 @@
-"""Experiments of the recall study (paper: mamba-measure-valued-recall.md), one module per theme.
+"""Experiments of the recall study (paper: mamba-measure-valued-recall.md): an index, one module per experiment.
 
 * ``recall.rate``             — App. A.2, Fig. 1: risk vs n, rate fit of eq. (1) (``exp_rate.py``).
-* ``recall.sweep``            — App. A.4, Figs. 2-4: alpha x T x n with the two-layer student (``exp_rate.py``).
-* ``recall.attention-vs-s6``  — the S6 student beside the softmax-attention comparator (``exp_rate.py``).
+* ``recall.sweep``            — App. A.4, Figs. 2-4: alpha x T x n with the two-layer student (``exp_sweep.py``).
+* ``recall.attention-vs-s6``  — §7: the S6 student beside the softmax-attention comparator (``exp_compare.py``).
 * ``recall.context-limit``    — Prop. 4.2: F^(T) as T grows and the contraction factor r (``exp_context.py``).
+
+The first three share their grid, cells and tables through ``curves.py``.
 """
 
 from __future__ import annotations
 
-from memlab.recall import exp_context, exp_rate
+from memlab.recall import exp_compare, exp_context, exp_rate, exp_sweep
 
-EXPERIMENTS = [*exp_rate.EXPERIMENTS, *exp_context.EXPERIMENTS]
+EXPERIMENTS = [*exp_rate.EXPERIMENTS, *exp_sweep.EXPERIMENTS, *exp_compare.EXPERIMENTS, *exp_context.EXPERIMENTS]

@@ -1,15 +1,22 @@
-"""One training cell of the recall experiments: a student trained on n examples of a task, several seeds vmapped.
+"""Training cells of the recall experiments: a student trained on n examples of a task, several seeds vmapped.
 
-Data keys (so every experiment draws its data the same way): the validation set of a (task, seed) is drawn
-from ``fold_in(key(seed), 0)`` and is shared by every n and every student (A.1: "held-out examples generated
-with a different seed"). Seed s draws one pool of ``capacity`` training examples from
-``fold_in(fold_in(key(seed), 1), s)`` and the run at size n trains on its first n: the training sets are nested
-(common random numbers along the learning curve), and one compiled ``train`` serves every n of an experiment.
+Keys come from the caller (an experiment passes its named streams, ``run.key_for(...)``):
+
+* ``val_key``: the validation set of a task, ``sample(val_key, num_val, task)``; one key per experiment, so the
+  set is the same for every n and every student of a (task, seed) (A.1: "held-out examples generated with a
+  different seed"). A cell builds it itself (:func:`curve_cell`): it is a pure function of (task, num_val, key),
+  and drawing it (about 11 s for 2000 x 5000 tokens, measured) costs less than one of the 30 validation passes
+  of a paper-scale cell, while shipping it would pickle ~80 MB into every cell.
+* ``pool_key``: seed s draws one pool of ``capacity`` training examples from ``fold_in(pool_key, s)`` and the run
+  at size n trains on its first n: the training sets are nested (common random numbers along the learning
+  curve), and one compiled ``train`` serves every n of an experiment.
+* ``init_key``: split into the seeds' keys of ``train`` (initialisation and shuffling); one per n.
 """
 
 from __future__ import annotations
 
 import functools
+import io
 
 import equinox as eqx
 import jax
@@ -17,10 +24,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from memlab.checks import check_choice, check_int
 from memlab.recall.encoding import token_dim
 from memlab.recall.students import AttentionStudent, MambaStudent
 from memlab.recall.task import Batch, RecallTask, baseline_mse, sample
 from memlab.recall.train import TrainConfig, make_train
+
+__all__ = ["STUDENTS", "compiled_train", "curve_cell", "deserialise", "first_seed", "make_student", "serialise",
+           "train_cell", "training_pools"]
 
 STUDENTS = {
     "mamba-1": "MLP -> S6 -> MLP (App. A.1)",
@@ -31,12 +42,11 @@ STUDENTS = {
 
 def make_student(kind: str, tag_dim: int, key: Array) -> eqx.Module:
     """The untrained student ``kind`` (a key of STUDENTS) for tags in R^{tag_dim}, at the paper's sizes."""
+    check_choice("student", kind, STUDENTS)
     if kind == "attention":
         return AttentionStudent(token_dim(tag_dim), d_model=16, key=key)
-    if kind in ("mamba-1", "mamba-2"):
-        return MambaStudent(token_dim(tag_dim), num_blocks=int(kind[-1]), d_model=16, d_state=32, d_conv=4,
-                            expand=2, key=key)
-    raise ValueError(f"unknown student {kind!r}; known: {', '.join(STUDENTS)}")
+    return MambaStudent(token_dim(tag_dim), num_blocks=int(kind[-1]), d_model=16, d_state=32, d_conv=4, expand=2,
+                        key=key)
 
 
 @functools.cache
@@ -46,29 +56,23 @@ def compiled_train(kind: str, tag_dim: int, config: TrainConfig):
     return eqx.filter_jit(eqx.filter_vmap(train, in_axes=(0, 0, None, None)))
 
 
-def validation_set(task: RecallTask, num_val: int, seed: int) -> Batch:
-    return sample(jax.random.fold_in(jax.random.key(seed), 0), num_val, task)
-
-
-def training_pools(task: RecallTask, capacity: int, num_seeds: int, seed: int) -> Batch:
-    """(num_seeds, capacity, ...) independent pools of training examples."""
-    base = jax.random.fold_in(jax.random.key(seed), 1)
-    pools = [sample(jax.random.fold_in(base, s), capacity, task) for s in range(num_seeds)]
+def training_pools(task: RecallTask, capacity: int, num_seeds: int, pool_key: Array) -> Batch:
+    """(num_seeds, capacity, ...) independent pools of training examples; seed s from ``fold_in(pool_key, s)``."""
+    pools = [sample(jax.random.fold_in(pool_key, s), capacity, task) for s in range(num_seeds)]
     return jax.tree.map(lambda *xs: jnp.stack(xs), *pools)
 
 
 def train_cell(task: RecallTask, n: int, kind: str, config: TrainConfig, val_set: Batch, num_seeds: int,
-               seed: int, capacity: int | None = None) -> tuple[dict, eqx.Module]:
+               pool_key: Array, init_key: Array, capacity: int | None = None) -> tuple[dict, eqx.Module]:
     """Train ``num_seeds`` students ``kind`` on the first n examples of each seed's pool of ``capacity`` (>= n,
     default n); returns (JSON-able record, the trained models with a leading seed axis)."""
-    if not isinstance(num_seeds, int) or num_seeds < 1:
-        raise ValueError(f"num_seeds must be a positive integer; got {num_seeds!r}")
+    check_int("num_seeds", num_seeds)
     capacity = n if capacity is None else capacity
     if not 1 <= n <= capacity:
         raise ValueError(f"need 1 <= n <= capacity; got n = {n}, capacity = {capacity}")
     train = compiled_train(kind, task.tag_array.shape[1], config)
-    keys = jax.random.split(jax.random.fold_in(jax.random.key(seed), 10_000 + n), num_seeds)
-    result = train(keys, training_pools(task, capacity, num_seeds, seed), val_set, jnp.asarray(n, jnp.int32))
+    keys = jax.random.split(init_key, num_seeds)
+    result = train(keys, training_pools(task, capacity, num_seeds, pool_key), val_set, jnp.asarray(n, jnp.int32))
     best = np.asarray(result.best_val_mse, dtype=float)
     baselines = baseline_mse(task)
     record = {
@@ -81,3 +85,28 @@ def train_cell(task: RecallTask, n: int, kind: str, config: TrainConfig, val_set
         "baseline_mean": baselines["mean"], "baseline_tag_only": baselines["tag_only"],
     }
     return record, result.model
+
+
+def curve_cell(task: RecallTask, n: int, kind: str, config: TrainConfig, num_val: int, num_seeds: int,
+               capacity: int, val_key: Array, pool_key: Array, init_key: Array) -> dict:
+    """One point of a learning curve, as a sweep cell: draws the validation set, trains, returns the record."""
+    val_set = sample(val_key, num_val, task)
+    return train_cell(task, n, kind, config, val_set, num_seeds, pool_key, init_key, capacity)[0]
+
+
+def first_seed(models: eqx.Module) -> eqx.Module:
+    """The model of seed 0 from models with a leading seed axis (what ``train_cell`` returns)."""
+    return jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, models)
+
+
+def serialise(model: eqx.Module) -> bytes:
+    """The model's leaves as bytes (``eqx.tree_serialise_leaves``): how a cell returns a trained model."""
+    buf = io.BytesIO()
+    eqx.tree_serialise_leaves(buf, model)
+    return buf.getvalue()
+
+
+def deserialise(data: bytes, kind: str, tag_dim: int) -> eqx.Module:
+    """The student ``kind`` whose leaves ``serialise`` wrote (exact: float32 leaves round-trip bit for bit)."""
+    return eqx.tree_deserialise_leaves(io.BytesIO(data), make_student(kind, tag_dim, jax.random.key(0)))
+

@@ -26,6 +26,7 @@ import equinox as eqx
 import jax
 from jax import Array
 
+from memlab.checks import check_int
 from memlab.layers.mamba import MambaBlock
 
 
@@ -36,8 +37,7 @@ def _mlp(in_size: int, out_size: int, width: int, key: Array) -> eqx.nn.MLP:
 
 def _check_sizes(**sizes: int) -> None:
     for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        check_int(name, value)
 
 
 class MambaStudent(eqx.Module):

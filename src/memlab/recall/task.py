@@ -39,6 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from memlab.checks import check_int, check_real
+
 A1_TAGS = np.array([[1.0], [-1.0]])  # App. A.1: v_1 = +-1, v_2 = -v_1
 
 
@@ -84,14 +86,10 @@ class RecallTask:
     query_dependent: bool = True
 
     def __post_init__(self):
-        if not (np.isfinite(self.alpha) and self.alpha > 0):
-            raise ValueError(f"alpha must be a positive number (Assumption 5.1); got {self.alpha}")
+        check_real("alpha (Assumption 5.1)", self.alpha, 0.0, open_low=True)
         for name, low in (("context_length", 1), ("num_coeffs", 2), ("grid_size", 2)):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-        if not (np.isfinite(self.noise_std) and self.noise_std >= 0):
-            raise ValueError(f"noise_std must be >= 0; got {self.noise_std}")
+            check_int(name, getattr(self, name), low)
+        check_real("noise_std", self.noise_std, 0.0)
         check_tags(self.tags)
 
     @property
@@ -138,54 +136,65 @@ def sample_coeffs(key: Array, num: int, task: RecallTask) -> Array:
     return jax.random.normal(key, (num, task.num_coeffs)).at[:, 0].set(0.0)
 
 
-def unnormalised_density(coeffs: Array, task: RecallTask) -> Array:
-    """mu~ = sum_j lambda_j Z_j e_j on the grid: coeffs (..., M) -> (..., G), before the clamp."""
-    lam = jnp.asarray(task.eigenvalues, coeffs.dtype)
+def _eigenvalues(task: RecallTask, eigenvalues, dtype) -> Array:
+    """lambda_j as ``dtype``: ``task.eigenvalues``, or the same numbers passed in (traced inside ``sample``)."""
+    return jnp.asarray(task.eigenvalues if eigenvalues is None else eigenvalues).astype(dtype)
+
+
+def unnormalised_density(coeffs: Array, task: RecallTask, eigenvalues: Array | None = None) -> Array:
+    """mu~ = sum_j lambda_j Z_j e_j on the grid: coeffs (..., M) -> (..., G), before the clamp.
+    ``eigenvalues`` (M,) replaces ``task.eigenvalues`` (the sampler passes them as an argument)."""
+    lam = _eigenvalues(task, eigenvalues, coeffs.dtype)
     return (coeffs * lam) @ jnp.asarray(task.basis, coeffs.dtype)
 
 
-def content_pmf(coeffs: Array, task: RecallTask) -> Array:
+def content_pmf(coeffs: Array, task: RecallTask, eigenvalues: Array | None = None) -> Array:
     """Clamp-and-renormalise (App. A.1): coeffs (..., M) with Z_0 ignored -> mass function (..., G)."""
-    density = jnp.maximum(unnormalised_density(coeffs, task), 0.0)
+    density = jnp.maximum(unnormalised_density(coeffs, task, eigenvalues), 0.0)
     total = density.sum(-1, keepdims=True)
     uniform = jnp.full_like(density, 1.0 / task.grid_size)
     return jnp.where(total > 0, density / jnp.where(total > 0, total, 1.0), uniform)
 
 
-def target(coeffs: Array, query: Array, task: RecallTask) -> Array:
+def target(coeffs: Array, query: Array, task: RecallTask, eigenvalues: Array | None = None) -> Array:
     """F_*(nu, q) = q_1 sum_j lambda_j Z_j^2 for the recalled coefficients (..., M); query (..., d_1)."""
-    energy = (jnp.asarray(task.eigenvalues, coeffs.dtype) * coeffs**2).sum(-1)
+    energy = (_eigenvalues(task, eigenvalues, coeffs.dtype) * coeffs**2).sum(-1)
     return query[..., 0] * energy if task.query_dependent else energy
 
 
 def sample(key: Array, n: int, task: RecallTask) -> Batch:
-    """n i.i.d. examples (nu, q, Y) of ``task``; jitted per (n, task). Different keys give independent sets."""
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"number of examples n must be an integer >= 1; got {n!r}")
-    return _sample(key, int(n), task)
+    """n i.i.d. examples (nu, q, Y) of ``task``. Different keys give independent sets.
+
+    Jitted per n and per task up to alpha: alpha enters only through the eigenvalues, which are passed as an
+    argument, so every alpha of a sweep shares one compiled sampler (the same numbers as with constants).
+    """
+    n = check_int("number of examples n", n)
+    return _sample(key, n, dataclasses.replace(task, alpha=1.0), task.eigenvalues)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
-def _sample(key: Array, n: int, task: RecallTask) -> Batch:
-    return jax.vmap(lambda k: _sample_one(k, task))(jax.random.split(key, n))
+def _sample(key: Array, n: int, shape: RecallTask, eigenvalues: Array) -> Batch:
+    """``shape``: the task with alpha = 1 (its alpha is unused; ``eigenvalues`` carry it)."""
+    return jax.vmap(lambda k: _sample_one(k, shape, eigenvalues))(jax.random.split(key, n))
 
 
-def _sample_one(key: Array, task: RecallTask) -> Batch:
+def _sample_one(key: Array, task: RecallTask, eigenvalues: Array) -> Batch:
     tags = jnp.asarray(task.tag_array, jnp.float32)
     num_tags = tags.shape[0]
     k_z, k_q, k_x, k_noise = jax.random.split(key, 4)
     coeffs = sample_coeffs(k_z, num_tags, task)
-    pmf = content_pmf(coeffs, task)
+    pmf = content_pmf(coeffs, task, eigenvalues)
     queried = jax.random.randint(k_q, (), 0, num_tags)
     query = tags[queried]
     context_tags, context_content = sample_context(k_x, pmf, tags, task.context_length, task)
-    y_clean = target(coeffs[queried], query, task)
+    y_clean = target(coeffs[queried], query, task, eigenvalues)
     y = y_clean + task.noise_std * jax.random.normal(k_noise, ())
     return Batch(context_tags, context_content, query, queried, y, y_clean, pmf, coeffs)
 
 
 def sample_context(key: Array, pmf: Array, tags: Array, length: int, task: RecallTask) -> tuple[Array, Array]:
-    """``length`` i.i.d. tokens X_t = (V_t, Z_t) ~ nu = (1/I) sum_i delta_{v_i} (x) mu_i; returns tags (T, d_1), content (T,).
+    """``length`` i.i.d. tokens X_t = (V_t, Z_t) ~ nu = (1/I) sum_i delta_{v_i} (x) mu_i (Def. 3.1, section 4.1);
+    returns tags (T, d_1), content (T,).
 
     pmf (I, G) the content mass functions on ``task.grid``, tags (I, d_1). ``length`` must be static under jit.
     """

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
+from memlab.checks import check_int, check_real
 from memlab.recall.encoding import encode
 from memlab.recall.task import Batch
 
@@ -37,14 +38,10 @@ class TrainConfig:
 
     def __post_init__(self):
         for name in ("epochs", "batch_size", "eval_chunk"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+            check_int(name, getattr(self, name))
         for name in ("learning_rate", "clip_norm"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0; got {getattr(self, name)!r}")
-        if not 0 < self.decay <= 1:
-            raise ValueError(f"decay must be in (0, 1]; got {self.decay!r}")
+            check_real(name, getattr(self, name), 0.0, open_low=True)
+        check_real("decay", self.decay, 0.0, 1.0, open_low=True)
 
 
 class TrainResult(NamedTuple):

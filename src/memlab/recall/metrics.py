@@ -1,0 +1,62 @@
+"""What the recall experiments measure, from numbers alone (no model): learning curves with the rate fit of eq. (1),
+the monotonicity rule, and the coupling rate of Prop. 4.2's proof. Measurements that need a trained model
+(F^(T) by Monte Carlo, the coupling distance, the per-step contraction bound) are in ``limit.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+import numpy as np
+
+from memlab.recall.rate import RateFit, fit_rate
+
+__all__ = ["LearningCurve", "coupling_rate", "is_monotone", "learning_curves"]
+
+
+class LearningCurve(NamedTuple):
+    """Risk vs n of one (student, alpha, T): sizes n (k,), best validation MSE (k,), the eq. (1) fit, and the two
+    exact reference risks of ``task.baseline_mse`` (mean predictor, tag-only predictor)."""
+
+    n: np.ndarray
+    mse: np.ndarray
+    fit: RateFit
+    baseline_mean: float
+    baseline_tag_only: float
+
+
+def learning_curves(records: Iterable[Mapping]) -> dict[tuple[str, float, int], LearningCurve]:
+    """Group training records (``runs.train_cell``) by (student, alpha, T), in first-seen order, and fit eq. (1)
+    to each group's (n, mse) in record order."""
+    groups: dict[tuple, list[Mapping]] = {}
+    for r in records:
+        groups.setdefault((r["student"], float(r["alpha"]), int(r["T"])), []).append(r)
+    curves = {}
+    for key, rs in groups.items():
+        n = np.array([r["n"] for r in rs], float)
+        mse = np.array([r["mse"] for r in rs], float)
+        curves[key] = LearningCurve(n, mse, fit_rate(n, mse, key[1]), float(rs[0]["baseline_mean"]),
+                                    float(rs[0]["baseline_tag_only"]))
+    return curves
+
+
+def is_monotone(values, slack: float = 0.05) -> bool:
+    """Non-increasing up to ``slack``: each step may rise by at most a fraction ``slack`` (default 5 %)."""
+    values = np.asarray(values, float)
+    return bool(np.all(values[1:] <= (1 + slack) * values[:-1]))
+
+
+def coupling_rate(distance, floor: float = 1e-5, min_points: int = 10) -> tuple[float, float]:
+    """(r_eff, intercept) of the least-squares fit log d_t = intercept + t log r_eff, t = 1, 2, ..., over the steps
+    where d_t > ``floor`` * d_1 (above float32 noise); (nan, nan) when fewer than ``min_points`` steps are usable.
+
+    distance (t,): the mean distance of two coupled chains after t shared tokens (``limit.coupling_distance``).
+    """
+    distance = np.asarray(distance, float)
+    t = np.arange(1, len(distance) + 1)
+    usable = distance > floor * distance[0]
+    if usable.sum() < min_points:
+        return float("nan"), float("nan")
+    slope, intercept = np.polyfit(t[usable], np.log(distance[usable]), 1)
+    return float(np.exp(slope)), float(intercept)

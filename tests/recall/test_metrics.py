@@ -1,0 +1,43 @@
+"""Learning curves, the monotonicity rule and the coupling rate (memlab.recall.metrics), from numbers alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memlab.recall.metrics import coupling_rate, is_monotone, learning_curves
+
+
+def record(student, alpha, T, n, mse, mean=1.0, tag_only=0.5):
+    return {"student": student, "alpha": alpha, "T": T, "n": n, "mse": mse, "baseline_mean": mean,
+            "baseline_tag_only": tag_only}
+
+
+def test_learning_curves_group_in_first_seen_order_and_fit_eq_1():
+    n = np.array([4, 16, 64])
+    exact = {a: np.exp(0.2 - C * np.log(n) ** (a / (a + 1))) for a, C in ((0.5, 2.0), (2.0, 0.5))}
+    records = [record("mamba-2", a, T, int(k), float(m), mean=3.0 - a, tag_only=1.0 - a / 4)
+               for T in (25, 50) for a in (0.5, 2.0) for k, m in zip(n, exact[a])]
+    curves = learning_curves(records)
+    assert list(curves) == [("mamba-2", 0.5, 25), ("mamba-2", 2.0, 25), ("mamba-2", 0.5, 50), ("mamba-2", 2.0, 50)]
+    for (_, a, _), c in curves.items():
+        np.testing.assert_array_equal(c.n, n)
+        np.testing.assert_allclose(c.mse, exact[a])
+        assert c.fit.C == pytest.approx({0.5: 2.0, 2.0: 0.5}[a]) and c.fit.A == pytest.approx(0.2)
+        assert (c.baseline_mean, c.baseline_tag_only) == (3.0 - a, 1.0 - a / 4)
+
+
+def test_monotone_rule_allows_five_percent_per_step():
+    assert is_monotone([1.0, 0.9, 0.94, 0.5])  # +4.4 % is allowed
+    assert not is_monotone([1.0, 0.9, 0.95])  # +5.6 % is not
+    assert is_monotone([0.3]) and is_monotone([1.0, 1.1], slack=0.1)
+
+
+def test_coupling_rate_recovers_a_geometric_decay_above_the_noise_floor():
+    t = np.arange(1, 401)
+    distance = 0.3 * 0.97**t
+    r, intercept = coupling_rate(distance)
+    assert r == pytest.approx(0.97) and intercept == pytest.approx(np.log(0.3))
+    floored = np.maximum(distance, 1e-9)  # float32 noise after ~ 400 steps: excluded by the floor
+    assert coupling_rate(floored)[0] == pytest.approx(0.97)
+    assert np.isnan(coupling_rate(distance[:9])[0])  # fewer than ten usable steps
