@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -84,13 +83,13 @@ class ImputationConfig:
 
 def run_imputation(cfg: ImputationConfig, run: Run) -> dict:
     """Pong and the test mask (driver) -> training sweep -> scoring sweep -> table, figure, claim."""
-    data = load_dataset("pong", LAYOUTS[cfg.layout]["pong"], key=jax.random.key(cfg.seed))
-    mask = metrics.imputation_mask(jax.random.key(cfg.seed + 7), *data.test.y.shape[:2], cfg.fraction)
-    trained = run.sweep({f"train-{name}": partial(train_cell, cfg, name, data, jax.random.key(cfg.seed))
+    data = load_dataset("pong", LAYOUTS[cfg.layout]["pong"], key=run.key_for("data", "pong"))
+    mask = metrics.imputation_mask(run.key_for("test-mask"), *data.test.y.shape[:2], cfg.fraction)
+    trained = run.sweep({f"train-{name}": partial(train_cell, cfg, name, data, run.key_for("train"))
                          for name in cfg.models}, "pissm.imputation training")
     b = _figure_sequence(data.test)
     scored = run.sweep({f"score-{name}": partial(score_cell, cfg, name, data, trained[f"train-{name}"]["model"],
-                                                 mask, jax.random.key(cfg.seed), b, jax.random.key(0))
+                                                 mask, run.key_for("evaluate"), b, run.key_for("figure"))
                         for name in cfg.models}, "pissm.imputation scoring")
     stats = _analyse(cfg, scored)
     _figures(data.test, mask, b, stats, run)

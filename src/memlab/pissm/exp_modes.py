@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from matplotlib.patches import Ellipse
@@ -109,10 +108,10 @@ class ModesConfig:
 
 def run_pong_modes(cfg: ModesConfig, run: Run) -> dict:
     """Pong (driver) -> training sweep (model, oracle) -> evaluation sweep -> statistics, Fig. 9, claims."""
-    data = load_dataset("pong", LAYOUTS[cfg.layout]["pong"], key=jax.random.key(cfg.seed))
-    trained = run.sweep(_train_cells(cfg, data), "pissm.pong-modes training")
+    data = load_dataset("pong", LAYOUTS[cfg.layout]["pong"], key=run.key_for("data", "pong"))
+    trained = run.sweep(_train_cells(cfg, data, run), "pissm.pong-modes training")
     evaluation = run.sweep({"evaluate": partial(evaluate_cell, cfg, data, trained["train"]["model"],
-                                                jax.random.key(cfg.seed + 1), jax.random.key(cfg.seed + 2))},
+                                                run.key_for("evaluate"), run.key_for("particle-filter"))},
                            "pissm.pong-modes evaluation")["evaluate"]
     stats = _analyse(trained, evaluation)
     run.save_csv("mode_shares.csv", ["mode", "share"], list(enumerate(evaluation["shares"])))
@@ -122,11 +121,11 @@ def run_pong_modes(cfg: ModesConfig, run: Run) -> dict:
     return stats
 
 
-def _train_cells(cfg: ModesConfig, data: Dataset) -> dict:
-    cells = {"train": partial(train_cell, cfg, data, jax.random.key(cfg.seed))}
+def _train_cells(cfg: ModesConfig, data: Dataset, run: Run) -> dict:
+    cells = {"train": partial(train_cell, cfg, data, run.key_for("train"))}
     if cfg.oracle_epochs:
         cells["oracle"] = partial(oracle_selection, data, cfg.oracle_epochs, cfg.batch_size,
-                                  jax.random.key(cfg.seed + 3))
+                                  run.key_for("oracle"))
     return cells
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
-import jax
 import numpy as np
 
 from memlab import plots
@@ -82,8 +81,8 @@ class StabilityConfig:
 
 def run_stability(cfg: StabilityConfig, run: Run) -> dict:
     """Pong (driver) -> one sweep of (model, scheme, value, seed) training cells -> table, Fig. 8, claims."""
-    data = load_dataset("pong", LAYOUTS[cfg.layout]["pong"], key=jax.random.key(cfg.seed))
-    cells = run.sweep(_cells(cfg, data), "pissm.stability")
+    data = load_dataset("pong", LAYOUTS[cfg.layout]["pong"], key=run.key_for("data", "pong"))
+    cells = run.sweep(_cells(cfg, data, run), "pissm.stability")
     stats = _analyse(cfg, cells)
     _figures(cfg, cells, run)
     _claims(cfg, stats, run)
@@ -99,9 +98,10 @@ def _name(model: str, scheme: str, value: float, s: int) -> str:
     return f"{model}-{scheme}-{value:g}-{s}"
 
 
-def _cells(cfg: StabilityConfig, data: Dataset) -> dict:
+def _cells(cfg: StabilityConfig, data: Dataset, run: Run) -> dict:
+    """Seed s trains from the key stream ("train", s) and scores with ("evaluate", s), whatever the scheme."""
     return {_name(model, scheme, value, s): partial(train_cell, cfg, model, scheme, value, data,
-                                                    jax.random.key(cfg.seed * 1000 + s), jax.random.key(s))
+                                                    run.key_for("train", s), run.key_for("evaluate", s))
             for model in cfg.models for scheme, value in _schemes(cfg) for s in range(cfg.seeds)}
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
-import jax
 import numpy as np
 
 from memlab import plots
@@ -101,8 +100,8 @@ class Table1Config:
 
 def run_table1(cfg: Table1Config, run: Run) -> dict:
     """Data sets (driver) -> one sweep of (data set, model, seed) cells and PF cells -> table, figure, claims."""
-    datasets, notes = _datasets(cfg)
-    cells = run.sweep(_cells(cfg, datasets), "pissm.table1")
+    datasets, notes = _datasets(cfg, run)
+    cells = run.sweep(_cells(cfg, datasets, run), "pissm.table1")
     stats = _analyse(cfg, list(datasets), cells)
     _figures(stats, run)
     _claims(stats, run)
@@ -110,7 +109,7 @@ def run_table1(cfg: Table1Config, run: Run) -> dict:
     return {"table": stats["table"], "notes": notes}
 
 
-def _datasets(cfg: Table1Config) -> tuple[dict[str, Dataset], list[str]]:
+def _datasets(cfg: Table1Config, run: Run) -> tuple[dict[str, Dataset], list[str]]:
     """The data sets of the run by name (NCLT read from ``data_dir``), and a note per data set skipped."""
     layouts, datasets, notes = LAYOUTS[cfg.layout], {}, []
     for name in cfg.datasets:
@@ -118,23 +117,25 @@ def _datasets(cfg: Table1Config) -> tuple[dict[str, Dataset], list[str]]:
             notes.append(NCLT_HINT)
             continue
         try:
-            datasets[name] = load_dataset(name, layouts[name], key=jax.random.key(cfg.seed),
+            datasets[name] = load_dataset(name, layouts[name], key=run.key_for("data", name),
                                           data_dir=cfg.data_dir or None)
         except NCLTDataMissingError as e:
             notes.append(f"NCLT skipped: {e}")
     return datasets, notes
 
 
-def _cells(cfg: Table1Config, datasets: dict[str, Dataset]) -> dict:
+def _cells(cfg: Table1Config, datasets: dict[str, Dataset], run: Run) -> dict:
+    """Seed s trains every model from the key stream ("train", s) and scores it with ("evaluate", s)."""
     cells = {}
     for data_name, data in datasets.items():
         for model_name in cfg.models:
             for s in range(cfg.seeds):
                 cells[f"{data_name}-{model_name}-{s}"] = partial(
-                    train_and_score, cfg, model_name, data_name, data, jax.random.key(cfg.seed * 1000 + s),
-                    jax.random.key(s))
+                    train_and_score, cfg, model_name, data_name, data, run.key_for("train", s),
+                    run.key_for("evaluate", s))
         if cfg.particles and data_name in PARTICLE_REFERENCES:
-            cells[f"{data_name}-pf"] = partial(particle_cell, cfg, data_name, data, jax.random.key(cfg.seed))
+            cells[f"{data_name}-pf"] = partial(particle_cell, cfg, data_name, data,
+                                               run.key_for("particle-filter", data_name))
     return cells
 
 

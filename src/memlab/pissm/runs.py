@@ -150,7 +150,7 @@ def training_masks(data: Dataset, missing: float, key) -> tuple[jax.Array, jax.A
     learn to predict through gaps."""
     if missing == 0:
         return full_mask(data.train), full_mask(data.validation)
-    k_train, k_val = jax.random.split(jax.random.fold_in(key, 0x6A95))
+    k_train, k_val = jax.random.split(key)
     return (metrics.imputation_mask(k_train, *data.train.y.shape[:2], missing),
             metrics.imputation_mask(k_val, *data.validation.y.shape[:2], missing))
 
@@ -158,14 +158,14 @@ def training_masks(data: Dataset, missing: float, key) -> tuple[jax.Array, jax.A
 def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, missing: float = 0.0):
     """Train model ``name`` on data.train with early stopping on data.validation (the batch shrinks so that an
     epoch has at least 8 minibatches); ``missing`` > 0 removes that fraction of the observations of both
-    (``training_masks``). ``key`` draws the initialisation, the training paths and the masks.
+    (``training_masks``). ``key`` is split into the keys of the initialisation, the training run and the masks.
 
     Returns (model, record): record has best_val, best_epoch, failed, seconds, and the per-epoch histories.
     """
-    key_model, key_train = jax.random.split(key)
+    key_model, key_train, key_masks = jax.random.split(key, 3)
     # at least 8 minibatches per epoch (Lorenz has 40 training sequences)
     config = dataclasses.replace(config, batch_size=max(1, min(config.batch_size, data.train.y.shape[0] // 8)))
-    train_mask, validation_mask = training_masks(data, missing, key)
+    train_mask, validation_mask = training_masks(data, missing, key_masks)
     model = make_model(name, data_name, data, key_model, train_mask=train_mask)
     start = time.perf_counter()
     if not trains(name):
