@@ -41,6 +41,7 @@ from memlab.pissm.pong_modes import (
     most_bounces,
     oracle_model,
     oracle_selection,
+    selection_accuracy,
     smallest_eigenvalues,
     true_eigenvalues,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "predictive_log_likelihood",
     "sample_lgssm",
     "score",
+    "selection_accuracy",
     "smallest_eigenvalues",
     "to_db",
     "true_eigenvalues",

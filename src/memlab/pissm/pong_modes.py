@@ -9,7 +9,8 @@ true switching dynamics, and the oracle that separates learning the modes' dynam
   and elsewhere.
 - ``oracle_selection``: a pi-SSM(LG) with K = 5 whose A_z, b_z, C are FIXED to Pong's true step maps
   (``data.pong.step_maps``: free flight and one reflection per wall) trains only q(z | x), Q and the prior by the
-  paper's estimator (eq. 8-9); scored by how often the sampled mode is the true one at wall hits and in flight.
+  paper's estimator (eq. 8-9); scored by how often the sampled mode is the true one at wall hits and in flight
+  (``selection_accuracy``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from memlab.pissm.model import PiSSM
 from memlab.pissm.runs import compiled_train, full_mask, predict_jit
 from memlab.pissm.train import TrainConfig
 
-__all__ = ["mode_statistics", "most_bounces", "oracle_model", "oracle_selection", "smallest_eigenvalues",
-           "true_eigenvalues"]
+__all__ = ["mode_statistics", "most_bounces", "oracle_model", "oracle_selection", "selection_accuracy",
+           "smallest_eigenvalues", "true_eigenvalues"]
 
 
 def true_eigenvalues(events: np.ndarray) -> np.ndarray:
@@ -90,9 +91,15 @@ def oracle_selection(data: Dataset, epochs: int, batch_size: int, key) -> dict:
     result = compiled_train(config)(key_train, oracle_model(data, key_model), train.y, full_mask(train), val.y,
                                     full_mask(val))
     p = predict_jit(result.model, test.y, full_mask(test), key_test, 1)
-    modes, hits = np.asarray(p.modes[0]), np.asarray(test.events)
-    wall = np.where(hits.any(-1), 1 + np.argmax(hits, -1), 0)  # 0 free flight, w = 1..4 WALLS[w - 1]
-    return {"at_hits": float(np.mean(modes[wall > 0] == wall[wall > 0])),
-            "in_flight": float(np.mean(modes[wall == 0] == 0)),
+    at_hits, in_flight = selection_accuracy(np.asarray(p.modes[0]), np.asarray(test.events))
+    return {"at_hits": at_hits, "in_flight": in_flight,
             "test_ll": float(jnp.mean(metrics.predictive_log_likelihood(p.log_likelihoods, full_mask(test)))),
             "val_ll": np.asarray(result.val_ll).tolist(), "failed": bool(result.failed)}
+
+
+def selection_accuracy(modes: np.ndarray, events: np.ndarray) -> tuple[float, float]:
+    """How often sampled oracle modes (B, T) (0 free flight, w = 1..4 a hit of ``WALLS[w - 1]``, the order of
+    ``step_maps``) are the true step map, given the wall hits ``events`` (B, T, 4) bool: (share of the steps with a
+    wall hit whose mode is that wall's reflection, share of the other steps whose mode is free flight)."""
+    wall = np.where(events.any(-1), 1 + np.argmax(events, -1), 0)
+    return float(np.mean(modes[wall > 0] == wall[wall > 0])), float(np.mean(modes[wall == 0] == 0))
