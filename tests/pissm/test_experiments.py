@@ -98,8 +98,10 @@ def test_training_masks_remove_the_asked_fraction_and_the_observation_model_fits
     assert not np.array_equal(np.asarray(train_mask),
                               np.asarray(runs.training_masks(data, 0.5, jax.random.key(1))[0]))
 
-    model, _ = runs.fit("observation", "pong", data, TrainConfig(epochs=1), jax.random.key(0), missing=0.5)
-    expected = ObservationOnly.fit(np.asarray(data.train.y, np.float64), np.asarray(train_mask))
+    key = jax.random.key(7)
+    model, _ = runs.fit("observation", "pong", data, TrainConfig(epochs=1), key, missing=0.5)
+    fit_mask, _ = runs.training_masks(data, 0.5, jax.random.split(key, 3)[2])  # fit's third key draws the masks
+    expected = ObservationOnly.fit(np.asarray(data.train.y, np.float64), np.asarray(fit_mask))
     np.testing.assert_allclose(np.asarray(model.step_cov_raw), np.asarray(expected.step_cov_raw), rtol=1e-6)
     unmasked = ObservationOnly.fit(np.asarray(data.train.y, np.float64))
     assert not np.allclose(np.asarray(model.step_cov_raw), np.asarray(unmasked.step_cov_raw), rtol=1e-3)
