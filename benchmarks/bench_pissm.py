@@ -27,7 +27,8 @@ def parameter_count(model) -> int:
 
 
 def run() -> list[dict]:
-    data = load_dataset("pong", PONG_LAYOUT, seed=0)
+    data = load_dataset("pong", PONG_LAYOUT, key=jax.random.key(0))
+    test = data.test
     rows = []
     for name in MODELS:
         model = make_model(name, "pong", data, jax.random.key(0))
@@ -35,10 +36,9 @@ def run() -> list[dict]:
         train = eqx.filter_jit(make_train(config))
         args = (jax.random.key(1), model, data.train.y, full_mask(data.train), data.validation.y,
                 full_mask(data.validation))
-        epoch = timed(lambda: train(*args).best_val)
-        test = data.test
-        infer = timed(lambda: predict_jit(model, test.y, full_mask(test), jax.random.key(2), 1).log_likelihoods,
-                      repeats=3)
+        epoch = timed(lambda train=train, args=args: train(*args).best_val)
+        infer = timed(lambda model=model: predict_jit(model, test.y, full_mask(test), jax.random.key(2),
+                                                      1).log_likelihoods, repeats=3)
         rows.append({"model": name, "parameters": parameter_count(model), "sequences": int(data.train.y.shape[0]),
                      "steps": int(data.train.y.shape[1]), "batch": 32, "seconds_per_epoch": epoch,
                      "paper_seconds_per_epoch": {"pissm-gru": 56.0, "pissm-lstm": 57.0}.get(name, np.nan),

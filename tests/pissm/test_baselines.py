@@ -243,7 +243,7 @@ def test_every_baseline_vmaps_over_sequences_in_the_shared_interface():
         (lambda: ObservationOnly(0), "observation_size"),
         (lambda: ObservationOnly(2)(np.zeros((4, 3)), None), r"y must have shape \(T, 2\)"),
         (lambda: ObservationOnly.fit(np.zeros((1, 4, 2))), "fit needs"),
-        (lambda: DirectRNN(2, key=jax.random.key(0), cell="rnn"), "cell must be 'gru' or 'lstm'"),
+        (lambda: DirectRNN(2, key=jax.random.key(0), cell="rnn"), "unknown cell 'rnn'"),
         (lambda: DirectRNN(2, key=jax.random.key(0), obs_scale=[1.0, 0.0]), "obs_scale must be finite and > 0"),
         (lambda: DirectRNN(2, key=jax.random.key(0), obs_offset=[1.0]), "obs_offset and obs_scale"),
         (lambda: make_rnn("gru")(np.full((4, 2), np.nan), None), "not finite"),

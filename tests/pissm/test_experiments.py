@@ -7,16 +7,17 @@ import importlib.util
 import json
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
 from memlab import catalog, cli
 from memlab.catalog import EXPERIMENTS
-from memlab.pissm import exp_table1, runs
+from memlab.pissm import runs
 from memlab.pissm.baselines import ObservationOnly
 from memlab.pissm.data.nclt import NCLT_LAYOUT
 from memlab.pissm.train import TrainConfig
-from memlab.runner import Run
+from memlab.runner import run_experiment
 
 _spec = importlib.util.spec_from_file_location("pissm_nclt_files", Path(__file__).with_name("test_nclt.py"))
 _nclt_files = importlib.util.module_from_spec(_spec)
@@ -49,22 +50,28 @@ def test_tiny_profile_runs_and_resumes(name, tmp_path, check_tiny_run):
     check_tiny_run(name, tmp_path)
 
 
-def test_table1_without_nclt_data_says_where_to_get_it(tmp_path):
-    cfg = dataclasses.replace(EXPERIMENTS["pissm.table1"].profiles["tiny"], datasets=("nclt",))
-    folder = tmp_path / "n"
-    folder.mkdir()
-    notes = exp_table1.run(cfg, Run(folder, cfg, "tiny", 0, progress=False))["notes"]
-    assert notes == [exp_table1.NCLT_HINT]
+def _with_tiny(monkeypatch, name: str, **changes):
+    """Make the catalog's ``name`` run its tiny profile with ``changes``."""
+    exp = EXPERIMENTS[name]
+    tiny = dataclasses.replace(exp.profiles["tiny"], **changes)
+    monkeypatch.setitem(catalog.EXPERIMENTS, name, dataclasses.replace(exp, profiles={**exp.profiles, "tiny": tiny}))
+    return catalog.EXPERIMENTS[name]
+
+
+def test_table1_without_nclt_data_says_where_to_get_it(tmp_path, monkeypatch):
+    exp = _with_tiny(monkeypatch, "pissm.table1", datasets=("nclt",))
+    out = run_experiment(exp, profile="tiny", out_dir=tmp_path / "n", progress=False)
+    results = json.loads((out / "results.json").read_text())
+    notes = results["results"]["notes"]
+    assert len(notes) == 1 and results["results"]["table"] == [] and results["claims"] == []
     assert "--data-dir" in notes[0] and "robots.engin.umich.edu/nclt" in notes[0]
+    assert notes[0] in (out / "summary.md").read_text()
 
 
 def test_table1_reads_nclt_from_data_dir(tmp_path, monkeypatch):
     data = tmp_path / "nclt"
     write_session(data, duration=NCLT_LAYOUT.total_steps + 40, gps_noise=3.0)
-    exp = EXPERIMENTS["pissm.table1"]
-    tiny = dataclasses.replace(exp.profiles["tiny"], datasets=("nclt",), models=("observation",))
-    monkeypatch.setitem(catalog.EXPERIMENTS, "pissm.table1", dataclasses.replace(exp, profiles={**exp.profiles,
-                                                                                               "tiny": tiny}))
+    _with_tiny(monkeypatch, "pissm.table1", datasets=("nclt",), models=("observation",))
     out = tmp_path / "o"
     args = ["run", "pissm.table1", "--profile", "tiny", "--out", str(out), "--no-progress", "--data-dir", str(data)]
     assert cli.main(args) == 0
@@ -72,26 +79,29 @@ def test_table1_reads_nclt_from_data_dir(tmp_path, monkeypatch):
     assert {row["dataset"] for row in table} == {"nclt"}
     assert all(row["ll_mean"] == row["ll_mean"] for row in table)  # finite numbers, not NaN
     summary = (out / "summary.md").read_text()
-    assert exp_table1.NCLT_HINT not in summary
+    assert "NCLT skipped" not in summary
     for row in table:  # Table 7's unit: 10 log10 of the MSE
         assert abs(row["filtered_mse_db"] - 10 * np.log10(row["filtered_mse_mean"])) < 1e-4  # float32
-        assert f"{row['filtered_mse_db']:.2f} dB" in summary
+        assert f"| {row['filtered_mse_db']:.2f} |" in summary
 
 
 def test_training_masks_remove_the_asked_fraction_and_the_observation_model_fits_only_what_is_kept():
     data = runs.load_dataset("pong", runs.LAYOUTS["tiny"]["pong"])
-    complete = runs.training_masks(data, 0.0, seed=0)
+    complete = runs.training_masks(data, 0.0, jax.random.key(0))
     assert all(bool(np.all(m)) for m in complete)
-    train_mask, validation_mask = runs.training_masks(data, 0.5, seed=0)
+    train_mask, validation_mask = runs.training_masks(data, 0.5, jax.random.key(0))
     T = data.train.y.shape[1]
     for mask, split in ((train_mask, data.train), (validation_mask, data.validation)):
         mask = np.asarray(mask)
         assert mask.shape == split.y.shape[:2] and np.all(mask[:, 0])
         np.testing.assert_array_equal(mask.sum(1), T - round(0.5 * T))
-    assert not np.array_equal(np.asarray(train_mask), np.asarray(runs.training_masks(data, 0.5, seed=1)[0]))
+    assert not np.array_equal(np.asarray(train_mask),
+                              np.asarray(runs.training_masks(data, 0.5, jax.random.key(1))[0]))
 
-    model, _ = runs.fit("observation", "pong", data, TrainConfig(epochs=1), seed=0, missing=0.5)
-    expected = ObservationOnly.fit(np.asarray(data.train.y, np.float64), np.asarray(train_mask))
+    key = jax.random.key(7)
+    model, _ = runs.fit("observation", "pong", data, TrainConfig(epochs=1), key, missing=0.5)
+    fit_mask, _ = runs.training_masks(data, 0.5, jax.random.split(key, 3)[2])  # fit's third key draws the masks
+    expected = ObservationOnly.fit(np.asarray(data.train.y, np.float64), np.asarray(fit_mask))
     np.testing.assert_allclose(np.asarray(model.step_cov_raw), np.asarray(expected.step_cov_raw), rtol=1e-6)
     unmasked = ObservationOnly.fit(np.asarray(data.train.y, np.float64))
     assert not np.allclose(np.asarray(model.step_cov_raw), np.asarray(unmasked.step_cov_raw), rtol=1e-3)

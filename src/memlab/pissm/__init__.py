@@ -1,1 +1,118 @@
-"""pi-SSM study (paper: pi-ssm-hybrid-state-space.md)."""
+"""The pi-SSM study (paper: pi-ssm-hybrid-state-space.md): hybrid state-space inference with a learned,
+Kalman-style gain, against the Kalman filter, particle filters and SLDS-type baselines.
+
+Tasks, references and models (the library; ``__all__`` below is what other code may import):
+
+    data/          Pong, Lorenz, Navier-Stokes generators and the NCLT loader (train / validation / test splits)
+    predictions.py the Predictions record every model returns (the interface of training and metrics)
+    kalman.py      exact Kalman filter (Joseph form, missing steps), LG sampler
+    particle.py    bootstrap particle filter; reference.py: true-dynamics particle filters for Pong and Lorenz
+    model.py       pi-SSM: mode net q(z|x), switching dynamics, nested inference with the RNN gain (eq. 7)
+    lg.py          the LG variant of App. G.1
+    baselines.py   observation-only, direct GRU/LSTM, LG in the Predictions interface
+    train.py       make_train(config) -> train(key, model, data): BPTT + REINFORCE (eq. 8-9), ISS / clipping
+    metrics.py     predictive log-likelihood, position / imputation MSE, mode pruning and persistence
+    runs.py        data sets and models by name, fit, models as bytes, evaluation, the particle-filter row
+    pong_modes.py  Fig. 9 / App. H.1 mode analysis on Pong: eigenvalues, mode statistics, the oracle
+
+Experiments: ``exp_table1.py`` (Table 1, 7-8), ``exp_stability.py`` (Tables 2 and 6, Fig. 8), ``exp_modes.py``
+(Fig. 4 / 9, App. H.1), ``exp_imputation.py`` (App. H.1), indexed by ``experiments.py``; nothing outside them
+imports an ``exp_*.py``.
+"""
+
+from memlab.pissm.baselines import DirectRNN, LGBaseline, ObservationOnly
+from memlab.pissm.data import Dataset, Split, SplitLayout
+from memlab.pissm.kalman import KalmanFiltered, kalman_filter, sample_lgssm
+from memlab.pissm.lg import LGFiltered, LGVariant
+from memlab.pissm.metrics import (
+    gaussian_log_density,
+    imputation_mask,
+    mode_agreement,
+    mode_persistence,
+    modes_in_use,
+    position_mse,
+    predictive_log_likelihood,
+    to_db,
+)
+from memlab.pissm.model import PiSSM
+from memlab.pissm.particle import ParticleFiltered, bootstrap_particle_filter
+from memlab.pissm.pong_modes import (
+    mode_statistics,
+    most_bounces,
+    oracle_model,
+    oracle_selection,
+    selection_accuracy,
+    smallest_eigenvalues,
+    true_eigenvalues,
+)
+from memlab.pissm.predictions import Predictions
+from memlab.pissm.reference import gaussian_prior_particle_filter, lorenz_particle_filter, pong_particle_filter
+from memlab.pissm.runs import (
+    DATASETS,
+    LAYOUTS,
+    MODELS,
+    evaluate,
+    fit,
+    load_dataset,
+    make_model,
+    mean_scores,
+    model_bytes,
+    model_from_bytes,
+    particle_reference,
+    particle_scores,
+    score,
+)
+from memlab.pissm.train import TrainConfig, TrainResult, make_train, predict_batch
+
+__all__ = [
+    "DATASETS",
+    "LAYOUTS",
+    "MODELS",
+    "Dataset",
+    "DirectRNN",
+    "KalmanFiltered",
+    "LGBaseline",
+    "LGFiltered",
+    "LGVariant",
+    "ObservationOnly",
+    "ParticleFiltered",
+    "PiSSM",
+    "Predictions",
+    "Split",
+    "SplitLayout",
+    "TrainConfig",
+    "TrainResult",
+    "bootstrap_particle_filter",
+    "evaluate",
+    "fit",
+    "gaussian_log_density",
+    "gaussian_prior_particle_filter",
+    "imputation_mask",
+    "kalman_filter",
+    "load_dataset",
+    "lorenz_particle_filter",
+    "make_model",
+    "make_train",
+    "mean_scores",
+    "mode_agreement",
+    "mode_persistence",
+    "mode_statistics",
+    "model_bytes",
+    "model_from_bytes",
+    "modes_in_use",
+    "most_bounces",
+    "oracle_model",
+    "oracle_selection",
+    "particle_reference",
+    "particle_scores",
+    "pong_particle_filter",
+    "position_mse",
+    "predict_batch",
+    "predictive_log_likelihood",
+    "sample_lgssm",
+    "score",
+    "selection_accuracy",
+    "smallest_eigenvalues",
+    "to_db",
+    "true_eigenvalues",
+]

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.checks import check_covariance, check_int, check_matrix
+from memlab.checks import check_choice, check_covariance, check_int, check_matrix
 from memlab.layers.gated_rnn import BoundedInput, GRUCell, LSTMCell
 from memlab.pissm.kalman import check_observations, symmetrise
 from memlab.pissm.lg import LGVariant
@@ -175,8 +175,7 @@ class DirectRNN(eqx.Module):
         N = check_int("observation_size", observation_size)
         hidden_size = check_int("hidden_size", hidden_size)
         cells = {"gru": GRUCell, "lstm": LSTMCell}
-        if cell not in cells:
-            raise ValueError(f"cell must be 'gru' or 'lstm', got {cell!r}")
+        check_choice("cell", cell, cells)
         offset = np.zeros(N) if obs_offset is None else np.asarray(obs_offset, np.float64)
         scale = np.ones(N) if obs_scale is None else np.asarray(obs_scale, np.float64)
         if offset.shape != (N,) or scale.shape != (N,) or not np.all(np.isfinite(offset)):

@@ -2,34 +2,34 @@
 run: pi-SSM-GRU, pi-SSM-LSTM, pi-SSM(LG), LG (App. G.1), direct GRU / LSTM, Observation, and a bootstrap particle
 filter with the true dynamics as the high-cost reference on Pong and Lorenz (section 7).
 
-Every (data set, model, seed) is one resumable cell: train on the training split with early stopping on the
-validation split, then score the test split with ``num_samples`` sampled paths. NCLT runs only with
-``--data-dir``; without it the summary says in one line where to get the data.
+Every (data set, model, seed) is one cell of one sweep: train on the training split with early stopping on the
+validation split, then score the test split with ``num_samples`` sampled paths; the particle filter is one cell per
+data set (``runs.particle_scores``). The driver generates the data sets (or reads NCLT, only with ``--data-dir``;
+without it the summary says in one line where to get the data) and hands each cell the data set it needs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from memlab import plots
-from memlab.pissm import metrics, reference
-from memlab.pissm.data import NCLTDataMissingError
-from memlab.pissm.data.pong import NOISE_STD as PONG_NOISE_STD
+from memlab.checks import check_choice, check_choices, check_int
+from memlab.pissm import metrics
+from memlab.pissm.data import Dataset, NCLTDataMissingError
 from memlab.pissm.runs import (
     DATASETS,
     LAYOUTS,
     MODELS,
+    PARTICLE_REFERENCES,
     default_stability,
     evaluate,
     fit,
-    full_mask,
     load_dataset,
     mean_scores,
-    score,
+    particle_scores,
 )
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
@@ -50,6 +50,32 @@ NCLT_HINT = ("NCLT skipped: no --data-dir. Download the 2012-01-22 session's gps
              "from http://robots.engin.umich.edu/nclt/ and rerun with --data-dir DIR.")
 
 
+SUMMARY = """# pissm.table1 — Table 1 / Table 8
+
+Layout `{layout}`, {seeds} seed(s), {epochs} epochs, batch {batch_size}, {num_samples} sampled paths per test \
+sequence. Test split; mean and std over seeds. ll = average predictive log-likelihood per step (log-mean-exp over \
+the sampled paths); MSE = filtered position against the ground truth; `filtered_mse_db` = 10 log10 of it (for NCLT, \
+in m², the dB of Table 7). `paper_ll` / `paper_mse`: Table 1 / Table 8 (NCLT: Table 7, dB); empty where the paper \
+has no number.
+
+{notes}{table}
+Our data sets are our own generators (the paper publishes neither its noise levels nor its scales), so the \
+absolute numbers are not comparable with the paper's; the orderings are. `pf` is the bootstrap particle filter with \
+the true dynamics (Pong: elastic reflections; Lorenz: RK4 of eq. 200) and a small artificial process noise: the \
+high-cost reference of section 7, not a trained model.
+
+Decisions (see `memlab.pissm.model`): prediction from the filtered moments (the sample of x_{{t-1}} only chooses the \
+mode), Joseph-form covariance update (eq. 7 prints a `+`), full covariances (diagonal ones cut the velocity out of \
+the gain), the RNN gain factor expressed around the exact gain and bounded.
+
+![test log-likelihood](table1.png)
+"""
+COLUMNS = ("dataset", "model", "seeds", "ll_mean", "ll_std", "filtered_mse_mean", "filtered_mse_std",
+           "filtered_mse_db", "predicted_mse", "failed", "train_seconds", "paper_ll", "paper_mse")
+FORMATS = {"ll_mean": ".3f", "ll_std": ".3f", "filtered_mse_mean": ".2e", "filtered_mse_std": ".2e",
+           "filtered_mse_db": ".2f", "predicted_mse": ".2e", "train_seconds": ".0f"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Table1Config:
     seed: int = 0
@@ -64,85 +90,79 @@ class Table1Config:
     data_dir: str = ""
 
     def validate(self):
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
-        for name in self.datasets:
-            if name not in DATASETS:
-                raise ValueError(f"unknown data set {name!r}; known: {', '.join(DATASETS)}")
-        for name in self.models:
-            if name not in MODELS:
-                raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+        check_choice("layout", self.layout, LAYOUTS)
+        check_choices("datasets", self.datasets, DATASETS)
+        check_choices("models", self.models, MODELS)
         for name in ("seeds", "epochs", "batch_size", "num_samples"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+            check_int(name, getattr(self, name))
+        check_int("particles", self.particles, low=0)
 
 
-def particle_reference(data_name, data, key, particles: int):
-    """The true-dynamics bootstrap PF on the test split (Pong, Lorenz), vmapped over sequences."""
-    split = data.test
-    keys = jax.random.split(key, split.y.shape[0])
-    if data_name == "pong":
-        pf = jax.vmap(lambda k, y: reference.pong_particle_filter(k, y, None, PONG_NOISE_STD, particles))
-    else:
-        pf = jax.vmap(lambda k, y: reference.lorenz_particle_filter(k, y, None, data.R, particles))
-    return jax.jit(pf)(keys, split.y)
+def run_table1(cfg: Table1Config, run: Run) -> dict:
+    """Data sets (driver) -> one sweep of (data set, model, seed) cells and PF cells -> table, figure, claims."""
+    datasets, notes = _datasets(cfg, run)
+    cells = run.sweep(_cells(cfg, datasets, run), "pissm.table1")
+    stats = _analyse(cfg, list(datasets), cells)
+    _figures(stats, run)
+    _claims(stats, run)
+    _summary(cfg, stats, notes, run)
+    return {"table": stats["table"], "notes": notes}
 
 
-def _score_particles(data_name, data, key, particles) -> dict:
-    p = particle_reference(data_name, data, key, particles)
-    truth = jnp.einsum("nm,btm->btn", data.C, data.test.x)
-    return score(p.log_likelihoods[None], p.filtered_obs[None], p.obs_means[None], truth, full_mask(data.test))
-
-
-def _mean_std(row: dict, key: str, fmt: str = ".3f") -> str:
-    mean, std = row[f"{key}_mean"], row[f"{key}_std"]
-    if not (np.isfinite(mean) and np.isfinite(std)):
-        return "n/a"
-    return f"{mean:{fmt}} ± {std:{fmt}}" if row["seeds"] > 1 else f"{mean:{fmt}}"
-
-
-def _or_dash(value) -> str:
-    return "—" if value is None else str(value)
-
-
-def run(cfg: Table1Config, run: Run) -> dict:
-    layouts = LAYOUTS[cfg.layout]
-    results, notes = {}, []
-    datasets = []
+def _datasets(cfg: Table1Config, run: Run) -> tuple[dict[str, Dataset], list[str]]:
+    """The data sets of the run by name (NCLT read from ``data_dir``), and a note per data set skipped."""
+    layouts, datasets, notes = LAYOUTS[cfg.layout], {}, []
     for name in cfg.datasets:
         if name == "nclt" and not cfg.data_dir:
             notes.append(NCLT_HINT)
             continue
         try:
-            datasets.append((name, load_dataset(name, layouts[name], seed=cfg.seed, data_dir=cfg.data_dir or None)))
+            datasets[name] = load_dataset(name, layouts[name], key=run.key_for("data", name),
+                                          data_dir=cfg.data_dir or None)
         except NCLTDataMissingError as e:
             notes.append(f"NCLT skipped: {e}")
-    total = len(datasets) * (len(cfg.models) * cfg.seeds + 1)
-    with run.progress(total, "pissm.table1") as advance:
-        for data_name, data in datasets:
-            for model_name in cfg.models:
-                for s in range(cfg.seeds):
-                    def compute(model_name=model_name, s=s):
-                        train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size,
-                                                stability=default_stability(model_name))
-                        model, record = fit(model_name, data_name, data, train_cfg, cfg.seed * 1000 + s)
-                        scores = evaluate(model, data, data.test, jax.random.key(s), cfg.num_samples)
-                        return {**record, **mean_scores(scores)}
-                    cell = run.cell(f"{data_name}-{model_name}-{s}", compute)
-                    results.setdefault(data_name, {}).setdefault(model_name, []).append(cell)
-                    advance()
-            if cfg.particles and data_name in ("pong", "lorenz"):
-                cell = run.cell(f"{data_name}-pf", lambda: mean_scores(_score_particles(
-                    data_name, data, jax.random.key(cfg.seed), cfg.particles)))
-                results[data_name]["pf"] = [cell]
-            advance()
-    table = [_row(data_name, model_name, cells) for data_name, by_model in results.items()
-             for model_name, cells in by_model.items()]
-    run.save_csv("table1.csv", list(table[0]) if table else [], [list(r.values()) for r in table])
-    _figure(table, run)
-    _claims(table, run)
-    _summary(cfg, table, notes, run)
-    return {"table": table, "notes": notes}
+    return datasets, notes
+
+
+def _cells(cfg: Table1Config, datasets: dict[str, Dataset], run: Run) -> dict:
+    """Seed s trains every model from the key stream ("train", s) and scores it with ("evaluate", s)."""
+    cells = {}
+    for data_name, data in datasets.items():
+        for model_name in cfg.models:
+            for s in range(cfg.seeds):
+                cells[f"{data_name}-{model_name}-{s}"] = partial(
+                    train_and_score, cfg, model_name, data_name, data, run.key_for("train", s),
+                    run.key_for("evaluate", s))
+        if cfg.particles and data_name in PARTICLE_REFERENCES:
+            cells[f"{data_name}-pf"] = partial(particle_cell, cfg, data_name, data,
+                                               run.key_for("particle-filter", data_name))
+    return cells
+
+
+def train_and_score(cfg: Table1Config, model_name: str, data_name: str, data: Dataset, key, eval_key) -> dict:
+    """One cell: train ``model_name`` on ``data`` from ``key``, score the test split with ``eval_key``."""
+    train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, stability=default_stability(model_name))
+    model, record = fit(model_name, data_name, data, train_cfg, key)
+    return {**record, **mean_scores(evaluate(model, data, data.test, eval_key, cfg.num_samples))}
+
+
+def particle_cell(cfg: Table1Config, data_name: str, data: Dataset, key) -> dict:
+    """One cell: the true-dynamics particle filter's scores on the test split."""
+    return mean_scores(particle_scores(data_name, data, key, cfg.particles))
+
+
+def _analyse(cfg: Table1Config, dataset_names: list[str], cells: dict[str, dict]) -> dict:
+    """Cells -> {"table": one row per (data set, model) with the mean and std over seeds, "ll": {data set: {model:
+    mean ll}}} (models of the config in order, then ``pf``)."""
+    table = []
+    for data_name in dataset_names:
+        for model_name in cfg.models:
+            table.append(_row(data_name, model_name, [cells[f"{data_name}-{model_name}-{s}"]
+                                                      for s in range(cfg.seeds)]))
+        if f"{data_name}-pf" in cells:
+            table.append(_row(data_name, "pf", [cells[f"{data_name}-pf"]]))
+    ll = {d: {r["model"]: r["ll_mean"] for r in table if r["dataset"] == d} for d in dataset_names}
+    return {"table": table, "ll": ll}
 
 
 def _row(data_name: str, model_name: str, cells: list[dict]) -> dict:
@@ -162,7 +182,8 @@ def _row(data_name: str, model_name: str, cells: list[dict]) -> dict:
             "paper_mse": PAPER_MSE.get(model_name, (None,) * 4)[d]}
 
 
-def _figure(table: list[dict], run: Run):
+def _figures(stats: dict, run: Run) -> None:
+    table = stats["table"]
     datasets = list(dict.fromkeys(r["dataset"] for r in table))
     fig, axes = plots.figure(1, max(len(datasets), 1), width=4.2 * max(len(datasets), 1), height=3.2, squeeze=False)
     for ax, data_name in zip(axes[0], datasets):
@@ -180,11 +201,12 @@ def _figure(table: list[dict], run: Run):
     run.save_figure(fig, "table1.png")
 
 
-def _claims(table: list[dict], run: Run):
+def _claims(stats: dict, run: Run) -> None:
+    """Per data set with ground truth (Pong, Lorenz), three orderings of Table 1, each where both sides ran."""
     for data_name in ("pong", "lorenz"):
-        ours = {m: np.nan for m in MODELS} | {r["model"]: r["ll_mean"] for r in table if r["dataset"] == data_name}
-        if all(np.isnan(v) for v in ours.values()):
+        if data_name not in stats["ll"]:
             continue
+        ours = {m: np.nan for m in MODELS} | stats["ll"][data_name]
         best_pissm = max(ours["pissm-gru"], ours["pissm-lstm"])
         if np.isfinite(best_pissm) and np.isfinite(ours["lg"]):
             run.claim(f"{data_name}-pissm-beats-lg", f"{data_name}: pi-SSM (best of GRU/LSTM gain) has a higher test "
@@ -202,37 +224,19 @@ def _claims(table: list[dict], run: Run):
                       bool(ours["pissm-gru"] > ours["pissm-lg"]))
 
 
-def _summary(cfg, table: list[dict], notes, run: Run):
-    lines = ["# pissm.table1 — Table 1 / Table 8", "",
-             f"Layout `{cfg.layout}`, {cfg.seeds} seed(s), {cfg.epochs} epochs, batch {cfg.batch_size}, "
-             f"{cfg.num_samples} sampled paths per test sequence. Test split; mean ± std over seeds. "
-             "ll = average predictive log-likelihood per step (log-mean-exp over the sampled paths); MSE = filtered "
-             "position against the ground truth (NCLT: 10 log10 of the MSE in m², the dB of Table 7).", ""]
-    lines += [*notes, ""] if notes else []
-    for data_name in dict.fromkeys(r["dataset"] for r in table):
-        lines += [f"## {data_name}", "", "| model | ll (ours) | ll (paper) | filtered MSE (ours) | MSE (paper) | "
-                  "failed runs | train s |", "| --- | --- | --- | --- | --- | --- | --- |"]
-        for row in (r for r in table if r["dataset"] == data_name):
-            mse = f"{row['filtered_mse_db']:.2f} dB" if data_name == "nclt" else _mean_std(row, "filtered_mse", ".2e")
-            lines.append(f"| {row['model']} | {_mean_std(row, 'll')} | {_or_dash(row['paper_ll'])} | {mse} | "
-                         f"{_or_dash(row['paper_mse'])} | {row['failed']} | {row['train_seconds']:.0f} |")
-        lines.append("")
-    lines += [
-        "Our data sets are our own generators (the paper publishes neither its noise levels nor its scales), so "
-        "the absolute numbers are not comparable with the paper's; the orderings are. `pf` is the bootstrap particle "
-        "filter with the true dynamics (Pong: elastic reflections; Lorenz: RK4 of eq. 200) and a small artificial "
-        "process noise: the high-cost reference of section 7, not a trained model.",
-        "",
-        "Decisions (see `memlab.pissm.model`): prediction from the filtered moments (the sample of x_{t-1} only "
-        "chooses the mode), Joseph-form covariance update (eq. 7 prints a `+`), full covariances (diagonal ones cut "
-        "the velocity out of the gain), the RNN gain factor expressed around the exact gain and bounded.",
-        "",
-        "![test log-likelihood](table1.png)",
-    ]
-    run.write_summary("\n".join(lines))
+def _summary(cfg: Table1Config, stats: dict, notes: list[str], run: Run) -> None:
+    rows = [[_blank(row[c]) for c in COLUMNS] for row in stats["table"]]
+    table = run.save_table("table1.csv", list(COLUMNS), rows, FORMATS)
+    run.write_summary(SUMMARY.format(**dataclasses.asdict(cfg), notes="".join(f"{n}\n\n" for n in notes),
+                                     table=table))
 
 
-EXPERIMENT = Experiment(
+def _blank(value):
+    """A table entry: None (no paper number) as an empty cell."""
+    return "" if value is None else value
+
+
+EXPERIMENTS = [Experiment(
     name="pissm.table1",
     paper_ref="Table 1 and Tables 7-8",
     paper="pi-ssm-hybrid-state-space",
@@ -241,8 +245,13 @@ EXPERIMENT = Experiment(
     profiles={
         "tiny": Table1Config(layout="tiny", datasets=("pong",), models=("pissm-gru", "lg", "observation"), seeds=1,
                              epochs=1, num_samples=2, particles=100),
-        "quick": Table1Config(datasets=("pong", "lorenz", "nclt"), seeds=2, epochs=8, batch_size=16),
+        # quick: 1 seed (was 2; a seed costs the runs, not the compiles, and each claim compares means), 10
+        # epochs at batch 16 on the quick layout (250 Pong sequences; was 8 epochs on 500), no particle filter
+        # (3000 particles bought no claim). Every model a claim reads stays; the observation-only row costs ~1 s.
+        # The Pong training settings equal the other pissm quick profiles', so a cold `make reproduce` compiles
+        # the pi-SSM-GRU training and test programs once (JAX's persistent cache).
+        "quick": Table1Config(datasets=("pong", "lorenz", "nclt"), seeds=1, epochs=10, batch_size=16, particles=0),
         "paper": Table1Config(layout="paper", seeds=5, epochs=60),
     },
-    run=run,
-)
+    run=run_table1,
+)]

@@ -1,4 +1,4 @@
-"""Experiments of the pi-SSM study (paper: pi-ssm-hybrid-state-space.md), one module per theme.
+"""The experiments of the pi-SSM study (paper: pi-ssm-hybrid-state-space.md), one module per theme; an index only.
 
 * ``pissm.table1``      — Table 1, Tables 7-8: every model on every data set (``exp_table1.py``).
 * ``pissm.stability``   — Tables 2 and 6, Fig. 8: ISS projection vs gradient clipping (``exp_stability.py``).
@@ -10,4 +10,5 @@ from __future__ import annotations
 
 from memlab.pissm import exp_imputation, exp_modes, exp_stability, exp_table1
 
-EXPERIMENTS = [exp_table1.EXPERIMENT, exp_stability.EXPERIMENT, exp_modes.EXPERIMENT, exp_imputation.EXPERIMENT]
+EXPERIMENTS = [*exp_table1.EXPERIMENTS, *exp_stability.EXPERIMENTS, *exp_modes.EXPERIMENTS,
+               *exp_imputation.EXPERIMENTS]

@@ -27,7 +27,7 @@ import numpy as np
 from jax import Array
 from scipy.optimize import linear_sum_assignment
 
-from memlab.checks import check_int, is_concrete
+from memlab.checks import check_int, check_real, is_concrete
 from memlab.pissm.kalman import symmetrise
 
 
@@ -110,8 +110,7 @@ def imputation_mask(key: Array, num_sequences: int, num_steps: int, fraction: fl
     for name, n, low in (("num_sequences", num_sequences, 1), ("num_steps", num_steps, 1),
                          ("keep_first", keep_first, 0)):
         check_int(name, n, low)
-    if not (math.isfinite(fraction) and 0 <= fraction <= 1):
-        raise ValueError(f"fraction must lie in [0, 1], got {fraction!r}")
+    check_real("fraction", fraction, 0, 1)
     num_removed = math.floor(fraction * num_steps + 0.5)
     if num_removed > num_steps - keep_first:
         raise ValueError(f"cannot remove {num_removed} of {num_steps} steps while keeping the first {keep_first}")
@@ -155,8 +154,7 @@ def modes_in_use(modes, num_modes: int, threshold: float = 0.01) -> int:
     check_int("num_modes", num_modes)
     if np.any(modes >= num_modes):
         raise ValueError(f"modes must lie in [0, {num_modes}), got max {int(modes.max())}")
-    if not 0 < threshold <= 1:
-        raise ValueError(f"threshold must lie in (0, 1], got {threshold!r}")
+    check_real("threshold", threshold, 0, 1, open_low=True)
     share = np.bincount(modes.ravel(), minlength=num_modes) / modes.size
     return int(np.sum(share >= threshold))
 

@@ -62,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.checks import check_covariance, check_int, check_matrix
+from memlab.checks import check_choice, check_covariance, check_int, check_matrix, check_real
 from memlab.layers.gated_rnn import BoundedInput, GRUCell, LSTMCell
 from memlab.pissm.kalman import check_observations, symmetrise
 from memlab.pissm.metrics import gaussian_log_density
@@ -127,13 +127,10 @@ class PiSSM(eqx.Module):
         mode, or (K, N, M)); Q = process_var I; P_0 = initial_var I."""
         M, N, K = (check_int(n, v) for n, v in
                    (("state_size", state_size), ("observation_size", observation_size), ("num_modes", num_modes)))
-        if gain not in GAINS:
-            raise ValueError(f"gain must be one of {GAINS}, got {gain!r}")
-        if covariance not in COVARIANCES:
-            raise ValueError(f"covariance must be one of {COVARIANCES}, got {covariance!r}")
+        check_choice("gain", gain, GAINS)
+        check_choice("covariance", covariance, COVARIANCES)
         for name, v in (("process_var", process_var), ("initial_var", initial_var)):
-            if not (np.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+            check_real(name, v, 0, open_low=True)
         check_matrix("R", R, (N, N))
         check_covariance("R", R)
         if np.min(np.linalg.eigvalsh(np.asarray(R, np.float64))) <= 0:
@@ -160,26 +157,11 @@ class PiSSM(eqx.Module):
         if gain == "exact":
             self.gain_input = self.cell = self.norm = self.readout = None
         else:
-            n_h = check_int("hidden_size", hidden_size)
-            cell_type = GRUCell if gain == "gru" else LSTMCell
-            # log-variances centred on log mean diag R with an e-fold width of 3; whitened residuals (~N(0, 1))
-            # near-linear within +-2
-            log_r = math.log(float(np.mean(np.diag(np.asarray(R, np.float64)))))
-            self.gain_input = BoundedInput(np.r_[np.full(M + N, log_r), np.zeros(N)],
-                                           np.r_[np.full(M + N, 3.0), np.full(N, 2.0)])
-            self.cell = cell_type(M + 2 * N, n_h, key=kcell)
-            self.norm = eqx.nn.LayerNorm(n_h, dtype=dtype)
-            readout = eqx.nn.Linear(n_h, N * (N + 1) // 2, key=kread, dtype=dtype)
-            # Ltilde starts near I: small weights, zero bias (exp(0) = 1 on the diagonal).
-            self.readout = eqx.tree_at(lambda r: (r.weight, r.bias), readout,
-                                       (0.01 * readout.weight, jnp.zeros_like(readout.bias)))
+            self.gain_input, self.cell, self.norm, self.readout = _gain_rnn(
+                M, N, R, gain, check_int("hidden_size", hidden_size), kcell, kread, dtype)
+        self.transition_mlp = None
         if transition_hidden:
-            mlp = eqx.nn.MLP(M, M, check_int("transition_hidden", transition_hidden), depth=1,
-                             activation=jnp.tanh, key=kmlp, dtype=dtype)
-            # g starts at 0 so the initial dynamics are the linear modes
-            self.transition_mlp = eqx.tree_at(lambda m: m.layers[-1].weight, mlp, jnp.zeros_like(mlp.layers[-1].weight))
-        else:
-            self.transition_mlp = None
+            self.transition_mlp = _transition_mlp(M, check_int("transition_hidden", transition_hidden), kmlp, dtype)
         self.gain, self.covariance, self.learn_noise = gain, covariance, bool(learn_noise)
 
     @property
@@ -291,3 +273,25 @@ class PiSSM(eqx.Module):
         _, out = jax.lax.scan(step, carry, (y, mask, first, keys))
         ll, obs_means, obs_covs, filtered_obs, score, modes, mode_probs, means, covs = out
         return Predictions(ll, obs_means, obs_covs, filtered_obs, score, modes, mode_probs, means, covs)
+
+
+def _gain_rnn(M: int, N: int, R, gain: str, hidden_size: int, key_cell: Array, key_readout: Array, dtype):
+    """The gain RNN of steps 7-8: (bounded input, GRU / LSTM cell, layer norm, readout to Ltilde's N(N+1)/2
+    entries), with Ltilde starting near I."""
+    cell_type = GRUCell if gain == "gru" else LSTMCell
+    # log-variances centred on log mean diag R with an e-fold width of 3; whitened residuals (~N(0, 1))
+    # near-linear within +-2
+    log_r = math.log(float(np.mean(np.diag(np.asarray(R, np.float64)))))
+    gain_input = BoundedInput(np.r_[np.full(M + N, log_r), np.zeros(N)], np.r_[np.full(M + N, 3.0), np.full(N, 2.0)])
+    cell = cell_type(M + 2 * N, hidden_size, key=key_cell)
+    norm = eqx.nn.LayerNorm(hidden_size, dtype=dtype)
+    readout = eqx.nn.Linear(hidden_size, N * (N + 1) // 2, key=key_readout, dtype=dtype)
+    # Ltilde starts near I: small weights, zero bias (exp(0) = 1 on the diagonal).
+    readout = eqx.tree_at(lambda r: (r.weight, r.bias), readout, (0.01 * readout.weight, jnp.zeros_like(readout.bias)))
+    return gain_input, cell, norm, readout
+
+
+def _transition_mlp(M: int, hidden: int, key: Array, dtype) -> eqx.nn.MLP:
+    """The shared transition MLP g (M -> M, tanh), starting at g = 0 so the initial dynamics are the linear modes."""
+    mlp = eqx.nn.MLP(M, M, hidden, depth=1, activation=jnp.tanh, key=key, dtype=dtype)
+    return eqx.tree_at(lambda m: m.layers[-1].weight, mlp, jnp.zeros_like(mlp.layers[-1].weight))

@@ -1,5 +1,7 @@
-"""The pieces every pi-SSM experiment shares: the data sets by name, the models by name (section 7's rows), one
-training cell, and the evaluation of a trained model on a split.
+"""The pieces every pi-SSM experiment shares: the data sets by name, the models by name (section 7's rows), the
+training of one model (``fit``), a trained model as bytes and back (a sweep cell returns its model as bytes, the
+driver or a later cell rebuilds it), the evaluation of a model on a split, and the true-dynamics particle filter
+as the reference row of Table 1.
 
 Models (Table 1 rows we can run; the other rows are published methods outside this library):
     pissm-gru, pissm-lstm   pi-SSM with a GRU / LSTM gain factor (section 5)
@@ -22,13 +24,15 @@ from __future__ import annotations
 import dataclasses
 import io
 import time
+from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from memlab.pissm import metrics
+from memlab.checks import check_choice
+from memlab.pissm import metrics, reference
 from memlab.pissm.baselines import DirectRNN, LGBaseline, ObservationOnly
 from memlab.pissm.data import (
     LORENZ_LAYOUT,
@@ -43,19 +47,21 @@ from memlab.pissm.data import (
     generate_pong,
     load_nclt,
 )
+from memlab.pissm.data.pong import NOISE_STD as PONG_NOISE_STD
 from memlab.pissm.data.splits import Split
 from memlab.pissm.lg import LGVariant
 from memlab.pissm.model import PiSSM
 from memlab.pissm.train import TrainConfig, make_train, predict_batch
-from memlab.runner import Run, atomic_write_bytes
 
 MODELS = ("pissm-gru", "pissm-lstm", "pissm-lg", "lg", "gru", "lstm", "observation")
 DATASETS = ("pong", "lorenz", "navier-stokes", "nclt")
 STATE_SIZE = {"pong": 4, "lorenz": 3, "navier-stokes": 5, "nclt": 4}
 NUM_MODES = {"pong": 18, "lorenz": 18, "navier-stokes": 3, "nclt": 18}
 TRANSITION_HIDDEN = {"pong": 0, "lorenz": 16, "navier-stokes": 16, "nclt": 0}
+# Quick Pong: 250 training sequences (was 500: an epoch costs half, and no quick claim holds or fails by the
+# training-set size), 50 for early stopping, 100 test sequences as before.
 QUICK_LAYOUT = {
-    "pong": SplitLayout(train=(500, 80), validation=(100, 80), test=(100, 80)),
+    "pong": SplitLayout(train=(250, 80), validation=(50, 80), test=(100, 80)),
     "lorenz": LORENZ_LAYOUT,  # the paper's 5k steps are cheap
     "navier-stokes": NAVIER_STOKES_QUICK_LAYOUT,
     "nclt": NCLT_LAYOUT,
@@ -71,11 +77,14 @@ TINY_LAYOUT = {  # for the tests: seconds, not minutes
 LAYOUTS = {"tiny": TINY_LAYOUT, "quick": QUICK_LAYOUT, "paper": PAPER_LAYOUT}
 
 
-def load_dataset(name: str, layout: SplitLayout, seed: int = 0, data_dir: str | None = None) -> Dataset:
-    """The data set ``name`` (DATASETS) cut to ``layout``; generated from ``seed`` or (NCLT) read from data_dir."""
-    if name not in DATASETS:
-        raise ValueError(f"unknown data set {name!r}; known: {', '.join(DATASETS)}")
-    key = jax.random.key(seed)
+PARTICLE_REFERENCES = ("pong", "lorenz")  # data sets with a true-dynamics particle filter (reference.py)
+
+
+def load_dataset(name: str, layout: SplitLayout, key=None, data_dir: str | None = None) -> Dataset:
+    """The data set ``name`` (DATASETS) cut to ``layout``; generated from ``key`` (default ``jax.random.key(0)``)
+    or (NCLT) read from data_dir."""
+    check_choice("data set", name, DATASETS)
+    key = jax.random.key(0) if key is None else key
     if name == "pong":
         return generate_pong(key, layout)
     if name == "lorenz":
@@ -92,8 +101,7 @@ def full_mask(split: Split) -> jax.Array:
 def make_model(name: str, data_name: str, data: Dataset, key, hidden_size: int = 64, train_mask=None):
     """An untrained model ``name`` (MODELS) sized and initialised for ``data`` (module docstring); ``train_mask``
     (B, T) bool marks the training observations the observation-only model may fit (None: all)."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+    check_choice("model", name, MODELS)
     y = np.asarray(data.train.y, np.float64)
     N, M = y.shape[-1], STATE_SIZE[data_name]
     R = np.asarray(data.R, np.float64)
@@ -138,28 +146,28 @@ def compiled_train(config: TrainConfig):
     return _TRAINERS[config]
 
 
-def training_masks(data: Dataset, missing: float, seed: int) -> tuple[jax.Array, jax.Array]:
+def training_masks(data: Dataset, missing: float, key) -> tuple[jax.Array, jax.Array]:
     """Masks (B, T) of the training and validation sequences: all observed, or with a fraction ``missing`` of
-    the steps removed at random (``metrics.imputation_mask``, first step kept) so that models learn to predict
-    through gaps."""
+    the steps removed at random (``metrics.imputation_mask``, first step kept; drawn from ``key``) so that models
+    learn to predict through gaps."""
     if missing == 0:
         return full_mask(data.train), full_mask(data.validation)
-    k_train, k_val = jax.random.split(jax.random.fold_in(jax.random.key(seed), 0x6A95))
+    k_train, k_val = jax.random.split(key)
     return (metrics.imputation_mask(k_train, *data.train.y.shape[:2], missing),
             metrics.imputation_mask(k_val, *data.validation.y.shape[:2], missing))
 
 
-def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, seed: int, missing: float = 0.0):
+def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, missing: float = 0.0):
     """Train model ``name`` on data.train with early stopping on data.validation (the batch shrinks so that an
     epoch has at least 8 minibatches); ``missing`` > 0 removes that fraction of the observations of both
-    (``training_masks``).
+    (``training_masks``). ``key`` is split into the keys of the initialisation, the training run and the masks.
 
     Returns (model, record): record has best_val, best_epoch, failed, seconds, and the per-epoch histories.
     """
-    key_model, key_train = jax.random.split(jax.random.key(seed))
+    key_model, key_train, key_masks = jax.random.split(key, 3)
     # at least 8 minibatches per epoch (Lorenz has 40 training sequences)
     config = dataclasses.replace(config, batch_size=max(1, min(config.batch_size, data.train.y.shape[0] // 8)))
-    train_mask, validation_mask = training_masks(data, missing, seed)
+    train_mask, validation_mask = training_masks(data, missing, key_masks)
     model = make_model(name, data_name, data, key_model, train_mask=train_mask)
     start = time.perf_counter()
     if not trains(name):
@@ -220,29 +228,35 @@ def mean_scores(scores: dict) -> dict:
     return {k: float(np.mean(v)) for k, v in scores.items()}
 
 
-def trained_model(run: Run, cell: str, name: str, data_name: str, data: Dataset, config: TrainConfig, seed: int,
-                  missing: float = 0.0):
-    """``fit`` as a resumable cell that also keeps the trained model (``<cell>.eqx`` in the run folder).
+def model_bytes(model) -> bytes:
+    """A model's leaves as bytes (``eqx.tree_serialise_leaves``): what a training cell returns."""
+    buffer = io.BytesIO()
+    eqx.tree_serialise_leaves(buffer, model)
+    return buffer.getvalue()
 
-    Returns (model, record). If the record exists but the model file is gone, the cell is recomputed.
-    """
-    path = run.out_dir / f"{cell}.eqx"
-    fresh = {}
 
-    def compute():
-        model, record = fit(name, data_name, data, config, seed, missing)
-        buffer = io.BytesIO()
-        eqx.tree_serialise_leaves(buffer, model)
-        atomic_write_bytes(path, buffer.getvalue())
-        fresh["model"] = model
-        return record
+def model_from_bytes(blob: bytes, name: str, data_name: str, data: Dataset):
+    """The model ``name`` for ``data`` with the leaves of ``blob`` (``model_bytes``); only the structure of a fresh
+    ``make_model`` is used."""
+    template = make_model(name, data_name, data, jax.random.key(0))
+    return eqx.tree_deserialise_leaves(io.BytesIO(blob), template)
 
-    stored = run.out_dir / "cells" / f"{cell}.json"
-    if stored.exists() and not path.exists():
-        stored.unlink()
-    record = run.cell(cell, compute)
-    if "model" in fresh:
-        return fresh["model"], record
-    template = make_model(name, data_name, data, jax.random.key(0))  # only the structure is read
-    model = eqx.tree_deserialise_leaves(path, template)
-    return model, record
+
+def particle_reference(data_name: str, data: Dataset, key, particles: int):
+    """``Predictions`` (leading axis B) of the true-dynamics bootstrap PF on the test split (PARTICLE_REFERENCES),
+    vmapped over sequences."""
+    check_choice("particle reference", data_name, PARTICLE_REFERENCES)
+    split = data.test
+    keys = jax.random.split(key, split.y.shape[0])
+    if data_name == "pong":
+        pf = jax.vmap(lambda k, y: reference.pong_particle_filter(k, y, None, PONG_NOISE_STD, particles))
+    else:
+        pf = jax.vmap(lambda k, y: reference.lorenz_particle_filter(k, y, None, data.R, particles))
+    return jax.jit(pf)(keys, split.y)
+
+
+def particle_scores(data_name: str, data: Dataset, key, particles: int) -> dict[str, Any]:
+    """``score`` of ``particle_reference`` on the test split (one 'sample': the PF is not a sampled model)."""
+    p = particle_reference(data_name, data, key, particles)
+    truth = jnp.einsum("nm,btm->btn", data.C, data.test.x)
+    return score(p.log_likelihoods[None], p.filtered_obs[None], p.obs_means[None], truth, full_mask(data.test))

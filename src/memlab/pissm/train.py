@@ -44,6 +44,7 @@ import numpy as np
 import optax
 from jax import Array
 
+from memlab.checks import check_choice, check_int, check_real
 from memlab.layers.gated_rnn import GATED_CELLS, iss_margin, project_model_iss
 from memlab.pissm.predictions import Predictions
 
@@ -69,25 +70,16 @@ class TrainConfig:
 
     def __post_init__(self):
         for name in ("epochs", "batch_size", "decay_every"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.warmup_epochs, int) or self.warmup_epochs < 0:
-            raise ValueError(f"warmup_epochs must be an integer >= 0, got {self.warmup_epochs!r}")
-        if self.stability not in STABILITY:
-            raise ValueError(f"stability must be one of {STABILITY}, got {self.stability!r}")
+            check_int(name, getattr(self, name))
+        check_int("warmup_epochs", self.warmup_epochs, low=0)
+        check_choice("stability", self.stability, STABILITY)
         for name in ("learning_rate", "clip_norm"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+            check_real(name, getattr(self, name), 0, open_low=True)
         for name in ("decay_rate", "baseline_decay"):
-            if not 0 < getattr(self, name) <= 1:
-                raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)!r}")
-        if not 0 < self.iss_eps < 1:
-            raise ValueError(f"iss_eps must be in (0, 1), got {self.iss_eps!r}")
-        if not self.input_noise_std >= 0:
-            raise ValueError(f"input_noise_std must be >= 0, got {self.input_noise_std!r}")
-        if not 0 <= self.input_noise_corr < 1:
-            raise ValueError(f"input_noise_corr must be in [0, 1), got {self.input_noise_corr!r}")
+            check_real(name, getattr(self, name), 0, 1, open_low=True)
+        check_real("iss_eps", self.iss_eps, 0, 1, open_low=True, open_high=True)
+        check_real("input_noise_std", self.input_noise_std, 0)
+        check_real("input_noise_corr", self.input_noise_corr, 0, 1, open_high=True)
 
 
 class TrainResult(NamedTuple):

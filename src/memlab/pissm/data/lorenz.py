@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.checks import check_int
+from memlab.checks import check_int, check_real
 from memlab.pissm.data.splits import Dataset, Split, SplitLayout, cut_recording
 
 SIGMA, RHO, BETA = 10.0, 28.0, 8.0 / 3.0
@@ -73,8 +73,7 @@ def integrate_lorenz(x0, num_samples: int, delta_t: float = DELTA_T, substeps: i
         raise ValueError(f"x0 must be finite with shape (..., 3), got shape {x0.shape}")
     for name, n in (("num_samples", num_samples), ("substeps", substeps)):
         check_int(name, n)
-    if not (math.isfinite(delta_t) and delta_t > 0):
-        raise ValueError(f"delta_t must be a finite number > 0, got {delta_t}")
+    check_real("delta_t", delta_t, 0, open_low=True)
     with jax.enable_x64(True):
         xs = _integrate(jnp.asarray(x0), jnp.float64(delta_t / substeps), int(num_samples), int(substeps))
         xs = np.asarray(xs)
@@ -116,10 +115,8 @@ def generate_lorenz(
     C = I (3, 3), R = noise_var I. ``substeps`` sets the fine step dt = 0.01 / substeps (1e-5 by default).
     """
     layout.check()
-    if not (math.isfinite(noise_var) and noise_var >= 0):
-        raise ValueError(f"noise_var must be a finite number >= 0, got {noise_var}")
-    if not (math.isfinite(burn_in) and burn_in >= 0):
-        raise ValueError(f"burn_in must be a finite number >= 0, got {burn_in}")
+    check_real("noise_var", noise_var, 0)
+    check_real("burn_in", burn_in, 0)
     k_start, k_noise = jax.random.split(key)
     start = np.array([0.0, 0.0, 25.0]) + 5.0 * np.asarray(jax.random.normal(k_start, (3,)), np.float64)
     burn_steps = round(burn_in / 1e-3)

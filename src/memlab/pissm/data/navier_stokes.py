@@ -53,7 +53,6 @@ What the paper leaves open, and our documented choices:
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple
 
 import jax
@@ -61,7 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.checks import check_int
+from memlab.checks import check_int, check_real
 from memlab.pissm.data.splits import Dataset, Split, SplitLayout
 
 NAVIER_STOKES_LAYOUT = SplitLayout(train=(8000, 100), validation=(1000, 100), test=(1000, 100))
@@ -216,7 +215,7 @@ def velocity_field(vorticity: Array) -> Array:
 def pressure_field(vorticity: Array, density: float = DENSITY) -> Array:
     """Grid vorticity (n, n) -> zero-mean pressure (n, n) with -lap p = rho (u_x^2 + 2 u_y v_x + v_y^2)."""
     _grid_field(vorticity)
-    density = _check_number("density", density, strict=True)
+    density = check_real("density", density, 0, open_low=True)
     return _pressure_grid(jnp.asarray(vorticity, jnp.result_type(float)), density)
 
 
@@ -258,15 +257,6 @@ def _run(omega, positions, forcing, mean_flow, dt, viscosity, density, num_steps
     _, rest = jax.lax.scan(sample, (omega_hat, positions), None, length=num_steps - 1)
     out = [jnp.concatenate([a[None], b], axis=0) for a, b in zip(first, rest)]
     return FlowRecord(out[0], out[1], out[2] if keep_vorticity else None)
-
-
-def _check_number(name, value, low=0.0, strict=False) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    ok = ok and math.isfinite(float(value)) and (float(value) > low if strict else float(value) >= low)
-    if not ok:
-        bound = "" if low == -math.inf else f" {'>' if strict else '>='} {low}"
-        raise ValueError(f"{name} must be a finite number{bound}, got {value!r}")
-    return float(value)
 
 
 def _concrete(a) -> bool:
@@ -314,9 +304,9 @@ def simulate_flow(
         if _concrete(a) and not bool(jnp.all(jnp.isfinite(a))):
             raise ValueError(f"{name} must be finite")
     num_steps, substeps = check_int("num_steps", num_steps), check_int("substeps", substeps)
-    delta_t = _check_number("delta_t", delta_t, strict=True)
-    viscosity = _check_number("viscosity", viscosity)
-    density = _check_number("density", density, strict=True)
+    delta_t = check_real("delta_t", delta_t, 0, open_low=True)
+    viscosity = check_real("viscosity", viscosity, 0)
+    density = check_real("density", density, 0, open_low=True)
     return _run(omega, positions, forcing, mean_flow, delta_t / substeps, viscosity, density, num_steps, substeps,
                 bool(keep_vorticity))
 
@@ -399,11 +389,11 @@ def simulate_navier_stokes(
     num_sequences, num_steps = check_int("num_sequences", num_sequences), check_int("num_steps", num_steps)
     per_field = check_int("particles_per_field", particles_per_field)
     grid, substeps = _check_grid(grid), check_int("substeps", substeps)
-    viscosity = _check_number("viscosity", viscosity)
-    delta_t = _check_number("delta_t", delta_t, strict=True)
-    burn_in = _check_number("burn_in", burn_in)
-    noise_std = _check_number("noise_std", noise_std)
-    amplitude = _check_number("forcing_amplitude", forcing_amplitude, low=-math.inf)
+    viscosity = check_real("viscosity", viscosity, 0)
+    delta_t = check_real("delta_t", delta_t, 0, open_low=True)
+    burn_in = check_real("burn_in", burn_in, 0)
+    noise_std = check_real("noise_std", noise_std, 0)
+    amplitude = check_real("forcing_amplitude", forcing_amplitude)
     num_fields = -(-num_sequences // per_field)
     burn_in_steps = round(burn_in / (delta_t / substeps))
     split = _simulate(key, num_fields, per_field, num_steps, substeps, burn_in_steps, grid, delta_t, viscosity,

@@ -38,6 +38,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
+from memlab.checks import check_choice
 from memlab.pissm.data.splits import Dataset, Split, SplitLayout, cut_recording
 
 NCLT_URL = "http://robots.engin.umich.edu/nclt/"
@@ -154,8 +155,7 @@ def load_nclt(
     Raises NCLTDataMissingError (a FileNotFoundError) if the files are missing, ValueError if malformed.
     """
     layout.check()
-    if gps_file not in ("gps.csv", "gps_rtk.csv"):
-        raise ValueError(f"gps_file must be 'gps.csv' or 'gps_rtk.csv', got {gps_file!r}")
+    check_choice("gps_file", gps_file, ("gps.csv", "gps_rtk.csv"))
     data_dir = Path(data_dir)
     gps_path = _find(data_dir, [f"{date}/{gps_file}", f"sensor_data/{date}/{gps_file}", gps_file])
     gt_name = f"groundtruth_{date}.csv"

@@ -26,14 +26,13 @@ noisy position observations, and nothing else. Our choices, each a documented de
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.checks import check_int
+from memlab.checks import check_int, check_real
 from memlab.pissm.data.splits import Dataset, Split, SplitLayout
 
 PONG_LAYOUT = SplitLayout(train=(4000, 80), validation=(500, 80), test=(500, 80))
@@ -85,9 +84,7 @@ def _check(num_sequences, num_steps, speed_range, noise_std) -> tuple[float, flo
     lo, hi = (float(s) for s in speed_range)
     if not 0 < lo <= hi < 1:
         raise ValueError(f"speed_range must satisfy 0 < low <= high < 1 (box widths per step), got {speed_range}")
-    if not (math.isfinite(float(noise_std)) and noise_std >= 0):
-        raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std}")
-    return lo, hi, float(noise_std)
+    return lo, hi, check_real("noise_std", noise_std, 0)
 
 
 def simulate_pong(

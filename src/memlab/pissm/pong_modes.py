@@ -1,0 +1,105 @@
+"""Mode analysis on Pong (Fig. 4 / Fig. 9, App. H.1): what the sampled modes of a trained pi-SSM say about the
+true switching dynamics, and the oracle that separates learning the modes' dynamics from learning to select them.
+
+- ``true_eigenvalues``, ``smallest_eigenvalues``: the two smallest eigenvalues of the true step map's linear part
+  (1 in free flight; -1 on the axis of a bounce: the reflection p' = 2 - p - v, v' = -v has linear part
+  [[-1, -1], [0, -1]]) and of a learned A_z.
+- ``mode_statistics``: App. H.1's uniqueness (``metrics.modes_in_use``) and persistence, the best one-to-one
+  agreement with the true velocity-quadrant modes, and the smallest eigenvalue of the sampled A_{z_t} at wall hits
+  and elsewhere.
+- ``oracle_selection``: a pi-SSM(LG) with K = 5 whose A_z, b_z, C are FIXED to Pong's true step maps
+  (``data.pong.step_maps``: free flight and one reflection per wall) trains only q(z | x), Q and the prior by the
+  paper's estimator (eq. 8-9); scored by how often the sampled mode is the true one at wall hits and in flight
+  (``selection_accuracy``).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from memlab.pissm import metrics
+from memlab.pissm.data import Dataset, Split
+from memlab.pissm.data.pong import step_maps
+from memlab.pissm.model import PiSSM
+from memlab.pissm.runs import compiled_train, full_mask, predict_jit
+from memlab.pissm.train import TrainConfig
+
+__all__ = ["mode_statistics", "most_bounces", "oracle_model", "oracle_selection", "selection_accuracy",
+           "smallest_eigenvalues", "true_eigenvalues"]
+
+
+def true_eigenvalues(events: np.ndarray) -> np.ndarray:
+    """(T, 2) the two smallest eigenvalues of the true step map's linear part: -1 per bounced axis, else 1.
+    events (T, 4) bool: the wall hits of ``data.pong`` (left, right, bottom, top)."""
+    bounced_x = events[:, 0] | events[:, 1]
+    bounced_y = events[:, 2] | events[:, 3]
+    return np.sort(np.stack([np.where(bounced_x, -1.0, 1.0), np.where(bounced_y, -1.0, 1.0)], -1), axis=-1)
+
+
+def smallest_eigenvalues(A: np.ndarray) -> np.ndarray:
+    """(..., 2) the two eigenvalues of smallest real part of each A (..., M, M)."""
+    eig = np.linalg.eigvals(A)
+    order = np.argsort(eig.real, axis=-1)
+    return np.take_along_axis(eig, order, -1)[..., :2]
+
+
+def most_bounces(split: Split) -> int:
+    """The index of a sequence of ``split`` with the most wall hits (the trajectory Fig. 9 shows)."""
+    return int(np.argmax(np.asarray(split.events).any(-1).sum(-1)))
+
+
+def mode_statistics(A: np.ndarray, modes: np.ndarray, split: Split) -> dict:
+    """App. H.1's mode properties of sampled modes (B, T) of a model with step matrices A (K, M, M) on a Pong
+    ``split`` (its true modes z and wall hits ``events``). Returns modes_in_use, persistence, agreement,
+    dominant_share, eigenvalue_at_bounces / eigenvalue_elsewhere (mean smallest real part of the sampled A_z:
+    truth -1 / 1) and ``shares`` (K,) of the sampled steps per mode."""
+    K = A.shape[0]
+    true_modes = np.asarray(split.z)
+    bounce = np.asarray(split.events).any(-1)  # a wall hit between t-1 and t: z_t's A_z must flip a velocity
+    smallest = smallest_eigenvalues(A[modes])[..., 0].real
+    shares = np.bincount(modes.ravel(), minlength=K) / modes.size
+    return {
+        "modes_in_use": metrics.modes_in_use(modes, K),
+        "persistence": metrics.mode_persistence(modes, true_modes),
+        "agreement": metrics.mode_agreement(modes, true_modes),
+        "dominant_share": float(shares.max()),
+        "eigenvalue_at_bounces": float(smallest[bounce].mean()),  # truth: -1
+        "eigenvalue_elsewhere": float(smallest[~bounce].mean()),  # truth: 1
+        "shares": [float(s) for s in shares],
+    }
+
+
+def oracle_model(data: Dataset, key) -> PiSSM:
+    """A pi-SSM(LG) whose K = 5 modes are Pong's true step maps (A_z, b_z; C the true observation map)."""
+    A, b = step_maps()
+    model = PiSSM(4, 2, len(A), R=np.asarray(data.R), C=np.asarray(data.C), key=key, gain="exact",
+                  process_var=1e-4, initial_mean=np.array([0.5, 0.0, 0.5, 0.0]), initial_var=0.1)
+    return eqx.tree_at(lambda m: (m.A, m.b), model, (jnp.asarray(A, model.A.dtype), jnp.asarray(b, model.b.dtype)))
+
+
+def oracle_selection(data: Dataset, epochs: int, batch_size: int, key) -> dict:
+    """Train q(z | x) (and Q, the prior) of ``oracle_model`` for ``epochs`` with A, b, C frozen throughout, then
+    sample one path per test sequence. Returns at_hits (share of wall hits where the sampled mode is that wall's
+    reflection), in_flight (share of the other steps with free flight), test_ll, val_ll (per epoch), failed."""
+    key_model, key_train, key_test = jax.random.split(key, 3)
+    config = TrainConfig(epochs=epochs, batch_size=batch_size, warmup_epochs=epochs,
+                         frozen_during_warmup=("A", "b", "C"), stability="none")
+    train, val, test = data.train, data.validation, data.test
+    result = compiled_train(config)(key_train, oracle_model(data, key_model), train.y, full_mask(train), val.y,
+                                    full_mask(val))
+    p = predict_jit(result.model, test.y, full_mask(test), key_test, 1)
+    at_hits, in_flight = selection_accuracy(np.asarray(p.modes[0]), np.asarray(test.events))
+    return {"at_hits": at_hits, "in_flight": in_flight,
+            "test_ll": float(jnp.mean(metrics.predictive_log_likelihood(p.log_likelihoods, full_mask(test)))),
+            "val_ll": np.asarray(result.val_ll).tolist(), "failed": bool(result.failed)}
+
+
+def selection_accuracy(modes: np.ndarray, events: np.ndarray) -> tuple[float, float]:
+    """How often sampled oracle modes (B, T) (0 free flight, w = 1..4 a hit of ``WALLS[w - 1]``, the order of
+    ``step_maps``) are the true step map, given the wall hits ``events`` (B, T, 4) bool: (share of the steps with a
+    wall hit whose mode is that wall's reflection, share of the other steps whose mode is free flight)."""
+    wall = np.where(events.any(-1), 1 + np.argmax(events, -1), 0)
+    return float(np.mean(modes[wall > 0] == wall[wall > 0])), float(np.mean(modes[wall == 0] == 0))

@@ -1,0 +1,84 @@
+"""Each experiment's ``_analyse`` (pure: cell results in, numbers out) on hand-made cells."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memlab.pissm.exp_imputation import ImputationConfig
+from memlab.pissm.exp_imputation import _analyse as analyse_imputation
+from memlab.pissm.exp_modes import _analyse as analyse_modes
+from memlab.pissm.exp_stability import StabilityConfig
+from memlab.pissm.exp_stability import _analyse as analyse_stability
+from memlab.pissm.exp_table1 import Table1Config
+from memlab.pissm.exp_table1 import _analyse as analyse_table1
+
+
+def _cell(ll, mse=0.01, failed=False, seconds=2.0):
+    return {"ll": ll, "filtered_mse": mse, "predicted_mse": 2 * mse, "failed": failed, "seconds": seconds}
+
+
+def test_table1_rows_are_means_over_seeds_beside_the_paper():
+    cfg = Table1Config(datasets=("pong", "lorenz"), models=("pissm-gru", "lg"), seeds=2)
+    cells = {"pong-pissm-gru-0": _cell(2.0, 0.01), "pong-pissm-gru-1": _cell(3.0, 0.03, failed=True),
+             "pong-lg-0": _cell(1.0), "pong-lg-1": _cell(1.0), "pong-pf": {"ll": 4.0, "filtered_mse": 0.001,
+                                                                          "predicted_mse": 0.002},
+             "lorenz-pissm-gru-0": _cell(-4.0), "lorenz-pissm-gru-1": _cell(-4.0), "lorenz-lg-0": _cell(-3.0),
+             "lorenz-lg-1": _cell(-5.0)}
+    stats = analyse_table1(cfg, ["pong", "lorenz"], cells)
+    table = stats["table"]
+    assert [(r["dataset"], r["model"]) for r in table] == [("pong", "pissm-gru"), ("pong", "lg"), ("pong", "pf"),
+                                                           ("lorenz", "pissm-gru"), ("lorenz", "lg")]
+    gru = table[0]
+    assert gru["ll_mean"] == 2.5 and gru["ll_std"] == 0.5 and gru["seeds"] == 2 and gru["failed"] == 1
+    assert gru["filtered_mse_mean"] == pytest.approx(0.02)
+    assert gru["filtered_mse_db"] == pytest.approx(10 * np.log10(0.02), rel=1e-5)
+    assert gru["paper_ll"] == 5.401 and gru["paper_mse"] == 0.061  # Table 1 / Table 8, Pong
+    pf = table[2]
+    assert pf["seeds"] == 1 and pf["train_seconds"] == 0.0 and pf["paper_ll"] is None
+    assert table[4]["ll_mean"] == -4.0 and table[4]["ll_std"] == 1.0 and table[4]["paper_ll"] == 5.434
+    assert stats["ll"] == {"pong": {"pissm-gru": 2.5, "lg": 1.0, "pf": 4.0}, "lorenz": {"pissm-gru": -4.0, "lg": -4.0}}
+
+
+def test_stability_success_rate_and_objective_over_the_successful_runs():
+    cfg = StabilityConfig(models=("pissm-gru",), iss_eps=(0.1,), clip_norms=(20.0,), seeds=3)
+    cells = {"pissm-gru-iss-0.1-0": {"ll": 5.0, "failed": False}, "pissm-gru-iss-0.1-1": {"ll": 7.0, "failed": False},
+             "pissm-gru-iss-0.1-2": {"ll": 6.0, "failed": False},
+             "pissm-gru-clip-20-0": {"ll": 4.0, "failed": False}, "pissm-gru-clip-20-1": {"ll": np.nan, "failed": True},
+             "pissm-gru-clip-20-2": {"ll": np.nan, "failed": False}}  # finite training, NaN test: not a success
+    table = analyse_stability(cfg, cells)["table"]
+    iss, clip = table
+    assert (iss["scheme"], iss["value"], iss["runs"], iss["success"]) == ("iss", 0.1, 3, 1.0)
+    assert iss["objective_mean"] == 6.0 and iss["objective_std"] == pytest.approx(np.std([5.0, 7.0, 6.0]))
+    assert (iss["paper_objective"], iss["paper_std"], iss["paper_success"]) == (5.401, 0.197, 1.0)
+    assert clip["success"] == pytest.approx(1 / 3) and clip["objective_mean"] == 4.0 and clip["objective_std"] == 0.0
+    assert clip["paper_objective"] is None and clip["paper_success"] == 0.0  # Table 6: no run succeeded
+
+
+def test_stability_with_no_successful_run_reports_nan():
+    cfg = StabilityConfig(models=("pissm-gru",), iss_eps=(0.1,), clip_norms=(5.0,), seeds=1)
+    cells = {"pissm-gru-iss-0.1-0": {"ll": 1.0, "failed": False}, "pissm-gru-clip-5-0": {"ll": np.nan, "failed": True}}
+    clip = analyse_stability(cfg, cells)["table"][1]
+    assert clip["success"] == 0.0 and np.isnan(clip["objective_mean"]) and np.isnan(clip["objective_std"])
+
+
+def test_modes_statistics_come_from_the_evaluation_and_the_training_record():
+    evaluation = {"modes_in_use": 4, "persistence": 0.9, "agreement": 0.7, "test_ll": 2.5, "dominant_share": 0.3,
+                  "eigenvalue_at_bounces": -0.8, "eigenvalue_elsewhere": 0.99, "shares": [0.3, 0.7], "b": 3}
+    trained = {"train": {"best_val": 2.6, "model": b"..."}}
+    stats = analyse_modes(trained, evaluation)
+    assert stats == {"modes_in_use": 4, "persistence": 0.9, "agreement": 0.7, "test_ll": 2.5, "best_val": 2.6,
+                     "dominant_share": 0.3, "eigenvalue_at_bounces": -0.8, "eigenvalue_elsewhere": 0.99}
+    oracle = {"at_hits": 0.6, "in_flight": 0.95}
+    assert analyse_modes({**trained, "oracle": oracle}, evaluation)["oracle"] == oracle
+
+
+def test_imputation_rows_follow_the_config_and_keep_the_figure_paths():
+    cfg = ImputationConfig(models=("observation", "pissm-gru"))
+    scored = {"score-pissm-gru": {"imputation_mse": 0.01, "filtered_mse": 0.002, "ll": 2.0, "path": [[0.1, 0.2]]},
+              "score-observation": {"imputation_mse": 0.02, "filtered_mse": 0.003, "ll": 1.5, "path": [[0.3, 0.4]]}}
+    stats = analyse_imputation(cfg, scored)
+    assert stats["rows"] == [["observation", 0.02, 0.003, 1.5], ["pissm-gru", 0.01, 0.002, 2.0]]
+    assert stats["table"][1] == {"model": "pissm-gru", "imputation_mse": 0.01, "observed_filtered_mse": 0.002,
+                                 "ll_observed": 2.0}
+    np.testing.assert_array_equal(stats["paths"]["observation"], [[0.3, 0.4]])
