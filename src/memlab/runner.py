@@ -249,17 +249,6 @@ class Run:
             raise CellsFailed(label, len(cells), failures)
         return {name: results[name] for name in cells}
 
-    # TRANSITIONAL (removed once every experiment goes through sweep): the old per-cell API
-    def cell(self, name: str, compute: Callable[[], dict]) -> dict:
-        shown, self.show_progress = self.show_progress, False
-        try:
-            return self.sweep({name: compute}, name)[name]
-        finally:
-            self.show_progress = shown
-
-    def progress(self, total: int, description: str):
-        return self._progress(total, description)
-
     def _cell_path(self, name: str) -> Path:
         return self.out_dir / "cells" / f"{name}.json"
 
