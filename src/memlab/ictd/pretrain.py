@@ -32,10 +32,10 @@ plus the one bootstrap transition). The F.5 budget (9000 steps, 900 MRPs) is ``m
 PureJaxRL structure: ``make_train(config)`` returns a pure, jit-able ``train(key) -> TrainResult``; the whole run is one
 ``lax.scan`` over epochs (sample task, roll out, build windows, ``minibatches_per_epoch`` Adam steps in an inner scan);
 ``train_seeds`` vmaps ``train`` over ``num_seeds`` keys. Per training step it records V_em, A_em (eq. (109)-(111)),
-the same scores of the mirrored block (-V, -A) (see below), d_t (eq. (34), mean over the epoch's N contexts, rho = 0), the TD loss, mean |delta|, and rho_t; it carries the
-parameters at two best checkpoints inside the scan (no host round trips, no replay): the paper's rule
-max min(V_em, A_em) and the mirrored rule max min(V_em(-V), A_em(-A)), each the first step on ties;
-round trips. Optax supplies Adam.
+the same scores of the mirrored block (-V, -A) (see below), d_t (eq. (34), mean over the epoch's N contexts, rho = 0),
+the TD loss, mean |delta|, and rho_t; it carries the parameters at two best checkpoints inside the scan (no host round
+trips, no replay): the paper's rule max min(V_em, A_em) and the mirrored rule max min(V_em(-V), A_em(-A)), each the
+first step on ties. Optax supplies Adam.
 
 Observed (Table 1 settings, 5 seeds): training lowers the TD error well below that of theta* but converges to the
 MIRROR image of the TD block: A_feat ~ -0.8 I (attention to the least similar states, d_t < 1/n) and a value row
