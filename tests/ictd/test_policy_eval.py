@@ -87,8 +87,8 @@ def test_depth_floor_with_a_one_hot_kernel_is_truncated_value_iteration(x64):
 def test_padded_tasks_match_the_unpadded_family():
     cfg = dataclasses.replace(EXP.profiles["tiny"], m_values=(3, 4), d=4, tasks_per_m=2)
     key = jax.random.key(5)
-    tasks = make_task_set(key, cfg.m_values, cfg.tasks_per_m, cfg.d, cfg.gammas, cfg.feature_scale, cfg.num_actions,
-                          cfg.t_max, cfg.num_layers)
+    tasks = make_task_set(key, jax.random.key(6), cfg.m_values, cfg.tasks_per_m, cfg.d, cfg.gammas,
+                          cfg.feature_scale, cfg.num_actions, cfg.t_max, cfg.num_layers)
     assert tasks.features.shape == (4, 4, 4) and tasks.v.shape == (len(cfg.gammas), 4, 4)
     small = np.flatnonzero(tasks.m == 3)
     assert np.all(np.asarray(tasks.mu)[small, 3] == 0) and np.all(np.asarray(tasks.states)[small] < 3)

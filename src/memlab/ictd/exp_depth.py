@@ -134,10 +134,10 @@ def context_cell(cfg: DepthConfig, n: int, tasks_key, key) -> dict:
 
 def run_depth(cfg: DepthConfig, run: Run) -> dict:
     """Sweep -> numbers -> files."""
-    tasks_key = jax.random.fold_in(run.key, 0)
+    tasks_key = run.key_for("tasks")  # the tasks with m states: stream ("tasks", m)
     cells = {"tasks": partial(tasks_cell, cfg, tasks_key),
-             "crosscheck": partial(crosscheck_cell, cfg, tasks_key, jax.random.fold_in(run.key, 1)),
-             **{f"n={n}": partial(context_cell, cfg, n, tasks_key, jax.random.fold_in(run.key, 2 + n))
+             "crosscheck": partial(crosscheck_cell, cfg, tasks_key, run.key_for("crosscheck")),
+             **{f"n={n}": partial(context_cell, cfg, n, tasks_key, run.key_for("contexts", n))  # ("contexts", n, m)
                 for n in cfg.context_lengths}}
     with jax.enable_x64(True):
         cells = run.sweep(cells, "Theorem 2: operator iteration per context length")

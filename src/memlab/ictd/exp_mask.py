@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import numpy as np
 
 from memlab.checks import check_int
@@ -45,7 +44,6 @@ from memlab.ictd.pretrain_runs import (
 from memlab.runner import Experiment, Run
 
 PAPER = "softmax-transformers-in-context-td"
-EVAL_STREAM = 7919  # fold_in tag of the held-out evaluation key
 LABELS = {"full": "full mask (eq. 108)", "relaxed": "relaxed mask (eq. 112)"}
 CHECKPOINT_OF_FORM = {"paper": "best", "mirrored": "mirror"}
 MIRRORED_NOTE = {"paper": "", "mirrored": " [mirrored reading]"}
@@ -121,8 +119,8 @@ class MaskRelaxationConfig:
 
 def run_mask_relaxation(cfg: MaskRelaxationConfig, run: Run) -> dict:
     """One sweep (a cell per seed and mask, a references cell per mask) -> numbers -> files."""
-    seed_keys = jax.random.split(run.key, cfg.train.num_seeds)  # the same for both masks
-    eval_key = jax.random.fold_in(run.key, EVAL_STREAM)
+    seed_keys = [run.key_for("train", s) for s in range(cfg.train.num_seeds)]  # the same for both masks
+    eval_key = run.key_for("heldout")
     cells = {name: cell for mask, config in cfg.settings().items()
              for name, cell in setting_cells(config, mask, seed_keys, eval_key, cfg.eval_tasks).items()}
     cells = run.sweep(cells, "F.5 full and relaxed masks (one cell per seed)")

@@ -131,9 +131,9 @@ class MsveConfig:
         check_int("depth_limit_layers", self.depth_limit_layers, self.num_layers)
 
 
-def make_tasks(cfg: MsveConfig, key) -> TaskSet:
-    return make_task_set(key, cfg.m_values, cfg.tasks_per_m, cfg.d, cfg.gammas, cfg.feature_scale, cfg.num_actions,
-                         cfg.t_max, cfg.num_layers)
+def make_tasks(cfg: MsveConfig, tasks_key, trajectories_key) -> TaskSet:
+    return make_task_set(tasks_key, trajectories_key, cfg.m_values, cfg.tasks_per_m, cfg.d, cfg.gammas,
+                         cfg.feature_scale, cfg.num_actions, cfg.t_max, cfg.num_layers)
 
 
 def msve_cell(cfg: MsveConfig, tasks: TaskSet, g: int, t: int) -> dict:
@@ -143,7 +143,7 @@ def msve_cell(cfg: MsveConfig, tasks: TaskSet, g: int, t: int) -> dict:
 
 def run_msve_vs_context(cfg: MsveConfig, run: Run) -> dict:
     """Tasks (driver) -> sweep over (gamma, t) -> numbers -> files."""
-    tasks = make_tasks(cfg, run.key)
+    tasks = make_tasks(cfg, run.key_for("tasks"), run.key_for("trajectories"))  # m states: stream ("tasks", m)
     cells = run.sweep({f"gamma={gamma:g},t={t}": partial(msve_cell, cfg, tasks, g, t)
                        for g, gamma in enumerate(cfg.gammas) for t in cfg.contexts()}, "MSVE vs context length")
     stats = _analyse(cfg, _task_numbers(tasks), cells)

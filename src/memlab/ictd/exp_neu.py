@@ -152,16 +152,16 @@ def neu_cell(cfg: NEUConfig, u, B, key, gamma: float, n: int, drawn: int, used: 
 
 def run_neu(cfg: NEUConfig, run: Run) -> dict:
     """Sweep over (point, n) -> numbers -> files."""
-    points = comparison_points(cfg.d, jax.random.fold_in(run.key, 1), cfg.perturbation)
+    points = comparison_points(cfg.d, run.key_for("points"), cfg.perturbation)
     drawn, L, n_max = max(cfg.num_samples, cfg.num_samples_compare), cfg.num_layers, cfg.contexts[-1]
-    tasks_key = {n: jax.random.fold_in(jax.random.fold_in(run.key, 2), n) for n in cfg.contexts}  # every point's
+    tasks_key = {n: run.key_for("tasks", n) for n in cfg.contexts}  # the same tasks for every point at n
     cells = {f"theta-star_n={n}": partial(neu_cell, cfg, *points["theta-star"], tasks_key[n], cfg.gamma, n, drawn,
                                           cfg.num_samples, L) for n in cfg.contexts}
     cells |= {f"{p}_n={n_max}": partial(neu_cell, cfg, *points[p], tasks_key[n_max], cfg.gamma, n_max, drawn,
                                         cfg.num_samples_compare, L) for p in POINT_LABELS if p != "theta-star"}
     if cfg.slow_layers > 0:
         cells[SLOW_CELL.format(cfg)] = partial(
-            neu_cell, cfg, *points["theta-star"], jax.random.fold_in(run.key, 3), cfg.slow_gamma, cfg.slow_context,
+            neu_cell, cfg, *points["theta-star"], run.key_for("slow-tasks"), cfg.slow_gamma, cfg.slow_context,
             cfg.slow_samples, cfg.slow_samples, cfg.slow_layers, cfg.slow_depths)
     stats = _analyse(cfg, run.sweep(cells, "NEU cells"))
     _figures(cfg, stats, run)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import numpy as np
 
 from memlab.checks import check_int
@@ -47,7 +46,6 @@ from memlab.ictd.pretrain_runs import (
 from memlab.runner import Experiment, Run
 
 PAPER = "softmax-transformers-in-context-td"
-EVAL_STREAM = 7919  # fold_in tag of the held-out evaluation key
 DT_WORDS = {True: "the learned kernels put LESS weight on each token itself than uniform attention, the opposite of "
                   "the paper's 'increasingly diagonal kernels'.",
             False: "the kernels become more diagonal than uniform attention, as the paper reports."}
@@ -124,9 +122,8 @@ class PretrainExperimentConfig:
 
 def run_pretrain(cfg: PretrainExperimentConfig, run: Run) -> dict:
     """One sweep (a cell per seed, one for the references) -> numbers -> files."""
-    seed_keys = jax.random.split(run.key, cfg.train.num_seeds)
-    eval_key = jax.random.fold_in(run.key, EVAL_STREAM)
-    cells = run.sweep(setting_cells(cfg.train, cfg.train.a_mask, seed_keys, eval_key, cfg.eval_tasks),
+    seed_keys = [run.key_for("train", s) for s in range(cfg.train.num_seeds)]
+    cells = run.sweep(setting_cells(cfg.train, cfg.train.a_mask, seed_keys, run.key_for("heldout"), cfg.eval_tasks),
                       "Algorithm 1 (one cell per seed)")
     stats = _analyse(cfg, cells, run.cell_seconds)
     _figures(cfg, stats, run)

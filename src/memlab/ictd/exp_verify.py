@@ -104,7 +104,7 @@ def verify_cell(cfg: VerifyConfig, kind: str, key) -> dict:
 
 def run_verify(cfg: VerifyConfig, run: Run) -> dict:
     """Sweep -> numbers -> files: one float64 cell per kernel on the same trial prompts."""
-    cells = {f"kernel={kind}": partial(verify_cell, cfg, kind, run.key) for kind in cfg.kinds}
+    cells = {f"kernel={kind}": partial(verify_cell, cfg, kind, run.key_for("prompts")) for kind in cfg.kinds}
     with jax.enable_x64(True):
         cells = run.sweep(cells, "Theorem 1 / Lemma 1 per kernel (float64)")
     stats = _analyse(cfg, cells)

@@ -121,20 +121,21 @@ def _complete_tasks(features, P, r, p0, real, traj_keys, gammas, t_max, num_laye
     return jax.vmap(one)(features, P, r, p0, real, traj_keys)
 
 
-def make_task_set(key, m_values: tuple[int, ...], tasks_per_m: int, d: int, gammas: tuple[float, ...],
-                  feature_scale: float, num_actions: int, t_max: int, num_layers: int) -> TaskSet:
+def make_task_set(tasks_key, trajectories_key, m_values: tuple[int, ...], tasks_per_m: int, d: int,
+                  gammas: tuple[float, ...], feature_scale: float, num_actions: int, t_max: int,
+                  num_layers: int) -> TaskSet:
     """The task family of (a), padded to max(m_values) states, and one trajectory of t_max transitions each (c).
 
-    Keys: fold_in(key, m) for the tasks with m states (m >= 2), fold_in(key, 0) for the trajectories. The tasks are
-    drawn at gammas[0] (the discount changes only v_pi); ``num_layers`` sets the depth of the floor.
+    Keys: fold_in(tasks_key, m) for the tasks with m states, split(trajectories_key, N) for the N trajectories. The
+    tasks are drawn at gammas[0] (the discount changes only v_pi); ``num_layers`` sets the depth of the floor.
     """
     M = max(m_values)
-    groups = [_padded_tasks(jax.random.fold_in(key, m), tasks_per_m, m, M, d, gammas[0], num_actions, feature_scale)
-              for m in m_values]
+    groups = [_padded_tasks(jax.random.fold_in(tasks_key, m), tasks_per_m, m, M, d, gammas[0], num_actions,
+                            feature_scale) for m in m_values]
     features, P, r, p0, real = (jnp.concatenate(x) for x in zip(*groups))
     N = features.shape[0]
     mu, states, rewards, v, margin, floor = _complete_tasks(
-        features, P, r, p0, real, jax.random.split(jax.random.fold_in(key, 0), N), tuple(gammas), t_max, num_layers)
+        features, P, r, p0, real, jax.random.split(trajectories_key, N), tuple(gammas), t_max, num_layers)
     return TaskSet(m=np.repeat(np.asarray(m_values), tasks_per_m), features=features, P=P, r=r, mu=mu,
                    states=states, rewards=rewards, v=v.transpose(1, 0, 2), margin=np.asarray(margin).T,
                    floor=np.asarray(floor).T)
