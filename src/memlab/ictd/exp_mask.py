@@ -207,8 +207,11 @@ EXPERIMENTS = [
         "ictd.mask-relaxation", "Fig. 6, App. F.5", PAPER,
         "full (eq. 108) vs relaxed (eq. 112) A mask, ρ annealed 0.68 → 0.80: trajectories, emergence vs d_t, V0/A0",
         {"paper": MaskRelaxationConfig(),
-         "quick": MaskRelaxationConfig(train=mask_relaxation_config("full", num_epochs=300, rho_anneal_steps=2667,
-                                                                    num_seeds=3), eval_tasks=100),
+         # quick: 2 seeds per mask (was 3) x 200 MRPs = 2000 steps (was 3000), rho annealed over the same 8/9 of them,
+         # 50 held-out tasks (was 100; no claim reads them): A_feat is diagonal (A_diag > 0.85) and both masks agree by
+         # then; the emergence claims fail at any quick size
+         "quick": MaskRelaxationConfig(train=mask_relaxation_config("full", num_epochs=200, rho_anneal_steps=1778,
+                                                                    num_seeds=2), eval_tasks=50),
          "tiny": MaskRelaxationConfig(train=mask_relaxation_config("full", rho_anneal_steps=40, **_TINY_TRAIN),
                                       eval_tasks=4, smooth_window=5, num_bins=8)},
         run_mask_relaxation),
