@@ -1,7 +1,6 @@
 """Theorem 2 (depth.py) against independent references, and ictd.depth-convergence (exp_depth.py): its config,
 its analysis on synthetic cells, and the tiny profile end to end (contract, claims, figures, resume)."""
 
-import dataclasses
 import json
 
 import jax
@@ -13,7 +12,8 @@ from memlab.catalog import EXPERIMENTS
 from memlab.ictd import depth as dp
 from memlab.ictd import softmax_td as st
 from memlab.ictd import transformer as tf
-from memlab.ictd.exp_depth import DepthConfig, _analyse, make_tasks
+from memlab.ictd.exp_depth import DepthConfig, _analyse
+from memlab.ictd.random_tasks import random_task_batch
 from memlab.runner import run_experiment
 
 # the helpers run on the tiny profile's shapes, so the tiny end-to-end run below reuses their compilations
@@ -28,7 +28,8 @@ def batch():
     """Tiny-profile tasks with feature scale 1.3 (a kernel far from diagonal) and contexts covering all states
     in their first 30 transitions (draws of N_MAX transitions)."""
     with jax.enable_x64(True):
-        tasks = make_tasks(dataclasses.replace(TINY_DEPTH, feature_scale=1.3), jax.random.key(0))[M]
+        tasks = random_task_batch(jax.random.fold_in(jax.random.key(0), M), TINY_DEPTH.tasks_per_m, M, D, GAMMA,
+                                  TINY_DEPTH.num_actions, feature_scale=1.3)
         states, covered, _ = dp.covering_trajectories(tasks, jax.random.key(1), 30, 30, length=N_MAX)
     assert tasks.features.dtype == jnp.float64 and bool(covered.all())
     return tasks, states
