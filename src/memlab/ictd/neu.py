@@ -86,8 +86,7 @@ def num_params(d: int) -> int:
 
 
 def _check_d(d) -> None:
-    if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
-        raise ValueError(f"feature dimension d must be an int >= 1, got {d!r}")
+    check_int("feature dimension d", d)
 
 
 def _check_u_B(u, B) -> tuple[Array, Array]:
@@ -274,8 +273,7 @@ def update_samples(u, B, tasks: Task, keys, num_layers: int, n: int, batch_size:
     N = tasks.features.shape[0]
     if jnp.shape(keys)[:1] != (N,):
         raise ValueError(f"need one key per task: keys must have leading shape ({N},), got {jnp.shape(keys)}")
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    check_int("batch_size", batch_size)
     depths = tuple(range(1, num_layers + 1)) if depths is None else tuple(int(l) for l in depths)
     if not depths or list(depths) != sorted(set(depths)) or depths[0] < 1 or depths[-1] > num_layers:
         raise ValueError(f"depths must be increasing ints in 1..num_layers = 1..{num_layers}, got {depths}")
