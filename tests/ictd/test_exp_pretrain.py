@@ -1,5 +1,5 @@
-"""The ictd.pretrain and ictd.mask-relaxation experiments: diagnostics (pretrain_figures.py) against plain references,
-and both tiny profiles end to end (contract and resume)."""
+"""The ictd.pretrain and ictd.mask-relaxation experiments: configs, the shared reporting of a trained setting
+(pretrain_runs.py, pretrain_report.py) on synthetic seed records, both tiny profiles end to end (contract, resume)."""
 
 from __future__ import annotations
 
@@ -9,113 +9,26 @@ import json
 import numpy as np
 import pytest
 
-from memlab.ictd.emergence import a_emergence
-from memlab.ictd.exp_pretrain import EXPERIMENTS, MaskRelaxationConfig, PretrainExperimentConfig, _emergence_along_dt
+from memlab.catalog import EXPERIMENTS
+from memlab.files import read_cell
+from memlab.ictd.exp_mask import MaskRelaxationConfig
+from memlab.ictd.exp_mask import _analyse as analyse_mask
+from memlab.ictd.exp_pretrain import PretrainExperimentConfig
+from memlab.ictd.exp_pretrain import _analyse as analyse_pretrain
 from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config
-from memlab.ictd.pretrain_figures import (
-    View,
-    binned_by_dt,
-    diagonal_share,
-    plot_blocks,
-    sign_pattern,
-    trailing_mean,
-    truncated_mean_sem,
-)
+from memlab.ictd.pretrain_report import setting_claims
+from memlab.ictd.pretrain_runs import TRACE_FIELDS, setting_from_cells, setting_tables
 from memlab.ictd.transformer import theta_star
 from memlab.runner import Experiment, run_experiment
 
-BY_NAME = {e.name: e for e in EXPERIMENTS}
-
-
-# --------------------------------------------------------------------------- numbers behind the figures
-
-
-def test_trailing_mean_matches_a_loop():
-    x = np.random.default_rng(0).normal(size=(3, 23))
-    for window in (1, 4, 50):
-        ref = np.array([[x[s, max(0, t - window + 1) : t + 1].mean() for t in range(23)] for s in range(3)])
-        np.testing.assert_allclose(trailing_mean(x, window), ref, atol=1e-12)
-
-
-def test_truncated_mean_sem_counts_only_seeds_that_reach_the_step():
-    x = np.array([[1.0, 2.0, 3.0, 4.0], [3.0, 4.0, 5.0, 6.0], [5.0, 9.0, 9.0, 9.0]])
-    mean, sem, count = truncated_mean_sem(x, np.array([3, 1, 0]))
-    np.testing.assert_array_equal(count, [3, 2, 1, 1])
-    np.testing.assert_allclose(mean, [3.0, 3.0, 3.0, 4.0])
-    np.testing.assert_allclose(sem, [np.std([1, 3, 5], ddof=1) / np.sqrt(3), np.std([2, 4], ddof=1) / np.sqrt(2), 0, 0])
-
-
-def test_binned_by_dt_matches_a_loop_over_bins():
-    rng = np.random.default_rng(1)
-    d_t = rng.uniform(0.03, 0.11, size=(4, 200))
-    V = rng.uniform(size=(4, 200))
-    b = binned_by_dt(d_t, {"V": V}, 5)
-    edges = np.linspace(d_t.min(), d_t.max(), 6)
-    for i in range(5):
-        inside = (d_t >= edges[i]) & ((d_t < edges[i + 1]) if i < 4 else (d_t <= edges[i + 1]))
-        assert b["count"][i] == inside.sum()
-        np.testing.assert_allclose(b["V_mean"][i], V[inside].mean())
-        per_seed = [V[s][inside[s]].mean() for s in range(4)]
-        np.testing.assert_allclose([b["V_q25"][i], b["V_q75"][i]], np.percentile(per_seed, [25, 75]))
-    assert b["count"].sum() == d_t.size
-
-
-def test_diagonal_share_is_the_a_emergence_diagonality_and_sign_agnostic():
-    rng = np.random.default_rng(2)
-    A = np.zeros((7, 7))
-    A[:4, :4] = 0.1 * rng.normal(size=(4, 4))
-    np.fill_diagonal(A[:4, :4], 0.9)  # equal positive diagonal: C_A = 1, so A_em = A_diag (eq. 111)
-    np.testing.assert_allclose(diagonal_share(A), float(a_emergence(A)), rtol=1e-5)
-    np.testing.assert_allclose(diagonal_share(-A), diagonal_share(A))
-    B = A.copy()
-    B[0, 0] = 1.0  # unequal diagonal: C_A of -B divides by eps (m_A < 0) and vanishes, A_diag does not care
-    assert float(a_emergence(-B)) == 0.0 and diagonal_share(-B) == diagonal_share(B) > 0.5
-    assert diagonal_share(np.asarray(theta_star(4)[1])) == 1.0
-    assert diagonal_share(np.zeros((7, 7))) == 0.0
-    np.testing.assert_allclose(diagonal_share(np.stack([A, -A, np.asarray(theta_star(4)[1])])),
-                               [diagonal_share(A)] * 2 + [1.0])
-
-
-def test_sign_pattern():
-    assert sign_pattern(np.array([1.0, 2.0, -0.5])) == "(+, +, −)"
-    assert sign_pattern(np.array([-1.0, 0.0, 3.0])) == "(−, 0, +)"
-
-
-def _view(d_t, V, A, n=10):
-    return View("synthetic", V, A, d_t, np.full(d_t.shape[0], d_t.shape[1] - 1), n)
-
-
-def test_dt_claim_rule_follows_the_direction_of_training():
-    """V rising late along the d_t path passes the 'V rises after intermediate d_t' rule; V high at once fails."""
-    T = 300
-    d_t = np.tile(np.linspace(0.1, 0.04, T), (3, 1))  # d_t falls during training (the mirrored solution)
-    late = np.tile((np.arange(T) > 200).astype(float), (3, 1))
-    ones = np.ones((3, T))
-    a = _emergence_along_dt(_view(d_t, late, ones), 20, 0.1, 0.04)
-    assert a["direction"] == -1 and a["A_high_fraction"] == 1.0
-    assert a["V_first_third"] == 0.0 and a["V_last_third_max"] == 1.0
-    b = _emergence_along_dt(_view(d_t, ones, 0 * ones), 20, 0.1, 0.04)
-    assert b["V_first_third"] == 1.0 and b["A_high_fraction"] == 0.0
-    early = late[:, ::-1]  # d_t rising 0.04 -> 0.1 and V high at the start (low d_t): V did not wait for d_t
-    rising = _emergence_along_dt(_view(d_t[:, ::-1], early, ones), 20, 0.04, 0.1)
-    assert rising["direction"] == 1 and rising["V_first_third"] == 1.0
-
-
-def test_block_heatmap_is_the_seed_mean_scaled_by_its_max():
-    V, A = (np.asarray(x) for x in theta_star(4))
-    Vs = np.stack([2 * V, 4 * V])  # seed mean 3 V*, scaled back to V*
-    fig = plot_blocks([("θ*", Vs, np.stack([A, A]))])
-    images = [ax.images[0].get_array() for ax in fig.axes if ax.images]
-    np.testing.assert_allclose(images[0], V)
-    np.testing.assert_allclose(images[1], A)
+BY_NAME = {name: EXPERIMENTS[name] for name in ("ictd.pretrain", "ictd.mask-relaxation")}
 
 
 # --------------------------------------------------------------------------- configs and registry
 
 
 def test_profiles_paper_sizes_and_validation():
-    assert set(BY_NAME) == {"ictd.pretrain", "ictd.mask-relaxation"}
-    for exp in EXPERIMENTS:
+    for exp in BY_NAME.values():
         assert {"tiny", "quick", "paper"} <= set(exp.profiles) and exp.paper == "softmax-transformers-in-context-td"
         for config in exp.profiles.values():
             config.validate()
@@ -134,6 +47,62 @@ def test_profiles_paper_sizes_and_validation():
         PretrainExperimentConfig(train=PretrainConfig(tau=0.0)).validate()
     with pytest.raises(ValueError, match="a_mask"):
         MaskRelaxationConfig(train=mask_relaxation_config("relaxed")).validate()
+
+
+# --------------------------------------------------------------------------- a trained setting, synthetic
+
+
+def _record(sign: float, T: int, mirror_score: float, seed: int) -> dict:
+    """A ``train_seed`` record (as a sweep returns it) whose every checkpoint is sign * theta*: paper scores 0
+    throughout, mirrored scores rising, d_t falling from 0.3 to 0.1."""
+    V, A = (sign * np.asarray(x) for x in theta_star(4))
+    ramp = np.linspace(0.0, 1.0, T)
+    trace = {f: np.zeros(T) for f in TRACE_FIELDS} | {"V_em_neg": ramp ** 2, "A_em_neg": ramp,
+                                                      "d_t": np.linspace(0.3, 0.1, T) + 0.01 * seed}
+    params = {"V": V.tolist(), "A": A.tolist()}
+    errors = {"abs_td_error": 0.3 + 0.1 * seed, "abs_value_error": 1.0}
+    return {"trace": {f: x.tolist() for f, x in trace.items()}, "best_step": T - 1, "best_score": 0.0,
+            "scan_best_step": 0, "mirror_step": T - 2, "mirror_score": mirror_score,
+            "params": {n: params for n in ("final", "best", "mirror")},
+            "eval": {n: errors for n in ("final", "best", "mirror")}}
+
+
+REFERENCES = {"theta*": {"abs_td_error": 0.5, "abs_value_error": 1.0},
+              "-theta*": {"abs_td_error": 0.4, "abs_value_error": 1.1},
+              "zero": {"abs_td_error": 0.6, "abs_value_error": 0.9}}
+
+
+def _cells(slug: str, config: PretrainConfig, sign: float = -1.0) -> dict:
+    cells = {f"{slug}-seed={s}": _record(sign, config.num_steps, 0.8 + 0.1 * s, s) for s in range(config.num_seeds)}
+    return cells | {f"{slug}-references": REFERENCES}
+
+
+def test_setting_claims_of_the_mirror_image():
+    config = BY_NAME["ictd.pretrain"].profiles["tiny"].train
+    st = setting_from_cells("Table 1", config, "full", _cells("full", config), {"full-seed=0": 2.0})
+    np.testing.assert_allclose(st.seconds, [2.0, np.nan])
+    claims, numbers = setting_claims(st, "full")
+    holds = {c["id"]: c["holds"] for c in claims}
+    assert holds == {"best-checkpoint-emergence[full,paper]": False, "best-checkpoint-emergence[full,mirrored]": True,
+                     "v-sign-pattern[full]": False, "a-diagonal[full]": True, "masked-entries-zero[full]": True}
+    assert numbers == {"best_paper": 0.0, "best_mirrored": pytest.approx(0.85), "A_diag": 1.0,
+                       "A_feat_diag_mean": -1.0}
+    tables = setting_tables([st], [], 4)
+    assert len(tables["trace_mean.csv"][1]) == config.num_steps and len(tables["checkpoints.csv"][1]) == 3 * 2
+    assert [row[1] for row in tables["heldout.csv"][1]][-3:] == ["theta*", "-theta*", "zero"]
+
+
+def test_analyse_pretrain_and_mask_on_synthetic_records():
+    cfg = BY_NAME["ictd.pretrain"].profiles["tiny"]
+    s = analyse_pretrain(cfg, _cells("full", cfg.train))
+    assert s["d_start"] > s["d_end"] and s["along"]["mirrored"]["direction"] == -1.0
+    assert s["along"]["paper"]["A_high_fraction"] == 0.0 and s["along"]["mirrored"]["V_last_third_max"] > 0.5
+    assert [c["id"] for c in s["common_claims"]][0] == "best-checkpoint-emergence[paper]"
+    cfg = BY_NAME["ictd.mask-relaxation"].profiles["tiny"]
+    m = analyse_mask(cfg, _cells("full", cfg.train) | _cells("relaxed", cfg.train))
+    assert list(m["settings"]) == ["full", "relaxed"] and m["pattern"]["full"] == ("(−, −, +)", 2)
+    assert len(m["common_claims"]) == 10 and len(m["grid"]) == 2 and len(m["grid"][0]) == 2
+    assert m["numbers"]["relaxed"]["A_feat_diag_mean"] == -1.0
 
 
 # --------------------------------------------------------------------------- end to end, tiny profiles
@@ -174,7 +143,7 @@ def test_tiny_profile_writes_the_contract_and_resumes(name, tmp_path):
     else:
         assert {"relaxed-mask-preserves-emergence[paper]", "relaxed-mask-preserves-emergence[mirrored]",
                 "masked-entries-zero[full]", "masked-entries-zero[relaxed]"} <= ids
-        cells = {m: json.loads((out / "cells" / f"{m}-seed=0.json").read_text()) for m in masks_run}
+        cells = {m: read_cell((out / "cells" / f"{m}-seed=0.json").read_text())[0] for m in masks_run}
         A_full, A_relaxed = (np.array(cells[m]["params"]["final"]["A"]) for m in masks_run)
         d = config.d
         assert np.all(A_full[:d, d:] == 0) and np.any(A_relaxed[:d, d:] != 0)  # eq. (108) vs eq. (112)

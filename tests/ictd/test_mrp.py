@@ -177,7 +177,7 @@ def test_trajectory_length_zero_and_bad_length():
     states, rewards = sample_trajectory(random_mrp(0, 3), jax.random.key(0), 0)
     assert states.shape == (1,) and rewards.shape == (0,)
     for bad in (-1, 2.5, True):
-        with pytest.raises(ValueError, match="length must be a non-negative int"):
+        with pytest.raises(ValueError, match="length must be an int >= 0"):
             sample_trajectory(random_mrp(0, 3), jax.random.key(0), bad)
 
 

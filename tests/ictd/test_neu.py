@@ -15,14 +15,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from memlab.catalog import EXPERIMENTS
 from memlab.ictd import transformer
-from memlab.ictd.exp_neu import EXPERIMENTS, NEUConfig, _sample_tasks
+from memlab.ictd.exp_neu import NEUConfig, _analyse
 from memlab.ictd.mrp import sample_trajectory
 from memlab.ictd.neu import (
+    POINT_LABELS,
+    STAT_FIELDS,
+    comparison_points,
+    estimator_statistics,
     flatten_theta,
     looped_params,
     neu,
     num_params,
+    sample_tasks,
     summarize,
     td_update_direction,
     theta_star_looped,
@@ -77,8 +83,8 @@ def reference_direction(theta, task, key, L: int, n: int, tower: bool, h: float 
 def _tiny_tasks(seed: int):
     """8 tasks + trajectory keys exactly as the tiny profile draws them (m = d = 3, gamma = 0.5, c = 3, float32),
     so that the tests and the end-to-end run share compiled functions (compiling dominates these tests)."""
-    tiny = EXPERIMENTS[0].profiles["tiny"]
-    return _sample_tasks(jax.random.key(seed), tiny.num_samples, tiny.m, tiny.d, tiny.gamma, tiny.feature_scale,
+    tiny = EXPERIMENTS["ictd.neu"].profiles["tiny"]
+    return sample_tasks(jax.random.key(seed), tiny.num_samples, tiny.m, tiny.d, tiny.gamma, tiny.feature_scale,
                          tiny.num_actions)
 
 
@@ -169,7 +175,7 @@ def test_batched_samples_match_the_one_depth_definition(x64):
 def test_tower_estimator_agrees_with_the_plain_estimator_and_has_less_variance():
     """Same mean within Monte-Carlo error (fixed seed): the tower property of App. E.4, on the tiny task family
     (2000 fresh (task, trajectory) pairs in batches of the tiny profile's size, n = 8, L = 3)."""
-    tiny = EXPERIMENTS[0].profiles["tiny"]
+    tiny = EXPERIMENTS["ictd.neu"].profiles["tiny"]
     L, n = tiny.num_layers, tiny.contexts[0]
     batches = [update_samples(*theta_star_looped(tiny.d), *_tiny_tasks(seed), L, n, tiny.batch_size)
                for seed in range(250)]
@@ -251,7 +257,7 @@ def test_bad_inputs_raise_value_errors():
 
 @pytest.mark.parametrize("change, match", [
     ({"contexts": (50, 20)}, "contexts"), ({"contexts": (20,)}, "contexts"), ({"gamma": 1.0}, "gamma"),
-    ({"d": 2}, "d >= m"), ({"num_samples": 2}, ">= 4"), ({"num_layers": 1}, "num_layers"),
+    ({"d": 2}, "d must be an int >= 5"), ({"num_samples": 2}, ">= 4"), ({"num_layers": 1}, "num_layers"),
     ({"slow_layers": -1}, "slow_layers"), ({"perturbation": 0.0}, "perturbation"), ({"feature_scale": -1.0}, "feature"),
 ])
 def test_config_validation_names_the_problem(change, match):
@@ -265,7 +271,7 @@ def test_config_validation_names_the_problem(change, match):
 
 
 def test_tiny_profile_end_to_end_and_resume(tmp_path):
-    exp = EXPERIMENTS[0]
+    exp = EXPERIMENTS["ictd.neu"]
     assert exp.name == "ictd.neu" and {"tiny", "quick", "paper"} <= set(exp.profiles)
     for profile in exp.profiles.values():
         profile.validate()
@@ -283,10 +289,69 @@ def test_tiny_profile_end_to_end_and_resume(tmp_path):
     config = exp.profiles["tiny"]
     assert len(rows) == 1 + config.num_layers * (len(config.contexts) + 6) + len(config.slow_depths)
     results = first["results"]
-    assert results["cells_computed"] == len(config.contexts) + 6 + 1 and results["cells_skipped"] == 0
+    num_cells = len(config.contexts) + 6 + 1  # theta* per n, the 6 other points at n_max, the slow discount
+    assert first["cells"]["computed"] == num_cells and first["cells"]["resumed"] == 0
     assert all(np.all(np.asarray(results["theta_star"][str(n)]["J"]) >= 0) for n in config.contexts)
 
     again = json.loads((run_experiment(exp, "tiny", out_dir=tmp_path, progress=False) / "results.json").read_text())
-    assert again["results"]["cells_computed"] == 0 and again["results"]["cells_skipped"] == results["cells_computed"]
+    assert again["cells"]["computed"] == 0 and again["cells"]["resumed"] == num_cells
     assert again["results"]["theta_star"] == results["theta_star"]
     assert [c["holds"] for c in again["claims"]] == [c["holds"] for c in claims]
+
+
+# ---------------------------------------------------------------- the comparison points and the cell statistics
+
+
+def test_comparison_points_are_the_named_points():
+    d = 3
+    points = comparison_points(d, jax.random.key(0), 0.1)
+    assert list(points) == list(POINT_LABELS)
+    u_star, B_star = (np.asarray(a) for a in theta_star_looped(d))
+    np.testing.assert_array_equal(points["theta-star"][0], u_star)
+    np.testing.assert_array_equal(points["half-step"][0], 0.5 * u_star)
+    np.testing.assert_array_equal(points["mirror"][1], -B_star)
+    assert not points["u-zero"][0].any() and not points["B-zero"][1].any()
+    du, dB = points["perturbed"][0] - u_star, points["perturbed"][1] - B_star
+    assert 0 < np.abs(du).max() < 0.5 and 0 < np.abs(dB).max() < 0.5  # eps = 0.1 times a standard normal
+    again = comparison_points(d, jax.random.key(0), 0.1)
+    assert all(np.array_equal(again[p][i], points[p][i]) for p in points for i in (0, 1))
+
+
+def test_estimator_statistics_summarise_the_samples():
+    tiny = EXPERIMENTS["ictd.neu"].profiles["tiny"]
+    tasks, keys = _tiny_tasks(3)
+    u, B = theta_star_looped(tiny.d)
+    L, n = tiny.num_layers, tiny.contexts[0]
+    stats = estimator_statistics(u, B, tasks, keys, L, n, tiny.batch_size)
+    tower, plain = (np.asarray(a, np.float64) for a in update_samples(u, B, tasks, keys, L, n, tiny.batch_size))
+    np.testing.assert_allclose(stats["tower"]["J"], summarize(tower).J)
+    np.testing.assert_allclose(stats["plain"]["noise_floor"], summarize(plain).noise_floor)
+    assert set(stats["tower"]) == set(STAT_FIELDS) and stats["depths"] == [1, 2, 3] and stats["num_samples"] == 8
+    assert stats["tower_vs_plain_max_z"].shape == stats["variance_ratio"].shape == (L,)
+    assert 0 < stats["margin_min"] <= stats["margin_median"] < 0.25  # c = 3: Assumption 5.1, at most (1 - 0.5)/2
+
+
+def _cell(J, floor=None, margin=0.2, depths=(1, 2, 3)):
+    J = list(J)
+    floor = [0.01] * len(J) if floor is None else list(floor)
+    tower = {"J": J, "J_se": [0.001] * len(J), "noise_floor": floor, "J_split": J, "abs_mean": [2 * j for j in J],
+             "abs_se": [0.0] * len(J)}
+    return {"tower": tower, "plain": tower, "tower_vs_plain_max_z": [1.0] * len(J), "variance_ratio": [2.0] * len(J),
+            "num_samples": 8, "depths": list(depths), "margin_min": margin, "margin_median": margin + 0.01}
+
+
+def test_analyse_on_synthetic_cells():
+    cfg = NEUConfig(m=3, d=3, num_layers=3, contexts=(8, 16), num_samples=8, num_samples_compare=8, slow_context=8,
+                    slow_layers=3, slow_samples=8)
+    cells = {"theta-star_n=8": _cell([0.3, 0.3, 0.3], margin=0.1), "theta-star_n=16": _cell([0.1, 0.4, 0.02])}
+    cells |= {f"{p}_n=16": _cell([1.0 + i] * 3) for i, p in enumerate(POINT_LABELS) if p != "theta-star"}
+    cells["theta-star_slow_gamma=0.9_n=8"] = _cell([0.1, 0.5, 0.05], floor=[0.01, 0.01, 0.2], margin=0.04)
+    s = _analyse(cfg, cells)
+    assert list(s["at_max"]) == list(POINT_LABELS)  # theta* first: the figure and table order
+    assert s["peak_l"] == 1 and s["depth_ratio"] == pytest.approx(20.0)
+    np.testing.assert_allclose(s["J_by_n"], [0.3, 0.02])
+    assert s["J_nmin_L"] == 0.3 and s["margin_min"] == 0.1  # the slow run's tasks are not the main grid's
+    assert s["argmin_non_td"] == "mirror" and s["min_non_td"] == pytest.approx(3.0)  # half-step (2.0) is TD
+    assert s["slow"]["peak_L"] == 2 and s["slow"]["ratio"] == pytest.approx(2.5)  # the floor 0.2 > J = 0.05 at L = 3
+    assert s["variance_ratio_at_L_max"] == {8: 2.0, 16: 2.0} and s["tower_vs_plain_max_z"] == 1.0
+    assert s["figures"] == ["neu_vs_depth.png", "neu_vs_context.png", "neu_slow_discount.png"]

@@ -1,4 +1,5 @@
-"""The random task family of random_tasks.py: valid ergodic MRPs, scaled orthonormal features, the margin of eq. (28)."""
+"""The random task family of random_tasks.py: valid ergodic MRPs, scaled orthonormal features, the margin of
+eq. (28), batches."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def test_vmap_over_keys_gives_distinct_tasks():
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"m": 1}, "m must be"), ({"d": 3}, "d must be"), ({"num_actions": 0}, "num_actions"),
-    ({"gamma": 1.0}, "gamma"), ({"feature_scale": 0.0}, "feature_scale"), ({"feature_scale": float("nan")}, "feature_scale"),
+    ({"gamma": 1.0}, "gamma"), ({"feature_scale": 0.0}, "feature_scale"),
+    ({"feature_scale": float("nan")}, "feature_scale"),
 ])
 def test_bad_arguments(kwargs, match):
     args = {"m": 4, "d": 4, "gamma": 0.9, **kwargs}

@@ -124,6 +124,21 @@ def test_linear_kernel_is_batch_linear_td(x64):
         w = w + alpha[t] / tau * sum((R[k] + 0.9 * X[k + 1] @ w - X[k] @ w) * X[k] for k in range(n))
     np.testing.assert_allclose(ws[-1], w, rtol=1e-12)
 
+def test_tabular_fixed_point_is_converged_batch_linear_td_with_one_hot_features(x64):
+    """LSTD on S_0..S_t = batch TD(0) with one-hot features run to convergence; a never-visited state keeps 0."""
+    rng = np.random.default_rng(3)
+    m, t, gamma = 5, 40, 0.5
+    P = rng.dirichlet(np.ones(m), size=m)
+    r = rng.uniform(-1, 1, m)
+    states = [0]
+    for _ in range(t):
+        states.append(rng.choice(m, p=P[states[-1]]))
+    states = np.where(np.array(states) == m - 1, 0, states)  # make one state unvisited
+    w = st.batch_linear_td(np.eye(m)[states], r[states[:-1]], gamma, 3000, alpha=1.0 / t)[-1]
+    v = st.tabular_td_fixed_point(jnp.asarray(states), r, t, gamma, m)
+    np.testing.assert_allclose(np.asarray(v), np.asarray(w), atol=1e-8)
+    assert float(v[m - 1]) == 0.0 and np.abs(np.asarray(v)).max() > 0.1
+
 
 @pytest.mark.parametrize("kind", st.KERNELS)
 def test_operator_form_matches_td(x64, kind):

@@ -1,15 +1,16 @@
-"""Experiments of the ictd study (paper: softmax-transformers-in-context-td.md), one module per theme.
+"""Experiments of the ictd study (paper: softmax-transformers-in-context-td.md): an index, one module per theme.
 
 * ``ictd.verify``             — Fig. 7 / App. F.6: Theorem 1 and Lemma 1 in float64, four kernels (``exp_verify.py``).
-* ``ictd.depth-convergence``  — Theorem 2: ||v_L - v_pi|| vs depth and context length (``exp_verify.py``).
+* ``ictd.depth-convergence``  — Theorem 2: ||v_L - v_pi|| vs depth and context length (``exp_depth.py``).
 * ``ictd.msve-vs-context``    — Fig. 1: MSVE of the 15-layer theta* transformer vs context length (``exp_msve.py``).
 * ``ictd.neu``                — Theorem 3: the NEU objective of theta* on the looped space (``exp_neu.py``).
 * ``ictd.pretrain``           — Algorithm 1, Fig. 3 and Fig. 5: emergence under TD pretraining (``exp_pretrain.py``).
-* ``ictd.mask-relaxation``    — App. F.5 / Fig. 6: full vs relaxed A mask (``exp_pretrain.py``).
+* ``ictd.mask-relaxation``    — App. F.5 / Fig. 6: full vs relaxed A mask (``exp_mask.py``).
 """
 
 from __future__ import annotations
 
-from memlab.ictd import exp_msve, exp_neu, exp_pretrain, exp_verify
+from memlab.ictd import exp_depth, exp_mask, exp_msve, exp_neu, exp_pretrain, exp_verify
 
-EXPERIMENTS = [*exp_verify.EXPERIMENTS, *exp_msve.EXPERIMENTS, *exp_neu.EXPERIMENTS, *exp_pretrain.EXPERIMENTS]
+EXPERIMENTS = [*exp_verify.EXPERIMENTS, *exp_depth.EXPERIMENTS, *exp_msve.EXPERIMENTS, *exp_neu.EXPERIMENTS,
+               *exp_pretrain.EXPERIMENTS, *exp_mask.EXPERIMENTS]

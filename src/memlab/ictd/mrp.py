@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.checks import check_distribution
+from memlab.checks import check_distribution, check_int
 from memlab.logspace import safe_log
 
 
@@ -115,9 +115,7 @@ def sample_trajectory(mrp: MRP, key: Array, length: int, stationary: bool = Fals
     Returns ``states`` (length+1,) int32 = S_0..S_n and ``rewards`` (length,) = R_1..R_n.
     Jitted with ``length`` and ``stationary`` static; batch with ``jax.vmap`` over keys.
     """
-    if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or length < 0:
-        raise ValueError(f"length must be a non-negative int, got {length!r}")
-    return _sample_trajectory(mrp, key, int(length), bool(stationary))
+    return _sample_trajectory(mrp, key, check_int("length", length, 0), bool(stationary))
 
 
 @functools.partial(jax.jit, static_argnames=("length", "stationary"))

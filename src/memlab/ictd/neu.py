@@ -53,16 +53,22 @@ from jax import Array
 
 from memlab.checks import check_int
 from memlab.ictd.mrp import Task, sample_trajectory
+from memlab.ictd.random_tasks import random_task_batch, task_margin
 from memlab.ictd.transformer import forward, make_prompt, readout
 
 NUM_U = 3  # u = (coefficient of R, of gamma v', of v)
 
 __all__ = [
     "NEUEstimate",
+    "POINT_LABELS",
+    "STAT_FIELDS",
+    "comparison_points",
+    "estimator_statistics",
     "flatten_theta",
     "looped_params",
     "neu",
     "num_params",
+    "sample_tasks",
     "summarize",
     "td_update_direction",
     "theta_star_looped",
@@ -80,8 +86,7 @@ def num_params(d: int) -> int:
 
 
 def _check_d(d) -> None:
-    if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
-        raise ValueError(f"feature dimension d must be an int >= 1, got {d!r}")
+    check_int("feature dimension d", d)
 
 
 def _check_u_B(u, B) -> tuple[Array, Array]:
@@ -133,6 +138,38 @@ def unflatten_theta(theta, d: int) -> tuple[Array, Array]:
     if theta.shape != (num_params(d),):
         raise ValueError(f"theta must have shape (d^2 + 3,) = ({num_params(d)},) for d = {d}, got {theta.shape}")
     return theta[:NUM_U], theta[NUM_U:].reshape(d, d)
+
+
+POINT_LABELS = {  # the points of ``comparison_points`` (names, also cell names) -> labels of figures and tables
+    "theta-star": "θ* = (u*, I)",
+    "half-step": "(u*/2, I)",
+    "mirror": "mirror (−u*, −I)",
+    "perturbed": "θ* + ε·N(0, I)",
+    "random": "random (u, B)",
+    "u-zero": "(0, I): u = 0",
+    "B-zero": "(u*, 0): B = 0",
+}
+
+
+def comparison_points(d: int, key, perturbation: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Named points (u (3,), B (d, d)) of Theta^Looped (float32) to compare with theta*; random ones drawn from ``key``.
+
+    theta-star (u*, I); half-step (u*/2, I): the TD block with learning rate 1/2 (same fixed point, reached more
+    slowly, so its J -> 0 as well); mirror (-u*, -I); perturbed theta* + eps N(0, I); random (u ~ N(0, I_3),
+    B ~ N(0, I_d / d)); u-zero (0, I): the block outputs 0; B-zero (u*, 0): uniform attention.
+    """
+    u_star, B_star = (np.asarray(a, np.float32) for a in theta_star_looped(d))
+    k_pu, k_pB, k_ru, k_rB = jax.random.split(key, 4)
+    normal = lambda k, shape: np.asarray(jax.random.normal(k, shape), np.float32)  # noqa: E731
+    return {
+        "theta-star": (u_star, B_star),
+        "half-step": (0.5 * u_star, B_star),
+        "mirror": (-u_star, -B_star),
+        "perturbed": (u_star + perturbation * normal(k_pu, (3,)), B_star + perturbation * normal(k_pB, (d, d))),
+        "random": (normal(k_ru, (3,)), normal(k_rB, (d, d)) / np.sqrt(d)),
+        "u-zero": (np.zeros(3, np.float32), B_star),
+        "B-zero": (u_star, np.zeros((d, d), np.float32)),
+    }
 
 
 # ---------------------------------------------------------------- v_L and the update direction, eq. (30)
@@ -236,8 +273,7 @@ def update_samples(u, B, tasks: Task, keys, num_layers: int, n: int, batch_size:
     N = tasks.features.shape[0]
     if jnp.shape(keys)[:1] != (N,):
         raise ValueError(f"need one key per task: keys must have leading shape ({N},), got {jnp.shape(keys)}")
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    check_int("batch_size", batch_size)
     depths = tuple(range(1, num_layers + 1)) if depths is None else tuple(int(l) for l in depths)
     if not depths or list(depths) != sorted(set(depths)) or depths[0] < 1 or depths[-1] > num_layers:
         raise ValueError(f"depths must be increasing ints in 1..num_layers = 1..{num_layers}, got {depths}")
@@ -313,3 +349,46 @@ def neu(u, B, tasks: Task, keys, num_layers: int, n: int, tower: bool = True, ba
     trajectory each (``update_samples``), with the tower estimator by default; returns a ``NEUEstimate``."""
     tower_samples, plain_samples = update_samples(u, B, tasks, keys, num_layers, n, batch_size)
     return summarize(tower_samples if tower else plain_samples)
+
+
+# ---------------------------------------------------------------- tasks ~ Delta and the statistics of one estimate
+
+STAT_FIELDS = ("J", "J_se", "noise_floor", "J_split", "abs_mean", "abs_se")  # per depth, from ``summarize``
+
+
+def sample_tasks(key, count: int, m: int, d: int, gamma, feature_scale, num_actions: int = 2) -> tuple[Task, Array]:
+    """``count`` tasks of the ``random_tasks`` family (a batched Task) and one trajectory key each (count,)."""
+    k_task, k_traj = jax.random.split(key)
+    tasks = random_task_batch(k_task, count, m, d, gamma, num_actions, feature_scale)
+    return tasks, jax.random.split(k_traj, count)
+
+
+def estimator_statistics(u, B, tasks: Task, keys, num_layers: int, n: int, batch_size: int = 8, depths=None) -> dict:
+    """J statistics of the tower and the plain estimator at ``depths`` (default 1..num_layers), how well they agree,
+    and the tasks' Assumption 5.1 margins (eq. 28).
+
+    Returns tower, plain: {STAT_FIELDS -> (L',)}; tower_vs_plain_max_z (L',): max over the d^2 + 3 parameters of
+    |mean(plain - tower)| / se (the difference has mean 0 by the tower property); variance_ratio (L',): total
+    variance plain / tower; num_samples; depths; margin_min, margin_median. FloatingPointError if the block overflowed.
+    """
+    tower, plain = update_samples(u, B, tasks, keys, num_layers, n, batch_size, depths)
+    tower, plain = np.asarray(tower, np.float64), np.asarray(plain, np.float64)
+    if not (np.all(np.isfinite(tower)) and np.all(np.isfinite(plain))):
+        raise FloatingPointError(f"non-finite update directions at n = {n} (the looped block overflowed)")
+    est_t, est_p = summarize(tower), summarize(plain)
+    diff = plain - tower  # zero-mean by the tower property: E[(delta - delta_bar) grad | S_0..S_n] = 0
+    diff_se = diff.std(axis=0, ddof=1) / np.sqrt(diff.shape[0])
+    z = np.abs(diff.mean(axis=0)) / np.where(diff_se > 0, diff_se, np.inf)
+    var_t = tower.var(axis=0, ddof=1).sum(axis=1)
+    var_p = plain.var(axis=0, ddof=1).sum(axis=1)
+    margins = np.asarray(jax.vmap(task_margin)(tasks), np.float64)
+    return {
+        "tower": {f: getattr(est_t, f) for f in STAT_FIELDS},
+        "plain": {f: getattr(est_p, f) for f in STAT_FIELDS},
+        "tower_vs_plain_max_z": z.max(axis=1),
+        "variance_ratio": var_p / np.where(var_t > 0, var_t, np.nan),
+        "num_samples": diff.shape[0],
+        "depths": list(range(1, num_layers + 1)) if depths is None else list(depths),
+        "margin_min": float(margins.min()),
+        "margin_median": float(np.median(margins)),
+    }

@@ -32,10 +32,10 @@ plus the one bootstrap transition). The F.5 budget (9000 steps, 900 MRPs) is ``m
 PureJaxRL structure: ``make_train(config)`` returns a pure, jit-able ``train(key) -> TrainResult``; the whole run is one
 ``lax.scan`` over epochs (sample task, roll out, build windows, ``minibatches_per_epoch`` Adam steps in an inner scan);
 ``train_seeds`` vmaps ``train`` over ``num_seeds`` keys. Per training step it records V_em, A_em (eq. (109)-(111)),
-the same scores of the mirrored block (-V, -A) (see below), d_t (eq. (34), mean over the epoch's N contexts, rho = 0), the TD loss, mean |delta|, and rho_t; it carries the
-parameters at two best checkpoints inside the scan (no host round trips, no replay): the paper's rule
-max min(V_em, A_em) and the mirrored rule max min(V_em(-V), A_em(-A)), each the first step on ties;
-round trips. Optax supplies Adam.
+the same scores of the mirrored block (-V, -A) (see below), d_t (eq. (34), mean over the epoch's N contexts, rho = 0),
+the TD loss, mean |delta|, and rho_t; it carries the parameters at two best checkpoints inside the scan (no host round
+trips, no replay): the paper's rule max min(V_em, A_em) and the mirrored rule max min(V_em(-V), A_em(-A)), each the
+first step on ties. Optax supplies Adam.
 
 Observed (Table 1 settings, 5 seeds): training lowers the TD error well below that of theta* but converges to the
 MIRROR image of the TD block: A_feat ~ -0.8 I (attention to the least similar states, d_t < 1/n) and a value row
@@ -58,7 +58,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from memlab.checks import check_gamma, check_int
+from memlab.checks import check_gamma, check_int, check_real
 from memlab.ictd.boyan import boyan_chain
 from memlab.ictd.emergence import a_emergence, kernel_diagonal_mean, v_emergence
 from memlab.ictd.mrp import sample_trajectory
@@ -133,19 +133,14 @@ class PretrainConfig:
             check_int(name, getattr(self, name))
         check_int("m", self.m, 3)  # Boyan chain, Algorithm 2
         check_gamma(self.gamma)
-        if not (self.tau > 0 and math.isfinite(self.tau)):
-            raise ValueError(f"tau must be a positive finite temperature, got {self.tau}")
-        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
-            raise ValueError(f"learning_rate must be positive and finite, got {self.learning_rate}")
-        if not (self.init_gain >= 0 and math.isfinite(self.init_gain)):
-            raise ValueError(f"init_gain must be >= 0 and finite, got {self.init_gain}")
+        check_real("tau", self.tau, 0.0, open_low=True)  # softmax temperature
+        check_real("learning_rate", self.learning_rate, 0.0, open_low=True)
+        check_real("init_gain", self.init_gain, 0.0)
         if self.a_mask not in A_MASKS:
             raise ValueError(f"a_mask must be one of {A_MASKS} (eq. (108) / eq. (112)), got {self.a_mask!r}")
         for name in ("rho_start", "rho_end"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1] (eq. (104)), got {getattr(self, name)}")
-        if not isinstance(self.rho_anneal_steps, int) or self.rho_anneal_steps < 0:
-            raise ValueError(f"rho_anneal_steps must be an integer >= 0, got {self.rho_anneal_steps!r}")
+            check_real(name, getattr(self, name), 0.0, 1.0)  # eq. (104)
+        check_int("rho_anneal_steps", self.rho_anneal_steps, 0)
 
 
 def mask_relaxation_config(a_mask: str = "relaxed", **overrides) -> PretrainConfig:

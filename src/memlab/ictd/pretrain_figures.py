@@ -1,9 +1,9 @@
 """Diagnostics and figures of the pretraining experiments (Fig. 3, 5, 6 of the paper; App. F.3-F.5).
 
 Plain NumPy functions of stored traces and parameters (no training here): the sign-agnostic diagonal share of A_feat,
-the value row and its sign pattern, trailing means, seed means truncated at a checkpoint, the d_t binning of Fig. 3(b),
-and one plotting function per figure kind, shared by ``ictd.pretrain`` and ``ictd.mask-relaxation``
-(``exp_pretrain.py``).
+the value row and its sign pattern, trailing means, seed means truncated at a checkpoint, the d_t binning of Fig. 3(b)
+and the numbers behind its claims (``emergence_along_dt``), and one plotting function per figure kind, shared by
+``ictd.pretrain`` and ``ictd.mask-relaxation`` (``exp_pretrain.py``, ``exp_mask.py``).
 """
 
 from __future__ import annotations
@@ -188,3 +188,18 @@ def plot_emergence_vs_dt(grid: list[list[View]], num_bins: int):
                    title=view.title)
             ax.legend(loc="best", fontsize=7)
     return fig
+
+
+def emergence_along_dt(view: View, num_bins: int, d_start: float, d_end: float, high: float = 0.5) -> dict:
+    """Numbers behind the Fig. 3(b) claims, with the d_t bins ordered from the start-of-training d_t toward its end:
+    the fraction of occupied bins with mean A_em >= ``high``, the pooled V_em over the first third of the occupied
+    bins, the largest binned V_em over the last third, and the direction (+1 / -1) d_t moved in."""
+    b = binned_by_dt(view.d_t, {"V": view.V_em, "A": view.A_em}, num_bins)
+    occupied = b["count"] > 0
+    direction = 1.0 if d_end >= d_start else -1.0
+    order = [int(i) for i in np.argsort(direction * b["centers"]) if occupied[i]]
+    third = max(1, len(order) // 3)
+    first, last = order[:third], order[-third:]
+    return {"A_high_fraction": float(np.mean(b["A_mean"][occupied] >= high)),
+            "V_first_third": float(np.sum((b["V_mean"] * b["count"])[first]) / np.sum(b["count"][first])),
+            "V_last_third_max": float(np.max(b["V_mean"][last])), "direction": direction}

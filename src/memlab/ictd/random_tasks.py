@@ -28,11 +28,14 @@ from memlab.checks import check_gamma, check_int
 from memlab.ictd.mrp import MRP, Task, stationary_distribution, value_function
 from memlab.ictd.softmax_td import diagonal_margin, population_kernel
 
+__all__ = ["random_task", "random_task_batch", "task_margin"]
+
 
 def random_task(key: Array, m: int, d: int, gamma, num_actions: int = 2, feature_scale=3.0) -> Task:
     """One task of the family above: a ``Task`` (mrp, features (m, d), w_star, v_star).
 
-    ``w_star`` = X^T v_pi / c^2 (exact: X X^T = c^2 I) and ``v_star`` = v_pi. Jitted with static ``m``, ``d``, ``num_actions``; vmap over keys.
+    ``w_star`` = X^T v_pi / c^2 (exact: X X^T = c^2 I) and ``v_star`` = v_pi. Jitted with static ``m``, ``d``,
+    ``num_actions``; vmap over keys (or use ``random_task_batch``).
     """
     check_int("m", m, 2)
     check_int("d", d, m)  # orthonormal features need d >= m
@@ -43,6 +46,13 @@ def random_task(key: Array, m: int, d: int, gamma, num_actions: int = 2, feature
         if c.shape != () or not (c > 0 and np.isfinite(c)):
             raise ValueError(f"feature_scale must be a scalar > 0, got {feature_scale!r}")
     return _random_task(key, int(m), int(d), gamma, int(num_actions), feature_scale)
+
+
+def random_task_batch(key: Array, count: int, m: int, d: int, gamma, num_actions: int = 2, feature_scale=3.0) -> Task:
+    """``count`` tasks of the family, one per key of ``jax.random.split(key, count)``, vmapped: a batched ``Task``
+    (every leaf gains a leading (count,) axis)."""
+    check_int("count", count)
+    return jax.vmap(lambda k: random_task(k, m, d, gamma, num_actions, feature_scale))(jax.random.split(key, count))
 
 
 def _flat_dirichlet(key: Array, shape: tuple, dtype) -> Array:

@@ -220,6 +220,19 @@ def _batch_linear_td(X, R, gamma, alphas, tau):
     return jnp.concatenate([w0[None], ws], axis=0)
 
 
+def tabular_td_fixed_point(states, r, t: int, gamma, M: int) -> Array:
+    """Batch tabular TD(0) converged (LSTD, certainty equivalence) on S_0 -> ... -> S_t: (M,), 0 where unvisited.
+
+    v(u) = r(u) + gamma sum_u' P_emp(u, u') v(u') for the states u that are the source of a transition, with
+    P_emp the empirical transition frequencies; states never a source keep the initial value 0. Equals
+    ``batch_linear_td`` with one-hot features run to convergence. states (>= t+1,) ints in [0, M), r (M,).
+    """
+    counts = jax.nn.one_hot(states[:t], M).T @ jax.nn.one_hot(states[1:t + 1], M)
+    visits = counts.sum(axis=1)
+    P_emp = counts / jnp.maximum(visits, 1.0)[:, None]
+    return jnp.linalg.solve(jnp.eye(M, dtype=P_emp.dtype) - gamma * P_emp, jnp.where(visits > 0, r, 0.0))
+
+
 # ---------------------------------------------------------------- operator form (section 5)
 
 def operator_form(states, K, m: int) -> tuple[Array, Array]:

@@ -1,4 +1,5 @@
-"""ictd.msve-vs-context (Fig. 1): the query reading, the references, task padding, and the experiment end to end."""
+"""In-context policy evaluation (policy_eval.py: the query reading, the references, task padding) and
+ictd.msve-vs-context (exp_msve.py: config, analysis, the tiny profile end to end)."""
 
 from __future__ import annotations
 
@@ -10,23 +11,22 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memlab.ictd import exp_msve
-from memlab.ictd.exp_msve import (
-    EXPERIMENTS,
-    MsveConfig,
+from memlab.catalog import EXPERIMENTS
+from memlab.ictd.exp_msve import MsveConfig, _analyse
+from memlab.ictd.policy_eval import (
+    METHODS,
     depth_floor_values,
-    make_tasks,
+    make_task_set,
     operator_values,
     query_trajectory,
-    tabular_td_fixed_point,
     transformer_value,
 )
 from memlab.ictd.random_tasks import random_task, task_margin
-from memlab.ictd.softmax_td import batch_linear_td, weighted_softmax_td
+from memlab.ictd.softmax_td import weighted_softmax_td
 from memlab.ictd.transformer import theta_star
 from memlab.runner import run_experiment
 
-EXP = EXPERIMENTS[0]
+EXP = EXPERIMENTS["ictd.msve-vs-context"]
 
 
 def _numpy_task(m=4, gamma=0.7, t=12, c=1.5, seed=3):
@@ -75,16 +75,6 @@ def test_the_fictitious_transition_matters_less_as_t_grows(x64):
     assert gaps[1] < 0.1 * gaps[0], gaps
 
 
-def test_tabular_fixed_point_is_converged_batch_linear_td_with_one_hot_features(x64):
-    gamma, t, m = 0.5, 40, 5
-    features, P, r, states, _ = _numpy_task(m=m, gamma=gamma, t=t)
-    states = np.where(states == m - 1, 0, states)  # make one state unvisited
-    w = batch_linear_td(np.eye(m)[states], r[states[:-1]], gamma, 3000, alpha=1.0 / t)[-1]
-    v = tabular_td_fixed_point(jnp.asarray(states), r, t, gamma, m)
-    np.testing.assert_allclose(np.asarray(v), np.asarray(w), atol=1e-8)
-    assert float(v[m - 1]) == 0.0
-
-
 def test_depth_floor_with_a_one_hot_kernel_is_truncated_value_iteration(x64):
     """c large: M_pi = I, so L population iterations give sum_{l<L} (gamma P)^l r = v_pi - (gamma P)^L v_pi."""
     gamma, L = 0.9, 15
@@ -97,7 +87,8 @@ def test_depth_floor_with_a_one_hot_kernel_is_truncated_value_iteration(x64):
 def test_padded_tasks_match_the_unpadded_family():
     cfg = dataclasses.replace(EXP.profiles["tiny"], m_values=(3, 4), d=4, tasks_per_m=2)
     key = jax.random.key(5)
-    tasks = make_tasks(cfg, key)
+    tasks = make_task_set(key, jax.random.key(6), cfg.m_values, cfg.tasks_per_m, cfg.d, cfg.gammas,
+                          cfg.feature_scale, cfg.num_actions, cfg.t_max, cfg.num_layers)
     assert tasks.features.shape == (4, 4, 4) and tasks.v.shape == (len(cfg.gammas), 4, 4)
     small = np.flatnonzero(tasks.m == 3)
     assert np.all(np.asarray(tasks.mu)[small, 3] == 0) and np.all(np.asarray(tasks.states)[small] < 3)
@@ -109,9 +100,11 @@ def test_padded_tasks_match_the_unpadded_family():
 
 
 @pytest.mark.parametrize("change, match", [
-    ({"m_values": ()}, "m_values"), ({"m_values": (4, 4)}, "distinct"), ({"d": 3, "m_values": (4,)}, "d = 3"),
+    ({"m_values": ()}, "m_values"), ({"m_values": (4, 4)}, "distinct"),
+    ({"d": 3, "m_values": (4,)}, "d must be an int >= 4"),
     ({"tasks_per_m": 1}, "tasks_per_m"), ({"gammas": (1.0,)}, "gammas"), ({"feature_scale": 0.0}, "feature_scale"),
     ({"num_layers": 0}, "num_layers"), ({"t_max": 1}, "t_max"), ({"depth_limit_layers": 3}, "depth_limit_layers"),
+    ({"num_contexts": 2}, "context lengths"),
 ])
 def test_bad_config_is_rejected(change, match):
     with pytest.raises(ValueError, match=match):
@@ -126,7 +119,7 @@ def test_profiles_are_valid_and_the_paper_profile_has_the_paper_sizes():
     assert paper.contexts()[0] == 1 and paper.contexts()[-1] == paper.t_max
 
 
-def test_tiny_profile_end_to_end_and_resume(tmp_path, monkeypatch):
+def test_tiny_profile_end_to_end_and_resume(tmp_path):
     out = run_experiment(EXP, "tiny", out_dir=tmp_path, progress=False)
     results = json.loads((out / "results.json").read_text())
     claims = {c["id"]: c for c in results["claims"]}
@@ -141,13 +134,36 @@ def test_tiny_profile_end_to_end_and_resume(tmp_path, monkeypatch):
     rows = (out / "msve_vs_context.csv").read_text().splitlines()
     cfg = EXP.profiles["tiny"]
     per_curve = 1 + len(cfg.m_values)
-    assert len(rows) == 1 + len(cfg.gammas) * len(cfg.contexts()) * len(exp_msve.METHODS) * per_curve
+    assert len(rows) == 1 + len(cfg.gammas) * len(cfg.contexts()) * len(METHODS) * per_curve
     mean = results["results"]["mean_msve"]
     np.testing.assert_allclose(mean["transformer"], mean["weighted_softmax_td"], rtol=1e-4)
 
-    def must_not_run(*args, **kwargs):
-        raise AssertionError("a finished cell was recomputed")
-
-    monkeypatch.setattr(exp_msve, "cell_msve", must_not_run)
     run_experiment(EXP, "tiny", out_dir=tmp_path, progress=False)  # every cell comes from cells/*.json
-    assert json.loads((out / "results.json").read_text())["results"] == results["results"]
+    again = json.loads((out / "results.json").read_text())
+    assert again["cells"]["computed"] == 0 and again["cells"]["resumed"] == len(cfg.gammas) * len(cfg.contexts())
+    assert again["results"] == results["results"] and again["claims"] == results["claims"]
+
+
+def test_analyse_on_synthetic_cells():
+    """MSVE halving (task 1) and quartering (task 2) as t doubles: log-log slopes -1 and -2, all tasks improved; the
+    constant predictor of two tasks with values +-1 everywhere is 0 with MSVE 1."""
+    cfg = MsveConfig(m_values=(2,), tasks_per_m=2, d=2, gammas=(0.9,), t_max=4, num_contexts=3)
+    contexts = cfg.contexts()
+    assert contexts == (1, 2, 4)
+    cells = {}
+    for j, t in enumerate(contexts):
+        msve = {name: [0.5 ** j, 2 * 0.25 ** j] for name in METHODS}
+        cells[f"gamma=0.9,t={t}"] = {"msve": msve, "max_abs_diff": 1e-7 * (j + 1), "max_abs_value": 2.0,
+                                     "depth_limit_change": 0.1 * j}
+    tasks = {"m": np.array([2, 2]), "v": np.array([[[1.0, 1.0], [-1.0, -1.0]]]), "mu": np.full((2, 2), 0.5),
+             "margin": np.array([[0.01, 0.03]]), "floor": np.array([[0.2, 0.4]]), "dtype": "float32"}
+    s = _analyse(cfg, tasks, cells)
+    np.testing.assert_allclose(s["mean_msve"]["transformer"], [[1.5, 0.5, 0.1875]])
+    np.testing.assert_allclose(s["stderr_msve"]["transformer"][0, 0], np.std([1, 2], ddof=1) / np.sqrt(2))
+    assert s["loglog_slope"]["0.9"]["mean"] == pytest.approx(-1.5)
+    assert s["loglog_slope"]["0.9"]["t"] == pytest.approx(-3.0)  # mean -1.5, sd 1/sqrt(2), two tasks
+    assert s["improved"] == [1.0] and s["const_msve"][0] == pytest.approx(1.0)
+    assert s["max_abs_diff_tf_wstd"] == pytest.approx(3e-7) and s["max_rel_diff_tf_wstd"] == pytest.approx(1.5e-7)
+    assert s["tol"] == 1e-5 and s["limit_t"] == 4 and s["depth_limit_change"] == pytest.approx(0.2)
+    assert s["margin"]["0.9"] == {"min": 0.01, "median": 0.02, "max": 0.03}
+    np.testing.assert_allclose(s["depth_floor_msve"], [0.3])

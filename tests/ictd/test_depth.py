@@ -1,7 +1,6 @@
-"""ictd.verify (Fig. 7) and ictd.depth-convergence (Theorem 2): the helpers against independent references,
-and both experiments end to end on their tiny profiles (contract, claims, figures, resume)."""
+"""Theorem 2 (depth.py) against independent references, and ictd.depth-convergence (exp_depth.py): its config,
+its analysis on synthetic cells, and the tiny profile end to end (contract, claims, figures, resume)."""
 
-import dataclasses
 import json
 
 import jax
@@ -9,13 +8,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memlab.ictd import exp_verify as ev
+from memlab.catalog import EXPERIMENTS
+from memlab.ictd import depth as dp
 from memlab.ictd import softmax_td as st
 from memlab.ictd import transformer as tf
+from memlab.ictd.exp_depth import DepthConfig, _analyse
+from memlab.ictd.random_tasks import random_task_batch
 from memlab.runner import run_experiment
 
-# the helpers run on the tiny profiles' shapes, so the tiny end-to-end runs below reuse their compilations
-TINY_VERIFY, TINY_DEPTH = (e.profiles["tiny"] for e in ev.EXPERIMENTS)
+# the helpers run on the tiny profile's shapes, so the tiny end-to-end run below reuses their compilations
+EXP = EXPERIMENTS["ictd.depth-convergence"]
+TINY_DEPTH = EXP.profiles["tiny"]
 M, D, GAMMA = TINY_DEPTH.state_counts[0], TINY_DEPTH.d, TINY_DEPTH.gamma
 N_MAX = max(TINY_DEPTH.context_lengths)
 
@@ -25,8 +28,9 @@ def batch():
     """Tiny-profile tasks with feature scale 1.3 (a kernel far from diagonal) and contexts covering all states
     in their first 30 transitions (draws of N_MAX transitions)."""
     with jax.enable_x64(True):
-        tasks = ev.make_tasks(dataclasses.replace(TINY_DEPTH, feature_scale=1.3), jax.random.key(0))[M]
-        states, covered, _ = ev.covering_trajectories(tasks, jax.random.key(1), 30, 30, length=N_MAX)
+        tasks = random_task_batch(jax.random.fold_in(jax.random.key(0), M), TINY_DEPTH.tasks_per_m, M, D, GAMMA,
+                                  TINY_DEPTH.num_actions, feature_scale=1.3)
+        states, covered, _ = dp.covering_trajectories(tasks, jax.random.key(1), 30, 30, length=N_MAX)
     assert tasks.features.dtype == jnp.float64 and bool(covered.all())
     return tasks, states
 
@@ -76,14 +80,14 @@ def test_operator_iteration_is_the_transformer(x64, batch):
     assert vs.shape == (L + 1, M) and np.all(vs[0] == 0)
     np.testing.assert_allclose(Zs[:, -1, :], vs[:, np.asarray(states)], rtol=0, atol=1e-12)
     assert np.abs(vs[-1]).max() > 0.1
-    check = ev.transformer_crosscheck(task, states, D, L)
+    check = dp.transformer_crosscheck(task, states, D, L)
     assert check["transformer_vs_operator"] <= 1e-12 and check["eq49_vs_eq24"] <= 1e-13
 
 
 def test_task_depth_curves_quantities(x64, batch):
     """floor = distance of the long-run iterate to v_pi; T2, rho_hat, C_hat as eq. (54), (57), (67)."""
     L, n = TINY_DEPTH.num_layers, 60
-    curves = ev.depth_curves(*batch, n, L)
+    curves = dp.depth_curves(*batch, n, L)
     out = {k: np.asarray(v)[2] for k, v in curves.items()}
     task, states = one(batch, 2, n)
     Mh, Ph = (np.asarray(a) for a in st.operator_from_counts(states, task.features, M))
@@ -106,90 +110,63 @@ def test_task_depth_curves_quantities(x64, batch):
 
 def test_covering_trajectories(x64, batch):
     tasks, _ = batch
-    states, covered, draws = ev.covering_trajectories(tasks, jax.random.key(4), 6, 40, length=N_MAX)
+    states, covered, draws = dp.covering_trajectories(tasks, jax.random.key(4), 6, 40, length=N_MAX)
     states, covered, draws = np.asarray(states), np.asarray(covered), np.asarray(draws)
     assert states.shape == (len(draws), N_MAX + 1) and draws.min() >= 1
     for s, c in zip(states, covered):
         assert c == (set(s[:6].tolist()) == set(range(M)))  # S_0..S_{n-1} with n = 6, not the whole draw
     assert covered.sum() >= len(draws) // 2 and draws.max() > 1  # n = 6 for 5 states: first draws often miss
-    _, covered, draws = ev.covering_trajectories(tasks, jax.random.key(5), M - 1, 3, length=N_MAX)  # impossible
+    _, covered, draws = dp.covering_trajectories(tasks, jax.random.key(5), M - 1, 3, length=N_MAX)  # impossible
     assert not np.asarray(covered).any() and np.all(np.asarray(draws) == 3)
     with pytest.raises(ValueError, match="length"):
-        ev.covering_trajectories(tasks, jax.random.key(5), 10, 3, length=5)
+        dp.covering_trajectories(tasks, jax.random.key(5), 10, 3, length=5)
 
 
 def test_prefix_n_equals_a_cut_trajectory(x64, batch):
     """task_depth_curves with the first n of a longer draw = on the trajectory cut after n steps."""
     tasks, states = batch
     task = jax.tree.map(lambda a: a[3], tasks)
-    full = {k: np.asarray(v)[3] for k, v in ev.depth_curves(tasks, states, 25, TINY_DEPTH.num_layers).items()}
-    cut = {k: np.asarray(v) for k, v in ev.task_depth_curves(task, states[3, :26], None, TINY_DEPTH.num_layers).items()}
+    full = {k: np.asarray(v)[3] for k, v in dp.depth_curves(tasks, states, 25, TINY_DEPTH.num_layers).items()}
+    cut = {k: np.asarray(v) for k, v in dp.task_depth_curves(task, states[3, :26], None, TINY_DEPTH.num_layers).items()}
     for k, value in full.items():
         np.testing.assert_allclose(value, cut[k], rtol=1e-11, atol=1e-13)
-    assert bool(ev.visits_every_state(states[3, :26], M)) == bool(ev.visits_every_state(states[3], M, 25))
-    assert not bool(ev.visits_every_state(states[3], M, 1))
+    assert bool(dp.visits_every_state(states[3, :26], M)) == bool(dp.visits_every_state(states[3], M, 25))
+    assert not bool(dp.visits_every_state(states[3], M, 1))
 
 
 def test_fitted_rate_and_slope():
     L = np.arange(41)
     dist = np.stack([2.0 * 0.8 ** L, 0.5 * 0.93 ** L, np.maximum(0.1 ** L, 1e-300)])
-    rate = ev.fitted_rate(dist)
+    rate = dp.fitted_rate(dist)
     assert rate[0] == pytest.approx(0.8, rel=1e-12) and rate[1] == pytest.approx(0.93, rel=1e-12)
     assert np.isnan(rate[2])  # below the rounding floor from L = 12 on: nothing left to fit
     n = np.array([10, 100, 1000])
-    assert ev.loglog_slope(n, 3.0 / np.sqrt(n)) == pytest.approx(-0.5)
-    assert ev.log_discrepancy([0.0, 1e-12])[0] == np.log10(ev.ZERO_FLOOR)
-
-
-def test_verify_trial_float64_and_sensitive(x64):
-    cfg = TINY_VERIFY
-    X, R = ev.trial_prompts(jax.random.split(jax.random.key(6), cfg.num_trials), cfg)
-    assert X.shape == (cfg.num_trials, cfg.n + 1, cfg.d) and R.shape == (cfg.num_trials, cfg.n)
-    assert X.dtype == jnp.float64
-    out = {k: np.asarray(v) for k, v in ev.verify_trials(X, R, cfg, "softmax").items()}
-    assert out["abs_tsm"].shape == (cfg.num_trials, cfg.num_layers + 1)
-    assert out["rel_tsm"].max() <= 1e-13 and out["lemma1_rel"].max() <= 1e-13
-    assert np.all(out["abs_tsm"][:, 0] == 0)  # v_0 = y_0 = 0 exactly
-    assert out["y_max"].min() > 1e-2  # the values move
-    # the same comparison sees a wrong transformer: alpha = 0.5 in the transformer only
-    V, A = tf.theta_star(cfg.d)
-    L = cfg.num_layers
-    Xs = X[0] * cfg.feature_scale
-    v = tf.readout(tf.forward(tf.make_prompt(Xs, R[0]), V, A, cfg.gamma, L, alphas=jnp.full(L, 0.5)))
-    y = st.weighted_softmax_td(Xs, R[0], cfg.gamma, L)[:, -1]
-    assert np.abs(np.asarray(v - y)).max() > 1e-3
+    assert dp.loglog_slope(n, 3.0 / np.sqrt(n)) == pytest.approx(-0.5)
 
 
 @pytest.mark.parametrize("config, message", [
-    (ev.VerifyConfig(kinds=("softmax", "cubic")), "kinds"),
-    (ev.VerifyConfig(gamma=1.0), "gamma"),
-    (ev.VerifyConfig(num_trials=0), "num_trials"),
-    (ev.DepthConfig(context_lengths=(200, 50)), "context_lengths"),
-    (ev.DepthConfig(state_counts=(5, 12)), "state_counts"),
-    (ev.DepthConfig(context_lengths=(6, 50)), "cannot visit"),
-    (ev.DepthConfig(slope_band=(-0.4, -0.1)), "slope_band"),
+    (DepthConfig(context_lengths=(200, 50)), "context_lengths"),
+    (DepthConfig(context_lengths=(200,)), "context_lengths"),
+    (DepthConfig(state_counts=(5, 12)), "state_counts"),
+    (DepthConfig(context_lengths=(6, 50)), "cannot visit"),
+    (DepthConfig(slope_band=(-0.4, -0.1)), "slope_band"),
+    (DepthConfig(feature_scale=0.0), "feature_scale"),
 ])
 def test_config_validation_names_the_problem(config, message):
     with pytest.raises(ValueError, match=message):
         config.validate()
 
 
-def test_registry():
-    names = [e.name for e in ev.EXPERIMENTS]
-    assert names == ["ictd.verify", "ictd.depth-convergence"]
-    for e in ev.EXPERIMENTS:
-        assert e.paper == "softmax-transformers-in-context-td" and {"tiny", "quick", "paper"} <= set(e.profiles)
-        for config in e.profiles.values():
-            config.validate()
-    verify = ev.EXPERIMENTS[0].profiles["paper"]
-    sizes = (verify.d, verify.n, verify.num_layers, verify.gamma, verify.alpha, verify.num_trials)
-    assert sizes == (8, 20, 10, 0.9, 1.0, 50)  # App. F.6
-    assert ev.EXPERIMENTS[0].profiles["quick"] == verify
+def test_profiles_validate():
+    assert EXP.paper == "softmax-transformers-in-context-td" and {"tiny", "quick", "paper"} <= set(EXP.profiles)
+    for config in EXP.profiles.values():
+        config.validate()
+    assert EXP.profiles["paper"] == DepthConfig()
 
 
-@pytest.fixture(scope="module", params=[0, 1], ids=["verify", "depth"])
-def tiny_run(request, tmp_path_factory):
-    exp = ev.EXPERIMENTS[request.param]
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    exp = EXP
     out = tmp_path_factory.mktemp(exp.name)
     run_experiment(exp, "tiny", out_dir=out, progress=False)
     first = json.loads((out / "results.json").read_text())
@@ -209,18 +186,40 @@ def test_tiny_profile_contract(tiny_run):
     assert pngs and all(f"]({p.name})" in summary for p in pngs), "summary embeds every figure"
     assert list(out.glob("*.csv"))
     holds = {c["id"]: c["holds"] for c in claims}
-    if exp.name == "ictd.verify":  # exact identities: they hold at any size
-        assert all(holds.values()), claims
-        assert set(holds) == {"theorem-1[softmax]", "theorem-1[relu]", "theorem-1[elu1]", "theorem-1[rbf]", "lemma-1"}
-    else:
-        for cid in ("assumption-5.1", "geometric-rate", "bound-70", "operator-form"):
-            assert holds[cid], [c for c in claims if c["id"] == cid]
-        assert {"floor-slope", "lemma-4", "lemma-5"} <= set(holds)
+    for cid in ("assumption-5.1", "geometric-rate", "bound-70", "operator-form"):
+        assert holds[cid], [c for c in claims if c["id"] == cid]
+    assert {"floor-slope", "lemma-4", "lemma-5"} <= set(holds)
 
 
 def test_tiny_rerun_resumes_from_cells(tiny_run):
     exp, out, first, second, stamps = tiny_run
     cells = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
-    expected = {"ictd.verify": 4, "ictd.depth-convergence": 4}[exp.name]  # kernels / tasks + crosscheck + 2 n
-    assert len(cells) == expected and cells == stamps, "the rerun recomputed no cell"
+    assert len(cells) == 4 and cells == stamps, "the rerun recomputed no cell"  # tasks + crosscheck + 2 n
     assert first["results"] == second["results"] and first["claims"] == second["claims"]
+
+
+def _synthetic_cell(floor, covered, rate, excess, rho_bounded):
+    """A context cell as it comes back from a sweep (lists): two tasks, L = 2."""
+    return {"covered": covered, "draws": [1, 3], "rate": rate, "rho_bounded": rho_bounded, "bound70_excess": excess,
+            "floor": floor, "T2": [0.5 * f for f in floor], "M_dev": [0.1 * f for f in floor], "rho_hat": [0.9, 0.95],
+            "spectral_radius": [0.9, 0.9], "C_hat": [0.01, 0.02],
+            "err_q": [[1.0, 0.5, floor[0]], [1.0, 0.6, floor[0]], [1.0, 0.7, floor[0]]]}
+
+
+def test_analyse_uses_only_covered_tasks():
+    """The second task is uncovered at n = 30: its (huge) floor, NaN rate and positive excess must not count."""
+    cfg = DepthConfig(context_lengths=(30, 120), num_layers=2, state_counts=(5,), tasks_per_m=2, d=5)
+    cells = {"tasks": {"margin": [0.05, 0.04], "err0": [1.0, 2.0]},
+             "crosscheck": {"transformer_vs_operator": 1e-15, "eq49_vs_eq24": 1e-16, "m": 5, "n": 30},
+             "n=30": _synthetic_cell([0.4, 9.0], [True, False], [0.9, float("nan")], [-0.1, 5.0], [True, True]),
+             "n=120": _synthetic_cell([0.2, 0.1], [True, True], [0.9, 0.91], [-0.2, -0.3], [True, False])}
+    s = _analyse(cfg, cells)
+    np.testing.assert_allclose(s["floor_median"], [0.4, 0.15])
+    assert s["floor_slope"] == pytest.approx(np.log(0.15 / 0.4) / np.log(4))
+    assert s["dropped"] == {30: 1, 120: 0} and s["draws_max"] == {30: 3, 120: 3}
+    assert s["rate_nan"] == 0  # the NaN rate belongs to the uncovered task
+    np.testing.assert_allclose(s["rate_minus_bound_max"], [0.9 - 0.95, 0.91 - 0.96])
+    np.testing.assert_allclose(s["bound70_max_excess"], [-0.1, -0.2])  # on the Lemma 5 event, covered tasks only
+    np.testing.assert_allclose(s["frac_lemma5"], [1.0, 0.5])
+    np.testing.assert_allclose(s["bound_curve"], [[1.0, 0.95, 0.95 ** 2], [2.0, 2 * 0.96, 2 * 0.96 ** 2]])
+    assert s["num_tasks"] == 2 and s["margin"] == {"min": 0.04, "median": 0.045}

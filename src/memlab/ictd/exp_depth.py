@@ -1,0 +1,300 @@
+"""``ictd.depth-convergence`` -- Theorem 2: ||v_L - v_pi||_inf against depth L for several context lengths n.
+
+On random tasks (``random_tasks``: random MDP + policy, features c * orthonormal in R^d; the paper states no tasks or
+sizes for Theorem 2) v_L is the operator iteration v_{l+1} = T_hat(v_l) of eq. (24)-(26), the transformer's output at
+every visited state by Theorem 1 when the context visits every state (checked against ``transformer.forward`` on one
+small case); M_hat, P_hat come from the state counts, eq. (49). Contexts start at S_0 ~ p0 and are conditioned on
+visiting every state among S_0..S_{n-1} (section 5) by resampling; a task left uncovered is dropped at that n and
+counted. Every term of eq. (29) and Lemmas 4-5 is measured by ``depth.py``. One cell per n (all tasks), one for the
+tasks' margins and one for the cross-check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+
+import jax
+import numpy as np
+
+from memlab import plots
+from memlab.checks import check_gamma, check_increasing_ints, check_int, check_real
+from memlab.ictd import depth
+from memlab.ictd.random_tasks import random_task_batch
+from memlab.runner import Experiment, Run
+
+PAPER = "softmax-transformers-in-context-td"
+TOL = 1e-10  # the operator-form cross-check
+RESULT_KEYS = ("context_lengths", "num_tasks", "margin", "floor_median", "floor_slope", "T2_median", "T2_slope",
+               "M_dev_median", "M_dev_slope", "frac_lemma5", "rate_median", "rate_minus_bound_max",
+               "bound70_max_excess", "floor_bound_ratio_median", "dropped", "crosscheck")
+TABLE_HEADER = ["n", "tasks dropped", "max draws", "median floor ‖v_∞ − v_π‖", "median T2", "median ‖M̂ − M_π‖∞",
+                "ρ̂ median", "ρ̂ max", "frac ρ̂ ≤ 1 − C", "median fitted rate", "median ‖v_L − v_π‖"]
+TABLE_FORMAT = {h: ".4f" for h in TABLE_HEADER} | {"median ‖M̂ − M_π‖∞": ".2e", "frac ρ̂ ≤ 1 − C": ".3f"}
+
+SUMMARY = """# ictd.depth-convergence — Theorem 2 (section 5)
+
+**Paper.** Under Assumption 5.1, with probability ≥ 1 − δ, for all L: ‖v_L − v_π‖∞ ≤ (1 − C)^L ‖v_0 − v_π‖∞ + C₂ \
+sqrt(log(C₃/δ)/n) (eq. 29): geometric decay in depth at rate 1 − C plus a statistical floor that vanishes as n → ∞. \
+Lemma 4: ‖M̂ − M_π‖∞ = O(sqrt(log(1/δ)/n)); Lemma 5: ‖I − M̂ + γP̂‖∞ ≤ 1 − C for large n. The paper gives no figure \
+or task sizes for Theorem 2.
+
+**Tasks (our choice).** `random_task`: random MDP (Dirichlet(1) transitions, U(−1, 1) rewards, {cfg.num_actions} \
+actions) and Dirichlet policy; m ∈ {state_counts} states, {cfg.tasks_per_m} tasks per m ({num_tasks} tasks, the same \
+tasks at every n); d = {cfg.d}; features x(s) = c q_s with q orthonormal, c = {cfg.feature_scale}; γ = {cfg.gamma} \
+(the paper's default discount); v_0 = 0; depth L = 0..{L}; n ∈ {context_lengths}. Each context is one on-policy \
+trajectory with S_0 ~ p0, conditioned on visiting every state among S_0..S_{{n−1}} by resampling (up to \
+{cfg.max_resamples} draws; tasks still uncovered are dropped at that n: {dropped}). v_L is the operator iteration \
+(eq. 24–26), which equals the transformer's output (checked: max |Z_l[d+2, j] − v_l(S_j)| = \
+{check[transformer_vs_operator]:.1e} on m = {check[m]}, n = {check[n]}, {L} layers). M̂, P̂ via the state counts (eq. \
+49), equal to eq. (24) to {check[eq49_vs_eq24]:.1e}. Float64.
+
+Why γ = {cfg.gamma} and c = {cfg.feature_scale}: Assumption 5.1 needs M_π(s,s) ≥ (1 + γ)/2 + C, so at γ = {cfg.gamma} \
+more than {half_one_plus_gamma:.0%} of every state's kernel mass must sit on itself; with orthonormal features \
+M_π(s,s) = μ(s)e^(c²)/(μ(s)e^(c²) + 1 − μ(s)), and c = {cfg.feature_scale} gives {positive:.0%} of the tasks a \
+positive margin (median {margin_median:.4f}, the maximum possible being (1 − γ)/2 = {max_margin:.3f}). The kernel is \
+therefore nearly diagonal: softmax ICTD here is close to tabular TD on the empirical model.
+
+![error vs depth, floor vs n, contraction](depth_convergence.png)
+
+{table}
+**Beside the paper.** Geometric decay: the fitted rate of ‖v_L − v_∞‖ (least squares on its log over L = \
+{half_L}..{L}) is {rate_median:.4f} in median, below the theorem's 1 − C (median {one_minus_C:.4f}) for every task; \
+it equals γ because M̂ and P̂ are row-stochastic, so (I − M̂ + γP̂)1 = γ1 and γ is always an eigenvalue (spectral \
+radius median {spectral_median:.4f}); the bound (1 − C)^L is valid but loose (panel a, dashed). Floor: the median of \
+‖v_∞ − v_π‖ falls from {floor_first:.3g} to {floor_last:.3g}, log-log slope {floor_slope:.3f} (theory −1/2 up to the \
+log factor; bias T2 slope {T2_slope:.3f}, Lemma 4 ‖M̂ − M_π‖ slope {M_dev_slope:.3f}). Lemma 5: the fraction of tasks \
+with ρ̂ ≤ 1 − C is {frac_first:.3f} at n = {n_first} and {frac_last:.3f} at n = {n_last}. Eq. (70) with the measured \
+bias (T2/C floor) holds on that event (max excess {excess_max:.1e}); that floor T2/C is {ratio_first:.1f}× (n = \
+{n_first}) to {ratio_last:.1f}× (n = {n_last}) the actual floor (medians). At L = {L} the median error is within \
+{tail_gap:.1%} of the median floor at every n (last column vs floor column). Claims and their rules: results.json. \
+Per-task numbers: per_task.csv; curves: error_vs_depth.csv; the table: per_n.csv.
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class DepthConfig:
+    """Theorem 2 on ``random_task`` tasks; the paper states no task sizes for it (chosen here, see summary)."""
+
+    seed: int = 0
+    context_lengths: tuple[int, ...] = (50, 100, 200, 500, 1000, 2000, 5000)
+    num_layers: int = 60
+    state_counts: tuple[int, ...] = (5, 6, 7, 8, 9, 10)  # m varies across tasks
+    tasks_per_m: int = 50
+    d: int = 10
+    gamma: float = 0.9
+    feature_scale: float = 3.0  # c: x(s) = c q_s, q orthonormal
+    num_actions: int = 2
+    max_resamples: int = 20
+    slope_band: tuple[float, float] = (-0.65, -0.35)  # accepted log-log slope of the floor (theory: -1/2)
+
+    def validate(self):
+        for name, least in (("num_layers", 2), ("tasks_per_m", 1), ("num_actions", 1), ("max_resamples", 1)):
+            check_int(name, getattr(self, name), least)
+        ns = check_increasing_ints("context_lengths", self.context_lengths, low=2)
+        if len(ns) < 2:
+            raise ValueError(f"context_lengths needs at least 2 lengths (a slope), got {ns}")
+        if not self.state_counts or any(not isinstance(m, int) or m < 2 or m > self.d for m in self.state_counts):
+            raise ValueError(f"state_counts must be ints in [2, d = {self.d}], got {self.state_counts}")
+        if min(ns) < max(self.state_counts):
+            raise ValueError(f"the shortest context ({min(ns)}) cannot visit all {max(self.state_counts)} states")
+        check_gamma(self.gamma)
+        check_real("feature_scale", self.feature_scale, 0.0, open_low=True)
+        lo, hi = self.slope_band
+        if not lo < -0.5 < hi:
+            raise ValueError(f"slope_band must contain -1/2, got {self.slope_band}")
+
+
+# ---------------------------------------------------------------- cells (each draws its tasks from tasks_key)
+
+
+def make_tasks(cfg: DepthConfig, key) -> dict:
+    """``tasks_per_m`` tasks for every m in ``state_counts``: {m: batched Task}, keys fold_in(key, m)."""
+    return {m: random_task_batch(jax.random.fold_in(key, m), cfg.tasks_per_m, m, cfg.d, cfg.gamma, cfg.num_actions,
+                                 cfg.feature_scale) for m in cfg.state_counts}
+
+
+def tasks_cell(cfg: DepthConfig, tasks_key) -> dict:
+    margin, err0 = depth.margins_and_err0(make_tasks(cfg, tasks_key))
+    return {"margin": margin, "err0": err0}
+
+
+def crosscheck_cell(cfg: DepthConfig, tasks_key, key) -> dict:
+    """Theorem 1 + eq. (24)-(26) on the first task (smallest m) with a covering context at the shortest n."""
+    tasks = make_tasks(cfg, tasks_key)[cfg.state_counts[0]]
+    return depth.covering_crosscheck(tasks, key, cfg.context_lengths[0], cfg.num_layers, cfg.max_resamples,
+                                     max(cfg.context_lengths))
+
+
+def context_cell(cfg: DepthConfig, n: int, tasks_key, key) -> dict:
+    """Theorem 2 numbers of every task at context length n (``depth.theorem2_at``)."""
+    return depth.theorem2_at(make_tasks(cfg, tasks_key), key, n, cfg.num_layers, cfg.max_resamples,
+                             max(cfg.context_lengths))
+
+
+def run_depth(cfg: DepthConfig, run: Run) -> dict:
+    """Sweep -> numbers -> files."""
+    tasks_key = run.key_for("tasks")  # the tasks with m states: stream ("tasks", m)
+    cells = {"tasks": partial(tasks_cell, cfg, tasks_key),
+             "crosscheck": partial(crosscheck_cell, cfg, tasks_key, run.key_for("crosscheck")),
+             **{f"n={n}": partial(context_cell, cfg, n, tasks_key, run.key_for("contexts", n))  # ("contexts", n, m)
+                for n in cfg.context_lengths}}
+    with jax.enable_x64(True):
+        cells = run.sweep(cells, "Theorem 2: operator iteration per context length")
+    stats = _analyse(cfg, cells)
+    _figures(cfg, stats, run)
+    _claims(cfg, stats, run)
+    _summary(cfg, stats, run)
+    return {k: stats[k] for k in RESULT_KEYS}
+
+
+# ---------------------------------------------------------------- numbers, claims, summary
+
+
+def _analyse(cfg: DepthConfig, cells: dict) -> dict:
+    """Cells -> per-n medians over the covered tasks, slopes, the Lemma 5 fraction, the eq. (70) excess."""
+    ns = np.array(cfg.context_lengths)
+    margin, err0 = np.asarray(cells["tasks"]["margin"]), np.asarray(cells["tasks"]["err0"])
+    per_n = [{k: np.asarray(v) for k, v in cells[f"n={n}"].items()} for n in ns]
+    ok = [c["covered"].astype(bool) for c in per_n]
+    q = lambda key, p=0.5: np.array([np.quantile(c[key][o], p) for c, o in zip(per_n, ok)])  # noqa: E731
+    floor, T2, M_dev = q("floor"), q("T2"), q("M_dev")
+    layers = np.arange(cfg.num_layers + 1)
+    return {
+        "context_lengths": ns, "num_tasks": len(margin), "margin": {"min": margin.min(), "median": np.median(margin)},
+        "floor_median": floor, "floor_slope": depth.loglog_slope(ns, floor),
+        "T2_median": T2, "T2_slope": depth.loglog_slope(ns, T2),
+        "M_dev_median": M_dev, "M_dev_slope": depth.loglog_slope(ns, M_dev),
+        "frac_lemma5": np.array([c["rho_bounded"][o].mean() for c, o in zip(per_n, ok)]),
+        "rate_median": q("rate"),
+        "rate_minus_bound_max": np.array([np.nanmax(c["rate"][o] - (1 - margin[o])) for c, o in zip(per_n, ok)]),
+        "rate_nan": sum(int(np.isnan(c["rate"][o]).sum()) for c, o in zip(per_n, ok)),
+        "bound70_max_excess": np.array([np.max(c["bound70_excess"][o & c["rho_bounded"]], initial=-np.inf)
+                                        for c, o in zip(per_n, ok)]),
+        "floor_bound_ratio_median": np.array([np.median(c["T2"][o] / margin[o] / c["floor"][o])
+                                              for c, o in zip(per_n, ok)]),
+        "tail_gap": np.max(np.abs(np.array([c["err_q"][1, -1] for c in per_n]) / floor - 1.0)),
+        "dropped": {int(n): int((~o).sum()) for n, o in zip(ns, ok)},
+        "draws_max": {int(n): int(c["draws"].max()) for n, c in zip(ns, per_n)},
+        "crosscheck": cells["crosscheck"], "margin_per_task": margin, "err0": err0, "per_n": per_n, "ok": ok,
+        "m_of": np.repeat(cfg.state_counts, cfg.tasks_per_m),
+        "bound_curve": (1.0 - margin)[:, None] ** layers * err0[:, None],  # (1 - C)^L ||v_0 - v_pi||, v_0 = 0
+    }
+
+
+def _figures(cfg: DepthConfig, stats: dict, run: Run) -> None:
+    ns, per_n, ok, layers = stats["context_lengths"], stats["per_n"], stats["ok"], np.arange(cfg.num_layers + 1)
+    fig, (ax1, ax2, ax3) = plots.figure(1, 3, width=13.5, height=4.0)
+    for i, (n, c) in enumerate(zip(ns, per_n)):
+        ax1.plot(layers, c["err_q"][1], color=f"C{i % 10}", label=f"n = {n}")
+        ax1.fill_between(layers, c["err_q"][0], c["err_q"][2], color=f"C{i % 10}", alpha=0.15, lw=0)
+    ax1.plot(layers, np.median(stats["bound_curve"], axis=0), "k--", label="(1−C)^L ||v_0 − v_π|| (median)")
+    ax1.plot(layers, np.median(stats["err0"]) * cfg.gamma ** layers, "k:", lw=1, label="γ^L ||v_0 − v_π|| (median)")
+    ax1.set(yscale="log", xlabel="depth L", ylabel="||v_L − v_π||∞",
+            title="(a) error vs depth (median, IQR over tasks)")
+    ax1.legend(fontsize=7, ncol=2)
+    floor = stats["floor_median"]
+    quartile = lambda p: [np.quantile(c["floor"][o], p) for c, o in zip(per_n, ok)]  # noqa: E731
+    ax2.plot(ns, floor, "o-", color="C0", label="floor ||v_∞ − v_π||∞ (median)")
+    ax2.fill_between(ns, quartile(0.25), quartile(0.75), color="C0", alpha=0.15, lw=0)
+    ax2.plot(ns, stats["T2_median"], "s-", color="C1", label="bias T2 = ||T̂(v_π) − v_π||∞ (median)")
+    ax2.plot(ns, stats["M_dev_median"], "^-", color="C2", label="||M̂ − M_π||∞ (median, Lemma 4)")
+    ax2.plot(ns, floor[0] * (ns / ns[0]) ** -0.5, "k--", lw=1, label="slope −1/2 reference")
+    ax2.set(xscale="log", yscale="log", xlabel="context length n", ylabel="value",
+            title=f"(b) floor vs n (fitted slope {stats['floor_slope']:.2f})")
+    ax2.legend(fontsize=7)
+    ax3.plot(ns, [np.median(c["rho_hat"][o]) for c, o in zip(per_n, ok)], "o-", color="C0",
+             label="ρ̂ = ||I − M̂ + γP̂||∞ (median)")
+    ax3.plot(ns, [c["rho_hat"][o].max() for c, o in zip(per_n, ok)], "o--", color="C0", lw=1,
+             label="ρ̂ (max over tasks)")
+    ax3.plot(ns, stats["rate_median"], "s-", color="C3", label="fitted decay rate (median)")
+    ax3.axhline(np.median(1 - stats["margin_per_task"]), color="k", ls="--", lw=1, label="1 − C (median)")
+    ax3.axhline(cfg.gamma, color="k", ls=":", lw=1, label="γ")
+    ax3.set(xscale="log", xlabel="context length n", ylabel="factor per layer",
+            title="(c) contraction factor (eq. 57) and decay rate")
+    ax3.legend(fontsize=7)
+    run.save_figure(fig, "depth_convergence.png")
+
+
+def _claims(cfg: DepthConfig, s: dict, run: Run) -> None:
+    margin, ns, (lo, hi) = s["margin_per_task"], s["context_lengths"], cfg.slope_band
+    run.claim("assumption-5.1", "the population diagonal margin C = min_s M_pi(s,s) - (1+gamma)/2 (eq. 28) is > 0 "
+              "for every task used: rule min C > 0", "Assumption 5.1",
+              f"C in [{margin.min():.4f}, {margin.max():.4f}], median {np.median(margin):.4f} "
+              f"(at most (1-γ)/2 = {(1 - cfg.gamma) / 2:.3f})", bool(margin.min() > 0))
+    gap = s["rate_minus_bound_max"]
+    run.claim("geometric-rate", "||v_L - v_inf|| (the transient part of the error) decays geometrically at a rate "
+              "<= 1 - C of the task's own margin: rule fitted rate <= 1 - C for every covered task at every n",
+              "Theorem 2, eq. (29) first term",
+              f"max over tasks and n of (rate - (1 - C)) = {np.nanmax(gap):+.4f}; median rate "
+              f"{np.nanmedian(s['rate_median']):.4f} vs median 1 - C = {np.median(1 - margin):.4f}; "
+              f"{s['rate_nan']} unfitted", bool(np.all(gap <= 1e-9) and s["rate_nan"] == 0))
+    excess = s["bound70_max_excess"].max()
+    run.claim("bound-70", "on the Lemma 5 event (rho_hat <= 1 - C), ||v_L - v_pi|| <= (1-C)^L ||v_0 - v_pi|| + T2/C "
+              "for every L <= L_max, T2 the measured bias of eq. (67): rule max excess <= 1e-12",
+              "Theorem 2 proof, eq. (67)-(70)", f"max excess {excess:.2e} (negative: bound holds)",
+              bool(excess <= 1e-12))
+    floor, slope = s["floor_median"], s["floor_slope"]
+    run.claim("floor-slope", f"the floor ||v_inf - v_pi|| (large-L error) decreases with n: rule the median over tasks "
+              f"decreases at every step of n and its log-log slope lies in [{lo}, {hi}]",
+              "Theorem 2, eq. (29) second term O(sqrt(log(1/δ)/n))",
+              f"median floor {floor[0]:.3g} (n={ns[0]}) → {floor[-1]:.3g} (n={ns[-1]}), slope {slope:.3f}",
+              bool(np.all(np.diff(floor) < 0) and lo <= slope <= hi))
+    frac = s["frac_lemma5"]
+    run.claim("lemma-5", "the empirical operator contracts with factor ||I - M_hat + gamma P_hat||_inf <= 1 - C once n "
+              "is large: rule every covered task at the largest n, and the fraction does not fall from the smallest "
+              "to the largest n", "Lemma 5, eq. (57)",
+              "fraction with ρ̂ ≤ 1 − C: " + ", ".join(f"n={n}: {f:.3f}" for n, f in zip(ns, frac)),
+              bool(frac[-1] == 1.0 and frac[-1] >= frac[0]))
+    M_dev, M_slope = s["M_dev_median"], s["M_dev_slope"]
+    run.claim("lemma-4", f"||M_hat - M_pi||_inf = O(sqrt(log(1/δ)/n)): rule log-log slope of its median in "
+              f"[{lo}, {hi}]", "Lemma 4, eq. (45)", f"median {M_dev[0]:.2e} → {M_dev[-1]:.2e}, slope {M_slope:.3f}",
+              bool(lo <= M_slope <= hi))
+    check = s["crosscheck"]
+    run.claim("operator-form", "the theta* transformer's values equal the operator iteration v_{l+1} = T_hat(v_l) at "
+              "every state of a covering context (eq. 24-26) and eq. (49) equals eq. (24): rule max |difference| <= "
+              "1e-10", "Theorem 1 + section 5, eq. (24)-(26), (49)",
+              f"m = {check['m']}, n = {check['n']}, L = {cfg.num_layers}: transformer vs operator "
+              f"{check['transformer_vs_operator']:.1e}, eq. (49) vs (24) {check['eq49_vs_eq24']:.1e}",
+              bool(max(check["transformer_vs_operator"], check["eq49_vs_eq24"]) <= TOL))
+
+
+def _summary(cfg: DepthConfig, s: dict, run: Run) -> None:
+    ns, per_n, ok, margin, L = s["context_lengths"], s["per_n"], s["ok"], s["margin_per_task"], cfg.num_layers
+    run.save_csv("per_task.csv", ["n", "task", "m", "margin_C", "covered", "draws", "rho_hat", "one_minus_C",
+                                  "C_hat", "spectral_radius", "fitted_rate", "floor", "T2", "M_dev"],
+                 [(n, i, s["m_of"][i], margin[i], bool(c["covered"][i]), c["draws"][i], c["rho_hat"][i], 1 - margin[i],
+                   c["C_hat"][i], c["spectral_radius"][i], c["rate"][i], c["floor"][i], c["T2"][i], c["M_dev"][i])
+                  for n, c in zip(ns, per_n) for i in range(len(margin))])
+    run.save_csv("error_vs_depth.csv", ["n", "layer", "err_q25", "err_median", "err_q75", "bound_median"],
+                 [(n, k, *c["err_q"][:, k], np.median(s["bound_curve"][:, k])) for n, c in zip(ns, per_n)
+                  for k in range(L + 1)])
+    rows = [(n, s["dropped"][int(n)], s["draws_max"][int(n)], s["floor_median"][i], s["T2_median"][i],
+             s["M_dev_median"][i], np.median(c["rho_hat"][o]), c["rho_hat"][o].max(), s["frac_lemma5"][i],
+             np.nanmedian(c["rate"][o]), np.median(c["err_q"][1, -1]))
+            for i, (n, c, o) in enumerate(zip(ns, per_n, ok))]
+    header = [*TABLE_HEADER[:-1], f"median ‖v_{L} − v_π‖"]
+    table = run.save_table("per_n.csv", header, rows, TABLE_FORMAT | {header[-1]: ".4f"})
+    ratio, frac, floor = s["floor_bound_ratio_median"], s["frac_lemma5"], s["floor_median"]
+    run.write_summary(SUMMARY.format(
+        cfg=cfg, L=L, half_L=L // 2, state_counts=list(cfg.state_counts), context_lengths=list(cfg.context_lengths),
+        num_tasks=s["num_tasks"], dropped=s["dropped"], check=s["crosscheck"], table=table,
+        half_one_plus_gamma=(1 + cfg.gamma) / 2, positive=np.mean(margin > 0), margin_median=np.median(margin),
+        max_margin=(1 - cfg.gamma) / 2, rate_median=np.nanmedian(s["rate_median"]), one_minus_C=np.median(1 - margin),
+        spectral_median=np.median(np.concatenate([c["spectral_radius"][o] for c, o in zip(per_n, ok)])),
+        floor_first=floor[0], floor_last=floor[-1], floor_slope=s["floor_slope"], T2_slope=s["T2_slope"],
+        M_dev_slope=s["M_dev_slope"], frac_first=frac[0], frac_last=frac[-1], n_first=ns[0], n_last=ns[-1],
+        excess_max=s["bound70_max_excess"].max(), ratio_first=ratio[0], ratio_last=ratio[-1], tail_gap=s["tail_gap"]))
+
+
+EXPERIMENTS = [
+    Experiment(
+        "ictd.depth-convergence", "Theorem 2 (eq. 29), Lemmas 4-5", PAPER,
+        "||v_L - v_pi|| vs depth L and context length n on random tasks satisfying Assumption 5.1 (float64)",
+        {"paper": DepthConfig(),
+         # quick: m in {5, 7, 10} x 40 tasks (was 6 sizes x 20): compiling per m was ~40 of ~60 CPU-s; same rules
+         "quick": DepthConfig(context_lengths=(50, 200, 1000, 4000), state_counts=(5, 7, 10), tasks_per_m=40),
+         "tiny": DepthConfig(context_lengths=(30, 120), num_layers=20, state_counts=(5,), tasks_per_m=8, d=5,
+                             max_resamples=30)},
+        run_depth),
+]

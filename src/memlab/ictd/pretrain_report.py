@@ -1,0 +1,150 @@
+"""What ``ictd.pretrain`` and ``ictd.mask-relaxation`` both report about a trained :class:`Setting`: the claims both
+test (with their rules), the sign-pattern sentence, the held-out table, the setup line and the decisions where the
+paper is ambiguous. Pure functions of the numbers; the experiments record the claims and write the files."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memlab.files import markdown_table
+from memlab.ictd.pretrain import PretrainConfig, masks
+from memlab.ictd.pretrain_figures import diagonal_share, majority_pattern, sign_pattern, value_row
+from memlab.ictd.pretrain_runs import FORMS, Setting
+
+__all__ = ["AMBIGUITIES", "DIAGONAL", "HIGH", "PRESERVED", "claims_markdown", "heldout_markdown", "setting_claims",
+           "setup_line", "sign_sentence", "tagged"]
+
+HIGH = 0.5  # a score "high" / emergence "present"
+DIAGONAL = 0.8  # A_feat "diagonal": diagonal share A_diag >= this
+PRESERVED = 0.8  # relaxed best score >= this fraction of the full-mask best score
+MIRRORED_NOTE = {"paper": "", "mirrored": " [mirrored reading, not the paper's metric]"}
+RULE = {"paper": "max min(V_em, A_em)", "mirrored": "max min(V_em(−V), A_em(−A))"}
+REFERENCE_LABELS = {"theta*": "θ* (eq. 15)", "-theta*": "−θ* (mirror image)", "zero": "zero block"}
+STAND_IN = " (end of training for the seeds whose score is 0 throughout)"
+SHOWS = {True: "shows", False: "does NOT show"}
+BECOMES = {True: "becomes", False: "does NOT become"}
+DIAGONAL_MEANING = {True: "negative: each token attends to the context states LEAST similar to it",
+                    False: "positive, as in θ*"}
+
+AMBIGUITIES = (
+    "- Rollout: one trajectory per sampled MRP cut into batch × mini-batches overlapping windows (see the "
+    "`pretrain` docstring: Table 1's H = n + 1 read as the segment one window covers).\n"
+    "- Fig. 3(b) bins every training step of every seed (the paper: one point per sampled MRP); d_t is the mean over "
+    "that MRP's training contexts, computed at ρ = 0 as eq. (34) defines it. Line: pooled mean per bin; band: "
+    "25–75 % of the per-seed bin means.\n"
+    "- Fig. 5: the mean ± s.e.m. at a step uses the seeds whose (truncated) curve reaches it.\n"
+    "- Best checkpoints: both rules are tracked exactly in the training scan (first step on ties). A rule whose best "
+    "score is 0 at every step of a seed selects nothing ('first step on ties' would return the initial noise): the "
+    "end of training stands in for that seed's checkpoint in Fig. 3(a), the sign claim and Fig. 5 (untruncated).\n"
+    "- Held-out errors: `pretrain.evaluate` on fresh tasks (the same tasks for every parameter set), at the ρ the "
+    "training ends with; δ = R + γ TF_L(Z0') − TF_L(Z0) as in Algorithm 1, line 11.\n"
+)
+
+
+def tagged(base: str, *tags: str) -> str:
+    """Claim id ``base[tag1,tag2]`` (empty tags dropped; no brackets without tags)."""
+    tags = [t for t in tags if t]
+    return f"{base}[{','.join(tags)}]" if tags else base
+
+
+def _sign_counts(setting: Setting) -> tuple[np.ndarray, int, int]:
+    """Final value rows (S, 3) and how many seeds end with (+, +, −) and with the mirrored (−, −, +)."""
+    rows = value_row(setting.params["final"][0])
+    return (rows, int(np.sum(np.all(np.sign(rows) == [1, 1, -1], axis=1))),
+            int(np.sum(np.all(np.sign(rows) == [-1, -1, 1], axis=1))))
+
+
+def _final_a_feat(setting: Setting) -> tuple[np.ndarray, float]:
+    """Diagonal share A_diag (S,) of the final A_feat and its seed-mean diagonal entry."""
+    A, d = setting.params["final"][1], setting.config.d
+    return diagonal_share(A), float(np.mean([np.diag(a[:d, :d]) for a in A]))
+
+
+def setting_claims(setting: Setting, tag: str = "") -> tuple[list[dict], dict]:
+    """The claims both experiments test on one setting (``Run.claim`` keyword dicts) and the numbers behind them:
+    best_paper / best_mirrored (seed-mean best min score), A_diag, A_feat_diag_mean."""
+    S = setting.best_step.size
+    claims, out = [], {}
+    for form in FORMS:
+        score = setting.best_score if form == "paper" else setting.mirror_score
+        step = setting.best_step if form == "paper" else setting.mirror_step
+        out[f"best_{form}"] = float(score.mean())
+        claims.append(dict(
+            id=tagged("best-checkpoint-emergence", tag, form),
+            claim=f"both emergence scores are high at the best checkpoint ({RULE[form]}); rule: seed-mean min score ≥ "
+                  f"{HIGH}" + MIRRORED_NOTE[form],
+            paper="Fig. 3(a) / §8: learned block 'closely matching (15)' (no number given)",
+            ours=f"seed-mean {score.mean():.3f} (per seed {np.array2string(score, precision=3)}, steps "
+                 f"{step.tolist()})", holds=bool(score.mean() >= HIGH)))
+    best_row = value_row(setting.params["best"][0]).mean(0)
+    _, k, k_mirror = _sign_counts(setting)
+    claims.append(dict(
+        id=tagged("v-sign-pattern", tag),
+        claim="V0 shows the (+, +, −) sign pattern on (r, γv′, v); rule: the seed-mean value row at the paper-rule "
+              "best checkpoint (end of training for seeds whose paper score is 0 throughout) has signs (+, +, −) AND "
+              "a majority of seeds end training with (+, +, −)",
+        paper="§8, Fig. 3(a): '(+, +, −) sign pattern ... closely matching (15)'",
+        ours=f"best checkpoint (steps {setting.best_step.tolist()}): {sign_pattern(best_row)}; end of training: "
+             f"{k}/{S} seeds (+, +, −), {k_mirror}/{S} seeds (−, −, +)",
+        holds=bool(sign_pattern(best_row) == "(+, +, −)" and k > S / 2)))
+    share, diag = _final_a_feat(setting)
+    out["A_diag"], out["A_feat_diag_mean"] = float(share.mean()), diag
+    claims.append(dict(
+        id=tagged("a-diagonal", tag),
+        claim=f"the d×d feature block of A0 becomes (sharply) diagonal; rule: seed-mean diagonal share A_diag "
+              f"(App. F.4.2, sign-agnostic) of the final A_feat ≥ {DIAGONAL}",
+        paper="§8, Fig. 3(a): 'upper left d×d blocks of A0 becomes sharply diagonal'",
+        ours=f"A_diag = {share.mean():.3f} (min over seeds {share.min():.3f}); mean diagonal entry {diag:+.3f}",
+        holds=bool(share.mean() >= DIAGONAL)))
+    mask = masks(setting.config.d, setting.config.a_mask)
+    V_mask, A_mask = np.asarray(mask.V), np.asarray(mask.A)
+    stray = max(float(np.abs(setting.params[n][0][:, V_mask == 0]).max(initial=0.0)) for n in setting.params)
+    stray = max(stray, *(float(np.abs(setting.params[n][1][:, A_mask == 0]).max(initial=0.0)) for n in setting.params))
+    claims.append(dict(
+        id=tagged("masked-entries-zero", tag),
+        claim="entries outside V_mask (eq. 106) and A_mask stay exactly zero; rule: max |masked entry| over every "
+              "saved checkpoint and seed == 0", paper="App. F.2: masks fixed throughout training",
+        ours=f"max |masked entry| = {stray:g}", holds=bool(stray == 0.0)))
+    return claims, out
+
+
+def claims_markdown(claims: list[dict]) -> str:
+    """Markdown table of the recorded claims: the paper's statement beside ours."""
+    return markdown_table(["id", "claim and rule", "paper", "ours", "holds"],
+                          [(c["id"], c["claim"], c["paper"], c["ours"], ("NO", "yes")[c["holds"]]) for c in claims])
+
+
+def heldout_markdown(setting: Setting) -> str:
+    """Held-out table: learned checkpoints (mean +- sd over seeds), theta*, -theta*, zero block."""
+    names = {"final": "learned, end of training",
+             "mirror": "learned, mirrored-rule checkpoint" + STAND_IN * bool(np.any(setting.mirror_score == 0)),
+             "best": "learned, paper-rule checkpoint" + STAND_IN * bool(np.any(setting.best_score == 0))}
+    rows = [(label, *(f"{e[m].mean():.4f} ± {e[m].std():.4f}" for m in ("abs_td_error", "abs_value_error")))
+            for name, label in names.items() for e in [setting.evals[name]]]
+    rows += [(REFERENCE_LABELS[name], e["abs_td_error"], e["abs_value_error"])
+             for name, e in setting.references.items()]
+    return markdown_table(["parameters", "mean abs. TD error", "mean abs. value error"], rows, ".4f")
+
+
+def sign_sentence(setting: Setting) -> str:
+    """The plain statement the issue asks for: (+, +, -) in V or not, A_feat diagonal or not."""
+    rows, paper, mirror = _sign_counts(setting)
+    S = rows.shape[0]
+    share, diag = _final_a_feat(setting)
+    top, count = majority_pattern(rows)
+    return (f"**The learned V {SHOWS[paper > S / 2]} the paper's (+, +, −) sign pattern** on (r, γv′, v): at the end "
+            f"of training {paper}/{S} seeds have (+, +, −) and {mirror}/{S} have the mirrored (−, −, +); the most "
+            f"common pattern is {top} ({count}/{S} seeds; seed-mean row "
+            f"{np.array2string(rows.mean(0), precision=3)}). **A_feat {BECOMES[bool(share.mean() >= DIAGONAL)]} "
+            f"diagonal** (diagonal share A_diag = {share.mean():.3f}, sign-agnostic; rule A_diag ≥ {DIAGONAL}), with "
+            f"mean diagonal entry {diag:+.3f} ({DIAGONAL_MEANING[bool(diag < 0)]}).")
+
+
+def setup_line(config: PretrainConfig) -> str:
+    """One line with every training setting of Algorithm 1 (and the rho schedule of eq. 104)."""
+    rho = f"ρ_t {config.rho_start} → {config.rho_end} over {config.rho_anneal_steps} steps"
+    rho = rho if config.rho_anneal_steps else f"ρ = {config.rho_end}"
+    return (f"m = {config.m}, d = {config.d}, γ = {config.gamma}, n = {config.n}, τ = {config.tau}, {rho}, "
+            f"L = {config.num_layers} looped, Adam {config.learning_rate:g}, batch {config.batch_size}, "
+            f"{config.minibatches_per_epoch} mini-batches per MRP, {config.num_epochs} MRPs = {config.num_steps} "
+            f"steps, {config.num_seeds} seeds, Xavier gain {config.init_gain}")
