@@ -52,8 +52,8 @@ def selective_scan_rows() -> list[dict]:
 
         fwd = jax.jit(forward)
         fwd_bwd = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
-        rows.append(row("selective_scan forward", method, BATCH, L, timed(lambda: fwd(x, delta, B, C))))
-        rows.append(row("selective_scan forward+backward", method, BATCH, L, timed(lambda: fwd_bwd(x, delta, B, C))))
+        rows.append(row("selective_scan forward", method, BATCH, L, timed(lambda fwd=fwd: fwd(x, delta, B, C))))
+        rows.append(row("selective_scan forward+backward", method, BATCH, L, timed(lambda f=fwd_bwd: f(x, delta, B, C))))
     return rows
 
 
@@ -78,8 +78,8 @@ def mamba_rows() -> list[dict]:
         block = MambaBlock(16, d_state=N, scan=scan, key=jax.random.key(2))  # d_inner = 2 * 16 = 32
         fwd = eqx.filter_jit(lambda block, x: jax.vmap(block)(x))
         fwd_bwd = eqx.filter_jit(eqx.filter_value_and_grad(lambda block, x: jnp.sum(jax.vmap(block)(x) ** 2)))
-        rows.append(row("MambaBlock forward", scan, BATCH, L, timed(lambda: fwd(block, x))))
-        rows.append(row("MambaBlock forward+backward", scan, BATCH, L, timed(lambda: fwd_bwd(block, x))))
+        rows.append(row("MambaBlock forward", scan, BATCH, L, timed(lambda f=fwd, b=block: f(b, x))))
+        rows.append(row("MambaBlock forward+backward", scan, BATCH, L, timed(lambda f=fwd_bwd, b=block: f(b, x))))
     return rows
 
 
@@ -89,7 +89,7 @@ def general_s6_rows(length: int = 50) -> list[dict]:
     rows = []
     for method in ("sequential", "parallel"):
         fwd = eqx.filter_jit(lambda layer, u, method=method: jax.vmap(lambda v: layer(v, method=method))(u))
-        rows.append(row("S6 general A (expm per token) forward", method, BATCH, length, timed(lambda: fwd(layer, u))))
+        rows.append(row("S6 general A (expm per token) forward", method, BATCH, length, timed(lambda f=fwd: f(layer, u))))
     return rows
 
 

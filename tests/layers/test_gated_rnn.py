@@ -98,7 +98,7 @@ def test_cells_scan_vmap_and_have_zero_initial_states():
     key = jax.random.key(0)
     for cls in (GRUCell, LSTMCell):
         cell = cls(N_U, N_H, key=key)
-        batch = jax.vmap(lambda u: run(cell, cell.init_state(), u))(jax.random.normal(key, (4, 10, N_U)))
+        batch = jax.vmap(lambda u, cell=cell: run(cell, cell.init_state(), u))(jax.random.normal(key, (4, 10, N_U)))
         first = jax.tree_util.tree_leaves(batch)[0]
         assert first.shape == (4, 10, N_H) and np.all(np.isfinite(first))
         assert all(np.all(x == 0) for x in jax.tree_util.tree_leaves(cell.init_state()))
