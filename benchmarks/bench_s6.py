@@ -53,7 +53,8 @@ def selective_scan_rows() -> list[dict]:
         fwd = jax.jit(forward)
         fwd_bwd = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
         rows.append(row("selective_scan forward", method, BATCH, L, timed(lambda fwd=fwd: fwd(x, delta, B, C))))
-        rows.append(row("selective_scan forward+backward", method, BATCH, L, timed(lambda f=fwd_bwd: f(x, delta, B, C))))
+        seconds = timed(lambda f=fwd_bwd: f(x, delta, B, C))
+        rows.append(row("selective_scan forward+backward", method, BATCH, L, seconds))
     return rows
 
 
@@ -89,7 +90,8 @@ def general_s6_rows(length: int = 50) -> list[dict]:
     rows = []
     for method in ("sequential", "parallel"):
         fwd = eqx.filter_jit(lambda layer, u, method=method: jax.vmap(lambda v: layer(v, method=method))(u))
-        rows.append(row("S6 general A (expm per token) forward", method, BATCH, length, timed(lambda f=fwd: f(layer, u))))
+        seconds = timed(lambda f=fwd: f(layer, u))
+        rows.append(row("S6 general A (expm per token) forward", method, BATCH, length, seconds))
     return rows
 
 
