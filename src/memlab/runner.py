@@ -24,9 +24,7 @@ import dataclasses
 import io
 import json
 import re
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -44,6 +42,7 @@ from memlab.files import (
     read_cell,
     to_jsonable,
 )
+from memlab.interrupt import StickyInterrupt
 from memlab.keys import key_for
 
 __all__ = [
@@ -73,55 +72,6 @@ class CellsFailed(RuntimeError):
         names = ", ".join(self.failures)
         super().__init__(f"{len(self.failures)} of {total} cells of '{label}' failed: {names} (tracebacks above); "
                          "the other cells are kept; rerun the same command to retry the failed ones")
-
-
-# ---------------------------------------------------------------- Ctrl-C
-
-
-class _StickyInterrupt:
-    """Ctrl-C that cannot be lost: the SIGINT handler raises KeyboardInterrupt *and* remembers it.
-
-    Python delivers the KeyboardInterrupt into whatever Python code runs when the signal arrives; if that is
-    a callback whose exceptions are ignored (JAX's garbage-collection callback, a ``__del__``), Python prints
-    it as "Exception ignored ... Traceback" and the run would go on to the end. :meth:`check` re-raises at
-    the next safe point (every cell, progress step and the final write), so an interrupted run always
-    stops, and while installed the unraisable-exception hook stays silent about the swallowed interrupt.
-    """
-
-    def __init__(self):
-        self.hit = False
-
-    def _handler(self, signum, frame):
-        self.hit = True
-        raise KeyboardInterrupt
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        # only where Python's own handler is active: not in threads, not where SIGINT is deliberately ignored
-        if threading.current_thread() is not threading.main_thread() or \
-                signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-            yield
-            return
-        previous = signal.signal(signal.SIGINT, self._handler)
-        previous_hook = sys.unraisablehook
-
-        def hook(unraisable):
-            if not isinstance(unraisable.exc_value, KeyboardInterrupt):
-                previous_hook(unraisable)
-
-        sys.unraisablehook = hook
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            sys.unraisablehook = previous_hook
-
-    def check(self) -> None:
-        if self.hit:
-            raise KeyboardInterrupt
-
-
-# ---------------------------------------------------------------- experiments
 
 
 def _check_name(kind: str, name: str) -> None:
@@ -172,7 +122,7 @@ class Run:
     """
 
     def __init__(self, out_dir: Path, config: Any, profile: str, seed: int, progress: bool = True,
-                 interrupt: _StickyInterrupt | None = None, executor: Executor | None = None):
+                 interrupt: StickyInterrupt | None = None, executor: Executor | None = None):
         self.out_dir = Path(out_dir)
         self.config = config
         self.profile = profile
@@ -183,7 +133,7 @@ class Run:
         self.cells_skipped = 0
         self.cell_seconds: dict[str, float | None] = {}
         self.claims: list[dict] = []
-        self._interrupt = interrupt or _StickyInterrupt()
+        self._interrupt = interrupt or StickyInterrupt()
 
     @property
     def key(self) -> jax.Array:
@@ -408,7 +358,7 @@ def run_experiment(
         config = dataclasses.replace(config, data_dir=str(data_dir))
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(exp, profile)
     header = to_jsonable({"experiment": exp.name, "profile": profile, "config": config})
-    interrupt = _StickyInterrupt()
+    interrupt = StickyInterrupt()
     with interrupt.installed():  # before config.json exists: from then on a Ctrl-C cannot be lost
         _bind_folder(out_dir, header)
         run = Run(out_dir, config, profile, config.seed, progress=progress, interrupt=interrupt, executor=executor)
