@@ -12,6 +12,8 @@ Tasks, references and models (the library; ``__all__`` below is what other code 
     theory.py         constants of the ALF error bound: xi eq. (144)-(145), W eq. (190), ...
     montecarlo.py     the decoding error p_k, eq. (19), by Monte Carlo
     metrics.py        trend of a curve, lag after a state switch, agreement of two filters' logits
+    ringworld.py      the RingWorld POMDP of section 6.2 / App. E.2, eq. (193)-(199), a functional (gymnax-style)
+                      environment, its fully informed DP optimum and random-policy floor
 
 Experiments: ``exp_error.py`` (Fig. 1, Fig. 7), ``exp_logit_trace.py`` (Fig. 5), ``exp_exact_linear.py``
 (Thm 4.4, Cor 4.5, Example 1), indexed by ``experiments.py``; no library module imports an ``exp_*.py``.
@@ -44,6 +46,20 @@ from memlab.belief.hmm import HMM, ControlledHMM, Trajectory, sample
 from memlab.belief.metrics import logit_agreement, merge_agreement, switch_lags, trend
 from memlab.belief.montecarlo import ErrorCurves, decoding_error, error_curves
 from memlab.belief.random_models import random_columns, random_deterministic, random_permutation, simulate_observations
+from memlab.belief.ringworld import (
+    RingWorld,
+    RingWorldParams,
+    RingWorldState,
+    beacon_emissions,
+    episode_inputs,
+    optimal_policy,
+    optimal_return,
+    random_return,
+    ring_diagonalisation,
+    ring_permutations,
+    ring_rewards,
+    ring_transitions,
+)
 from memlab.belief.structure import (
     DeterministicDecomposition,
     NearlyDeterministic,
@@ -97,4 +113,7 @@ __all__ = [
     "delta_upper_bound", "lambda_is_valid", "q_min", "irregular_jump_bound",
     # montecarlo, metrics
     "ErrorCurves", "error_curves", "decoding_error", "trend", "switch_lags", "logit_agreement", "merge_agreement",
+    # ringworld
+    "RingWorld", "RingWorldParams", "RingWorldState", "ring_permutations", "ring_transitions", "beacon_emissions",
+    "ring_rewards", "ring_diagonalisation", "episode_inputs", "optimal_policy", "optimal_return", "random_return",
 ]

@@ -5,11 +5,14 @@
 * ``exp_logit_trace``  — ``belief.logit-trace`` (Fig. 5: w_k(x2) - w_k(x1) of LOF and ALF on eq. (54)).
 * ``exp_exact_linear`` — ``belief.exact-linear-filter`` (Theorem 4.4, Corollary 4.5, Example 1 of App. A.1).
 
+* ``exp_ringworld_env`` — ``belief.ringworld-env`` (Figs. 2 and 8: RingWorld, its ceiling and floor returns).
+
 A new theme is a new ``exp_<theme>.py`` with its own ``EXPERIMENTS`` list, appended below.
 """
 
 from __future__ import annotations
 
-from memlab.belief import exp_error, exp_exact_linear, exp_logit_trace
+from memlab.belief import exp_error, exp_exact_linear, exp_logit_trace, exp_ringworld_env
 
-EXPERIMENTS = [*exp_error.EXPERIMENTS, *exp_logit_trace.EXPERIMENTS, *exp_exact_linear.EXPERIMENTS]
+EXPERIMENTS = [*exp_error.EXPERIMENTS, *exp_logit_trace.EXPERIMENTS, *exp_exact_linear.EXPERIMENTS,
+               *exp_ringworld_env.EXPERIMENTS]
