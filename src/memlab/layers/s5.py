@@ -1,0 +1,376 @@
+"""The S5 layer (Smith et al. 2022) and the S5 memory of the RingWorld PPO agents (section 6.2, App. E.2.1).
+
+The S5 memory is the time-invariant linear memory of eq. (1), z_k = A z_{k-1} + phi(b_k), with A diagonalised in
+complex coordinates. Following Lu et al. (2023) (public code github:luchris429/s5rl, which App. E.2.1 says the paper
+follows) it is a two-layer MLP encoder phi then ONE S5 layer of model width H and state size P = H:
+
+    x_k = phi(o_k)                               phi: Linear(O, 128) -> LeakyReLU -> Linear(128, H) -> LeakyReLU
+    h_k = Lambda_bar h_{k-1} + B_bar x_k         h_k (P/2,) complex; h_{-1} = 0 and h is zeroed at an episode start
+    y_k = 2 Re(C_tilde h_k) + D * x_k            (H,) real
+    out_k = x_k + GLU(GELU(y_k))                 "full_glu": GLU(z) = W1 z * sigmoid(W2 z); no layer norm
+
+SSM (continuous time, diagonal): Lambda = Lambda_re + i Lambda_im (P/2,), B_tilde (P/2, H), C_tilde (H, P/2) complex,
+D (H,) real, one step Delta = exp(log_step) per mode. Choices, each as in the public code:
+
+* Initialisation of Lambda, "HiPPO-N": the normal part of HiPPO-LegS, S = A_LegS + p p^T with p_n = sqrt(n + 1/2),
+  equals -I/2 + (a skew-symmetric matrix), so S = V diag(Lambda) V^H with V unitary and Lambda = -1/2 + i omega,
+  omega the eigenvalues of the Hermitian -i(S + I/2) (``hippo_diagonal``).
+* Conjugate symmetry: S is real, so its eigenpairs come in conjugate pairs; only the P/2 modes with omega < 0 are
+  stored (V_h = the matching P/2 columns of V) and the output is 2 Re(C_tilde h), which equals the output of the full
+  P-mode complex system with the conjugate modes added (tested). State size P therefore means P/2 complex numbers.
+* B_tilde = V_h^H B with B (P, H) real, lecun-normal (truncated normal, variance 1/P: fan-in of a (P, H) array).
+* C_tilde = C V_h with C (H, P) complex. ``C_init="lecun_normal"`` (Lu et al.'s PPO-S5 code, the default): real and
+  imaginary parts of C drawn as one (H, P, 2) lecun-normal array, whose fan-in is H P (variance 1/(H P)).
+  ``C_init="trunc_standard_normal"`` (the S5 repository's default): each row of C separately, variance 1/P.
+* log_step ~ U[log dt_min, log dt_max] per mode, dt_min = 1e-3, dt_max = 1e-1 (Table 2).
+* ZOH discretisation (Table 2): Lambda_bar = exp(Lambda Delta), B_bar = (Lambda_bar - 1) / Lambda * B_tilde, computed
+  by ``memlab.layers.s6.discretize_diagonal`` (exact, with the Lambda -> 0 limit Delta).
+* D ~ N(0, 1); the GLU's two Linear(H, H) layers lecun-normal weights, zero biases (Flax Dense defaults).
+* Activation "full_glu" with the residual and no normalisation: Lu et al.'s run_popgym.py sets S5_ACTIVATION
+  "full_glu", S5_DO_NORM / S5_PRENORM / S5_DO_GTRXL_NORM False. "half_glu1", "half_glu2" and "gelu" are offered.
+* Encoder: Lu et al.'s encoder applies LeakyReLU after BOTH Dense layers (orthogonal(sqrt 2) weights, zero biases);
+  we do the same. The paper's counts 2,048 = 4*128 + 128*12 and 33,280 = 4*128 + 128*256 are the encoder's
+  weights without biases for a 4-dim observation (``encoder_weight_count``). The previous action can be appended as
+  a one-hot vector (``num_actions``; off by default, as the counts say); at an episode start it is all zeros.
+
+Resets: a start flag zeroes h BEFORE the step's update, so the first observation of an episode drives the update from
+the zero state (as the public code's reset scan operator does). ``S5Memory.sequence`` runs the parallel associative
+scan of ``memlab.layers.s6.linear_scan`` with these resets; it equals scanning ``step`` (tested).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from memlab.checks import check_choice, check_int, check_real
+from memlab.layers.s6 import METHODS, discretize_diagonal, linear_scan
+from memlab.rl.memory import Memory
+
+DT_MIN, DT_MAX = 1e-3, 1e-1  # Table 2
+ENCODER_WIDTH = 128  # App. E.2.1: encoder layer sizes [128, H]
+ACTIVATIONS = ("full_glu", "half_glu1", "half_glu2", "gelu")
+C_INITS = ("lecun_normal", "trunc_standard_normal")
+
+# ------------------------------------------------------------------------------------------ HiPPO initialisation
+
+
+def hippo_legs(N: int) -> np.ndarray:
+    """The HiPPO-LegS state matrix (N, N), float64: A_nk = -sqrt((2n+1)(2k+1)) for n > k, -(n+1) for n = k, else 0."""
+    N = check_int("N", N)
+    q = np.sqrt(1.0 + 2.0 * np.arange(N))
+    return -(np.tril(np.outer(q, q)) - np.diag(np.arange(N)))
+
+
+def hippo_legs_normal(N: int) -> np.ndarray:
+    """The normal part of HiPPO-LegS, S = A_LegS + p p^T with p_n = sqrt(n + 1/2) (N, N): -I/2 + skew-symmetric."""
+    p = np.sqrt(np.arange(N) + 0.5)
+    return hippo_legs(N) + np.outer(p, p)
+
+
+def hippo_diagonal(P: int) -> tuple[np.ndarray, np.ndarray]:
+    """HiPPO-N diagonalised with conjugate symmetry: Lambda (P/2,) complex and V_h (P, P/2) complex, float64.
+
+    S = hippo_legs_normal(P) = V diag(Lambda_full) V^H exactly (V unitary); the stored half holds the modes with
+    negative imaginary part, and S = 2 Re(V_h diag(Lambda) V_h^H) because the other half are their conjugates.
+    """
+    P = check_int("state size P", P, low=2)
+    if P % 2:
+        raise ValueError(f"state size P must be even (P/2 conjugate-symmetric complex modes), got {P}")
+    S = hippo_legs_normal(P)
+    re = float(np.mean(np.diag(S)))  # = -1/2 on every diagonal entry
+    omega, V = np.linalg.eigh(-1j * (S - re * np.eye(P)))  # Hermitian: i omega are the skew part's eigenvalues
+    return re + 1j * omega[: P // 2], V[:, : P // 2]
+
+
+# -------------------------------------------------------------------------------------------- discretisation
+
+
+def discretize_zoh(Lambda: Array, B_tilde: Array, delta: Array) -> tuple[Array, Array]:
+    """ZOH for a diagonal SSM: Lambda_bar = exp(Lambda delta) (M,), B_bar = (Lambda_bar - 1) / Lambda B_tilde (M, H).
+
+    Lambda (M,) complex, B_tilde (M, H) complex, delta (M,) positive steps.
+    """
+    Lambda_bar, bscale = discretize_diagonal(Lambda, delta, "zoh")
+    return Lambda_bar, bscale[:, None] * B_tilde
+
+
+def encoder_weight_count(input_size: int, hidden: int, width: int = ENCODER_WIDTH) -> int:
+    """Weights (no biases) of the encoder Linear(input_size, width) -> Linear(width, hidden): the paper's 2,048 for
+    (4, 12) and 33,280 for (4, 256) (App. E.2.2)."""
+    return check_int("input_size", input_size) * check_int("width", width) + width * check_int("hidden", hidden)
+
+
+def _linear(key: Array, n_in: int, n_out: int, init) -> eqx.nn.Linear:
+    """Linear(n_in, n_out) with Flax-Dense initialisation: ``init`` on the (n_in, n_out) kernel, zero bias."""
+    layer = eqx.nn.Linear(n_in, n_out, key=key)
+    weight = init(key, (n_in, n_out), layer.weight.dtype).T  # equinox stores (out, in)
+    return eqx.tree_at(lambda lin: (lin.weight, lin.bias), layer, (weight, jnp.zeros_like(layer.bias)))
+
+
+def _apply(linear: eqx.nn.Linear, z: Array) -> Array:
+    """A Linear layer on z (..., n_in) -> (..., n_out)."""
+    return z @ linear.weight.T + linear.bias
+
+
+def _draw_C(key: Array, H: int, P: int, C_init: str) -> Array:
+    """C (H, P) complex, see the module docstring."""
+    batch_axis = () if C_init == "lecun_normal" else (0,)
+    C = jax.nn.initializers.lecun_normal(batch_axis=batch_axis)(key, (H, P, 2))
+    return C[..., 0] + 1j * C[..., 1]
+
+
+@eqx.filter_jit  # one compiled draw instead of dozens of eagerly compiled small ops
+def _init_layer(key: Array, H: int, P: int, dt_min: float, dt_max: float, activation: str, C_init: str) -> dict:
+    """The S5Layer's parameters (module docstring): HiPPO-N Lambda, V_h^H B, C V_h, D, log steps, GLU layers."""
+    Lambda, V = hippo_diagonal(P)
+    V = jnp.asarray(V)
+    k_B, k_C, k_D, k_step, k_1, k_2 = jax.random.split(key, 6)
+    B_tilde = V.conj().T @ jax.nn.initializers.lecun_normal()(k_B, (P, H))  # V_h^{-1} B, (P/2, H)
+    C_tilde = _draw_C(k_C, H, P, C_init) @ V  # C V_h, (H, P/2)
+    dense = jax.nn.initializers.lecun_normal()
+    return dict(Lambda_re=jnp.asarray(Lambda.real), Lambda_im=jnp.asarray(Lambda.imag),
+                B_re=B_tilde.real, B_im=B_tilde.imag, C_re=C_tilde.real, C_im=C_tilde.imag,
+                D=jax.random.normal(k_D, (H,)),
+                log_step=jax.random.uniform(k_step, (P // 2,), minval=math.log(dt_min), maxval=math.log(dt_max)),
+                glu_out1=_linear(k_1, H, H, dense) if activation == "full_glu" else None,
+                glu_out2=_linear(k_2, H, H, dense) if activation != "gelu" else None)
+
+
+@eqx.filter_jit
+def _init_encoder(key: Array, n_in: int, width: int, hidden: int) -> tuple[eqx.nn.Linear, eqx.nn.Linear]:
+    """Linear(n_in, width), Linear(width, hidden): orthogonal(sqrt 2) weights, zero biases (Lu et al.'s encoder)."""
+    k_in, k_out = jax.random.split(key)
+    ortho = jax.nn.initializers.orthogonal(math.sqrt(2.0))
+    return _linear(k_in, n_in, width, ortho), _linear(k_out, width, hidden, ortho)
+
+
+# ------------------------------------------------------------------------------------------------ the layer
+
+
+class S5Layer(eqx.Module):
+    """One S5 layer: the diagonal SSM with conjugate symmetry, then GELU, gating and the residual (module docstring).
+
+    Fields: ``Lambda_re``, ``Lambda_im``, ``log_step`` (P/2,); ``B_re``, ``B_im`` (P/2, H); ``C_re``, ``C_im``
+    (H, P/2); ``D`` (H,); ``glu_out1`` ("full_glu" only), ``glu_out2`` (not for "gelu") Linear(H, H). Complex
+    parameters are stored as real and imaginary parts, so optimisers and gradients see only real arrays.
+    """
+
+    Lambda_re: Array
+    Lambda_im: Array
+    B_re: Array
+    B_im: Array
+    C_re: Array
+    C_im: Array
+    D: Array
+    log_step: Array
+    glu_out1: eqx.nn.Linear | None
+    glu_out2: eqx.nn.Linear | None
+    activation: str = eqx.field(static=True)
+
+    def __init__(self, width: int, state_size: int, *, key: Array, dt_min: float = DT_MIN, dt_max: float = DT_MAX,
+                 activation: str = "full_glu", C_init: str = "lecun_normal"):
+        """width H, state_size P (even: P/2 complex modes); log steps ~ U[log dt_min, log dt_max]."""
+        H = check_int("width", width)
+        hippo_diagonal(state_size)  # checks P
+        dt_min = check_real("dt_min", dt_min, 0.0, open_low=True)
+        dt_max = check_real("dt_max", dt_max, dt_min, open_low=True)
+        check_choice("activation", activation, ACTIVATIONS)
+        check_choice("C_init", C_init, C_INITS)
+        params = _init_layer(key, H, state_size, dt_min, dt_max, activation, C_init)
+        self.Lambda_re, self.Lambda_im = params["Lambda_re"], params["Lambda_im"]
+        self.B_re, self.B_im, self.C_re, self.C_im = params["B_re"], params["B_im"], params["C_re"], params["C_im"]
+        self.D, self.log_step = params["D"], params["log_step"]
+        self.glu_out1, self.glu_out2 = params["glu_out1"], params["glu_out2"]
+        self.activation = activation
+
+    # -- parameters -------------------------------------------------------------------------------------------
+
+    @property
+    def width(self) -> int:
+        """H, the number of input and output channels."""
+        return self.D.shape[0]
+
+    @property
+    def num_modes(self) -> int:
+        """P/2, the number of stored complex modes (the state size P counts the conjugate modes too)."""
+        return self.Lambda_re.shape[0]
+
+    @property
+    def Lambda(self) -> Array:
+        return self.Lambda_re + 1j * self.Lambda_im
+
+    @property
+    def B_tilde(self) -> Array:
+        return self.B_re + 1j * self.B_im
+
+    @property
+    def C_tilde(self) -> Array:
+        return self.C_re + 1j * self.C_im
+
+    @property
+    def delta(self) -> Array:
+        return jnp.exp(self.log_step)
+
+    def discretize(self) -> tuple[Array, Array]:
+        """Lambda_bar (P/2,) and B_bar (P/2, H), ZOH."""
+        return discretize_zoh(self.Lambda, self.B_tilde, self.delta)
+
+    def initial_state(self) -> Array:
+        """The zero state (P/2,) complex."""
+        return jnp.zeros(self.num_modes, jnp.result_type(self.Lambda_re.dtype, jnp.complex64))
+
+    # -- the linear SSM ---------------------------------------------------------------------------------------
+
+    def _check(self, name: str, x: Array, shape: tuple) -> None:
+        if jnp.shape(x) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {jnp.shape(x)}")
+
+    def readout(self, h: Array, u: Array) -> Array:
+        """y = 2 Re(C_tilde h) + D * u (H,) for a state h (P/2,) and the input u (H,); broadcasts over leading axes."""
+        return 2.0 * jnp.real(h @ self.C_tilde.T) + self.D * u
+
+    def ssm_step(self, h: Array, u: Array, reset: Array | bool = False) -> tuple[Array, Array]:
+        """One step of the linear SSM: (h (P/2,), u (H,), reset ()) -> (h_new, y (H,)); reset zeroes h first."""
+        self._check("h", h, (self.num_modes,))
+        self._check("u", u, (self.width,))
+        Lambda_bar, B_bar = self.discretize()
+        h = Lambda_bar * jnp.where(reset, jnp.zeros_like(h), h) + B_bar @ u
+        return h, self.readout(h, u)
+
+    def ssm(self, u: Array, h: Array | None = None, reset: Array | None = None,
+            method: str = "parallel") -> tuple[Array, Array]:
+        """The linear SSM over u (L, H) from the state h (P/2,) (default zero) -> (states (L, P/2), y (L, H)).
+
+        reset (L,) bool: where reset[t], the state before step t is zero. ``method``: "parallel" (associative scan)
+        or "sequential" (``lax.scan``), both through ``linear_scan``.
+        """
+        check_choice("method", method, METHODS)
+        u = jnp.asarray(u)
+        if u.ndim != 2 or u.shape[1] != self.width:
+            raise ValueError(f"u must be (L, H) with H = {self.width}, got shape {u.shape}")
+        L = u.shape[0]
+        h = self.initial_state() if h is None else jnp.asarray(h)
+        self._check("h", h, (self.num_modes,))
+        reset = jnp.zeros(L, bool) if reset is None else jnp.asarray(reset)
+        self._check("reset", reset, (L,))
+        Lambda_bar, B_bar = self.discretize()
+        a = jnp.broadcast_to(Lambda_bar, (L, self.num_modes))
+        b = u @ B_bar.T  # (L, P/2)
+        # the scan restarts from zero at resets, so the incoming state h enters as an input at t = 0
+        b = b.at[0].add(jnp.where(reset[0], 0.0, Lambda_bar * h))
+        states = linear_scan(a, b, jnp.zeros_like(h), reset.astype(bool), method=method)
+        return states, self.readout(states, u)
+
+    # -- the layer --------------------------------------------------------------------------------------------
+
+    def mix(self, y: Array, u: Array) -> Array:
+        """The layer's output from the SSM output y and the input u (both (H,) or (L, H)): u + GLU(GELU(y))."""
+        z = jax.nn.gelu(y)
+        if self.activation == "full_glu":
+            z = _apply(self.glu_out1, z) * jax.nn.sigmoid(_apply(self.glu_out2, z))
+        elif self.activation == "half_glu1":
+            z = z * jax.nn.sigmoid(_apply(self.glu_out2, z))
+        elif self.activation == "half_glu2":  # GELU only on the gate's input
+            z = y * jax.nn.sigmoid(_apply(self.glu_out2, z))
+        return u + z
+
+    def step(self, h: Array, u: Array, reset: Array | bool = False) -> tuple[Array, Array]:
+        """One step of the layer: (h (P/2,), u (H,), reset ()) -> (h_new (P/2,), out (H,))."""
+        h, y = self.ssm_step(h, u, reset)
+        return h, self.mix(y, u)
+
+    def __call__(self, u: Array, h: Array | None = None, reset: Array | None = None,
+                 method: str = "parallel") -> tuple[Array, Array]:
+        """The layer over a sequence u (L, H) -> (h_last (P/2,), out (L, H)); h, reset, method as in ``ssm``."""
+        states, y = self.ssm(u, h, reset, method)
+        return states[-1], self.mix(y, u)
+
+
+# ----------------------------------------------------------------------------------------------- the memory
+
+
+class S5Memory(Memory):
+    """The S5-based memory of section 6.2: encoder phi (Linear(O', 128), LeakyReLU, Linear(128, H), LeakyReLU)
+    then one ``S5Layer`` of width H and state size P = H. Features (H,) = the layer's output.
+
+    O' = obs_size, plus num_actions when the previous action is appended one-hot. State: (H/2,) complex.
+    """
+
+    encoder_in: eqx.nn.Linear
+    encoder_out: eqx.nn.Linear
+    layer: S5Layer
+    obs_size: int = eqx.field(static=True)
+    num_actions: int | None = eqx.field(static=True)
+    method: str = eqx.field(static=True)
+    trainable: ClassVar[bool] = True
+
+    def __init__(self, obs_size: int, hidden: int = 12, *, key: Array, num_actions: int | None = None,
+                 encoder_width: int = ENCODER_WIDTH, method: str = "parallel", **layer_options):
+        """hidden H = P (even); ``layer_options`` go to ``S5Layer`` (dt_min, dt_max, activation, C_init);
+        ``method`` is the scan of ``sequence`` ("parallel" or "sequential")."""
+        self.obs_size = check_int("obs_size", obs_size)
+        self.num_actions = None if num_actions is None else check_int("num_actions", num_actions)
+        hidden, width = check_int("hidden", hidden, low=2), check_int("encoder_width", encoder_width)
+        if hidden % 2:
+            raise ValueError(f"hidden must be even (hidden/2 conjugate-symmetric complex modes), got {hidden}")
+        check_choice("method", method, METHODS)
+        self.method = method
+        k_encoder, k_layer = jax.random.split(key)
+        self.encoder_in, self.encoder_out = _init_encoder(k_encoder, self.input_size, width, hidden)
+        self.layer = S5Layer(hidden, hidden, key=k_layer, **layer_options)
+
+    @property
+    def input_size(self) -> int:
+        """O' = obs_size (+ num_actions with the previous action one-hot)."""
+        return self.obs_size + (self.num_actions or 0)
+
+    @property
+    def num_features(self) -> int:
+        return self.layer.width
+
+    @property
+    def num_encoder_weights(self) -> int:
+        """The encoder's weights without biases (the paper's 2,048 / 33,280 for a 4-dim observation)."""
+        return self.encoder_in.weight.size + self.encoder_out.weight.size
+
+    def initial_state(self) -> Array:
+        return self.layer.initial_state()
+
+    def diagnostics(self) -> dict[str, Array]:
+        """Logged by PPO: max |Lambda_bar| (the slowest mode's decay per step; < 1 iff every mode is stable) and the
+        range of the steps Delta."""
+        delta = self.layer.delta
+        return {"max_abs_lambda_bar": jnp.max(jnp.abs(self.layer.discretize()[0])), "min_delta": jnp.min(delta),
+                "max_delta": jnp.max(delta)}
+
+    def encode(self, obs: Array, prev_action: Array, start: Array) -> Array:
+        """phi of one step's input: obs (O,), prev_action () int, start () bool -> (H,)."""
+        x = jnp.asarray(obs, self.layer.D.dtype)
+        if self.num_actions is not None:  # no previous action at an episode's start
+            one_hot = jax.nn.one_hot(prev_action, self.num_actions, dtype=x.dtype)
+            x = jnp.concatenate([x, jnp.where(start, 0.0, one_hot)])
+        x = jax.nn.leaky_relu(self.encoder_in(x))
+        return jax.nn.leaky_relu(self.encoder_out(x))
+
+    def step(self, h: Array, obs: Array, prev_action: Array, start: Array) -> tuple[Array, Array]:
+        """(h (H/2,), obs (O,), prev_action (), start ()) -> (h_new, features (H,)); start zeroes h first."""
+        if jnp.shape(obs) != (self.obs_size,):
+            raise ValueError(f"obs must have shape ({self.obs_size},), got {jnp.shape(obs)}")
+        return self.layer.step(h, self.encode(obs, prev_action, start), start)
+
+    def sequence(self, h: Array, obs: Array, prev_actions: Array, starts: Array) -> tuple[Array, Array]:
+        """obs (L, O), prev_actions (L,), starts (L,) -> (h_last (H/2,), features (L, H)), by ``self.method``."""
+        L = jnp.shape(obs)[0] if jnp.ndim(obs) == 2 else -1
+        if jnp.shape(obs) != (L, self.obs_size) or jnp.shape(prev_actions) != (L,) or jnp.shape(starts) != (L,):
+            raise ValueError(f"expected obs (L, {self.obs_size}), prev_actions (L,), starts (L,); got "
+                             f"{jnp.shape(obs)}, {jnp.shape(prev_actions)}, {jnp.shape(starts)}")
+        starts = jnp.asarray(starts, bool)
+        x = jax.vmap(self.encode)(obs, jnp.asarray(prev_actions, jnp.int32), starts)
+        return self.layer(x, h, starts, self.method)
