@@ -39,3 +39,10 @@ def test_readme_ictd_example_runs_and_theorem_1_holds():
 def test_readme_experiment_table_matches_the_catalog():
     listed = set(re.findall(r"^\| `([a-z]+\.[a-z0-9-]+)` \|", README, re.M))
     assert listed == set(EXPERIMENTS)
+
+
+def test_readme_ringworld_example_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the example writes its checkpoint under ./checkpoints
+    namespace = _run_python_block(3)
+    assert namespace["metrics"]["episode_return"].shape == (20,)
+    assert (tmp_path / "checkpoints" / "deep-alf.eqx").exists()

@@ -80,20 +80,22 @@ class DeepALF(Memory):
         E = np.asarray(E, dtype=np.float64)
         if E.ndim != 2 or E.shape[1] != V.shape[0]:
             raise ValueError(f"E must have shape (S, {V.shape[0]}), got {E.shape}")
-        k_e, k_delta, k_lam, k_v = jax.random.split(key, 4)
+        k_e, k_delta, k_lam, k_v = jax.random.split(key, 4)  # traceable: PPO builds its memory inside jit
         everything = initialisation == "all-random"
-        kappa = np.log(E)
+        kappa = jnp.log(jnp.asarray(E, dtype))
         if initialisation == "random-e" or everything:
-            kappa = np.asarray(jax.random.normal(k_e, E.shape, jnp.float64 if dtype == jnp.float64 else jnp.float32))
+            kappa = jax.random.normal(k_e, E.shape, dtype)  # eq. (203)
+        delta_logit = jnp.asarray(_logit(delta), dtype)
         if initialisation == "random-delta" or everything:
-            delta = float(jax.random.uniform(k_delta, (), minval=0.0, maxval=0.5))
+            delta_logit = jax.scipy.special.logit(jax.random.uniform(k_delta, (), dtype, minval=0.0, maxval=0.5))
+        lam_re, lam_im = jnp.asarray(Lam.real, dtype), jnp.asarray(Lam.imag, dtype)
         if initialisation == "random-lambda" or everything:
-            Lam = np.exp(1j * np.asarray(jax.random.uniform(k_lam, Lam.shape, maxval=2 * np.pi)))
+            phase = jax.random.uniform(k_lam, Lam.shape, dtype, maxval=2 * np.pi)
+            lam_re, lam_im = jnp.cos(phase), jnp.sin(phase)
+        v_re, v_im = jnp.asarray(V.real, dtype), jnp.asarray(V.imag, dtype)
         if everything:
-            V = np.asarray(jax.random.normal(k_v, (2, *V.shape)))
-            V = V[0] + 1j * V[1]
-        cast = lambda x: jnp.asarray(x, dtype)  # noqa: E731
-        return cls(cast(Lam.real), cast(Lam.imag), cast(_logit(delta)), cast(kappa), cast(V.real), cast(V.imag))
+            v_re, v_im = jax.random.normal(k_v, (2, *V.shape), dtype)
+        return cls(lam_re, lam_im, delta_logit, kappa, v_re, v_im)
 
     @property
     def num_features(self) -> int:

@@ -1,0 +1,267 @@
+"""``belief.ringworld-returns`` (Fig. 3) and ``belief.deep-alf-inits`` (Figs. 9, 10): PPO on RingWorld with
+linear memories, episodic return against update, mean ± std over seeds (section 6.2, App. E.2, Tables 1-2).
+
+One cell per (memory, seed): ``agents.train_agent`` trains a PPO agent (Table 1) and checkpoints every
+``chunk_updates`` updates under ``<out>/checkpoints``, so an interrupted cell resumes where it stopped. The paper
+profile is Table 1 exactly (30 M steps, 64 envs, unroll 1024, 30 epochs, 8 minibatches, lr 5e-5) over 8 seeds. The
+quick profile cuts the work per update (fewer envs, a shorter unroll, fewer epochs, a larger learning rate) and the
+number of seeds: it tests the orderings only, not the paper's curves, and says so in its summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+
+import numpy as np
+
+from memlab import plots
+from memlab.belief import ringworld as rw
+from memlab.belief.agents import LABELS, MEMORIES, train_agent
+from memlab.checks import check_choices, check_int, check_real
+from memlab.rl import PPOConfig
+from memlab.runner import Experiment
+
+PAPER = "linear-recurrent-memory-pomdp"
+FIG3 = ("lof", "lof-softmax", "alf", "alf-softmax", "s5-12", "s5-256", "deep-alf-all-random")
+FIG9 = ("deep-alf-informed", "alf", "lof-softmax")
+FIG10 = ("deep-alf-informed", "deep-alf-random-e", "deep-alf-random-delta", "deep-alf-random-lambda",
+         "deep-alf-all-random", "s5-12", "s5-256")
+# quick: 1/16 of Table 1's samples per update, 4 of its 30 epochs, 80 of its 457 updates, a 10x learning rate
+FIG9_10 = tuple(dict.fromkeys(FIG9 + FIG10))
+# quick profile of belief.deep-alf-inits leaves S5-256 out (8x the cost of S5-12); belief.ringworld-returns has it
+QUICK_PPO = PPOConfig(learning_rate=5e-4, num_envs=16, unroll=256, total_steps=16 * 256 * 80, epochs=4,
+                      minibatches=4)
+TINY_PPO = PPOConfig(num_envs=4, unroll=32, total_steps=4 * 32 * 3, epochs=1, minibatches=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class RingWorldPPOConfig:
+    seed: int = 0
+    memories: tuple[str, ...] = FIG3
+    seeds: int = 8
+    ppo: PPOConfig = PPOConfig()  # Table 1
+    epsilon: float = 0.05
+    episode_length: int = 100
+    chunk_updates: int = 10  # updates between checkpoints
+    tail: int = 100  # the last-updates panel of Figs. 9b / 10b and the "final return" of the claims
+
+    def validate(self):
+        check_choices("memories", self.memories, MEMORIES)
+        check_int("seeds", self.seeds)
+        check_int("chunk_updates", self.chunk_updates)
+        check_int("tail", self.tail)
+        check_real("epsilon", self.epsilon, 0.0, 0.5)
+        check_int("episode_length", self.episode_length)
+        self.ppo.validate()
+
+
+SUMMARY = """# {name} — {figures}
+
+PPO on RingWorld (ε = {epsilon}, K = {episode_length}), {seeds} seeds, {updates} updates of {num_envs} envs × \
+{unroll} steps ({steps:,} env steps), {epochs} epochs × {minibatches} minibatches, lr {learning_rate}. \
+{scale}
+
+{figure_lines}
+
+Return over the last {tail} updates (mean ± std over seeds; ceiling: the fully informed optimum {ceiling:.3f}, \
+floor: random actions {floor:.3f}):
+
+{table}
+"""
+QUICK_NOTE = ("This is a reduced profile (less work per update, fewer updates and seeds than Table 1): "
+              "it tests the paper's orderings, not its curves; `--profile paper` runs Table 1.")
+
+
+def _cells(cfg: RingWorldPPOConfig, run) -> dict:
+    """Cell '<memory>-<s>' trains seed s of ``memory`` from the key stream ('ppo', memory, s)."""
+    return {f"{m}-{s}": partial(train_agent, cfg.ppo, m, run.key_for("ppo", m, s),
+                                str(run.out_dir / "checkpoints" / f"{m}-{s}.eqx"), cfg.chunk_updates,
+                                cfg.epsilon, cfg.episode_length)
+            for m in cfg.memories for s in range(cfg.seeds)}
+
+
+def _analyse(cfg: RingWorldPPOConfig, cells: dict) -> dict:
+    """Per memory: return curves (seeds, updates), their mean and std over seeds, the tail mean per seed, the
+    update at which the mean first reaches half of the ceiling, and the memory diagnostics' last values."""
+    env = rw.RingWorld(cfg.epsilon, cfg.episode_length)
+    ceiling, floor = rw.optimal_return(env, env.default_params), rw.random_return(env, env.default_params)
+    curves, stats = {}, {}
+    for m in cfg.memories:
+        runs = [cells[f"{m}-{s}"]["metrics"] for s in range(cfg.seeds)]
+        R = np.array([r["episode_return"] for r in runs], dtype=float)  # (seeds, updates)
+        tail = R[:, -min(cfg.tail, R.shape[1]):].mean(axis=1)
+        half = np.flatnonzero(R.mean(axis=0) >= floor + 0.5 * (ceiling - floor))
+        diag = {k.removeprefix("memory_"): float(np.mean([r[k][-1] for r in runs])) for k in runs[0]
+                if k.startswith("memory_")}
+        curves[m] = R
+        stats[m] = {"tail_mean": float(tail.mean()), "tail_std": float(tail.std()), "tail_per_seed": tail.tolist(),
+                    "half_ceiling_update": int(half[0]) + 1 if half.size else None, "diagnostics": diag}
+    return {"curves": curves, "stats": stats, "ceiling": ceiling, "floor": floor}
+
+
+def _plot(ax, cfg, analysis, memories, tail=False):
+    for m in memories:
+        R = analysis["curves"][m]
+        updates = np.arange(1, R.shape[1] + 1)
+        if tail:
+            updates, R = updates[-cfg.tail:], R[:, -cfg.tail:]
+        mean, std = R.mean(axis=0), R.std(axis=0)
+        (line,) = ax.plot(updates, mean, lw=1.2, label=LABELS[m])
+        ax.fill_between(updates, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+    ax.axhline(analysis["ceiling"], color="k", ls="--", lw=0.8, label="fully informed optimum")
+    ax.set(xlabel="update", ylabel="episodic return")
+
+
+def _figure(cfg, analysis, run, memories, filename, title):
+    fig, axes = plots.figure(1, 2, width=10.0, height=3.6)
+    _plot(axes[0], cfg, analysis, memories)
+    axes[0].set_title(f"(a) {title}")
+    _plot(axes[1], cfg, analysis, memories, tail=True)
+    axes[1].set_title(f"(b) last {min(cfg.tail, analysis['curves'][memories[0]].shape[1])} updates")
+    axes[0].legend(fontsize=7, loc="lower right")
+    run.save_figure(fig, filename)
+
+
+def _table(cfg, analysis, run) -> str:
+    header = ["memory", "return, last updates (mean)", "std over seeds", "first update at half the ceiling",
+              "memory diagnostics (last update)"]
+    rows = [(LABELS[m], s["tail_mean"], s["tail_std"], s["half_ceiling_update"] or "never",
+             ", ".join(f"{k} = {v:.3f}" for k, v in s["diagnostics"].items()))
+            for m, s in analysis["stats"].items()]
+    return run.save_table("returns.csv", header, rows, {header[1]: ".3f", header[2]: ".3f"})
+
+
+def _summary(cfg, analysis, run, name, figures, figure_lines) -> str:
+    ppo = cfg.ppo
+    scale = "" if run.profile == "paper" else QUICK_NOTE
+    return SUMMARY.format(name=name, figures=figures, **{k: getattr(cfg, k) for k in (
+        "epsilon", "episode_length", "seeds", "tail")}, updates=ppo.num_updates, num_envs=ppo.num_envs,
+        unroll=ppo.unroll, steps=ppo.num_updates * ppo.num_envs * ppo.unroll, epochs=ppo.epochs,
+        minibatches=ppo.minibatches, learning_rate=ppo.learning_rate, scale=scale, figure_lines=figure_lines,
+        ceiling=analysis["ceiling"], floor=analysis["floor"], table=_table(cfg, analysis, run))
+
+
+def _results(analysis) -> dict:
+    return {"ceiling": analysis["ceiling"], "floor": analysis["floor"], "memories": analysis["stats"]}
+
+
+def _ordering_claim(run, analysis, id, claim, paper, better, worse, margin=0.0):
+    """Claim: every memory in ``better`` ends above every memory in ``worse`` (tail means, by ``margin``);
+    skipped unless all of them were run."""
+    s = analysis["stats"]
+    if not set(better) | set(worse) <= set(s):
+        return
+    low = min(s[m]["tail_mean"] for m in better)
+    high = max(s[m]["tail_mean"] for m in worse)
+    ours = "; ".join(f"{LABELS[m]} {s[m]['tail_mean']:.3f}" for m in (*better, *worse))
+    run.claim(id, claim, paper, ours, bool(low > high + margin))
+
+
+# ------------------------------------------------------------------------------------------- Fig. 3
+
+
+def run_ringworld_returns(cfg: RingWorldPPOConfig, run) -> dict:
+    analysis = _analyse(cfg, run.sweep(_cells(cfg, run), "PPO runs"))
+    _figure(cfg, analysis, run, cfg.memories, "returns.png", "episodic return vs update")
+    _returns_claims(cfg, analysis, run)
+    run.write_summary(_summary(cfg, analysis, run, "belief.ringworld-returns", "Fig. 3",
+                               "![returns](returns.png)"))
+    return _results(analysis)
+
+
+def _above_random_claim(run, analysis) -> None:
+    s, floor = analysis["stats"], analysis["floor"]
+    worst = min(s, key=lambda m: s[m]["tail_mean"])
+    run.claim("all-above-random", "every agent ends well above random actions", "Figs. 3, 9, 10",
+              f"lowest: {LABELS[worst]} {s[worst]['tail_mean']:.3f}; random {floor:.3f}",
+              bool(s[worst]["tail_mean"] > floor + 0.25 * (analysis["ceiling"] - floor)))
+
+
+def _returns_claims(cfg, analysis, run) -> None:
+    _above_random_claim(run, analysis)
+    s = analysis["stats"]
+    if {"lof", "lof-softmax", "alf"} <= set(s):
+        _fixed_filter_claims(cfg, analysis, run)
+    _ordering_claim(run, analysis, "s5-256-and-deep-alf-above-s5-12",
+                    "S5-256 and Deep ALF (all random) end above S5-12", "Fig. 3, Fig. 10a",
+                    ("s5-256", "deep-alf-all-random"), ("s5-12",))
+    _ordering_claim(run, analysis, "learned-below-alf-and-lof-softmax",
+                    "S5-12, S5-256 and Deep ALF (all random) stay below ALF and LOF + softmax", "Fig. 3",
+                    ("alf", "lof-softmax"), ("s5-12", "s5-256", "deep-alf-all-random"))
+
+
+def _fixed_filter_claims(cfg, analysis, run) -> None:
+    s = analysis["stats"]
+    fastest = {m: s[m]["half_ceiling_update"] or np.inf for m in s}
+    run.claim("alf-learns-fast", "ALF (direct) reaches a strong return before LOF (direct) does", "Fig. 3",
+              f"first update at half the ceiling: ALF {fastest['alf']}, LOF {fastest['lof']}",
+              bool(fastest["alf"] < fastest["lof"]))
+    best = max(s, key=lambda m: s[m]["tail_mean"])
+    run.claim("lof-softmax-best", "LOF + softmax gives the best final return", "Fig. 3, sec. 6.2",
+              f"best: {LABELS[best]} ({s[best]['tail_mean']:.3f}); LOF + softmax {s['lof-softmax']['tail_mean']:.3f}",
+              bool(s["lof-softmax"]["tail_mean"] >= s[best]["tail_mean"] - s[best]["tail_std"]))
+    run.claim("lof-seed-variable", "LOF (direct) varies more across seeds than LOF + softmax and ALF", "Fig. 3",
+              f"std over seeds: LOF {s['lof']['tail_std']:.3f}, LOF + softmax {s['lof-softmax']['tail_std']:.3f}, "
+              f"ALF {s['alf']['tail_std']:.3f}",
+              bool(s["lof"]["tail_std"] > max(s["lof-softmax"]["tail_std"], s["alf"]["tail_std"])))
+
+
+# ------------------------------------------------------------------------------------------- Figs. 9, 10
+
+
+def run_deep_alf_inits(cfg: RingWorldPPOConfig, run) -> dict:
+    analysis = _analyse(cfg, run.sweep(_cells(cfg, run), "PPO runs"))
+    fig9 = [m for m in FIG9 if m in cfg.memories]
+    fig10 = [m for m in FIG10 if m in cfg.memories]
+    _figure(cfg, analysis, run, fig9, "informed.png", "informed Deep ALF vs ALF and LOF + softmax (Fig. 9)")
+    _figure(cfg, analysis, run, fig10, "initialisations.png", "Deep ALF initialisations vs S5 (Fig. 10)")
+    _inits_claims(cfg, analysis, run)
+    run.write_summary(_summary(cfg, analysis, run, "belief.deep-alf-inits", "Figs. 9, 10",
+                               "![Fig. 9](informed.png)\n\n![Fig. 10](initialisations.png)"))
+    return _results(analysis)
+
+
+def _inits_claims(cfg, analysis, run) -> None:
+    _above_random_claim(run, analysis)
+    s = analysis["stats"]
+    informed = s.get("deep-alf-informed")
+    if informed is None:
+        return
+    if "alf" in s:
+        alf = s["alf"]
+        run.claim("informed-deep-alf-at-least-alf", "informed Deep ALF ends at least as high as ALF", "Fig. 9",
+                  f"{informed['tail_mean']:.3f} vs {alf['tail_mean']:.3f} (std {alf['tail_std']:.3f})",
+                  bool(informed["tail_mean"] >= alf["tail_mean"] - alf["tail_std"]))
+    for m in ("deep-alf-random-e", "deep-alf-random-delta"):
+        if m in s:
+            run.claim(f"{m.removeprefix('deep-alf-')}-close-to-informed",
+                      f"{LABELS[m]} ends close to informed Deep ALF", "Fig. 10",
+                      f"{s[m]['tail_mean']:.3f} vs {informed['tail_mean']:.3f}",
+                      bool(abs(s[m]["tail_mean"] - informed["tail_mean"]) <= max(2 * informed["tail_std"], 0.05)))
+    if "deep-alf-random-lambda" in s:
+        lam = s["deep-alf-random-lambda"]
+        run.claim("random-lambda-slightly-worse", "random Λ ends below informed Deep ALF", "Fig. 10",
+                  f"{lam['tail_mean']:.3f} vs {informed['tail_mean']:.3f}",
+                  bool(lam["tail_mean"] < informed["tail_mean"]))
+    _ordering_claim(run, analysis, "all-random-deep-alf-above-s5-12", "Deep ALF (all random) ends above S5-12",
+                    "Fig. 10a", ("deep-alf-all-random",), ("s5-12",))
+
+
+def _profiles(memories, quick_memories, tiny_memories):
+    """Paper: Table 1 and 8 seeds. Quick: QUICK_PPO, 2 seeds. Tiny (tests): a few memories, three small updates."""
+    return {"paper": RingWorldPPOConfig(memories=memories),
+            "quick": RingWorldPPOConfig(memories=quick_memories, seeds=2, ppo=QUICK_PPO, tail=10),
+            "tiny": RingWorldPPOConfig(memories=tiny_memories, seeds=1, ppo=TINY_PPO, tail=2, chunk_updates=2,
+                                       episode_length=20)}
+
+
+EXPERIMENTS = [
+    Experiment("belief.ringworld-returns", "Fig. 3", PAPER,
+               "PPO on RingWorld: LOF, ALF (± softmax), S5-12, S5-256, Deep ALF (all random)",
+               _profiles(FIG3, FIG3, ("alf", "s5-12")), run_ringworld_returns),
+    Experiment("belief.deep-alf-inits", "Figs. 9, 10", PAPER,
+               "Deep ALF initialisations vs ALF, LOF + softmax and S5",
+               _profiles(FIG9_10, tuple(m for m in FIG9_10 if m != "s5-256"), ("deep-alf-informed", "alf")),
+               run_deep_alf_inits),
+]

@@ -1,0 +1,180 @@
+"""``belief.ringworld-trajectory`` (Fig. 6, App. B.2): a trained ALF actor's trajectory on RingWorld.
+
+A PPO agent with the ALF memory (eq. 46, delta = 0.1) is trained (one cell, as in ``belief.ringworld-returns``) and
+then plays ``num_episodes`` episodes. The first episode is plotted: the true state, the states decoded (argmax)
+from the ALF logits and from the LOF logits (eq. 7) on the same observations and actions, the actions and the
+observations, with irregular transitions (off the permutation backbone), off-peak observations (not the most likely
+beacon of the true state) and decoding errors marked. The paper reads two things off its one trajectory; we measure
+them over all episodes: the ALF errs more than the LOF, above all after off-peak observations, and the policy takes
+CW1 in state 2 and CCW1 in state 3 most of the time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+
+import jax
+import numpy as np
+
+from memlab import plots
+from memlab.belief import ringworld as rw
+from memlab.belief.agents import load_agent, play, train_agent
+from memlab.belief.exp_ringworld_ppo import QUICK_PPO, TINY_PPO
+from memlab.belief.memories import LogitFilterMemory
+from memlab.checks import check_int
+from memlab.rl import PPOConfig
+from memlab.runner import Experiment
+
+PAPER = "linear-recurrent-memory-pomdp"
+CW1, CCW1 = rw.ACTION_NAMES.index("CW1"), rw.ACTION_NAMES.index("CCW1")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrajectoryConfig:
+    seed: int = 0
+    ppo: PPOConfig = PPOConfig()  # Table 1
+    episode_length: int = 100
+    num_episodes: int = 1000  # episodes behind the statistics (the first is plotted)
+    chunk_updates: int = 10
+
+    def validate(self):
+        self.ppo.validate()
+        check_int("episode_length", self.episode_length, low=2)
+        check_int("num_episodes", self.num_episodes)
+        check_int("chunk_updates", self.chunk_updates)
+
+
+SUMMARY = """# belief.ringworld-trajectory — Fig. 6
+
+A PPO agent with the ALF memory (δ = 0.1) trained for {updates} updates of {num_envs} envs × {unroll} steps \
+(return over its last 10 updates: {train_return:.3f}), then {num_episodes} episodes played with its policy \
+(mean return {return_mean:.3f}). The first episode:
+
+![trajectory](trajectory.png)
+
+{table}
+Paper (App. B.2): ALF is more sensitive to noisy (off-peak) observations than LOF, e.g. B3/B4 seen in state 3 \
+cause ALF decoding errors but not LOF ones; the learned policy takes CW1 in state 2 and CCW1 in state 3 most of \
+the time. Irregular transitions: {irregular:.1%} of the steps; off-peak observations: {off_peak:.1%}.
+"""
+
+
+def _train_cell(cfg: TrajectoryConfig, key, checkpoint: str) -> dict:
+    return train_agent(cfg.ppo, "alf", key, checkpoint, cfg.chunk_updates, episode_length=cfg.episode_length)
+
+
+def _play_cell(cfg: TrajectoryConfig, agent_bytes: bytes, key) -> dict:
+    """Episodes of the trained agent with the LOF's logits on the same stream beside the ALF's."""
+    env = rw.RingWorld(episode_length=cfg.episode_length)
+    params = env.default_params
+    agent = load_agent(cfg.ppo, "alf", agent_bytes, episode_length=cfg.episode_length)
+    out = play(agent, env, params, key, cfg.num_episodes)
+    lof = LogitFilterMemory.lof(params.hmm)
+    _, lof_w = jax.vmap(lambda o, a, s: lof.sequence(lof.initial_state(), o, a, s))(
+        out["obs"], out["prev_action"], out["start"])
+    return {"state": np.asarray(out["state"]), "action": np.asarray(out["action"]),
+            "next_state": np.asarray(out["next_state"]), "obs": np.asarray(out["obs"]).argmax(-1),
+            "reward": np.asarray(out["reward"]), "alf_decoded": np.asarray(out["features"]).argmax(-1),
+            "lof_decoded": np.asarray(lof_w).argmax(-1)}
+
+
+def run_ringworld_trajectory(cfg: TrajectoryConfig, run) -> dict:
+    checkpoint = str(run.out_dir / "checkpoints" / "alf.eqx")
+    trained = run.sweep({"train": partial(_train_cell, cfg, run.key_for("ppo", "alf"), checkpoint)},
+                        "train the ALF agent")["train"]
+    played = run.sweep({"play": partial(_play_cell, cfg, trained["agent"], run.key_for("play"))}, "play")["play"]
+    stats = _analyse(cfg, trained["metrics"], played)
+    _figure(stats, run)
+    _claims(stats, run)
+    run.write_summary(_summary(cfg, stats, run))
+    return {k: stats[k] for k in ("train_return", "return_mean", "error", "error_after_off_peak", "policy")}
+
+
+def _analyse(cfg: TrajectoryConfig, metrics: dict, played: dict) -> dict:
+    """Event masks (episodes, K) and their rates: irregular transitions, off-peak observations (k >= 1), ALF/LOF
+    decoding errors overall and right after an off-peak observation, and the action frequencies in states 2, 3."""
+    p = {k: np.asarray(v) for k, v in played.items()}
+    E = rw.beacon_emissions()
+    shifts = np.asarray(rw.ACTION_SHIFTS)
+    irregular = p["next_state"] != (p["state"] + shifts[p["action"]]) % rw.NUM_STATES
+    seen = np.ones_like(p["state"], bool)
+    seen[:, 0] = False  # the null observation at k = 0
+    off_peak = seen & (p["obs"] != E.argmax(axis=0)[p["state"]])
+    errors = {name: seen & (p[f"{name}_decoded"] != p["state"]) for name in ("alf", "lof")}
+    policy = {}
+    for paper_state, x in ((2, 1), (3, 2)):
+        acts = p["action"][p["state"] == x]
+        policy[f"state {paper_state}"] = {a: float(np.mean(acts == i)) if acts.size else 0.0
+                                         for i, a in enumerate(rw.ACTION_NAMES)}
+    return {**p, "irregular_mask": irregular, "off_peak_mask": off_peak, "error_masks": errors,
+            "train_return": float(np.mean(np.asarray(metrics["episode_return"])[-10:])),
+            "return_mean": float(p["reward"].sum(axis=1).mean()),
+            "irregular": float(irregular.mean()), "off_peak": float(off_peak[seen].mean()),
+            "error": {n: float(m[seen].mean()) for n, m in errors.items()},
+            "error_after_off_peak": {n: float(m[off_peak].mean()) if off_peak.any() else 0.0
+                                     for n, m in errors.items()},
+            "policy": policy}
+
+
+def _figure(stats: dict, run) -> None:
+    """Fig. 6 for the first episode: states (true, ALF-, LOF-decoded) above, actions and observations below."""
+    k = np.arange(stats["state"].shape[1])
+    fig, (ax, ax_act) = plots.figure(2, 1, width=10.0, height=6.0, sharex=True, height_ratios=[2.2, 1])
+    first = {name: stats[name][0] for name in ("state", "alf_decoded", "lof_decoded", "action", "obs")}
+    ax.step(k, first["state"] + 1, where="mid", color="k", lw=1.4, label="true state")
+    ax.plot(k[1:], first["alf_decoded"][1:] + 1, "o", ms=3.5, color="tab:blue", label="ALF decoded")
+    ax.plot(k[1:], first["lof_decoded"][1:] + 1, "x", ms=3.5, color="tab:orange", label="LOF decoded")
+    irregular = np.flatnonzero(stats["irregular_mask"][0]) + 1  # the transition into step k+1
+    ax.vlines(irregular, 0.5, 12.5, color="tab:purple", lw=0.8, ls=":", label="irregular transition")
+    for name, marker, colour in (("alf", "v", "tab:blue"), ("lof", "^", "tab:orange")):
+        bad = np.flatnonzero(stats["error_masks"][name][0])
+        ax.plot(bad, np.full(bad.size, 12.9 if name == "alf" else 13.3), marker, color=colour, ms=4,
+                label=f"{name.upper()} decoding error")
+    ax.set(ylabel="state", yticks=range(1, 13), ylim=(0.3, 13.7), title="Trajectory of the trained ALF agent")
+    ax.legend(fontsize=7, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.02), frameon=True)
+    ax_act.plot(k, first["action"], ".", color="k", label="action")
+    obs_k = k[1:]
+    off = stats["off_peak_mask"][0][1:]
+    ax_act.plot(obs_k[~off], first["obs"][1:][~off] + 4.5, "s", ms=3, color="tab:green", label="observation")
+    ax_act.plot(obs_k[off], first["obs"][1:][off] + 4.5, "s", ms=4, color="tab:red", label="off-peak observation")
+    ax_act.set(xlabel="k", yticks=list(range(4)) + [4.5 + i for i in range(4)],
+               yticklabels=list(rw.ACTION_NAMES) + [f"$B_{i}$" for i in range(1, 5)])
+    ax_act.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.3))
+    run.save_figure(fig, "trajectory.png")
+
+
+def _claims(stats: dict, run) -> None:
+    err, after = stats["error"], stats["error_after_off_peak"]
+    run.claim("alf-more-sensitive-to-off-peak", "ALF is more sensitive to off-peak observations than LOF: more "
+              "decoding errors right after them", "App. B.2, Fig. 6",
+              f"error after an off-peak observation: ALF {after['alf']:.3f}, LOF {after['lof']:.3f} "
+              f"(overall {err['alf']:.3f} / {err['lof']:.3f})", bool(after["alf"] > after["lof"]))
+    pol = stats["policy"]
+    run.claim("policy-cw1-in-2-ccw1-in-3", "the learned policy takes CW1 in state 2 and CCW1 in state 3 most of "
+              "the time", "App. B.2, Fig. 6",
+              f"P(CW1 | 2) = {pol['state 2']['CW1']:.2f}, P(CCW1 | 3) = {pol['state 3']['CCW1']:.2f}",
+              bool(pol["state 2"]["CW1"] > 0.5 and pol["state 3"]["CCW1"] > 0.5))
+
+
+def _summary(cfg: TrajectoryConfig, stats: dict, run) -> str:
+    header = ["filter", "decoding error", "error right after an off-peak observation"]
+    rows = [(n.upper(), stats["error"][n], stats["error_after_off_peak"][n]) for n in ("alf", "lof")]
+    table = run.save_table("decoding.csv", header, rows, dict.fromkeys(header[1:], ".3f"))
+    header = ["true state", *rw.ACTION_NAMES]
+    rows = [(s, *freq.values()) for s, freq in stats["policy"].items()]
+    table += "\nAction frequencies of the policy:\n\n" + run.save_table("policy.csv", header, rows,
+                                                                     dict.fromkeys(rw.ACTION_NAMES, ".2f"))
+    return SUMMARY.format(**dataclasses.asdict(cfg), updates=cfg.ppo.num_updates, num_envs=cfg.ppo.num_envs,
+                          unroll=cfg.ppo.unroll, train_return=stats["train_return"],
+                          return_mean=stats["return_mean"], table=table, irregular=stats["irregular"],
+                          off_peak=stats["off_peak"])
+
+
+EXPERIMENTS = [
+    Experiment("belief.ringworld-trajectory", "Fig. 6", PAPER,
+               "a trained ALF agent's trajectory: true, ALF- and LOF-decoded states, actions, observations",
+               {"paper": TrajectoryConfig(), "quick": TrajectoryConfig(ppo=QUICK_PPO),
+                "tiny": TrajectoryConfig(ppo=TINY_PPO, episode_length=20, num_episodes=20, chunk_updates=2)},
+               run_ringworld_trajectory),
+]
