@@ -20,6 +20,7 @@ from memlab.belief.ringworld import (
     episode_inputs,
     optimal_policy,
     optimal_return,
+    qmdp_returns,
     random_policy,
     random_return,
     ring_diagonalisation,
@@ -345,3 +346,14 @@ def test_bad_arguments_raise():
             env.step(jax.random.key(1), state, action, params)
     with pytest.raises(ValueError, match="scalar"):
         env.step(jax.random.key(1), state, jnp.array([0, 1]), params)
+
+
+def test_qmdp_return_lies_between_random_and_the_fully_informed_optimum():
+    env = RingWorld()
+    params = env.default_params
+    returns = np.asarray(qmdp_returns(env, params, jax.random.key(3), 1000))
+    se = returns.std(ddof=1) / np.sqrt(len(returns))
+    assert random_return(env, params) + 10 * se < returns.mean() < optimal_return(env, params) - 10 * se
+    assert np.all(np.abs(returns) <= 1 + 1e-6)
+    with pytest.raises(ValueError, match="fully_observed"):
+        qmdp_returns(RingWorld(fully_observed=True), params, jax.random.key(0), 2)

@@ -28,6 +28,7 @@ FIG9 = ("deep-alf-informed", "alf", "lof-softmax")
 FIG10 = ("deep-alf-informed", "deep-alf-random-e", "deep-alf-random-delta", "deep-alf-random-lambda",
          "deep-alf-all-random", "s5-12", "s5-256")
 # quick: 1/16 of Table 1's samples per update, 4 of its 30 epochs, 80 of its 457 updates, a 10x learning rate
+QMDP_EPISODES = 4000  # Monte-Carlo episodes of the QMDP reference line
 FIG9_10 = tuple(dict.fromkeys(FIG9 + FIG10))
 # quick profile of belief.deep-alf-inits leaves S5-256 out (8x the cost of S5-12); belief.ringworld-returns has it
 QUICK_PPO = PPOConfig(learning_rate=5e-4, num_envs=16, unroll=256, total_steps=16 * 256 * 80, epochs=4,
@@ -64,8 +65,9 @@ PPO on RingWorld (ε = {epsilon}, K = {episode_length}), {seeds} seeds, {updates
 
 {figure_lines}
 
-Return over the last {tail} updates (mean ± std over seeds; ceiling: the fully informed optimum {ceiling:.3f}, \
-floor: random actions {floor:.3f}):
+Return over the last {tail} updates (mean ± std over seeds). References: the fully informed optimum \
+{ceiling:.3f} (DP with the true state: an upper bound), QMDP on the exact belief {qmdp:.3f} (a belief-based \
+policy: a lower bound on the POMDP optimum), random actions {floor:.3f}:
 
 {table}
 """
@@ -74,11 +76,18 @@ QUICK_NOTE = ("This is a reduced profile (less work per update, fewer updates an
 
 
 def _cells(cfg: RingWorldPPOConfig, run) -> dict:
-    """Cell '<memory>-<s>' trains seed s of ``memory`` from the key stream ('ppo', memory, s)."""
-    return {f"{m}-{s}": partial(train_agent, cfg.ppo, m, run.key_for("ppo", m, s),
-                                str(run.out_dir / "checkpoints" / f"{m}-{s}.eqx"), cfg.chunk_updates,
-                                cfg.epsilon, cfg.episode_length)
-            for m in cfg.memories for s in range(cfg.seeds)}
+    """Cell '<memory>-<s>' trains seed s of ``memory`` from the key stream ('ppo', memory, s); cell 'qmdp'
+    simulates the QMDP reference policy."""
+    cells = {f"{m}-{s}": partial(train_agent, cfg.ppo, m, run.key_for("ppo", m, s),
+                                 str(run.out_dir / "checkpoints" / f"{m}-{s}.eqx"), cfg.chunk_updates,
+                                 cfg.epsilon, cfg.episode_length)
+             for m in cfg.memories for s in range(cfg.seeds)}
+    return {**cells, "qmdp": partial(_qmdp_cell, cfg, run.key_for("qmdp"))}
+
+
+def _qmdp_cell(cfg: RingWorldPPOConfig, key) -> dict:
+    env = rw.RingWorld(cfg.epsilon, cfg.episode_length)
+    return {"returns": np.asarray(rw.qmdp_returns(env, env.default_params, key, QMDP_EPISODES))}
 
 
 def _analyse(cfg: RingWorldPPOConfig, cells: dict) -> dict:
@@ -97,7 +106,8 @@ def _analyse(cfg: RingWorldPPOConfig, cells: dict) -> dict:
         curves[m] = R
         stats[m] = {"tail_mean": float(tail.mean()), "tail_std": float(tail.std()), "tail_per_seed": tail.tolist(),
                     "half_ceiling_update": int(half[0]) + 1 if half.size else None, "diagnostics": diag}
-    return {"curves": curves, "stats": stats, "ceiling": ceiling, "floor": floor}
+    return {"curves": curves, "stats": stats, "ceiling": ceiling, "floor": floor,
+            "qmdp": float(np.mean(cells["qmdp"]["returns"]))}
 
 
 def _plot(ax, cfg, analysis, memories, tail=False):
@@ -110,6 +120,7 @@ def _plot(ax, cfg, analysis, memories, tail=False):
         (line,) = ax.plot(updates, mean, lw=1.2, label=LABELS[m])
         ax.fill_between(updates, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
     ax.axhline(analysis["ceiling"], color="k", ls="--", lw=0.8, label="fully informed optimum")
+    ax.axhline(analysis["qmdp"], color="0.4", ls=":", lw=1.0, label="QMDP on the exact belief")
     ax.set(xlabel="update", ylabel="episodic return")
 
 
@@ -139,11 +150,12 @@ def _summary(cfg, analysis, run, name, figures, figure_lines) -> str:
         "epsilon", "episode_length", "seeds", "tail")}, updates=ppo.num_updates, num_envs=ppo.num_envs,
         unroll=ppo.unroll, steps=ppo.num_updates * ppo.num_envs * ppo.unroll, epochs=ppo.epochs,
         minibatches=ppo.minibatches, learning_rate=ppo.learning_rate, scale=scale, figure_lines=figure_lines,
-        ceiling=analysis["ceiling"], floor=analysis["floor"], table=_table(cfg, analysis, run))
+        ceiling=analysis["ceiling"], floor=analysis["floor"], qmdp=analysis["qmdp"], table=_table(cfg, analysis, run))
 
 
 def _results(analysis) -> dict:
-    return {"ceiling": analysis["ceiling"], "floor": analysis["floor"], "memories": analysis["stats"]}
+    return {"ceiling": analysis["ceiling"], "floor": analysis["floor"], "qmdp": analysis["qmdp"],
+            "memories": analysis["stats"]}
 
 
 def _ordering_claim(run, analysis, id, claim, paper, better, worse, margin=0.0):
@@ -183,6 +195,12 @@ def _returns_claims(cfg, analysis, run) -> None:
     s = analysis["stats"]
     if {"lof", "lof-softmax", "alf"} <= set(s):
         _fixed_filter_claims(cfg, analysis, run)
+    if {"s5-256", "deep-alf-all-random"} <= set(s):
+        a, b = s["s5-256"], s["deep-alf-all-random"]
+        close = abs(a["tail_mean"] - b["tail_mean"]) <= max(a["tail_std"] + b["tail_std"], 0.05)
+        run.claim("s5-256-matches-deep-alf", "S5-256 ends about where Deep ALF (all random) does", "Fig. 3, Fig. 10a",
+                  f"S5-256 {a['tail_mean']:.3f} ± {a['tail_std']:.3f}, Deep ALF {b['tail_mean']:.3f} ± "
+                  f"{b['tail_std']:.3f}", bool(close))
     _ordering_claim(run, analysis, "s5-256-and-deep-alf-above-s5-12",
                     "S5-256 and Deep ALF (all random) end above S5-12", "Fig. 3, Fig. 10a",
                     ("s5-256", "deep-alf-all-random"), ("s5-12",))

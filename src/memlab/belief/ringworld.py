@@ -47,6 +47,7 @@ import numpy as np
 from jax import Array
 
 from memlab.belief.deep_alf import circulant_eigensystem
+from memlab.belief.filters import lof_step
 from memlab.belief.hmm import ControlledHMM
 from memlab.checks import check_indices, check_int, check_real, is_concrete
 from memlab.logspace import safe_log
@@ -278,3 +279,37 @@ def random_return(env: RingWorld, params: RingWorldParams) -> float:
     """Expected return under uniformly random actions (the floor)."""
     V, _ = _backward(env, params, lambda q: q.mean(axis=0))
     return float(np.asarray(params.pi0, np.float64) @ V[0])
+
+
+
+def qmdp_returns(env: RingWorld, params: RingWorldParams, key: Array, num_episodes: int) -> Array:
+    """Episode returns (num_episodes,) of the QMDP policy on the exact belief: a_k = argmax_a sum_x alpha_k(x)
+    Q_k(a, x), with alpha_k the optimal filter's belief (eq. 6: the LOF eq. 7, normalised; alpha_0 = pi0) and Q_k
+    the fully informed DP values. It is a policy of the POMDP, so its return is a lower bound on the POMDP optimum
+    (the fully informed optimum is an upper bound): a reference for what a memory that tracks the belief can earn.
+    """
+    if env.fully_observed:
+        raise ValueError("qmdp_returns needs the beacon observations (fully_observed=False)")
+    check_int("num_episodes", num_episodes)
+    _, Q = _backward(env, params, lambda q: q.max(axis=0))
+    Q = jnp.asarray(Q, params.T.dtype)  # (K, A, N)
+    log_E = safe_log(params.E)
+
+    def episode(key):
+        key_reset, key_run = jax.random.split(key)
+        _, state = env.reset(key_reset, params)
+
+        def step(carry, inputs):
+            state, w, total = carry
+            k, key = inputs
+            action = jnp.argmax(Q[k] @ jax.nn.softmax(w)).astype(jnp.int32)
+            _, state, reward, _, _, info = env.step(key, state, action, params)
+            y = jnp.argmax(info["next_obs"])  # y_{k+1}, before the auto-reset at the episode's end
+            w = lof_step(params.T[action], log_E, w, y, normalize=True)  # eq. (6)-(7)
+            return (state, w, total + reward), None
+
+        steps = (jnp.arange(env.episode_length), jax.random.split(key_run, env.episode_length))
+        init = (state, safe_log(params.pi0), jnp.zeros((), params.reward.dtype))
+        return jax.lax.scan(step, init, steps)[0][2]
+
+    return jax.jit(jax.vmap(episode))(jax.random.split(key, num_episodes))
