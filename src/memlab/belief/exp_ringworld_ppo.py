@@ -119,8 +119,9 @@ def _plot(ax, cfg, analysis, memories, tail=False):
         mean, std = R.mean(axis=0), R.std(axis=0)
         (line,) = ax.plot(updates, mean, lw=1.2, label=LABELS[m])
         ax.fill_between(updates, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
-    ax.axhline(analysis["ceiling"], color="k", ls="--", lw=0.8, label="fully informed optimum")
-    ax.axhline(analysis["qmdp"], color="0.4", ls=":", lw=1.0, label="QMDP on the exact belief")
+    if not tail:  # the zoomed panel shows the curves only
+        ax.axhline(analysis["ceiling"], color="k", ls="--", lw=0.8, label="fully informed optimum")
+        ax.axhline(analysis["qmdp"], color="0.4", ls=":", lw=1.0, label="QMDP on the exact belief")
     ax.set(xlabel="update", ylabel="episodic return")
 
 
