@@ -13,12 +13,17 @@ Tasks, references and models (the library; ``__all__`` below is what other code 
     montecarlo.py     the decoding error p_k, eq. (19), by Monte Carlo
     metrics.py        trend of a curve, lag after a state switch, agreement of two filters' logits
     ringworld.py      the RingWorld POMDP of section 6.2 / App. E.2, eq. (193)-(199), a functional (gymnax-style)
-                      environment, its fully informed DP optimum and random-policy floor
+                      environment, its fully informed DP optimum, QMDP and random-policy references
+    memories.py       the LOF / ALF (± softmax) as agent memories (the ``memlab.rl.memory`` interface)
+    deep_alf.py       Deep ALF, eq. (197)-(203): the ALF in the complex diagonal basis with learnable parameters
+    agents.py         RingWorld memories by name, one checkpointed PPO training run, playing a trained agent
 
 Experiments: ``exp_error.py`` (Fig. 1, Fig. 7), ``exp_logit_trace.py`` (Fig. 5), ``exp_exact_linear.py``
-(Thm 4.4, Cor 4.5, Example 1), indexed by ``experiments.py``; no library module imports an ``exp_*.py``.
+(Thm 4.4, Cor 4.5, Example 1), ``exp_ringworld_env.py`` (Figs. 2, 8), ``exp_ringworld_ppo.py`` (Figs. 3, 9, 10),
+``exp_ringworld_trajectory.py`` (Fig. 6), indexed by ``experiments.py``; no library module imports an ``exp_*.py``.
 """
 
+from memlab.belief.agents import MEMORIES, load_agent, make_memory, play, ringworld_for, train_agent
 from memlab.belief.alf import (
     ALF,
     DELTA_SCHEDULES,
@@ -30,6 +35,7 @@ from memlab.belief.alf import (
     delta_label,
     delta_schedule,
 )
+from memlab.belief.deep_alf import INITIALISATIONS, DeepALF, circulant_eigensystem
 from memlab.belief.exact_linear import (
     ExactLinearFilter,
     ExactLinearFilterControlled,
@@ -43,6 +49,7 @@ from memlab.belief.exact_linear import (
 from memlab.belief.examples import EXAMPLE1_BAD_E, EXAMPLE1_E, EXAMPLE1_P, SWAP, example_filters, two_state_example
 from memlab.belief.filters import LOF, bayes_decode, lof, lof_parallel, lof_step, log_belief, normalize_logits
 from memlab.belief.hmm import HMM, ControlledHMM, Trajectory, sample
+from memlab.belief.memories import LogitFilterMemory
 from memlab.belief.metrics import logit_agreement, merge_agreement, switch_lags, trend
 from memlab.belief.montecarlo import ErrorCurves, decoding_error, error_curves
 from memlab.belief.random_models import random_columns, random_deterministic, random_permutation, simulate_observations
@@ -54,11 +61,14 @@ from memlab.belief.ringworld import (
     episode_inputs,
     optimal_policy,
     optimal_return,
+    qmdp_returns,
+    random_policy,
     random_return,
     ring_diagonalisation,
     ring_permutations,
     ring_rewards,
     ring_transitions,
+    rollout,
 )
 from memlab.belief.structure import (
     DeterministicDecomposition,
@@ -116,4 +126,8 @@ __all__ = [
     # ringworld
     "RingWorld", "RingWorldParams", "RingWorldState", "ring_permutations", "ring_transitions", "beacon_emissions",
     "ring_rewards", "ring_diagonalisation", "episode_inputs", "optimal_policy", "optimal_return", "random_return",
+    "qmdp_returns", "random_policy", "rollout",
+    # memories, deep_alf, agents
+    "LogitFilterMemory", "DeepALF", "INITIALISATIONS", "circulant_eigensystem", "MEMORIES", "make_memory",
+    "ringworld_for", "train_agent", "load_agent", "play",
 ]

@@ -89,7 +89,8 @@ def _reference_cell(cfg: RingWorldEnvConfig, key) -> dict:
 
 
 def _uniform_action(key, y, k):
-    return jax.random.randint(key, (), 0, len(rw.ACTION_NAMES))
+    """``rw.random_policy`` in the policy signature of ``hmm.sample`` (it reads neither y nor k)."""
+    return rw.random_policy(key, None)
 
 
 def run_ringworld_env(cfg: RingWorldEnvConfig, run) -> dict:
