@@ -1,5 +1,6 @@
 # memlab: `make reproduce` runs every experiment (quick profile) and writes out/report.md;
-# `make test` checks the code with ruff and runs the fast tests. Both create .venv (python3 -m venv) and install
+# `make test` checks the code with ruff and runs the fast tests; `make bench` times memlab beside its peer libraries
+# (BENCH="belief s6" picks benchmarks). Both create .venv (python3 -m venv) and install
 # the package if needed (with the test tools and the Ray extra: the executor tests start local Ray clusters).
 
 PYTHON ?= python3
@@ -33,5 +34,12 @@ test: lint
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py
+# the peer libraries memlab is timed against (dynamax, mambapy + torch CPU, filterpy): the optional `bench` extra
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[test,ray,bench]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/run.py $(BENCH)

@@ -1,13 +1,17 @@
 """Run the benchmarks: every ``benchmarks/bench_*.py`` exposes ``run() -> list[dict]`` (one dict per table row).
 
 Usage: ``python benchmarks/run.py [NAME ...]`` (NAME is the part after ``bench_``; default: all).
-Prints one table per benchmark and writes ``benchmarks/results/<NAME>.json`` atomically.
+Prints one table per benchmark and writes ``benchmarks/results/<NAME>.json`` atomically, with the machine and the
+versions of memlab's stack and of the peer libraries timed beside it (the ``bench`` extra: ``make bench`` installs
+it; without it every workload is timed for memlab alone).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
+import os
 import platform
 import sys
 from pathlib import Path
@@ -15,10 +19,12 @@ from pathlib import Path
 import jax
 from rich.console import Console
 from rich.table import Table
+from timing import peer_versions  # benchmarks/timing.py (python puts the script's folder on sys.path)
 
 from memlab.runner import atomic_write_text, to_jsonable
 
 HERE = Path(__file__).resolve().parent
+STACK = ("memlab", "jax", "jaxlib", "equinox", "optax", "numpy", "scipy")
 sys.path.insert(0, str(HERE))  # the bench_*.py modules import the shared helpers in timing.py
 
 
@@ -51,8 +57,13 @@ def main(argv: list[str]) -> int:
     if not paths:
         console.print("no benchmarks yet (add benchmarks/bench_<name>.py with run() -> list[dict])", markup=False)
         return 0
-    machine = {"python": platform.python_version(), "jax": jax.__version__, "platform": platform.platform(),
-               "devices": [str(d) for d in jax.devices()]}
+    machine = {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
+               "cpus": os.cpu_count(), "devices": [str(d) for d in jax.devices()],
+               "versions": {name: importlib.metadata.version(name) for name in STACK} | peer_versions()}
+    missing = [name for name, version in peer_versions().items() if version is None]
+    if missing:
+        console.print(f"peer libraries not installed ({', '.join(missing)}): their comparisons are skipped; "
+                      "`make bench` (or pip install -e '.[bench]') adds them", markup=False)
     for name in argv or list(paths):
         rows = _load(paths[name]).run()
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):

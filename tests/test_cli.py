@@ -38,7 +38,7 @@ def test_run_writes_outputs_and_prints_folder(tmp_path, capsys):
     out = tmp_path / "o"
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
     line = capsys.readouterr().out.strip()
-    pattern = re.escape(str(out)) + r"  \(\d+\.\d s; 4 cells computed, 0 resumed, executor local\)"
+    pattern = re.escape(str(out)) + r"  \(\d+\.\d s; 4 cells computed, 0 resumed, executor local; peak memory \d+ MB\)"
     assert re.fullmatch(pattern, line), line
     for name in ["config.json", "results.json", "summary.md", "means.png", "means.csv"]:
         assert (out / name).is_file(), name
@@ -100,7 +100,8 @@ def test_report_gathers_claims_summaries_and_images(tmp_path, capsys):
     assert cli.main(["report", str(root)]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == str(root / "report.md")
-    assert printed[1] == "| experiment | profile | time | cells computed | cells resumed | executor |"
+    assert printed[1] == "| experiment | profile | time | cells computed | cells resumed | executor | peak memory |"
+    assert all(re.search(r"\| \d+ MB \|$|\| \d+\.\d GB \|$", line) for line in printed[3:]), printed
     assert [line.split(" | ")[:2] for line in printed[3:]] == [["| fake.means", "tiny"], ["| fake.other", "quick"]]
     report = (root / "report.md").read_text()
 

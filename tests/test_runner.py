@@ -31,7 +31,8 @@ def exp(fake_lab):
 def _results(out):
     doc = json.loads((out / "results.json").read_text())
     doc.pop("elapsed_s")
-    doc.pop("cells")  # computed / resumed counts and compute times differ between runs
+    doc.pop("cells")  # computed / resumed counts, compute times and memory differ between runs
+    doc.pop("peak_rss_mb")
     return doc
 
 
@@ -52,9 +53,11 @@ def test_run_writes_every_file(exp, fake_lab, tmp_path):
 
     doc = _strict_load(out / "results.json")
     assert set(doc) == {"experiment", "profile", "paper_ref", "config", "results", "claims", "elapsed_s", "executor",
-                        "cells"}
+                        "cells", "peak_rss_mb"}
     assert doc["executor"] == "local" and doc["cells"]["computed"] == 4 and doc["cells"]["resumed"] == 0
-    assert set(doc["cells"]["seconds"]) == {f"cell-{i}" for i in range(4)}
+    assert set(doc["cells"]["seconds"]) == set(doc["cells"]["peak_rss_mb"]) == {f"cell-{i}" for i in range(4)}
+    cell_peaks = list(doc["cells"]["peak_rss_mb"].values())
+    assert 10 < min(cell_peaks) <= max(cell_peaks) <= doc["peak_rss_mb"]  # MB; a JAX process holds far more than 10
     assert (doc["experiment"], doc["profile"], doc["paper_ref"]) == ("fake.means", "tiny", "Fig. 0")
     assert doc["config"] == {"seed": 0, "n_cells": 4, "size": 3}
     np.testing.assert_allclose(doc["results"]["means"], fake_lab.reference_means(0, 4), rtol=1e-6)
@@ -208,6 +211,26 @@ def test_sweep_returns_cells_in_order_and_reads_finished_ones(fake_lab, tmp_path
     assert set(again.cell_seconds) == {"c1", "c2", "c3", "c4"}
     (tmp_path / "cells" / "old.json").write_text('{"i": 7}')  # a cell file of memlab <= 0.1: the bare result
     assert again.sweep({"old": partial(cell, 0)}, "old")["old"] == {"i": 7}
+    assert again.cell_peak_rss_mb["old"] is None and again.cell_peak_rss_mb["c4"] > 10
+
+
+def _current_rss_mb() -> float:
+    status = open("/proc/self/status").read()
+    return int(status.split("VmRSS:")[1].split()[0]) / 1024  # kB
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the current RSS from Linux's /proc")
+def test_cell_records_the_peak_memory_of_its_process(fake_lab, tmp_path):
+    def big():  # touches 400 MB on top of what the process holds: the high-water mark must include it
+        block = np.ones(50 * 2**20)
+        return {"sum": float(block.sum())}
+
+    run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
+    resident = _current_rss_mb()
+    run.sweep({"big": big}, "big")
+    assert run.cell_peak_rss_mb["big"] >= resident + 0.95 * 400
+    record = files.read_cell((tmp_path / "cells" / "big.json").read_text())
+    assert record.peak_rss_mb == run.cell_peak_rss_mb["big"] and record.result == {"sum": 50.0 * 2**20}
 
 
 def test_a_failing_cell_is_reported_and_the_others_are_kept(exp, fake_lab, tmp_path, capsys):

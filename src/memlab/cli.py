@@ -101,10 +101,18 @@ def cmd_run(args) -> int:
         print(f"memlab: interrupted; finished cells are kept in {out}; rerun the same command to resume",
               file=sys.stderr)
         return 130
-    cells = json.loads((out / "results.json").read_text(encoding="utf-8"))["cells"]
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    cells = doc["cells"]
     print(f"{out}  ({_duration(time.perf_counter() - start)}; {cells['computed']} cells computed, "
-          f"{cells['resumed']} resumed, executor {executor.name})")
+          f"{cells['resumed']} resumed, executor {executor.name}; peak memory {_megabytes(doc['peak_rss_mb'])})")
     return 0
+
+
+def _megabytes(mb: float | None) -> str:
+    """A peak RSS for people: '812 MB', '2.3 GB'; '?' for runs recorded before memlab kept it."""
+    if mb is None:
+        return "?"
+    return f"{mb / 1024:.1f} GB" if mb >= 1024 else f"{mb:.0f} MB"
 
 
 def _duration(seconds: float) -> str:
@@ -195,8 +203,10 @@ def build_report(root: Path) -> tuple[Path, str]:
             rows.append("| " + " | ".join(map(markdown_cell, cells)) + f" | {'✓' if c['holds'] else '✗'} |")
         cells = doc.get("cells", {})
         times.append((doc["experiment"], doc["profile"], _duration(float(doc.get("elapsed_s", 0.0))),
-                      cells.get("computed", "?"), cells.get("resumed", "?"), doc.get("executor", "local")))
-    timing = markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed", "executor"], times)
+                      cells.get("computed", "?"), cells.get("resumed", "?"), doc.get("executor", "local"),
+                      _megabytes(doc.get("peak_rss_mb"))))
+    timing = markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed", "executor",
+                             "peak memory"], times)
     parts = ["# memlab report", "", f"{held} of {total} claims hold.", ""]
     if rows:
         parts += ["| experiment | id | claim | paper | ours | holds |", "|" + " --- |" * 6, *rows, ""]

@@ -25,7 +25,9 @@ import contextlib
 import dataclasses
 import multiprocessing
 import os
+import resource
 import signal
+import sys
 import time
 import traceback
 import warnings
@@ -36,7 +38,8 @@ import jax
 from memlab.checks import check_int
 from memlab.files import cell_text
 
-__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "Outcome", "ProcessExecutor", "RayExecutor", "make_executor"]
+__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "Outcome", "ProcessExecutor", "RayExecutor", "make_executor",
+           "peak_rss_mb"]
 
 EXECUTORS = ("local", "processes", "ray")
 RAY_MISSING = 'the ray executor needs Ray: pip install -e ".[ray]" (or pip install "memlab[ray]")'
@@ -75,13 +78,23 @@ def _configure_worker(settings: Settings) -> None:
         _applied_cache.append(settings.cache_dir)
 
 
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MB (the kernel's high-water mark, ``ru_maxrss``).
+
+    It never decreases, so after a cell it bounds that cell's peak from above (earlier cells of the same
+    process and the compiled programs it keeps count too).
+    """
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
+
+
 def compute_cell(cell: Callable[[], Mapping], settings: Settings) -> tuple[str | None, str | None]:
     """Run one cell where it lands; (record, None) or (None, traceback). Ctrl-C is not caught."""
     start = time.perf_counter()
     try:
         with jax.enable_x64(settings.x64):
             result = cell()
-        return cell_text(result, time.perf_counter() - start), None
+        return cell_text(result, time.perf_counter() - start, peak_rss_mb()), None
     except Exception:
         return None, traceback.format_exc()
 

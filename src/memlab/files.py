@@ -22,7 +22,7 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -30,6 +30,7 @@ import numpy as np
 __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
+    "CellRecord",
     "cell_text",
     "dumps",
     "markdown_cell",
@@ -100,11 +101,22 @@ def dumps(obj: Any) -> str:
 # ---------------------------------------------------------------- sweep cells
 
 
-def cell_text(result: Mapping, seconds: float) -> str:
-    """The record of one finished cell: its result (exact floats, bytes as base64) and its compute time."""
+class CellRecord(NamedTuple):
+    """A finished cell as stored: its result, compute time (s) and the peak resident memory (MB) of the process
+    that computed it, up to the end of the cell (None in records written before these were kept)."""
+
+    result: dict
+    seconds: float | None
+    peak_rss_mb: float | None
+
+
+def cell_text(result: Mapping, seconds: float, peak_rss_mb: float | None = None) -> str:
+    """The record of one finished cell: its result (exact floats, bytes as base64), compute time and peak RSS."""
     if not isinstance(result, Mapping):
         raise TypeError(f"a cell must return a dict, got {type(result).__name__}")
     record = {"memlab_cell": CELL_FORMAT, "seconds": round(float(seconds), 3), "result": result}
+    if peak_rss_mb is not None:
+        record["peak_rss_mb"] = round(float(peak_rss_mb), 1)
     return json.dumps(to_jsonable(record, strict=False))
 
 
@@ -118,12 +130,12 @@ def _decode_bytes(obj: Any) -> Any:
     return obj
 
 
-def read_cell(text: str) -> tuple[dict, float | None]:
-    """(result, seconds) of a cell record written by :func:`cell_text` (a bare dict: an older record)."""
+def read_cell(text: str) -> CellRecord:
+    """The :class:`CellRecord` of a record written by :func:`cell_text` (a bare dict: an older record)."""
     record = json.loads(text)
     if isinstance(record, dict) and record.get("memlab_cell") == CELL_FORMAT:
-        return _decode_bytes(record["result"]), record.get("seconds")
-    return _decode_bytes(record), None
+        return CellRecord(_decode_bytes(record["result"]), record.get("seconds"), record.get("peak_rss_mb"))
+    return CellRecord(_decode_bytes(record), None, None)
 
 
 # ---------------------------------------------------------------- Markdown

@@ -33,8 +33,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from memlab.executors import Executor, LocalExecutor, Settings
+from memlab.executors import Executor, LocalExecutor, Settings, peak_rss_mb
 from memlab.files import (
+    CellRecord,
     atomic_write_bytes,
     atomic_write_text,
     dumps,
@@ -118,7 +119,8 @@ class Run:
     """What ``Experiment.run`` gets: the output folder, the config, the seed, named keys, the sweep, writers.
 
     Attributes: ``out_dir``, ``config``, ``profile``, ``seed``, ``executor``, ``cells_computed``,
-    ``cells_skipped``, ``cell_seconds`` (compute time of every cell of the run, also of resumed ones), ``claims``.
+    ``cells_skipped``, ``cell_seconds`` (compute time of every cell of the run, also of resumed ones),
+    ``cell_peak_rss_mb`` (peak resident memory of the process that computed each cell, up to its end), ``claims``.
     """
 
     def __init__(self, out_dir: Path, config: Any, profile: str, seed: int, progress: bool = True,
@@ -132,6 +134,7 @@ class Run:
         self.cells_computed = 0
         self.cells_skipped = 0
         self.cell_seconds: dict[str, float | None] = {}
+        self.cell_peak_rss_mb: dict[str, float | None] = {}
         self.claims: list[dict] = []
         self._interrupt = interrupt or StickyInterrupt()
 
@@ -177,7 +180,7 @@ class Run:
             path = self._cell_path(name)
             self.cell_seconds[name] = None
             if path.exists():
-                results[name], self.cell_seconds[name] = self._read_cell(path)
+                results[name], self.cell_seconds[name], self.cell_peak_rss_mb[name] = self._read_cell(path)
                 self.cells_skipped += 1
             else:
                 todo[name] = compute
@@ -192,7 +195,9 @@ class Run:
                             print(f"memlab: cell {outcome.name!r} failed:\n{outcome.error}", file=sys.stderr)
                         else:
                             atomic_write_text(self._cell_path(outcome.name), outcome.text)
-                            results[outcome.name], self.cell_seconds[outcome.name] = read_cell(outcome.text)
+                            record = read_cell(outcome.text)
+                            results[outcome.name], self.cell_seconds[outcome.name], \
+                                self.cell_peak_rss_mb[outcome.name] = record
                             self.cells_computed += 1
                         advance()  # a Ctrl-C swallowed inside a cell stops the sweep here
         if failures:
@@ -203,7 +208,7 @@ class Run:
         return self.out_dir / "cells" / f"{name}.json"
 
     @staticmethod
-    def _read_cell(path: Path) -> tuple[dict, float | None]:
+    def _read_cell(path: Path) -> CellRecord:
         try:
             return read_cell(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
@@ -331,6 +336,11 @@ def _bind_folder(out_dir: Path, header: dict) -> None:
         raise SetupError(f"{config_path} is not valid JSON; pick another --out or delete the folder") from e
 
 
+def run_peak_rss_mb(cell_peaks: Mapping[str, float | None]) -> float:
+    """Peak resident memory of a run (MB): this process's high-water mark or a cell's, whichever is larger."""
+    return round(max([peak_rss_mb(), *(p for p in cell_peaks.values() if p is not None)]), 1)
+
+
 def run_experiment(
     exp: Experiment,
     profile: str = "quick",
@@ -376,7 +386,10 @@ def run_experiment(
             "claims": run.claims,
             "elapsed_s": round(time.perf_counter() - start, 3),  # this invocation only (a resumed run skips cells)
             "executor": run.executor.name,
-            "cells": {"computed": run.cells_computed, "resumed": run.cells_skipped, "seconds": run.cell_seconds},
+            # the largest of this process's peak and every cell's (also cells computed elsewhere or resumed)
+            "peak_rss_mb": run_peak_rss_mb(run.cell_peak_rss_mb),
+            "cells": {"computed": run.cells_computed, "resumed": run.cells_skipped, "seconds": run.cell_seconds,
+                      "peak_rss_mb": run.cell_peak_rss_mb},
         }
         atomic_write_text(out_dir / "results.json", dumps(document))
     return out_dir
