@@ -1,7 +1,9 @@
 """ictd study throughput on the CPU.
 
 * forward pass of the constructed transformer (theta* of eq. 15) in both forms, dual-head (eq. 14-18) and
-  single-head + TSM (eq. 21-23): L = 15 layers (the Fig. 1 depth), d = 8, batches of prompts, float32;
+  single-head + TSM (eq. 21-23): L = 15 layers (the Fig. 1 depth), d = 8, batches of prompts, float32, beside
+  weighted softmax TD run directly on the same trajectories (no peer library runs in-context TD; the algorithm
+  itself is the reference, and max_abs_diff is Theorem 1's float32 discrepancy);
 * one pretraining epoch of Algorithm 1 at Table 1 size (one sampled Boyan task, 5 Adam steps on 64 windows,
   L = 3 looped), per seed, for 1 seed and for 5 seeds vmapped; the paper run is 3000 epochs.
 
@@ -13,13 +15,17 @@ again for V Z K~, so "GFLOP/s" below measures how far the small-matrix forward i
 from __future__ import annotations
 
 import jax
-from timing import timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
+from timing import side_by_side, timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
 
 from memlab.ictd.pretrain import PretrainConfig, make_train
+from memlab.ictd.softmax_td import weighted_softmax_td
 from memlab.ictd.transformer import forward, make_prompt, readout, theta_star
 
 
 def forward_rows(d: int = 8, num_layers: int = 15, gamma: float = 0.9) -> list[dict]:
+    """theta*'s forward in both forms beside weighted softmax TD run directly (the algorithm it implements,
+    Theorem 1): same prompts, the query's value after L layers / L TD iterations; max_abs_diff is Theorem 1's
+    discrepancy in float32."""
     rows = []
     V, A = theta_star(d)
     for n, batch in ((20, 4096), (200, 256), (1000, 16)):
@@ -27,12 +33,16 @@ def forward_rows(d: int = 8, num_layers: int = 15, gamma: float = 0.9) -> list[d
         X = jax.random.uniform(k1, (batch, n + 1, d), minval=-1.0, maxval=1.0)
         R = jax.random.uniform(k2, (batch, n), minval=-1.0, maxval=1.0)
         Z0 = jax.vmap(make_prompt)(X, R)
+        implementations = []
         for form in ("dual", "tsm"):
             run = jax.jit(jax.vmap(lambda Z, form=form: readout(forward(Z, V, A, gamma, num_layers, form=form)[-1])))
-            seconds = timed(lambda run=run, Z0=Z0: run(Z0))
-            flops = 4.0 * (n + 1) ** 2 * (d + 3) * num_layers * batch
-            rows.append({"case": f"forward {form}", "n": n, "batch": batch, "layers": num_layers,
-                         "seconds": seconds, "prompts_per_s": batch / seconds, "GFLOP_per_s": flops / seconds / 1e9})
+            implementations.append((f"theta* forward ({form})", lambda run=run, Z0=Z0: run(Z0)))
+        td = jax.jit(jax.vmap(lambda X, R: weighted_softmax_td(X, R, gamma, num_layers)[-1, -1]))
+        implementations.append(("weighted softmax TD (direct)", lambda td=td, X=X, R=R: td(X, R)))
+        flops = 4.0 * (n + 1) ** 2 * (d + 3) * num_layers * batch
+        for row in side_by_side(f"theta* vs TD, n={n} L={num_layers} d={d}", implementations, repeats=3,
+                                extra={"batch": batch}):
+            rows.append({**row, "prompts_per_s": batch / row["seconds"], "GFLOP_per_s": flops / row["seconds"] / 1e9})
     return rows
 
 

@@ -68,7 +68,11 @@ def main(argv: list[str]) -> int:
         rows = _load(paths[name]).run()
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ValueError(f"benchmarks/bench_{name}.py: run() must return a list of dicts")
-        console.print(_table(name, rows))
+        groups: dict[tuple, list[dict]] = {}  # rows of one shape (the same columns) share a table
+        for row in rows:
+            groups.setdefault(tuple(row), []).append(row)
+        for group in groups.values():
+            console.print(_table(name, group))
         doc = {"benchmark": name, "machine": machine, "rows": rows}
         out = atomic_write_text(HERE / "results" / f"{name}.json", json.dumps(to_jsonable(doc), indent=2) + "\n")
         console.print(f"wrote {out.relative_to(HERE.parent)}")
