@@ -25,6 +25,7 @@ from memlab.runner import atomic_write_text, to_jsonable
 
 HERE = Path(__file__).resolve().parent
 STACK = ("memlab", "jax", "jaxlib", "equinox", "optax", "numpy", "scipy")
+CONSOLE = Console(width=160)
 sys.path.insert(0, str(HERE))  # the bench_*.py modules import the shared helpers in timing.py
 
 
@@ -46,8 +47,29 @@ def _table(name: str, rows: list[dict]) -> Table:
     return table
 
 
+def machine_info() -> dict:
+    """The machine and the versions of memlab's stack and of the peers, stored with every benchmark's rows."""
+    return {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
+            "cpus": os.cpu_count(), "devices": [str(d) for d in jax.devices()],
+            "versions": {name: importlib.metadata.version(name) for name in STACK} | peer_versions()}
+
+
+def print_rows(name: str, rows: list[dict]) -> None:
+    """One table per row shape (rows with the same columns share a table)."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row), []).append(row)
+    for group in groups.values():
+        CONSOLE.print(_table(name, group))
+
+
+def write_rows(name: str, rows: list[dict], machine: dict) -> None:
+    doc = {"benchmark": name, "machine": machine, "rows": rows}
+    out = atomic_write_text(HERE / "results" / f"{name}.json", json.dumps(to_jsonable(doc), indent=2) + "\n")
+    CONSOLE.print(f"wrote {out.relative_to(HERE.parent)}", markup=False)
+
+
 def main(argv: list[str]) -> int:
-    console = Console(width=160)
     paths = {p.stem.removeprefix("bench_"): p for p in sorted(HERE.glob("bench_*.py"))}
     unknown = [n for n in argv if n not in paths]
     if unknown:
@@ -55,27 +77,19 @@ def main(argv: list[str]) -> int:
         print(f"benchmarks: error: unknown benchmark(s) {unknown}; known: {known}", file=sys.stderr)
         return 2
     if not paths:
-        console.print("no benchmarks yet (add benchmarks/bench_<name>.py with run() -> list[dict])", markup=False)
+        CONSOLE.print("no benchmarks yet (add benchmarks/bench_<name>.py with run() -> list[dict])", markup=False)
         return 0
-    machine = {"python": platform.python_version(), "platform": platform.platform(), "processor": platform.processor(),
-               "cpus": os.cpu_count(), "devices": [str(d) for d in jax.devices()],
-               "versions": {name: importlib.metadata.version(name) for name in STACK} | peer_versions()}
+    machine = machine_info()
     missing = [name for name, version in peer_versions().items() if version is None]
     if missing:
-        console.print(f"peer libraries not installed ({', '.join(missing)}): their comparisons are skipped; "
+        CONSOLE.print(f"peer libraries not installed ({', '.join(missing)}): their comparisons are skipped; "
                       "`make bench` (or pip install -e '.[bench]') adds them", markup=False)
     for name in argv or list(paths):
         rows = _load(paths[name]).run()
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ValueError(f"benchmarks/bench_{name}.py: run() must return a list of dicts")
-        groups: dict[tuple, list[dict]] = {}  # rows of one shape (the same columns) share a table
-        for row in rows:
-            groups.setdefault(tuple(row), []).append(row)
-        for group in groups.values():
-            console.print(_table(name, group))
-        doc = {"benchmark": name, "machine": machine, "rows": rows}
-        out = atomic_write_text(HERE / "results" / f"{name}.json", json.dumps(to_jsonable(doc), indent=2) + "\n")
-        console.print(f"wrote {out.relative_to(HERE.parent)}")
+        print_rows(name, rows)
+        write_rows(name, rows, machine)
     return 0
 
 
