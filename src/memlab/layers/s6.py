@@ -5,9 +5,10 @@ Discretisation of dh/dt = A h + B u over a step Delta with the input held fixed 
 
     M = exp(Delta A),      N = (int_0^Delta exp(s A) ds) B                                   # section 4.2
 
-The integral is computed from one matrix exponential of the augmented matrix [[A, I], [0, 0]] (its top-right
-block), so it is exact and stable for any square A, including singular and non-diagonalisable ones, where
-the textbook form (Delta A)^{-1} (exp(Delta A) - I) Delta B does not exist. For diagonal A (entries a) the
+Both come from phi1(Delta A) = sum_k (Delta A)^k / (k+1)! (exp(Delta A) = I + Delta A phi1, integral = Delta phi1),
+i.e. the blocks of expm(Delta [[A, I], [0, 0]]), by scaling and squaring with a Taylor polynomial
+(``_expm_and_integral``), so they are accurate for any square A, including singular and non-diagonalisable ones,
+where the textbook form (Delta A)^{-1} (exp(Delta A) - I) Delta B does not exist. For diagonal A (entries a) the
 integral is expm1(Delta a) / a, whose a -> 0 limit is Delta.
 
 The public Mamba code uses a different rule for B ("Euler-B"): exp(Delta A) for A but plain Delta B for B, i.e.
@@ -38,12 +39,110 @@ DISCRETIZATIONS = ("zoh", "euler_b")
 # ---------------------------------------------------------------------------------------------- discretisation
 
 
+# Scaling and squaring (below): after scaling, ||2^-s delta A||_1 <= 1; the most squarings per step, as in
+# jax.scipy.linalg.expm's reach (||delta A||_1 up to 2^19 ~ 5e5 here, 5.4 * 2^16 ~ 3.5e5 there); beyond it: NaN.
+MAX_SQUARINGS = 19
+_HIGHEST = jax.lax.Precision.HIGHEST  # full float32 products on accelerators too (no bfloat16 passes)
+
+
+def _phi1_taylor_degree(dtype) -> int:
+    """Smallest degree m whose Taylor remainder of phi1(Y) = sum_k Y^k / (k+1)! is below eps/8 for ||Y|| <= 1:
+    sum_{k>m} 1/(k+1)! <= (m+3) / ((m+2) (m+2)!). float64: 17, float32: 10."""
+    eps, m = float(jnp.finfo(dtype).eps), 1
+    while (m + 3) / ((m + 2) * math.factorial(m + 2)) > eps / 8:
+        m += 1
+    return m
+
+
+def _phi1_taylor(Y: Array, degree: int) -> Array:
+    """sum_{k=0..degree} Y^k / (k+1)! for Y (..., d, d), by Paterson-Stockmeyer: the polynomial in Y is a polynomial
+    in Y^p (p ~ sqrt(degree)) with matrix coefficients of degree < p, so ~2 sqrt(degree) products, not degree."""
+    p = math.isqrt(degree - 1) + 1  # ceil(sqrt(degree))
+    powers = [jnp.broadcast_to(jnp.eye(Y.shape[-1], dtype=Y.dtype), Y.shape), Y]  # Y^0 .. Y^p
+    for _ in range(p - 1):
+        powers.append(jnp.matmul(powers[-1], Y, precision=_HIGHEST))
+    coeffs = [1 / math.factorial(k + 1) for k in range(degree + 1)]
+
+    def chunk(j):  # sum_{i<p} c_{jp+i} Y^i
+        return sum(coeffs[j * p + i] * powers[i] for i in range(min(p, degree + 1 - j * p)))
+
+    acc = chunk(degree // p)
+    for j in range(degree // p - 1, -1, -1):  # Horner in Y^p
+        acc = jnp.matmul(acc, powers[p], precision=_HIGHEST) + chunk(j)
+    return acc
+
+
+def _double(M: Array, integral: Array, active: Array) -> tuple[Array, Array]:
+    """One squaring where ``active`` (...): (M, integral) for step h -> (M^2, M integral + integral) for step 2h."""
+    d = M.shape[-1]
+    products = jnp.matmul(M, jnp.concatenate([M, integral], axis=-1), precision=_HIGHEST)  # [M^2, M integral]
+    active = active[..., None, None]
+    return jnp.where(active, products[..., :d], M), jnp.where(active, products[..., d:] + integral, integral)
+
+
+def _square_up_fixed(M: Array, integral: Array, squarings: Array) -> tuple[Array, Array]:
+    """``_square_up`` as MAX_SQUARINGS masked steps: a fixed-length scan, which reverse-mode autodiff can go through."""
+    def step(carry, k):
+        return _double(*carry, k < squarings), None
+
+    return jax.lax.scan(step, (M, integral), jnp.arange(MAX_SQUARINGS))[0]
+
+
+@jax.custom_jvp
+def _square_up(M: Array, integral: Array, squarings: Array) -> tuple[Array, Array]:
+    """Apply ``_double`` squarings (...) <= MAX_SQUARINGS times to each (M, integral) (..., d, d): a loop that stops
+    after the largest count (typically a few, not MAX_SQUARINGS). Derivatives: those of ``_square_up_fixed``, the same
+    arithmetic in a fixed-length loop (a while loop has no reverse-mode derivative)."""
+    def step(carry):
+        k, M, integral = carry
+        return (k + 1, *_double(M, integral, k < squarings))
+
+    largest = jnp.max(squarings, initial=0)
+    return jax.lax.while_loop(lambda carry: carry[0] < largest, step, (0, M, integral))[1:]
+
+
+@_square_up.defjvp
+def _square_up_jvp(primals, tangents):
+    M, integral, squarings = primals
+    return jax.jvp(lambda M, integral: _square_up_fixed(M, integral, squarings), (M, integral), tangents[:2])
+
+
 def _expm_and_integral(A: Array, delta: Array) -> tuple[Array, Array]:
-    """(exp(delta A), int_0^delta exp(sA) ds): expm(delta [[A, I], [0, 0]]) = [[exp(delta A), integral], [0, I]]."""
+    """(exp(delta A), int_0^delta exp(sA) ds) for A (d, d) and steps delta (...): two (..., d, d).
+
+    Both are blocks of expm(delta [[A, I], [0, 0]]), computed here without forming that 2d x 2d matrix. For a step
+    h = delta / 2^s with ||h A||_1 <= 1, phi1(hA) = sum_k (hA)^k / (k+1)! by its Taylor polynomial (remainder
+    < eps/8, ``_phi1_taylor_degree``) gives both blocks: exp(hA) = I + hA phi1(hA), int_0^h exp(sA) ds = h phi1(hA)
+    (exact for singular and defective A). Each squaring doubles the step, by the semigroup property:
+        exp(2hA) = exp(hA)^2,      int_0^2h exp(sA) ds = (exp(hA) + I) int_0^h exp(sA) ds.
+    Each step has its own s = ceil(log2 ||delta A||_1) (no step is over-scaled, which would cost accuracy); all
+    steps square together, masked per step (``_square_up``): batched products, no per-matrix branch, so it
+    vectorises (jax.scipy.linalg.expm under vmap instead evaluates all five of its Pade branches and 16 squarings
+    of the 2d x 2d matrix).
+    """
+    d = A.shape[0]
+    delta = jnp.asarray(delta, A.dtype)
+    norm = jnp.abs(jax.lax.stop_gradient(delta)) * jnp.linalg.norm(jax.lax.stop_gradient(A), 1)
+    needed = jnp.ceil(jnp.log2(jnp.where(norm > 1, norm, 1.0)))  # 0 when ||delta A||_1 <= 1
+    squarings = jnp.minimum(needed, MAX_SQUARINGS)
+    h = delta * jnp.exp2(-squarings)  # exact: a power of two
+    hA = h[..., None, None] * A
+    phi = _phi1_taylor(hA, _phi1_taylor_degree(A.dtype))
+    M = jnp.eye(d, dtype=A.dtype) + jnp.matmul(hA, phi, precision=_HIGHEST)
+    integral = h[..., None, None] * phi
+
+    M, integral = _square_up(M, integral, squarings)
+    out_of_reach = (needed > MAX_SQUARINGS)[..., None, None]
+    return jnp.where(out_of_reach, jnp.nan, M), jnp.where(out_of_reach, jnp.nan, integral)
+
+
+def _expm_and_integral_augmented(A: Array, delta: Array) -> tuple[Array, Array]:
+    """``_expm_and_integral`` the previous way, kept as the reference of tests and benchmarks/bench_s6.py:
+    jax.scipy.linalg.expm(delta [[A, I], [0, 0]]) = [[exp(delta A), integral], [0, I]] per step."""
     d = A.shape[0]
     augmented = jnp.zeros((2 * d, 2 * d), A.dtype).at[:d, :d].set(A).at[:d, d:].set(jnp.eye(d, dtype=A.dtype))
-    E = jax.scipy.linalg.expm(delta * augmented)
-    return E[:d, :d], E[:d, d:]
+    E = jax.scipy.linalg.expm(jnp.asarray(delta, A.dtype)[..., None, None] * augmented)
+    return E[..., :d, :d], E[..., :d, d:]
 
 
 def _check_square(A: Array) -> None:
@@ -299,13 +398,15 @@ class S6(eqx.Module):
         u = jnp.asarray(u)
         self._check_input(u)
 
-        def one(u_l):
-            B_u = self.B[0] + jnp.tensordot(u_l, self.B[1:], axes=1)  # (d_h, d_in)
-            delta = jax.nn.softplus(self.a_delta @ u_l + self.b_delta)
-            M, integral = _expm_and_integral(self.A, delta)
-            return M, integral @ (B_u @ u_l)
+        B_u = self.B[0] + jnp.tensordot(u, self.B[1:], axes=1)  # (L, d_h, d_in)
+        delta = jax.nn.softplus(u @ self.a_delta + self.b_delta)  # (L,)
+        M, integral = self._expm_and_integral(delta)  # (L, d_h, d_h) each
+        return M, jnp.einsum("lij,lj->li", integral, jnp.einsum("lhi,li->lh", B_u, u))
 
-        return jax.vmap(one)(u)
+    def _expm_and_integral(self, delta: Array) -> tuple[Array, Array]:
+        """exp(delta A) and int_0^delta exp(sA) ds for the steps delta (L,); benchmarks/bench_s6.py overrides it to
+        time the layer with the previous algorithm."""
+        return _expm_and_integral(self.A, delta)
 
     def __call__(self, u: Array, reset: Array | None = None, method: str = "sequential") -> Array:
         """o (L, d_out) for u (L, d_in); reset (L,) bool restarts the state from h_init at those tokens."""
