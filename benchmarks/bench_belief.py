@@ -2,11 +2,17 @@
 
 * the paper-size Fig. 1 sweep (23 values of 1/eps x 20,000 runs x 1,000 steps, LOF + 5 ALFs),
   target <= 2 minutes on the 2-core CI machine;
-* exact filtering (N = 12, T = 1000, batch 20,000) in the serial time-major form (a (B, N)
-  carry, as the Monte-Carlo engine runs it) and the parallel associative-scan form
-  (``lof_parallel``, vmapped over chunks of sequences to bound memory: it holds K x N x N per sequence).
+* the exact HMM filter side by side with dynamax (N in {2, 12, 64}, T = 1000, batch 2000, S = 4 symbols,
+  float32): serial forms (memlab ``log_belief`` and ``lof`` vmapped - the public API -, the time-major
+  ``LOF.step`` scan of the Monte-Carlo engine, dynamax ``hmm_filter`` vmapped) and parallel forms (memlab
+  ``lof_parallel``, dynamax ``parallel_inference.hmm_filter``), every belief stored and final belief only.
+  The "fast pass alone" row times the scaled probability-space pass of ``log_belief`` without the loop that
+  reruns the batch in log space when a belief nears underflow (zero trips here): the cost of staying exact.
 
-Throughput is reported in sequence-steps/s (B*T/s) and state-steps/s (B*T*N/s).
+Each implementation returns its natural public output - memlab log beliefs or LOF logits, dynamax
+probabilities - and is timed producing exactly that; max_abs_diff compares probabilities (memlab's output is
+turned into probabilities outside the timed call, ``AsProbabilities``). Conventions: memlab's alpha_0 = pi0
+takes a transition before y_1, so dynamax gets T pi0 as its initial distribution and T.T (row-stochastic).
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from timing import timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
+from timing import peer, side_by_side  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
 
+from memlab.belief import filters
 from memlab.belief.examples import example_filters, two_state_example
 from memlab.belief.exp_error import ErrorVsEpsilonConfig
-from memlab.belief.filters import LOF, lof_parallel
+from memlab.belief.filters import LOF, lof, lof_parallel, log_belief
 from memlab.belief.hmm import HMM
 from memlab.belief.montecarlo import error_curves
 
@@ -51,33 +58,87 @@ def random_hmm(N: int, S: int, seed: int = 0) -> HMM:
                jnp.full(N, 1.0 / N, jnp.float32))
 
 
-def exact_filter_throughput(N: int = 12, K: int = 1000, B: int = 20_000, chunk: int = 500) -> list[dict]:
+class AsProbabilities:
+    """memlab logits (..., N) seen as probabilities (softmax) when compared; ready when the logits are."""
+
+    def __init__(self, logits):
+        self.logits = logits
+
+    def block_until_ready(self):
+        self.logits.block_until_ready()
+        return self
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(jax.nn.softmax(jnp.asarray(self.logits, jnp.float64 if jax.config.x64_enabled
+                                                     else jnp.float32), axis=-1), dtype=dtype)
+
+
+def _chunked(fn, ys, chunk):
+    """fn over batch chunks of ys (B, K), concatenated (the parallel forms hold K x N x N per sequence)."""
+    return jnp.concatenate([fn(ys[i:i + chunk]) for i in range(0, len(ys), chunk)])
+
+
+def serial_filters(N: int, K: int = 1000, B: int = 2000, final_only: bool = False) -> list[dict]:
     hmm = random_hmm(N, 4)
-    ys = jax.random.randint(jax.random.key(1), (K, B), 0, 4)  # time-major observations
-    lof = LOF.of(hmm)
+    ys = jax.random.randint(jax.random.key(1), (B, K), 0, 4)
+    f = LOF.of(hmm)
+    last = (lambda x: x[:, -1]) if final_only else (lambda x: x)
 
     @jax.jit
-    def serial_final(ys):
-        return jax.lax.scan(lambda w, y: (lof.step(w, y, None), None), jnp.broadcast_to(lof.w0, (B, N)), ys)[0]
+    def lof_step_scan(ys):  # (B, K) -> log beliefs, time-major (B, N) carry as the Monte-Carlo engine runs it
+        w0 = jnp.broadcast_to(f.w0, (B, N))
+        if final_only:
+            return jax.lax.scan(lambda w, y: (f.step(w, y, None), None), w0, ys.T)[0]
+        return jax.lax.scan(lambda w, y: (f.step(w, y, None),) * 2, w0, ys.T)[1].transpose(1, 0, 2)
 
-    @jax.jit
-    def serial_all(ys):
-        return jax.lax.scan(lambda w, y: (lof.step(w, y, None),) * 2, jnp.broadcast_to(lof.w0, (B, N)), ys)[1]
+    memlab_log_belief = jax.jit(jax.vmap(lambda y: log_belief(hmm, y, final_only=final_only)))
+    memlab_lof = jax.jit(jax.vmap(lambda y: lof(hmm, y, final_only=final_only)))
+    T_all, acts, w0 = hmm.T[None], jnp.zeros_like(ys), jnp.broadcast_to(jnp.log(hmm.pi0), (B, N))
+    bare = jax.jit(lambda ys: filters._fast_filter(T_all, hmm.E, w0, ys, acts, True, final_only)[0])
+    impls = [("memlab log_belief (vmapped)", lambda: AsProbabilities(memlab_log_belief(ys))),
+             ("memlab log_belief's fast pass alone (no rerun)", lambda: AsProbabilities(bare(ys))),
+             ("memlab lof (vmapped)", lambda: AsProbabilities(memlab_lof(ys))),
+             ("memlab LOF.step time-major scan", lambda: AsProbabilities(lof_step_scan(ys)))]
+    dynamax = peer("dynamax.hidden_markov_model")
+    if dynamax is not None:
+        log_E = jnp.log(hmm.E)
+        dyn = jax.jit(lambda ys: last(jax.vmap(lambda y: dynamax.hmm_filter(hmm.T @ hmm.pi0, hmm.T.T,
+                                                                            log_E[y]).filtered_probs)(ys)))
+        impls.append(("dynamax hmm_filter (vmapped)", lambda: dyn(ys)))
+    return side_by_side(f"exact HMM filter, serial, {'final belief' if final_only else 'every belief stored'}",
+                        impls, repeats=2, missing=None if dynamax else "pip install -e '.[bench]' adds dynamax",
+                        extra={"N": N, "T": K, "batch": B, "output": "memlab: log beliefs / logits; dynamax: "
+                               "probabilities; diff in probabilities"})
 
-    parallel_chunk = jax.jit(jax.vmap(lambda y: lof_parallel(hmm, y)[-1]))
 
-    def parallel(ys):
-        return [parallel_chunk(ys[:, i:i + chunk].T) for i in range(0, B, chunk)]
+def parallel_filters(N: int, K: int = 1000, B: int = 2000, chunk: int = 250, final_only: bool = False) -> list[dict]:
+    hmm = random_hmm(N, 4)
+    ys = jax.random.randint(jax.random.key(1), (B, K), 0, 4)
+    last = (lambda x: x[:, -1]) if final_only else (lambda x: x)
+    memlab = jax.jit(lambda y: last(jax.vmap(lambda s: lof_parallel(hmm, s))(y)))
+    impls = [("memlab lof_parallel (vmapped)", lambda: AsProbabilities(_chunked(memlab, ys, chunk)))]
+    par = peer("dynamax.hidden_markov_model.parallel_inference")
+    if par is not None:
+        log_E = jnp.log(hmm.E)
+        dyn = jax.jit(lambda y: last(jax.vmap(lambda s: par.hmm_filter(hmm.T @ hmm.pi0, hmm.T.T,
+                                                                      log_E[s]).filtered_probs)(y)))
+        impls.append(("dynamax parallel hmm_filter (vmapped)", lambda: _chunked(dyn, ys, chunk)))
+    return side_by_side(f"exact HMM filter, parallel, {'final belief' if final_only else 'every belief stored'}",
+                        impls, missing=None if par else "pip install -e '.[bench]' adds dynamax",
+                        extra={"N": N, "T": K, "batch": B, "output": "memlab: logits; dynamax: probabilities; "
+                               f"diff in probabilities; batch in chunks of {chunk}"})
 
+
+def exact_filters() -> list[dict]:
     rows = []
-    for form, fn in (("serial, final belief only", lambda: serial_final(ys)),
-                     ("serial, every belief stored", lambda: serial_all(ys)),
-                     (f"parallel (associative scan, chunks of {chunk})", lambda: parallel(ys))):
-        seconds = timed(fn)
-        rows.append({"benchmark": f"exact filter N={N} T={K} B={B}", "form": form, "seconds": seconds,
-                     "seq_steps_per_s": B * K / seconds, "state_steps_per_s": B * K * N / seconds})
+    for N in (2, 12, 64):
+        for final_only in (False, True):
+            rows += serial_filters(N, final_only=final_only)
+    for N, B, chunk in ((2, 2000, 500), (12, 2000, 250), (64, 100, 25)):  # N = 64: 16 MB per sequence and array
+        for final_only in (False, True):
+            rows += parallel_filters(N, B=B, chunk=chunk, final_only=final_only)
     return rows
 
 
 def run() -> list[dict]:
-    return [fig1_sweep(), *exact_filter_throughput()]
+    return [fig1_sweep(), *exact_filters()]

@@ -11,7 +11,8 @@ allocates; a later cell of a larger size can go above it, so ``finished`` and ``
 probe got. Full runs record their true peak in results.json (``peak_rss_mb``) and ``memlab report``.
 The issue's budget is 8 GB per paper profile; ``over_8gb`` flags a probe above it.
 
-Prints a table and writes benchmarks/results/paper_memory.json (with the machine, as run.py does).
+Prints a table and writes benchmarks/results/paper_memory.json (with the machine, as run.py does); rows of
+experiments not named in this call are kept from the previous file.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def probe(name: str, seconds: float, memlab: str) -> dict:
         if not finished:
             peak = max(peak, _high_water_mb(proc.pid) or 0.0)
             proc.send_signal(signal.SIGINT)
-        try:
-            _, err = proc.communicate(timeout=120)
+        try:  # a cell inside one long XLA call sees Ctrl-C only when it returns: no need to wait for that
+            _, err = proc.communicate(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
             _, err = proc.communicate()
@@ -90,6 +91,10 @@ def main(argv: list[str]) -> int:
     for name in names:
         rows.append(probe(name, args.seconds, memlab))
         print(json.dumps(rows[-1]), flush=True)
+    previous = HERE / "results" / "paper_memory.json"
+    if previous.exists():  # keep the probes of experiments not named this time
+        probed = {row["experiment"] for row in rows}
+        rows = [r for r in json.loads(previous.read_text())["rows"] if r["experiment"] not in probed] + rows
     print_rows("paper_memory", rows)
     write_rows("paper_memory", rows, {**machine_info(), "probe_seconds": args.seconds, "pid": os.getpid()})
     return 0

@@ -217,6 +217,96 @@ def test_lof_keeps_logits_far_below_the_maximum_exact_in_float32():
     assert np.isneginf(w[:, 2]).all()
 
 
+def reference_log_filter(T, E, w0, ys):
+    """eq. (7) in float64 log space (np.logaddexp per row): the LOF logits w_k (K, N), exact far below 1e-308."""
+    log_T, log_E = _log(np.asarray(T, float)), _log(np.asarray(E, float))
+    w, rows = np.asarray(w0, float), []
+    for y in ys:
+        w = np.logaddexp.reduce(log_T + w[None, :], axis=1) + log_E[y]
+        rows.append(w)
+    return np.array(rows)
+
+
+def tiny_belief_case():
+    """State 1 (never entered, left with probability 1e-20) starts at belief e^-120 (~1e-52, below float32's
+    range), sinks to ~1e-83 while y = 0 is seen (likelihood ratio ~1e-6), then recovers under y = 1 (~10x a step)."""
+    T = np.array([[1.0, 1e-20], [0.0, 1 - 1e-20]])
+    E = np.array([[0.9, 1e-6], [0.1, 1 - 1e-6]])
+    ys = np.array([0] * 5 + [1] * 100 + [0] * 3)
+    return T, E, np.array([0.0, -120.0]), ys
+
+
+def test_beliefs_below_float32_range_keep_exact_logits():
+    """Against float64 log space: beliefs of 1e-52 .. 1e-83 stay finite and exact in float32 (the log-space
+    fallback); the row recovers into float range and the probability-space steps resume."""
+    T, E, w0, ys = tiny_belief_case()
+    w_ref = reference_log_filter(T, E, w0, ys)
+    lb_ref = w_ref - np.logaddexp.reduce(w_ref, axis=1, keepdims=True)
+    assert lb_ref[:, 1].min() < np.log(1e-70) and lb_ref[-4, 1] > np.log(0.5)  # the test has teeth
+    m = HMM(jnp.asarray(T, jnp.float32), jnp.asarray(E, jnp.float32), jnp.array([0.5, 0.5], jnp.float32))
+    w = np.asarray(lof(m, ys, w0=jnp.asarray(w0, jnp.float32)))
+    lb = np.asarray(lof(m, ys, w0=jnp.asarray(w0, jnp.float32), normalize=True))
+    assert w.dtype == np.float32 and np.isfinite(w).all() and np.isfinite(lb).all()
+    np.testing.assert_allclose(w, w_ref, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(lb, lb_ref, rtol=1e-5, atol=1e-4)
+
+
+def test_vmapped_batch_mixes_tiny_and_ordinary_rows_exactly():
+    """Under vmap the batch runs as one recursion: rows in the log-space fallback and rows in probability
+    space side by side, each equal to its own float64 log-space reference."""
+    T, E, w0, ys = tiny_belief_case()
+    m = HMM(jnp.asarray(T, jnp.float32), jnp.asarray(E, jnp.float32), jnp.array([0.5, 0.5], jnp.float32))
+    w0s = np.array([w0, [0.0, 0.0], [-3.0, 0.0], w0[::-1]])
+    yss = np.stack([ys, ys[::-1], ys, 1 - ys])
+    got = np.asarray(jax.jit(jax.vmap(lambda w, y: filters.lof(m, y, w0=w)))(w0s.astype(np.float32), yss))
+    last = np.asarray(jax.jit(jax.vmap(lambda w, y: filters.lof(m, y, w0=w, normalize=True, final_only=True)))(
+        w0s.astype(np.float32), yss))
+    for b in range(len(w0s)):
+        ref = reference_log_filter(T, E, w0s[b], yss[b])
+        np.testing.assert_allclose(got[b], ref, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(last[b], ref[-1] - np.logaddexp.reduce(ref[-1]), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("N", [3, filters.STATE_MAJOR_BELOW + 8])  # both layouts of the fast pass
+@pytest.mark.parametrize("zero_frac", [0.0, 0.4])  # 0.4: structural zeros and tiny beliefs, the log-space rerun
+def test_vmapped_batches_of_controlled_hmms_match_the_reference(x64, N, zero_frac):
+    rng = np.random.default_rng(N + int(10 * zero_frac))
+    S, A, B, K = 5, 3, 6, 40
+    T = np.stack([cases.random_columns(rng, N, N, zero_frac) for _ in range(A)])
+    E, pi0 = cases.random_columns(rng, S, N, zero_frac), rng.dirichlet(np.ones(N))
+    m = ControlledHMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
+    yss, acts = rng.integers(0, S, size=(B, K)), rng.integers(0, A, size=(B, K))
+    refs = [reference_filter(T, E, np.log(pi0), yss[b], acts[b]) for b in range(B)]
+    for normalize, which in ((False, 1), (True, 0)):
+        got = jax.jit(jax.vmap(lambda y, a, n=normalize: filters.lof(m, y, actions=a, normalize=n)))(yss, acts)
+        last = jax.jit(jax.vmap(lambda y, a, n=normalize: filters.lof(m, y, actions=a, normalize=n,
+                                                                          final_only=True)))(yss, acts)
+        for b in range(B):
+            assert_logits_close(got[b], refs[b][which], 1e-10)
+            assert_logits_close(last[b], refs[b][which][-1], 1e-10)
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_final_only_is_the_last_row(x64, normalize):
+    rng = np.random.default_rng(31)
+    T, E, pi0 = random_hmm(rng, 4, 3, zero_frac=0.3)
+    m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
+    ys = jnp.asarray(random_obs(rng, 3, 40))
+    full = lof(m, ys, normalize=normalize)
+    last = filters.lof(m, ys, normalize=normalize, final_only=True)
+    assert last.shape == (4,)
+    assert_logits_close(last, full[-1], 1e-12)
+
+
+@pytest.mark.parametrize("K", [1, 2, 3, 5, 8])
+def test_lof_parallel_short_sequences_equal_serial(x64, K):
+    rng = np.random.default_rng(40 + K)
+    T, E, pi0 = random_hmm(rng, 3, 2, zero_frac=0.2)
+    m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
+    ys = jnp.asarray(random_obs(rng, 2, K))
+    assert_logits_close(filters.lof_parallel(m, ys), reference_filter(T, E, _log(pi0), ys)[1], 1e-10)
+
+
 # ------------------------------------------------------------------ 10^6 steps, eq. (47) at eps = 1e-12
 
 

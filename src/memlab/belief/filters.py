@@ -1,15 +1,17 @@
 """The exact Bayes filter of an (action-controlled) HMM in logit space.
 
-* ``lof``          — logit optimal filter (LOF), eq. (7), serial ``lax.scan``:
-                     w_k = log(T(a_{k-1}) exp(w_{k-1})) + log(E^T y_k).
-* ``lof_parallel`` — the same logits from normalised matrix products
-                     U_k ... U_1 exp(w_0), U_k = diag(E^T y_k) T(a_{k-1}) (eq. 57),
-                     combined with ``lax.associative_scan``.
+* ``lof``          — logit optimal filter (LOF), eq. (7), serial:
+                     w_k = log(T(a_{k-1}) exp(w_{k-1})) + log(E^T y_k),
+                     run in probability space with a carried log normaliser (w_k = log alpha_k + offset_k),
+                     rerun with a log-sum-exp per row only if a belief of the batch came near underflow.
+* ``lof_parallel`` — the same logits from normalised products U_k ... U_1 exp(w_0),
+                     U_k = diag(E^T y_k) T(a_{k-1}) (eq. 57), by a parallel prefix of depth 2 log2 K
+                     (pair products, then one matrix-vector product per prefix).
 * ``log_belief``   — log alpha_k = w_k - logsumexp(w_k), eq. (6)/(8).
 * ``bayes_decode`` — argmax of the logits: the Bayes-optimal (MAP) decoder of section 5.
 
 Zero probabilities give -inf logits, never NaN. ``lof`` is exact over the whole
-float range (a log-sum-exp per row); the Monte-Carlo filter ``LOF`` and
+float range (beliefs far below 1e-38 keep finite logits in float32); the Monte-Carlo filter ``LOF`` and
 ``lof_parallel`` use matmuls, where beliefs below ~1e-38 (float32) may round to
 zero. The LOF is unnormalised, as in the
 paper, so its logits drift towards -inf over long runs (the cause of the PPO
@@ -17,7 +19,8 @@ instability of section 6.2); use ``log_belief`` (or ``normalize=True``) when onl
 the belief matters.
 
 Shapes: ``ys`` (K,) int observations y_1..y_K, ``actions`` (K,) int a_0..a_{K-1};
-outputs (K, N), row k-1 holding w_k. Batch with ``vmap`` — or call the ``*_step``
+outputs (K, N), row k-1 holding w_k (or w_K alone with ``final_only``). Batch with ``vmap`` (``lof`` then
+runs the batch as one time-major recursion) — or call the ``*_step``
 functions directly on (B, N) logits, as the Monte-Carlo engine does.
 """
 
@@ -62,10 +65,15 @@ def log_matvec_fast(T: Array, w: Array) -> Array:
     return jnp.log(jnp.einsum("...ij,...j->...i", T, jnp.exp(w - m))) + m
 
 
+def _log_normaliser(w: Array) -> Array:
+    """logsumexp(w) over the last axis, kept (..., 1); -inf for an all -inf row."""
+    m = _finite_max(w)
+    return jnp.log(jnp.sum(jnp.exp(w - m), axis=-1, keepdims=True)) + m
+
+
 def normalize_logits(w: Array) -> Array:
     """w - logsumexp(w) over the last axis (log of the softmax, eq. 8); all -inf rows stay -inf."""
-    m = _finite_max(w)
-    lse = jnp.log(jnp.sum(jnp.exp(w - m), axis=-1, keepdims=True)) + m
+    lse = _log_normaliser(w)
     return jnp.where(jnp.isfinite(lse), w - lse, w)
 
 
@@ -99,53 +107,206 @@ def _initial_logits(model, w0):
     return safe_log(model.pi0) if w0 is None else jnp.asarray(w0, dtype=model.T.dtype)
 
 
-def lof(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None,
-        actions: Array | None = None, normalize: bool = False) -> Array:
-    """Logit optimal filter, eq. (7), serial form. Returns (K, N); w0 defaults to log pi0."""
+def lof(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None, actions: Array | None = None,
+        normalize: bool = False, final_only: bool = False) -> Array:
+    """Logit optimal filter, eq. (7), serial form: w_1..w_K (K, N), or only w_K (N,) if ``final_only``.
+
+    w0 defaults to log pi0; ``normalize`` gives log beliefs (eq. 8) instead of the drifting logits.
+    Exact over the whole float range (see ``_exact_filter``); under ``vmap`` the batch runs as one
+    time-major recursion.
+    """
     ys = jnp.asarray(ys, jnp.int32)
     actions = _check_inputs(model, ys, actions)
-    return _lof(model, ys, _initial_logits(model, w0), actions, normalize)
+    return _lof(model, ys, _initial_logits(model, w0), actions, normalize, final_only)
 
 
-@functools.partial(jax.jit, static_argnames="normalize")
-def _lof(model, ys, w0, actions, normalize):
-    log_E = safe_log(model.E)
-
-    def step(w, inp):
-        y, a = inp
-        w = lof_step(model.transition(a), log_E, w, y, normalize)
-        return w, w
-
-    return jax.lax.scan(step, w0, (ys, actions))[1]
+@functools.partial(jax.jit, static_argnames=("normalize", "final_only"))
+def _lof(model, ys, w0, actions, normalize, final_only):
+    T_all = model.T if isinstance(model, ControlledHMM) else model.T[None]
+    return _sequence_filter(normalize, final_only)(T_all, model.E, w0, ys, actions)
 
 
-def log_belief(model: HMM | ControlledHMM, ys: Array, actions: Array | None = None) -> Array:
-    """log alpha_k of the optimal filter eq. (6), shape (K, N)."""
-    return lof(model, ys, actions=actions, normalize=True)
+def log_belief(model: HMM | ControlledHMM, ys: Array, actions: Array | None = None,
+               final_only: bool = False) -> Array:
+    """log alpha_k of the optimal filter eq. (6), shape (K, N) (or (N,) for k = K only)."""
+    return lof(model, ys, actions=actions, normalize=True, final_only=final_only)
+
+
+# ------------------------------------------------------------------ the exact serial recursion, batched
+#
+# Two passes at most. The fast pass runs in probability space, scaled every step, with the log normaliser
+# carried beside it: p_k = alpha_k (eq. 6) and w_k = log p_k + offset_k (eq. 7). It is exact in floating point
+# (relative rounding only) as long as no product T_ij p_j E_i underflows, which ``_underflow_floor`` guarantees
+# for beliefs above a per-state floor; the pass records whether any belief of the batch ever fell below it.
+# Only then is the batch recomputed by the exact log-space recursion (``log_matvec``: a log-sum-exp per row,
+# N^2 exponentials a step), so the common case costs one small matmul a step and no exponentials. The fast
+# pass keeps the batch on the last axis (N, B): the per-step normalisation and the likelihood product then run
+# along contiguous batch rows, which vectorises far better than short rows of a few states.
+
+
+def _underflow_floor(T_all: Array, E: Array) -> Array:
+    """(N,): beliefs p_j >= floor_j keep every product T_ij p_j E_i (> 0) above float's smallest normal.
+
+    floor_j = 4 tiny / (min_{a,i} T[a, i, j] * min E) over positive entries; computed in logs (may be inf).
+    """
+    tiny = jnp.finfo(E.dtype).tiny
+    t_min = jnp.min(jnp.where(T_all > 0, T_all, jnp.inf), axis=(0, 1))
+    e_min = jnp.min(jnp.where(E > 0, E, jnp.inf))
+    return jnp.exp(jnp.log(4 * tiny) - jnp.log(t_min) - jnp.log(e_min))
+
+
+# below this many states the fast pass keeps the batch on the last axis, (N, B); from it on, on the first, (B, N)
+# (the matmul then dominates and prefers a long contiguous state axis; measured in benchmarks/bench_belief.py)
+STATE_MAJOR_BELOW = 32
+
+
+def _transition(T_all: Array, p: Array, a: Array, state_major: bool) -> Array:
+    """T(a_b) p_b for every sequence b: T_all (A, N, N), a (B,), p (N, B) if ``state_major`` else (B, N)."""
+    if T_all.shape[0] == 1:
+        return T_all[0] @ p if state_major else p @ T_all[0].T
+    if state_major:
+        return jnp.take_along_axis(jnp.einsum("aij,jb->aib", T_all, p), a[None, None], axis=0)[0]
+    return jnp.einsum("bij,bj->bi", T_all[a], p)
+
+
+def _fast_filter(T_all, E, w0, ys, actions, normalize, final_only):
+    """The scaled probability-space pass: (logits or log beliefs (B, K, N) / (B, N), any belief below the floor)."""
+    state_major = w0.shape[-1] < STATE_MAJOR_BELOW
+    axis = 0 if state_major else 1  # the state axis of p
+    orient = (lambda x: x.T) if state_major else (lambda x: x)  # (B, N) <-> the layout of p
+    floor = orient(_underflow_floor(T_all, E)[None])
+    m = _finite_max(w0)  # (B, 1)
+    q = jnp.exp(w0 - m)
+    norm = jnp.sum(q, axis=-1)
+    p0 = orient(q / jnp.where(norm > 0, norm, 1.0)[:, None])
+    offset0 = m[:, 0] + jnp.log(norm)
+    unsafe0 = jnp.any(orient(jnp.isfinite(w0)) & (p0 < floor))  # also a finite logit whose exp underflowed to 0
+
+    def step(carry, y, a):
+        p, offset, unsafe = carry
+        q = _transition(T_all, p, a, state_major) * orient(E[y])  # eq. (6) numerator
+        norm = jnp.sum(q, axis=axis)
+        p = q / jnp.expand_dims(jnp.where(norm > 0, norm, 1.0), axis)  # impossible observation: p = 0, offset -inf
+        return p, offset + jnp.log(norm), unsafe | jnp.any((p > 0) & (p < floor))
+
+    def output(p, offset):  # (B, N): log alpha_k, or the LOF logits w_k
+        return orient(jnp.log(p)) if normalize else orient(jnp.log(p)) + offset[:, None]
+
+    carry = (p0, offset0, unsafe0)
+    if final_only:
+        p, offset, unsafe = jax.lax.fori_loop(0, ys.shape[1], lambda k, c: step(c, ys[:, k], actions[:, k]), carry)
+        return output(p, offset), unsafe
+
+    def store(k, state):  # written straight into the (B, K, N) result: no transpose of the whole output after
+        carry, out = state
+        carry = step(carry, ys[:, k], actions[:, k])
+        return carry, jax.lax.dynamic_update_slice_in_dim(out, output(*carry[:2])[:, None], k, axis=1)
+
+    out = jnp.empty((*ys.shape, w0.shape[-1]), w0.dtype)
+    (_, _, unsafe), out = jax.lax.fori_loop(0, ys.shape[1], store, (carry, out))
+    return out, unsafe
+
+
+def _log_space_step(T_all, log_E, w, y, a, normalize):
+    """The exact step in log space for a batch (eq. 7, ``lof_step``: a log-sum-exp per row): w (B, N) -> (B, N)."""
+    return lof_step(T_all[0] if T_all.shape[0] == 1 else T_all[a], log_E, w, y, normalize)
+
+
+def _exact_filter(T_all: Array, E: Array, w0: Array, ys: Array, actions: Array, normalize: bool,
+                  final_only: bool) -> Array:
+    """Batched LOF: w0 (B, N), ys and actions (B, K) -> logits (B, K, N) or (B, N) if ``final_only``.
+
+    The fast pass, then the log-space recursion for the whole batch only if a belief came near underflow:
+    a loop of K steps or of none, rewriting the fast pass's result in place (a ``lax.cond`` returning the
+    (B, K, N) result would copy it, which costs as much as the fast pass itself at N = 12).
+    """
+    log_E = safe_log(E)
+    out, unsafe = _fast_filter(T_all, E, w0, ys, actions, normalize, final_only)
+    redo_steps = jnp.where(unsafe, ys.shape[1], 0)
+
+    def redo(k, state):
+        w, out = state
+        w = _log_space_step(T_all, log_E, w, ys[:, k], actions[:, k], normalize)
+        return w, w if final_only else jax.lax.dynamic_update_slice_in_dim(out, w[:, None], k, axis=1)
+
+    return jax.lax.fori_loop(0, redo_steps, redo, (w0, out))[1]
+
+
+@functools.cache
+def _sequence_filter(normalize: bool, final_only: bool):
+    """``_exact_filter`` for one sequence (T_all, E, w0 (N,), ys (K,), actions (K,)), vmapped as one batch.
+
+    Under ``vmap`` over w0, ys or actions the batch runs as one recursion over the time steps, and the
+    log-space pass is a real branch taken only when needed; batched models fall back to vmapping the
+    single-sequence form (the branch becomes a select, so both passes run: exact, slower).
+    """
+    def batched(T_all, E, w0, ys, actions):
+        return _exact_filter(T_all, E, w0, ys, actions, normalize, final_only)
+
+    def single(T_all, E, w0, ys, actions):
+        return batched(T_all, E, w0[None], ys[None], actions[None])[0]
+
+    one = jax.custom_batching.custom_vmap(single)
+
+    @one.def_vmap
+    def _vmap_rule(axis_size, in_batched, T_all, E, w0, ys, actions):
+        if in_batched[0] or in_batched[1]:
+            axes = [0 if b else None for b in in_batched]
+            return jax.vmap(single, in_axes=axes)(T_all, E, w0, ys, actions), True
+        w0, ys, actions = (x if b else jnp.broadcast_to(x, (axis_size, *x.shape))
+                           for x, b in zip((w0, ys, actions), in_batched[2:], strict=True))
+        return batched(T_all, E, w0, ys, actions), True
+
+    return one
+
+
+# ------------------------------------------------------------------ the parallel form
 
 
 def _rescale(M: Array, s: Array) -> tuple[Array, Array]:
-    """Divide each matrix (..., N, N) by its largest entry and add that entry's log to s (...)."""
-    scale = jnp.max(M, axis=(-2, -1))
-    ok = scale > 0  # an impossible observation gives the zero matrix: keep it, log scale -inf
+    """Divide each matrix or vector (..., N, N) / (..., N) by its largest entry, adding that entry's log to s (...).
+
+    An all-zero entry (after an impossible observation) stays zero with log scale -inf.
+    """
+    axes = tuple(range(s.ndim, M.ndim))
+    scale = jnp.max(M, axis=axes)
+    ok = scale > 0
     safe = jnp.where(ok, scale, 1.0)
-    return M / safe[..., None, None], s + jnp.where(ok, jnp.log(safe), -jnp.inf)
+    return M / safe.reshape(safe.shape + (1,) * len(axes)), s + jnp.where(ok, jnp.log(safe), -jnp.inf)
 
 
-def _combine(earlier, later):
-    """(M_b, s_b) after (M_a, s_a) -> rescaled (M_b M_a, s_a + s_b)."""
-    (Ma, sa), (Mb, sb) = earlier, later
-    return _rescale(Mb @ Ma, sa + sb)
+def _prefix_apply(U: Array, s: Array, v: Array, t: Array) -> tuple[Array, Array]:
+    """V_k = U_k ... U_1 v for k = 1..K, as rescaled vectors (K, N) and their log scales (K,).
+
+    U (K, N, N) rescaled matrices with log scales s (K,); v (N,) with log scale t. A parallel prefix of depth
+    2 log2 K: pair products U_2 U_1, U_4 U_3, ... (K/2 matmuls) recurse to the even prefixes, and each odd
+    prefix is one matrix-vector product from the even one before it (K/2 matvecs).
+    """
+    K = U.shape[0]
+    if K == 1:
+        V, tV = _rescale(U[0] @ v, s[0] + t)
+        return V[None], tV[None]
+    half = K // 2
+    P, sp = _rescale(U[1:2 * half:2] @ U[0:2 * half:2], s[1:2 * half:2] + s[0:2 * half:2])
+    V_even, t_even = _prefix_apply(P, sp, v, t)  # V_2, V_4, ...
+    prev = jnp.concatenate([v[None], V_even[:(K + 1) // 2 - 1]])  # V_0 = v, V_2, ... before each odd step
+    t_prev = jnp.concatenate([t[None], t_even[:(K + 1) // 2 - 1]])
+    V_odd, t_odd = _rescale(jnp.einsum("kij,kj->ki", U[0::2], prev), s[0::2] + t_prev)  # V_1, V_3, ...
+    V = jnp.stack([V_odd[:half], V_even], axis=1).reshape(2 * half, -1)
+    tV = jnp.stack([t_odd[:half], t_even], axis=1).reshape(2 * half)
+    if K % 2:
+        V, tV = jnp.concatenate([V, V_odd[-1:]]), jnp.concatenate([tV, t_odd[-1:]])
+    return V, tV
 
 
 def lof_parallel(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None,
                  actions: Array | None = None) -> Array:
-    """LOF logits (K, N) from a parallel prefix product of U_k = diag(E^T y_k) T(a_{k-1}) (eq. 57).
+    """LOF logits (K, N) from a parallel prefix of U_k = diag(E^T y_k) T(a_{k-1}) applied to exp(w_0) (eq. 57).
 
-    Each prefix product is stored as (M / max M, log max M), so the logits are
-    exact up to floating-point underflow of entries below ~1e-38 (float32) or
-    ~1e-308 (float64) relative to the largest entry of the product: such an entry
-    becomes -inf here while the serial ``lof`` keeps it finite. Decoding is unaffected.
+    Every product and vector is stored as (M / max M, log max M) (``_prefix_apply``), so the logits are
+    exact up to floating-point underflow of entries below ~1e-38 (float32) or ~1e-308 (float64) relative to
+    the largest entry of a product: such an entry becomes -inf here while the serial ``lof`` keeps it finite.
+    Decoding is unaffected.
     """
     ys = jnp.asarray(ys, jnp.int32)
     actions = _check_inputs(model, ys, actions)
@@ -155,9 +316,11 @@ def lof_parallel(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None,
 @jax.jit
 def _lof_parallel(model, ys, w0, actions):
     T_seq = jax.vmap(model.transition)(actions) if isinstance(model, ControlledHMM) else model.T[None]
-    U = model.E[ys][:, :, None] * T_seq  # diag(E^T y_k) T(a_{k-1}), eq. (57)
-    M, s = jax.lax.associative_scan(_combine, _rescale(U, jnp.zeros(len(ys), U.dtype)))
-    return log_matvec_fast(M, w0) + s[:, None]
+    U, s = _rescale(model.E[ys][:, :, None] * T_seq, jnp.zeros(len(ys), model.E.dtype))  # eq. (57)
+    m = _finite_max(w0)[0]
+    v, t = _rescale(jnp.exp(w0 - m), m)
+    V, tV = _prefix_apply(U, s, v, t)
+    return jnp.log(V) + tV[:, None]
 
 
 def bayes_decode(w: Array) -> Array:
