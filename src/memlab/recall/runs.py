@@ -1,4 +1,4 @@
-"""Training cells of the recall experiments: a student trained on n examples of a task, several seeds vmapped.
+"""Training cells of the recall experiments: a student trained on n examples of a task, several seeds in one call.
 
 Keys come from the caller (an experiment passes its named streams, ``run.key_for(...)``):
 
@@ -51,9 +51,26 @@ def make_student(kind: str, tag_dim: int, key: Array) -> eqx.Module:
 
 @functools.cache
 def compiled_train(kind: str, tag_dim: int, config: TrainConfig):
-    """``train(keys (S,), pools (S, capacity, ...), val_set, n) -> TrainResult`` with seed axis S; jitted once."""
+    """``train(keys (S,), pools (S, capacity, ...), val_set, n) -> TrainResult`` with seed axis S; jitted once.
+
+    The seeds run one after another (``lax.map``), not vmapped: on a CPU a vmapped seed axis, even of size 1, makes
+    the training step's backward pass about 3x slower (its per-token reductions over the batch gain an axis), and
+    batching seeds buys nothing there.
+    """
     train = make_train(config, lambda key: make_student(kind, tag_dim, key))
-    return eqx.filter_jit(eqx.filter_vmap(train, in_axes=(0, 0, None, None)))
+
+    def seed_by_seed(keys: Array, pools: Batch, val_set: Batch, n: Array):
+        static = None
+
+        def one(seed):
+            nonlocal static  # the model's non-array leaves (activations), the same for every seed
+            arrays, static = eqx.partition(train(*seed, val_set, n), eqx.is_array)
+            return arrays
+
+        arrays = jax.lax.map(one, (keys, pools))
+        return eqx.combine(arrays, static)
+
+    return eqx.filter_jit(seed_by_seed)
 
 
 def training_pools(task: RecallTask, capacity: int, num_seeds: int, pool_key: Array) -> Batch:

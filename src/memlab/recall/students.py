@@ -80,10 +80,9 @@ class MambaStudent(eqx.Module):
     def trace(self, u: Array, reset: Array | None = None) -> tuple[Array, list[Array]]:
         """(features (L, d_model) after the last block, [the (L, d_model) mixer input of each block])."""
         x, mixer_inputs = u, []
-        for phi, norm, block in zip(self.phis, self.norms, self.blocks):
-            x = jax.vmap(phi)(x)
-            mixer_inputs.append(jax.vmap(norm)(x))
-            x = x + block(mixer_inputs[-1], reset)
+        for i in range(len(self.blocks)):
+            mixer_input, x = self._layer(i, x, reset)
+            mixer_inputs.append(mixer_input)
         return x, mixer_inputs
 
     def features(self, u: Array, reset: Array | None = None) -> Array:
@@ -91,7 +90,20 @@ class MambaStudent(eqx.Module):
         return self.trace(u, reset)[0]
 
     def __call__(self, u: Array, reset: Array | None = None) -> Array:
-        return self.head(self.features(u, reset)[-1])[0]
+        """head(features(u, reset)[-1]), with the last S6 block evaluated at the readout token only."""
+        x, last = u, len(self.blocks) - 1
+        for i in range(last):
+            x = self._layer(i, x, reset)[1]
+        return self.head(self._layer(last, x, reset, readout_only=True)[1])[0]
+
+    def _layer(self, i: int, x: Array, reset: Array | None, readout_only: bool = False) -> tuple[Array, Array]:
+        """Phi_i, then S6 block i in its residual wrapper: (mixer input (L, d_model), output (L, d_model), or only
+        its last token (d_model,) if ``readout_only``)."""
+        x = jax.vmap(self.phis[i])(x)
+        mixer_input = jax.vmap(self.norms[i])(x)
+        if readout_only:
+            return mixer_input, x[-1] + self.blocks[i].last(mixer_input, reset)
+        return mixer_input, x + self.blocks[i](mixer_input, reset)
 
 
 class AttentionStudent(eqx.Module):

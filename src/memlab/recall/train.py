@@ -26,6 +26,8 @@ from memlab.checks import check_int, check_real
 from memlab.recall.encoding import encode
 from memlab.recall.task import Batch
 
+EVAL_TOKENS = 12_000  # tokens per validation chunk (``default_chunk``)
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
@@ -34,11 +36,13 @@ class TrainConfig:
     decay: float = 0.95  # per epoch
     batch_size: int = 16  # the batch is min(batch_size, n)
     clip_norm: float = 1.0
-    eval_chunk: int = 100  # validation examples per vectorised chunk (memory, not results)
+    eval_chunk: int | None = None  # validation examples per chunk; None: ``default_chunk(T)`` (speed, not results)
 
     def __post_init__(self):
-        for name in ("epochs", "batch_size", "eval_chunk"):
+        for name in ("epochs", "batch_size"):
             check_int(name, getattr(self, name))
+        if self.eval_chunk is not None:
+            check_int("eval_chunk", self.eval_chunk)
         for name in ("learning_rate", "clip_norm"):
             check_real(name, getattr(self, name), 0.0, open_low=True)
         check_real("decay", self.decay, 0.0, 1.0, open_low=True)
@@ -52,16 +56,38 @@ class TrainResult(NamedTuple):
     model: eqx.Module  # the model at the best epoch
 
 
-def predictions(model: eqx.Module, data: Batch, chunk: int = 100) -> Array:
-    """Student outputs (n,) for every example of ``data``, ``chunk`` examples at a time."""
-    def one(example):
-        query, tags, content = example
-        return model(encode(query, tags, content))
-
-    return jax.lax.map(one, (data.query, data.context_tags, data.context_content), batch_size=chunk)
+def default_chunk(context_length: int) -> int:
+    """Default validation chunk: about EVAL_TOKENS tokens, so a chunk's (T+2, chunk, ...) intermediates stay in
+    cache (T = 5000: chunks of 2; with ``outputs`` the validation pass runs about 1.35x faster than the batch-major
+    chunks of 100 it replaced, T = 500: chunks of 23, about 1.4x)."""
+    return max(1, EVAL_TOKENS // (context_length + 2))
 
 
-def mse(model: eqx.Module, data: Batch, chunk: int = 100) -> Array:
+def outputs(model: eqx.Module, query: Array, context_tags: Array, context_content: Array) -> Array:
+    """Student outputs (B,) for B examples: query (B, d_1), context_tags (B, T, d_1), context_content (B, T).
+
+    Time-major: the encoded sequences are laid out (T+2, B, d_in) and the model is vmapped over their axis 1,
+    so a scan steps through contiguous (B, ...) slices and no batch-major intermediate is transposed.
+    """
+    sequences = jax.vmap(encode, out_axes=1)(query, context_tags, context_content)  # (T+2, B, d_in)
+    return jax.vmap(model, in_axes=1)(sequences)
+
+
+def predictions(model: eqx.Module, data: Batch, chunk: int | None = None) -> Array:
+    """Student outputs (n,) for every example of ``data``, ``chunk`` examples at a time (default
+    ``default_chunk(T)``); the chunk size changes speed and memory, not the outputs."""
+    examples = (data.query, data.context_tags, data.context_content)
+    n, T = data.context_content.shape
+    chunk = min(n, default_chunk(T) if chunk is None else chunk)
+    whole = n // chunk * chunk  # examples in whole chunks; the rest form one smaller chunk
+    chunks = jax.tree.map(lambda x: x[:whole].reshape((-1, chunk) + x.shape[1:]), examples)
+    out = jax.lax.map(lambda ex: outputs(model, *ex), chunks).reshape(-1)
+    if whole == n:
+        return out
+    return jnp.concatenate([out, outputs(model, *(x[whole:] for x in examples))])
+
+
+def mse(model: eqx.Module, data: Batch, chunk: int | None = None) -> Array:
     """Mean squared error against the noisy targets ``data.y`` (what A.1 reports)."""
     return jnp.mean((predictions(model, data, chunk) - data.y) ** 2)
 
@@ -89,9 +115,9 @@ def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module]):
 
         def loss(p, idx, weight):
             model = eqx.combine(p, static)
-            sequences = jax.vmap(encode)(train_set.query[idx], train_set.context_tags[idx],
-                                         train_set.context_content[idx])
-            err = (jax.vmap(model)(sequences) - train_set.y[idx]) ** 2
+            prediction = outputs(model, train_set.query[idx], train_set.context_tags[idx],
+                                 train_set.context_content[idx])
+            err = (prediction - train_set.y[idx]) ** 2
             return jnp.sum(weight * err) / jnp.sum(weight)
 
         def step(carry, inputs):
