@@ -10,7 +10,6 @@ import pytest
 import scipy.integrate
 import scipy.linalg
 
-from memlab.layers import s6
 from memlab.layers.s6 import (
     MAX_SQUARINGS,
     S6,
@@ -170,21 +169,6 @@ def test_zoh_bscale_and_its_gradient_are_finite_and_right_through_a_equal_zero(u
     close(grad_a, delta**2 * dphi, tol)
     close(grad_d, np.exp(delta * a), tol)
     assert value[0] == np.asarray(delta, value.dtype)  # exactly delta at a = 0
-
-
-@pytest.mark.parametrize("use_x64, rtol", [(False, 2e-7), (True, 5e-16)])
-def test_expm1_from_exp_matches_numpy_float64_and_its_gradient_is_exp(use_x64, rtol):
-    """The scan's expm1 reuses exp(z): as accurate as jnp.expm1 (relative), across the branch at |z| = 1/2."""
-    with jax.enable_x64(use_x64):
-        dtype = np.float64 if use_x64 else np.float32
-        z = np.concatenate([-np.logspace(-12, 2, 4001), np.logspace(-12, 1.5, 4001), [0.0, 0.4999, 0.5, -0.5]])
-        z = z.astype(dtype)
-        got = np.asarray(s6._expm1_given_exp(jnp.asarray(z), jnp.exp(jnp.asarray(z))), np.float64)
-        ref = np.expm1(z.astype(np.float64))
-        np.testing.assert_allclose(got, ref, rtol=rtol, atol=0)
-        grad = jax.vmap(jax.grad(lambda x: s6._expm1_given_exp(x, jnp.exp(x))))(jnp.asarray(z))
-        np.testing.assert_allclose(np.asarray(grad, np.float64), np.exp(z.astype(np.float64)), rtol=20 * rtol,
-                                   atol=10 * np.finfo(dtype).tiny)  # exp(-100) is subnormal in float32
 
 
 def test_euler_b_differs_from_zoh_by_the_factor_expm1_z_over_z_and_agrees_as_delta_vanishes(x64):

@@ -193,22 +193,6 @@ def _phi1(z: Array) -> Array:
     return jnp.where(small, series, jnp.expm1(zl) / zl)
 
 
-def _expm1_given_exp(z: Array, exp_z: Array) -> Array:
-    """expm1(z) reusing exp(z): exp_z - 1 for |z| >= 1/2 (no cancellation there: |exp_z - 1| > 0.39), a Taylor
-    polynomial in Horner form below (remainder < eps |z| / 4: degree 9 in float32, 15 in float64).
-
-    The scan step of every Mamba token computes both; a second transcendental was ~60 % of a recall.rate
-    validation pass (measured with jax.profiler), and this halves it at the accuracy of jnp.expm1.
-    """
-    degree = 9 if jnp.finfo(z.dtype).bits <= 32 else 15
-    small = jnp.abs(z) < 0.5
-    zs = jnp.where(small, z, 0.0)
-    series = jnp.ones_like(z)
-    for k in range(degree, 1, -1):  # 1 + z/2 (1 + z/3 (1 + ... (1 + z/degree)))
-        series = 1 + zs / k * series
-    return jnp.where(small, zs * series, exp_z - 1)
-
-
 def discretize_diagonal(a: Array, delta: Array, method: str = "zoh", a_nonzero: bool = False) -> tuple[Array, Array]:
     """Elementwise discretisation of a diagonal system (a and delta broadcast); returns (abar, bscale).
 
@@ -227,7 +211,7 @@ def discretize_diagonal(a: Array, delta: Array, method: str = "zoh", a_nonzero: 
     z = delta * a
     abar = jnp.exp(z)
     if method == "zoh" and a_nonzero:
-        return abar, _expm1_given_exp(z, abar) / a
+        return abar, jnp.expm1(z) / a
     if method == "zoh":
         return abar, delta * _phi1(z)
     return abar, jnp.broadcast_to(delta, z.shape)
