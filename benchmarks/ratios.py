@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+STANDARD = ("workload", "implementation", "seconds", "reference", "speedup", "max_abs_diff")  # timing.side_by_side
 
 
 def ratio_rows(doc: dict) -> list[list[str]]:
@@ -19,7 +20,8 @@ def ratio_rows(doc: dict) -> list[list[str]]:
     for row in doc["rows"]:
         if "speedup" not in row or row["implementation"] == row["reference"]:
             continue
-        rows.append([row["workload"], row["implementation"], row["reference"], f"{row['speedup']:.2f}×",
+        sizes = ", ".join(f"{k}={v}" for k, v in row.items() if k not in STANDARD and isinstance(v, int))
+        rows.append([row["workload"], sizes, row["implementation"], row["reference"], f"{row['speedup']:.2f}×",
                      f"{row['max_abs_diff']:.1e}"])
     return rows
 
@@ -30,7 +32,7 @@ def main(argv: list[str]) -> int:
     if missing:
         print(f"ratios: no results {missing}; run `make bench` first", file=sys.stderr)
         return 2
-    lines = ["| workload | implementation | reference | speed-up | max output diff |", "|" + " --- |" * 5]
+    lines = ["| workload | sizes | implementation | reference | speed-up | max output diff |", "|" + " --- |" * 6]
     for path in paths:
         lines += ["| " + " | ".join(r) + " |" for r in ratio_rows(json.loads(path.read_text()))]
     print("\n".join(lines))
