@@ -512,3 +512,122 @@ def test_reinforce_gradient_is_unbiased_against_exact_enumeration(x64, initial_v
     np.testing.assert_array_equal(jax.vmap(flat)(g_ll.mode_net), 0.0)
     np.testing.assert_array_equal(g_sur.A, g_ll.A)
     assert np.max(np.abs(g_ll.A)) > 0
+
+
+# ------------------------------------------------- the fused fast path against the step-by-step formulation
+
+
+def textbook_filter(model, y, mask, key):
+    """The pi-SSM filter as it was written before the speed-up (issue 15), kept as the reference: random draws
+    inside the scan (``jax.random.normal`` / ``categorical`` from ``split(key, T)[t]``), the transition Jacobian by
+    ``jax.jacfwd``, every product with ``@`` and every Gaussian density from its own Cholesky factor.
+    Returns (log_likelihoods, obs_means, obs_covs, filtered_obs, score_log_probs, modes, mode_probs, means, covs)."""
+    from memlab.pissm.metrics import gaussian_log_density
+    from memlab.pissm.model import _DIAGONAL_OFFSET
+    y = jnp.where(mask[:, None], y, 0.0)
+    Q, R, P0 = model.noise()
+    M, eye, K_modes = model.state_size, jnp.eye(model.state_size, dtype=model.A.dtype), model.num_modes
+
+    def predict(mean, cov, k):
+        J = model.A[k] + (0.0 if model.transition_mlp is None else jax.jacfwd(model.transition_mlp)(mean))
+        g = 0.0 if model.transition_mlp is None else model.transition_mlp(mean)
+        P = J @ cov @ J.T + Q
+        return model.A[k] @ mean + model.b[k] + g, 0.5 * (P + P.T)
+
+    def gain_factor(S_chol, features, rnn_state, observed):
+        N = S_chol.shape[0]
+        S_chol_inv = jax.scipy.linalg.solve_triangular(S_chol, jnp.eye(N, dtype=S_chol.dtype), lower=True)
+        new_state = model.cell(rnn_state, model.gain_input(features))
+        rnn_state = jax.tree_util.tree_map(lambda new, old: jnp.where(observed, new, old), new_state, rnn_state)
+        h = rnn_state[0] if isinstance(rnn_state, tuple) else rnn_state
+        rows, cols = np.tril_indices(N)
+        raw = jnp.zeros((N, N), S_chol.dtype).at[rows, cols].set(model.readout(model.norm(h)))
+        diagonal = GAIN_BOUND * jax.nn.sigmoid(jnp.diagonal(raw) + _DIAGONAL_OFFSET)
+        L_tilde = jnp.tril(OFF_DIAGONAL_BOUND * jnp.tanh(raw), -1) + jnp.diag(diagonal)
+        holder = jnp.sqrt(jnp.max(jnp.sum(jnp.abs(L_tilde), 0)) * jnp.max(jnp.sum(jnp.abs(L_tilde), 1)))
+        L = S_chol_inv.T @ (L_tilde * jnp.minimum(1.0, GAIN_BOUND / holder))
+        return L @ L.T, rnn_state
+
+    def step(carry, inputs):
+        mean, cov, rnn_state = carry
+        y_t, observed, is_first, key_t = inputs
+        k_x, k_z = jax.random.split(key_t)
+        x_prev = mean + jnp.linalg.cholesky(cov + JITTER * eye) @ jax.random.normal(k_x, (M,), mean.dtype)
+        logits = model.mode_logits(jax.lax.stop_gradient(x_prev))
+        log_probs = jax.nn.log_softmax(logits)
+        mode = jax.random.categorical(k_z, logits)
+        means_k, covs_k = jax.vmap(lambda k: predict(mean, cov, k))(jnp.arange(K_modes))
+        means_k = jnp.where(is_first, model.initial_mean, means_k)
+        covs_k = jnp.where(is_first, P0, covs_k)
+        S_k = jnp.einsum("knm,kml,kjl->knj", model.C, covs_k, model.C) + R
+        S_k = 0.5 * (S_k + jnp.swapaxes(S_k, -1, -2))
+        obs_k = jnp.einsum("knm,km->kn", model.C, means_k)
+        ll_k = gaussian_log_density(y_t, obs_k, S_k)
+        mode_post = jax.nn.softmax(log_probs + jnp.where(observed, ll_k, 0.0))
+        pred_mean, pred_cov, C, S, obs_mean = means_k[mode], covs_k[mode], model.C[mode], S_k[mode], obs_k[mode]
+        residual = y_t - obs_mean
+        S_chol = jnp.linalg.cholesky(S)
+        white = jax.scipy.linalg.solve_triangular(S_chol, residual, lower=True)
+        features = jnp.concatenate([jnp.log(jnp.diagonal(pred_cov)), jnp.log(jnp.diagonal(S)), white])
+        LLt, rnn_state = gain_factor(S_chol, features, rnn_state, observed)
+        K = pred_cov @ C.T @ LLt
+        I_KC = eye - K @ C
+        new_cov = I_KC @ pred_cov @ I_KC.T + K @ R @ K.T
+        new_mean = jnp.where(observed, pred_mean + K @ residual, pred_mean)
+        new_cov = jnp.where(observed, 0.5 * (new_cov + new_cov.T), pred_cov)
+        out = (jnp.where(observed, ll_k[mode], 0.0), obs_mean, S, C @ new_mean, log_probs[mode], mode, mode_post,
+               new_mean, new_cov)
+        return (new_mean, new_cov, rnn_state), out
+
+    first = jnp.zeros(y.shape[0], bool).at[0].set(True)
+    keys = jax.random.split(key, y.shape[0])
+    return jax.lax.scan(step, (model.initial_mean, P0, model.init_rnn_state()), (y, mask, first, keys))[1]
+
+
+def mlp_gru_model(seed=0):
+    """K = 3 distinct modes, a GRU gain with a non-trivial readout and the shared tanh transition MLP (made
+    non-zero), as the Lorenz / Navier-Stokes rows use."""
+    model, rng = lg_model(K=3, seed=seed, gain="gru", hidden_size=8, transition_hidden=6)
+    mlp = model.transition_mlp
+    weight = jnp.asarray(0.3 * rng.normal(size=mlp.layers[-1].weight.shape), model.A.dtype)
+    model = eqx.tree_at(lambda m: (m.transition_mlp.layers[-1].weight, m.readout.weight),
+                        model, (weight, 30.0 * model.readout.weight))
+    return model, rng
+
+
+def test_fast_path_equals_the_textbook_formulation_values_and_gradients(x64):
+    """Issue 15's speed-up (draws before the scan, analytic MLP Jacobian, fused products, one Cholesky per mode)
+    computes the same filter: every output equal to 1e-10 along the same sampled modes, and the gradient of the
+    training surrogate (eq. 8 + 9) w.r.t. every parameter equal to 1e-8 relative."""
+    model, rng = mlp_gru_model()
+    y, mask = sample_data(model, rng), jnp.asarray(MASKS["missing-incl-first"])
+    for seed in range(3):
+        key = jax.random.key(seed)
+        fast, slow = run(model, y, mask, key), eqx.filter_jit(textbook_filter)(model, y, mask, key)
+        np.testing.assert_array_equal(fast.modes, slow[5])
+        for got, want in zip(fast, slow, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+    def surrogate(ll, score):
+        return jnp.sum(ll + jax.lax.stop_gradient(ll) * score)
+
+    key = jax.random.key(7)
+    fast = eqx.filter_jit(eqx.filter_grad(lambda m: surrogate(*(lambda p: (p.log_likelihoods,
+                                                                             p.score_log_probs))(m(y, mask, key=key)))))
+    slow = eqx.filter_jit(eqx.filter_grad(lambda m: surrogate(*(lambda o: (o[0], o[4]))(textbook_filter(m, y, mask,
+                                                                                                           key)))))
+    grads_fast, grads_slow = (jax.tree_util.tree_leaves(g(model)) for g in (fast, slow))
+    assert len(grads_fast) == len(grads_slow) > 10
+    for got, want in zip(grads_fast, grads_slow, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-8 * float(np.max(np.abs(want)) + 1e-300))
+
+
+def test_fast_path_equals_the_textbook_formulation_in_float32():
+    """The same comparison in float32 (what training runs in): the same modes, outputs to float32 rounding."""
+    model, rng = mlp_gru_model(seed=1)
+    y, mask = sample_data(model, rng), jnp.asarray(MASKS["all-observed"])
+    key = jax.random.key(3)
+    fast, slow = run(model, y, mask, key), eqx.filter_jit(textbook_filter)(model, y, mask, key)
+    np.testing.assert_array_equal(fast.modes, slow[5])
+    for got, want in zip(fast, slow, strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * float(np.max(np.abs(want))))

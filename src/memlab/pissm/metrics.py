@@ -43,8 +43,16 @@ def gaussian_log_density(y: Array, mean: Array, cov: Array) -> Array:
         raise ValueError(f"expected y (..., N), mean (..., N), cov (..., N, N) with N >= 1, got y {y.shape}, "
                          f"mean {mean.shape}, cov {cov.shape}")
     batch = jnp.broadcast_shapes(y.shape[:-1], mean.shape[:-1], cov.shape[:-2])
-    L = jnp.linalg.cholesky(jnp.broadcast_to(symmetrise(cov), (*batch, N, N)))
-    residual = jnp.broadcast_to(y - mean, (*batch, N))
+    return gaussian_log_density_from_cholesky(y, mean, jnp.linalg.cholesky(jnp.broadcast_to(symmetrise(cov),
+                                                                                           (*batch, N, N))))
+
+
+def gaussian_log_density_from_cholesky(y: Array, mean: Array, L: Array) -> Array:
+    """log N(y; mean, L L^T) for y (..., N), mean (..., N) and the lower Cholesky factor L (B..., N, N) of the
+    covariance, whose leading axes B... are the broadcast of all three (unchecked: ``gaussian_log_density``
+    checks, callers that already hold the factor skip a second factorisation) -> (B...)."""
+    N = L.shape[-1]
+    residual = jnp.broadcast_to(y - mean, L.shape[:-1])
     whitened = jax.scipy.linalg.solve_triangular(L, residual[..., None], lower=True)[..., 0]
     log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
     return -0.5 * (N * math.log(2 * math.pi) + log_det + jnp.sum(whitened**2, axis=-1))

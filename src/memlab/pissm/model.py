@@ -64,8 +64,8 @@ from jax import Array
 
 from memlab.checks import check_choice, check_covariance, check_int, check_matrix, check_real
 from memlab.layers.gated_rnn import BoundedInput, GRUCell, LSTMCell
-from memlab.pissm.kalman import check_observations, symmetrise
-from memlab.pissm.metrics import gaussian_log_density
+from memlab.pissm.kalman import check_observations, fused_matmul, fused_matvec, symmetrise
+from memlab.pissm.metrics import gaussian_log_density_from_cholesky
 from memlab.pissm.predictions import Predictions
 
 GAINS = ("gru", "lstm", "exact")
@@ -183,20 +183,22 @@ class PiSSM(eqx.Module):
         """Logits (K,) of q(z_t | x_{t-1} = x), x (M,)."""
         return self.mode_net(x)
 
-    def transition(self, x: Array, mode: Array) -> Array:
-        """A_z x + b_z (+ g(x)): the mean of x_t given x_{t-1} = x (M,) and z_t = mode."""
-        out = self.A[mode] @ x + self.b[mode]
-        return out if self.transition_mlp is None else out + self.transition_mlp(x)
-
-    def predict(self, mean: Array, cov: Array, mode: Array, Q: Array) -> tuple[Array, Array]:
-        """Step 6 / eq. (18) under mode z: moments of q(x_t | y_{1:t-1}, z_t) from those of x_{t-1}."""
-        J = self.A[mode]
+    def predict(self, mean: Array, cov: Array, Q: Array) -> tuple[Array, Array]:
+        """Step 6 / eq. (18) under every mode z: the moments (K, M), (K, M, M) of q(x_t | y_{1:t-1}, z_t = k) from
+        those of x_{t-1}, mean (M,) and cov (M, M): A_k mean + b_k (+ g(mean)) and J_k cov J_k^T + Q with the
+        Jacobian J_k = A_k (+ dg/dx at the mean)."""
+        means = fused_matvec(self.A, mean) + self.b
+        J = self.A
         if self.transition_mlp is not None:
-            J = J + jax.jacfwd(self.transition_mlp)(mean)
-        return self.transition(mean, mode), self._shape_cov(J @ cov @ J.T + Q)
+            g, jacobian = _tanh_mlp_with_jacobian(self.transition_mlp, mean)
+            means, J = means + g, J + jacobian
+        return means, self._shape_cov(fused_matmul(fused_matmul(J, cov), jnp.swapaxes(J, -1, -2)) + Q)
 
     def _shape_cov(self, P: Array) -> Array:
-        return jnp.diag(jnp.diagonal(P)) if self.covariance == "diagonal" else symmetrise(P)
+        """P (..., M, M) symmetrised, or its diagonal part for ``covariance="diagonal"``."""
+        if self.covariance == "diagonal":
+            return jnp.where(jnp.eye(P.shape[-1], dtype=bool), P, 0.0)
+        return symmetrise(P)
 
     def _gain_factor(self, S_chol: Array, features: Array, rnn_state, observed: Array):
         """(L L^T (N, N), new RNN state): S^{-1} for the exact gain, else L = S_chol^{-T} Ltilde with Ltilde from the
@@ -204,7 +206,7 @@ class PiSSM(eqx.Module):
         N = S_chol.shape[0]
         S_chol_inv = jax.scipy.linalg.solve_triangular(S_chol, jnp.eye(N, dtype=S_chol.dtype), lower=True)
         if self.cell is None:
-            return S_chol_inv.T @ S_chol_inv, rnn_state
+            return fused_matmul(S_chol_inv.T, S_chol_inv), rnn_state
         new_state = self.cell(rnn_state, self.gain_input(features))  # ||u||_inf < 1: Theorem 2's input bound
         rnn_state = jax.tree_util.tree_map(lambda new, old: jnp.where(observed, new, old), new_state, rnn_state)
         h = rnn_state[0] if isinstance(rnn_state, tuple) else rnn_state
@@ -216,8 +218,8 @@ class PiSSM(eqx.Module):
         # spectral norm <= sqrt(||L||_1 ||L||_inf) <= GAIN_BOUND, so eig(Ltilde Ltilde^T) <= 2 (module doc)
         holder = jnp.sqrt(jnp.max(jnp.sum(jnp.abs(L_tilde), 0)) * jnp.max(jnp.sum(jnp.abs(L_tilde), 1)))
         L_tilde = L_tilde * jnp.minimum(1.0, GAIN_BOUND / holder)
-        L = S_chol_inv.T @ L_tilde
-        return L @ L.T, rnn_state
+        L = fused_matmul(S_chol_inv.T, L_tilde)
+        return fused_matmul(L, L.T), rnn_state
 
     def init_rnn_state(self):
         return None if self.cell is None else self.cell.init_state()
@@ -234,45 +236,67 @@ class PiSSM(eqx.Module):
         M = self.state_size
         eye = jnp.eye(M, dtype=self.A.dtype)
         first = jnp.zeros(T, bool).at[0].set(True)
+        C_T = jnp.swapaxes(self.C, -1, -2)
 
         def step(carry, inputs):
             mean, cov, rnn_state = carry
-            y_t, observed, is_first, key_t = inputs
-            k_x, k_z = jax.random.split(key_t)
+            y_t, observed, is_first, normal, gumbel = inputs
             chol = jnp.linalg.cholesky(cov + JITTER * eye)
-            x_prev = mean + chol @ jax.random.normal(k_x, (M,), mean.dtype)  # step 4
+            x_prev = mean + fused_matvec(chol, normal)  # step 4
             logits = self.mode_logits(jax.lax.stop_gradient(x_prev))
             log_probs = jax.nn.log_softmax(logits)
-            mode = jax.random.categorical(k_z, logits)  # step 5
+            mode = jnp.argmax(gumbel + logits)  # step 5: Gumbel-max, as jax.random.categorical
             # step 6 for every mode (the mode posterior of eq. 6 needs them); the sampled one drives the filter
-            means_k, covs_k = jax.vmap(lambda k: self.predict(mean, cov, k, Q))(jnp.arange(self.num_modes))
+            means_k, covs_k = self.predict(mean, cov, Q)
             means_k = jnp.where(is_first, self.initial_mean, means_k)  # step 1 updates the prior itself
             covs_k = jnp.where(is_first, P0, covs_k)
-            S_k = symmetrise(jnp.einsum("knm,kml,kjl->knj", self.C, covs_k, self.C) + R)
-            obs_k = jnp.einsum("knm,km->kn", self.C, means_k)
-            ll_k = gaussian_log_density(y_t, obs_k, S_k)
+            S_k = symmetrise(fused_matmul(fused_matmul(self.C, covs_k), C_T) + R)
+            obs_k = fused_matvec(self.C, means_k)
+            S_chol_k = jnp.linalg.cholesky(S_k)
+            ll_k = gaussian_log_density_from_cholesky(y_t, obs_k, S_chol_k)
             mode_post = jax.nn.softmax(log_probs + jnp.where(observed, ll_k, 0.0))  # eq. (6)
             pred_mean, pred_cov, C, S, obs_mean = means_k[mode], covs_k[mode], self.C[mode], S_k[mode], obs_k[mode]
             residual = y_t - obs_mean
-            S_chol = jnp.linalg.cholesky(S)
+            S_chol = S_chol_k[mode]
             white = jax.scipy.linalg.solve_triangular(S_chol, residual, lower=True)
             features = jnp.concatenate([jnp.log(jnp.diagonal(pred_cov)), jnp.log(jnp.diagonal(S)), white])
             LLt, rnn_state = self._gain_factor(S_chol, features, rnn_state, observed)  # step 7
-            K = pred_cov @ C.T @ LLt  # step 8
-            I_KC = eye - K @ C
-            new_mean = pred_mean + K @ residual  # eq. (7)
-            new_cov = self._shape_cov(I_KC @ pred_cov @ I_KC.T + K @ R @ K.T)  # Joseph form (module doc)
+            K = fused_matmul(fused_matmul(pred_cov, C_T[mode]), LLt)  # step 8
+            I_KC = eye - fused_matmul(K, C)
+            new_mean = pred_mean + fused_matvec(K, residual)  # eq. (7)
+            joseph = fused_matmul(fused_matmul(I_KC, pred_cov), I_KC.T) + fused_matmul(fused_matmul(K, R), K.T)
+            new_cov = self._shape_cov(joseph)  # Joseph form (module doc)
             new_mean = jnp.where(observed, new_mean, pred_mean)
             new_cov = jnp.where(observed, new_cov, pred_cov)
-            out = (jnp.where(observed, ll_k[mode], 0.0), obs_mean, S, C @ new_mean, log_probs[mode], mode,
-                   mode_post, new_mean, new_cov)
+            out = (jnp.where(observed, ll_k[mode], 0.0), obs_mean, S, fused_matvec(C, new_mean), log_probs[mode],
+                   mode, mode_post, new_mean, new_cov)
             return (new_mean, new_cov, rnn_state), out
 
         carry = (self.initial_mean, P0, self.init_rnn_state())
-        keys = jax.random.split(key, T)
-        _, out = jax.lax.scan(step, carry, (y, mask, first, keys))
+        _, out = jax.lax.scan(step, carry, (y, mask, first, *path_noise(key, T, M, self.num_modes, self.A.dtype)))
         ll, obs_means, obs_covs, filtered_obs, score, modes, mode_probs, means, covs = out
         return Predictions(ll, obs_means, obs_covs, filtered_obs, score, modes, mode_probs, means, covs)
+
+
+def path_noise(key: Array, T: int, M: int, K: int, dtype) -> tuple[Array, Array]:
+    """The randomness of one sampled path, drawn before the filter's scan: standard normals (T, M) for step 4 and
+    Gumbel noise (T, K) for step 5's Gumbel-max. Step t's key is ``split(key, T)[t]``, split in two (normal,
+    mode), so the draws equal those of step-wise ``jax.random.normal`` and ``jax.random.categorical`` calls; drawn
+    together, XLA runs one vectorised generator instead of three small loops per step."""
+    pairs = jax.vmap(jax.random.split)(jax.random.split(key, T))
+    normal = jax.vmap(lambda k: jax.random.normal(k, (M,), dtype))(pairs[:, 0])
+    gumbel = jax.vmap(lambda k: jax.random.gumbel(k, (K,), dtype))(pairs[:, 1])
+    return normal, gumbel
+
+
+def _tanh_mlp_with_jacobian(mlp: eqx.nn.MLP, x: Array) -> tuple[Array, Array]:
+    """g(x) (M,) and its Jacobian dg/dx (M, M) for the one-hidden-layer tanh MLP g = W2 tanh(W1 x + b1) + b2 of
+    ``_transition_mlp``: dg/dx = W2 diag(1 - h^2) W1 with h = tanh(W1 x + b1), in one pass (no forward-mode
+    sweep over M tangents)."""
+    hidden_layer, output_layer = mlp.layers
+    h = jnp.tanh(hidden_layer(x))
+    slope = (1.0 + h) * (1.0 - h)  # tanh' = 1 - h^2, factored as jax's derivative of tanh
+    return output_layer(h), fused_matmul(output_layer.weight * slope, hidden_layer.weight)
 
 
 def _gain_rnn(M: int, N: int, R, gain: str, hidden_size: int, key_cell: Array, key_readout: Array, dtype):
