@@ -7,7 +7,9 @@
   ``LOF.step`` scan of the Monte-Carlo engine, dynamax ``hmm_filter`` vmapped) and parallel forms (memlab
   ``lof_parallel``, dynamax ``parallel_inference.hmm_filter``), every belief stored and final belief only.
   The "fast pass alone" row times the scaled probability-space pass of ``log_belief`` without the loop that
-  reruns the batch in log space when a belief nears underflow (zero trips here): the cost of staying exact.
+  reruns the batch in log space when a belief nears underflow (zero trips here): the cost of staying exact; the
+  "bound" row is a bare scaled recursion with no exactness at all, writing the same (B, K, N) result: what no exact
+  filter with this output can beat (it bounds the stored-belief speed-up over dynamax).
 
 Each implementation returns its natural public output - memlab log beliefs or LOF logits, dynamax
 probabilities - and is timed producing exactly that; max_abs_diff compares probabilities (memlab's output is
@@ -78,6 +80,28 @@ def _chunked(fn, ys, chunk):
     return jnp.concatenate([fn(ys[i:i + chunk]) for i in range(0, len(ys), chunk)])
 
 
+def bare_recursion(hmm: HMM, ys: jax.Array, final_only: bool) -> jax.Array:
+    """The least any exact filter with memlab's output must do: alpha_k = normalise(diag(E y_k) T alpha_{k-1}) in
+    the state-major layout, log beliefs written to a (B, K, N) result; no log normaliser, no underflow check."""
+    B, K = ys.shape
+    E_cols = hmm.E.T
+
+    def step(p, y):
+        q = (hmm.T @ p) * jnp.take(E_cols, y, axis=1)
+        return q / jnp.sum(q, axis=0, keepdims=True)
+
+    p0 = jnp.broadcast_to(hmm.pi0[:, None], (hmm.num_states, B))
+    if final_only:
+        return jnp.log(jax.lax.fori_loop(0, K, lambda k, p: step(p, ys[:, k]), p0)).T
+
+    def store(k, state):
+        p, out = state
+        p = step(p, ys[:, k])
+        return p, jax.lax.dynamic_update_slice_in_dim(out, jnp.log(p).T[:, None], k, axis=1)
+
+    return jax.lax.fori_loop(0, K, store, (p0, jnp.empty((B, K, hmm.num_states), hmm.E.dtype)))[1]
+
+
 def serial_filters(N: int, K: int = 1000, B: int = 2000, final_only: bool = False) -> list[dict]:
     hmm = random_hmm(N, 4)
     ys = jax.random.randint(jax.random.key(1), (B, K), 0, 4)
@@ -95,7 +119,9 @@ def serial_filters(N: int, K: int = 1000, B: int = 2000, final_only: bool = Fals
     memlab_lof = jax.jit(jax.vmap(lambda y: lof(hmm, y, final_only=final_only)))
     T_all, acts, w0 = hmm.T[None], jnp.zeros_like(ys), jnp.broadcast_to(jnp.log(hmm.pi0), (B, N))
     bare = jax.jit(lambda ys: filters._fast_filter(T_all, hmm.E, w0, ys, acts, True, final_only)[0])
+    bound = jax.jit(lambda ys: bare_recursion(hmm, ys, final_only))
     impls = [("memlab log_belief (vmapped)", lambda: AsProbabilities(memlab_log_belief(ys))),
+             ("bound: bare scaled recursion, no exactness (not an API)", lambda: AsProbabilities(bound(ys))),
              ("memlab log_belief's fast pass alone (no rerun)", lambda: AsProbabilities(bare(ys))),
              ("memlab lof (vmapped)", lambda: AsProbabilities(memlab_lof(ys))),
              ("memlab LOF.step time-major scan", lambda: AsProbabilities(lof_step_scan(ys)))]

@@ -38,7 +38,8 @@ def test_run_writes_outputs_and_prints_folder(tmp_path, capsys):
     out = tmp_path / "o"
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
     line = capsys.readouterr().out.strip()
-    pattern = re.escape(str(out)) + r"  \(\d+\.\d s; 4 cells computed, 0 resumed, executor local; peak memory \d+ MB\)"
+    pattern = re.escape(str(out)) + (r"  \(\d+\.\d s; 4 cells computed, 0 resumed, executor local; "
+                                     r"peak memory (\d+ MB|\d+\.\d GB)\)")
     assert re.fullmatch(pattern, line), line
     for name in ["config.json", "results.json", "summary.md", "means.png", "means.csv"]:
         assert (out / name).is_file(), name
