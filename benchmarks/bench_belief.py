@@ -81,23 +81,25 @@ def _chunked(fn, ys, chunk):
 
 
 def bare_recursion(hmm: HMM, ys: jax.Array, final_only: bool) -> jax.Array:
-    """The least any exact filter with memlab's output must do: alpha_k = normalise(diag(E y_k) T alpha_{k-1}) in
-    the state-major layout, log beliefs written to a (B, K, N) result; no log normaliser, no underflow check."""
+    """The least any exact filter with memlab's output must do: alpha_k = normalise(diag(E y_k) T alpha_{k-1}),
+    log beliefs written to a (B, K, N) result; no log normaliser, no underflow check. Same layouts as the filter:
+    (N, B) below ``filters.STATE_MAJOR_BELOW`` states, (B, N) from there on."""
     B, K = ys.shape
-    E_cols = hmm.E.T
+    state_major = hmm.num_states < filters.STATE_MAJOR_BELOW
+    orient = (lambda x: x.T) if state_major else (lambda x: x)  # (B, N) <-> the layout of p
 
     def step(p, y):
-        q = (hmm.T @ p) * jnp.take(E_cols, y, axis=1)
-        return q / jnp.sum(q, axis=0, keepdims=True)
+        q = (hmm.T @ p if state_major else p @ hmm.T.T) * orient(hmm.E[y])
+        return q / jnp.sum(q, axis=0 if state_major else 1, keepdims=True)
 
-    p0 = jnp.broadcast_to(hmm.pi0[:, None], (hmm.num_states, B))
+    p0 = orient(jnp.broadcast_to(hmm.pi0, (B, hmm.num_states)))
     if final_only:
-        return jnp.log(jax.lax.fori_loop(0, K, lambda k, p: step(p, ys[:, k]), p0)).T
+        return orient(jnp.log(jax.lax.fori_loop(0, K, lambda k, p: step(p, ys[:, k]), p0)))
 
     def store(k, state):
         p, out = state
         p = step(p, ys[:, k])
-        return p, jax.lax.dynamic_update_slice_in_dim(out, jnp.log(p).T[:, None], k, axis=1)
+        return p, jax.lax.dynamic_update_slice_in_dim(out, orient(jnp.log(p))[:, None], k, axis=1)
 
     return jax.lax.fori_loop(0, K, store, (p0, jnp.empty((B, K, hmm.num_states), hmm.E.dtype)))[1]
 
