@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -96,7 +95,7 @@ def main(argv: list[str]) -> int:
         probed = {row["experiment"] for row in rows}
         rows = [r for r in json.loads(previous.read_text())["rows"] if r["experiment"] not in probed] + rows
     print_rows("paper_memory", rows)
-    write_rows("paper_memory", rows, {**machine_info(), "probe_seconds": args.seconds, "pid": os.getpid()})
+    write_rows("paper_memory", rows, {**machine_info(), "probe_seconds": args.seconds})
     return 0
 
 

@@ -31,9 +31,11 @@ def _block(out):
     return out
 
 
-def timed(fn, repeats: int = 1) -> float:
-    """Best wall time in seconds of ``fn()`` (blocked until ready) over ``repeats`` runs, after one warm-up."""
-    _block(fn())
+def timed(fn, repeats: int = 1, warm_up: bool = True) -> float:
+    """Best wall time in seconds of ``fn()`` (blocked until ready) over ``repeats`` runs, after one warm-up call
+    (compilation) unless the caller has just made it (``warm_up=False``)."""
+    if warm_up:
+        _block(fn())
     best = np.inf
     for _ in range(repeats):
         t = time.perf_counter()
@@ -82,8 +84,8 @@ def side_by_side(workload: str, implementations: Sequence[tuple[str, Callable[[]
     reference = reference if reference is not None else (names[-1] if missing is None else None)
     seconds, outputs = {}, {}
     for name, fn in implementations:
-        outputs[name] = _as_numpy(_block(fn()))
-        seconds[name] = timed(fn, repeats)
+        outputs[name] = _as_numpy(_block(fn()))  # this first call is also the warm-up
+        seconds[name] = timed(fn, repeats, warm_up=False)
     rows = []
     for name in names:
         row = {"workload": workload, "implementation": name, **(extra or {}), "seconds": seconds[name]}

@@ -65,15 +65,10 @@ def log_matvec_fast(T: Array, w: Array) -> Array:
     return jnp.log(jnp.einsum("...ij,...j->...i", T, jnp.exp(w - m))) + m
 
 
-def _log_normaliser(w: Array) -> Array:
-    """logsumexp(w) over the last axis, kept (..., 1); -inf for an all -inf row."""
-    m = _finite_max(w)
-    return jnp.log(jnp.sum(jnp.exp(w - m), axis=-1, keepdims=True)) + m
-
-
 def normalize_logits(w: Array) -> Array:
     """w - logsumexp(w) over the last axis (log of the softmax, eq. 8); all -inf rows stay -inf."""
-    lse = _log_normaliser(w)
+    m = _finite_max(w)
+    lse = jnp.log(jnp.sum(jnp.exp(w - m), axis=-1, keepdims=True)) + m
     return jnp.where(jnp.isfinite(lse), w - lse, w)
 
 
@@ -139,9 +134,10 @@ def log_belief(model: HMM | ControlledHMM, ys: Array, actions: Array | None = No
 # (relative rounding only) as long as no product T_ij p_j E_i underflows, which ``_underflow_floor`` guarantees
 # for beliefs above a per-state floor; the pass records whether any belief of the batch ever fell below it.
 # Only then is the batch recomputed by the exact log-space recursion (``log_matvec``: a log-sum-exp per row,
-# N^2 exponentials a step), so the common case costs one small matmul a step and no exponentials. The fast
-# pass keeps the batch on the last axis (N, B): the per-step normalisation and the likelihood product then run
-# along contiguous batch rows, which vectorises far better than short rows of a few states.
+# N^2 exponentials a step), so the common case costs one small matmul a step and no exponentials. Below
+# STATE_MAJOR_BELOW states the fast pass keeps the batch on the last axis (N, B): the per-step normalisation and
+# the likelihood product then run along contiguous batch rows, which vectorises far better than short rows of a
+# few states.
 
 
 def _underflow_floor(T_all: Array, E: Array) -> Array:

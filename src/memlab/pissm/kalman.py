@@ -223,14 +223,14 @@ def sample_lgssm(
         fixed = check_matrix(name, X, shape, num_steps)
         if name in ("Q", "R"):
             check_covariance(name, X)
-            X = psd_sqrt(X)  # once for a fixed matrix, not once per step
+            name, X = f"sqrt_{name}", psd_sqrt(X)  # noise is drawn through it; once for a fixed matrix
         per_step[name] = jnp.broadcast_to(X, (num_steps, *shape)) if fixed else jnp.asarray(X)
     check_matrix("initial_cov", initial_cov, (M, M))
     check_covariance("initial_cov", initial_cov)
     k0, kq, kr = jax.random.split(key, 3)
     x0 = initial_mean + psd_sqrt(initial_cov) @ jax.random.normal(k0, (M,), jnp.result_type(initial_mean))
-    q = jnp.einsum("tij,tj->ti", per_step["Q"], jax.random.normal(kq, (num_steps, M), x0.dtype))
-    r = jnp.einsum("tij,tj->ti", per_step["R"], jax.random.normal(kr, (num_steps, N), x0.dtype))
+    q = jnp.einsum("tij,tj->ti", per_step["sqrt_Q"], jax.random.normal(kq, (num_steps, M), x0.dtype))
+    r = jnp.einsum("tij,tj->ti", per_step["sqrt_R"], jax.random.normal(kr, (num_steps, N), x0.dtype))
 
     def step(x, inputs):
         A_t, q_t = inputs
