@@ -53,6 +53,19 @@ def pytest_configure(config):
         os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's compiled programs after every test module.
+
+    Each live XLA:CPU executable holds about nine memory mappings; a test worker that keeps every program of
+    several hundred tests reaches the kernel's limit (vm.max_map_count, 65530), its next JIT fails and the
+    worker dies (seen: SIGSEGV unwinding that error, 65318 mappings in the core). Programs compiled again later
+    come from the persistent cache.
+    """
+    yield
+    jax.clear_caches()
+
+
 @pytest.fixture
 def check_tiny_run(request):
     """``check(name, tmp_path)``: ``memlab run NAME --profile tiny`` writes claims, a figure and a summary; run

@@ -68,6 +68,12 @@ Decisions (see `memlab.pissm.model`): prediction from the filtered moments (the 
 mode), Joseph-form covariance update (eq. 7 prints a `+`), full covariances (diagonal ones cut the velocity out of \
 the gain), the RNN gain factor expressed around the exact gain and bounded.
 
+Reproducibility: training is chaotic in the float sense. Measured on Navier–Stokes (π-SSM-GRU), a one-ulp \
+change of one initial A_z moves the first epoch's loss by 7e-4, more than the rewrite of the filter in commit \
+7497151 (equal to the old one to 1e-10 in float64) does (1e-5). Any change of code, compiler flags or machine that \
+is not bit-exact therefore changes the trained numbers after many epochs: compare runs by mean and std over seeds, \
+not digit by digit.
+
 ![test log-likelihood](table1.png)
 """
 COLUMNS = ("dataset", "model", "seeds", "ll_mean", "ll_std", "filtered_mse_mean", "filtered_mse_std",
