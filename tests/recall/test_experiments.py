@@ -50,7 +50,7 @@ def test_every_profile_validates_and_bad_configs_are_rejected():
         (RateConfig(alphas=(1.0, 0.75)), "strictly increasing"), (RateConfig(alphas=(0.0, 1.0)), "alphas"),
         (RateConfig(sample_sizes=(8,)), "two sizes"), (RateConfig(sample_sizes=(8, 4)), "sample_sizes"),
         (RateConfig(students=("lstm",)), "unknown student"), (RateConfig(num_val=0), "num_val"),
-        (RateConfig(context_lengths=(100, 200)), "one student at one T"),
+        (RateConfig(context_lengths=(100, 200)), "one T"),
         (SweepConfig(alphas=(1.0,)), "two or more alphas"),
         (CompareConfig(students=("mamba-1",)), "'attention'"), (CompareConfig(alphas=(0.5, 1.0)), "one alpha"),
         (ContextLimitConfig(student="attention"), "unknown student"),
@@ -83,9 +83,10 @@ def test_curve_cells_share_the_data_streams_and_travel():
     cloudpickle.loads(cloudpickle.dumps(cells["mamba-1_alpha=1_T=16_n=4"]))
 
 
-def _record(student, alpha, T, n, mse, mean=1.0, tag_only=0.5):
-    return {"student": student, "alpha": alpha, "T": T, "n": n, "mse": mse, "baseline_mean": mean,
-            "baseline_tag_only": tag_only}
+def _record(student, alpha, T, n, mse, mean=1.0, tag_only=0.5, stderr=float("nan"), val_tag_only=None):
+    return {"student": student, "alpha": alpha, "T": T, "n": n, "mse": mse, "mse_stderr": stderr,
+            "baseline_mean": mean, "baseline_tag_only": tag_only,
+            "val_baseline_tag_only": tag_only if val_tag_only is None else val_tag_only}
 
 
 def test_rate_analysis():
@@ -98,9 +99,24 @@ def test_rate_analysis():
     stats = _analyse(cfg, cells)
     assert stats["keys"] == [("mamba-1", 0.75, 100), ("mamba-1", 1.0, 100)]
     assert stats["monotone"] == [True, False]
-    np.testing.assert_array_equal(stats["below"], [True, True, True])
-    np.testing.assert_array_equal(stats["below_relative"], [0.5 / 0.9 < 0.4, 0.55 / 0.9 < 0.3, 0.4 / 0.9 < 0.31])
+    np.testing.assert_array_equal(stats["below"]["mamba-1"], [True, True, True])
+    np.testing.assert_array_equal(stats["below_relative"]["mamba-1"],
+                                  [0.5 / 0.9 < 0.4, 0.55 / 0.9 < 0.3, 0.4 / 0.9 < 0.31])
     assert stats["curves"][("mamba-1", 0.75, 100)].fit.C > 0
+    assert stats["tag_only"][("mamba-1", 1.0, 100)].first_n == 64  # 0.4 < the tag-only risk 0.5
+    assert stats["tag_only"][("mamba-1", 0.75, 100)].first_n is None
+
+
+def test_rate_analysis_with_two_students_keeps_their_curves_apart():
+    from memlab.recall.exp_rate import RateConfig, _analyse
+
+    cfg = RateConfig(context_lengths=(100,), sample_sizes=(4, 16), students=("mamba-1", "mamba-1-residual"))
+    cells = {f"{s}-{a}-{n}": _record(s, a, 100, n, m * (1 if s == "mamba-1" else 2) * (1 if a == 1.0 else 1.5))
+             for s in cfg.students for a in cfg.alphas for n, m in zip((4, 16), (0.6, 0.4))}
+    stats = _analyse(cfg, cells)
+    assert stats["keys"] == [(s, a, 100) for s in cfg.students for a in (0.75, 1.0)]
+    assert stats["curves"][("mamba-1-residual", 0.75, 100)].mse.tolist() == pytest.approx([1.8, 1.2])
+    assert set(stats["below"]) == set(cfg.students) and all(b.all() for b in stats["below"].values())
 
 
 def test_sweep_analysis():

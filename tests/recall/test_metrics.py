@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memlab.recall.metrics import coupling_rate, is_monotone, learning_curves
+from memlab.recall.metrics import coupling_rate, is_monotone, learning_curves, tag_only_comparison
 
 
-def record(student, alpha, T, n, mse, mean=1.0, tag_only=0.5):
-    return {"student": student, "alpha": alpha, "T": T, "n": n, "mse": mse, "baseline_mean": mean,
-            "baseline_tag_only": tag_only}
+def record(student, alpha, T, n, mse, mean=1.0, tag_only=0.5, stderr=float("nan"), val_tag_only=None):
+    return {"student": student, "alpha": alpha, "T": T, "n": n, "mse": mse, "mse_stderr": stderr,
+            "baseline_mean": mean, "baseline_tag_only": tag_only,
+            "val_baseline_tag_only": tag_only if val_tag_only is None else val_tag_only}
 
 
 def test_learning_curves_group_in_first_seen_order_and_fit_eq_1():
@@ -41,3 +42,19 @@ def test_coupling_rate_recovers_a_geometric_decay_above_the_noise_floor():
     floored = np.maximum(distance, 1e-9)  # float32 noise after ~ 400 steps: excluded by the floor
     assert coupling_rate(floored)[0] == pytest.approx(0.97)
     assert np.isnan(coupling_rate(distance[:9])[0])  # fewer than ten usable steps
+
+
+def test_tag_only_comparison_needs_two_standard_errors_and_the_validation_baseline():
+    rs = [record("mamba-1", 1.0, 100, 4, 0.50, stderr=0.01, val_tag_only=0.49),  # above
+          record("mamba-1", 1.0, 100, 16, 0.47, stderr=0.02, val_tag_only=0.49),  # below, but by 1 s.e. only
+          record("mamba-1", 1.0, 100, 64, 0.40, stderr=0.02, val_tag_only=0.49),  # below by 4.5 s.e.
+          record("attention", 1.0, 100, 4, 0.48, val_tag_only=0.49)]  # one seed: any margin
+    out = tag_only_comparison(rs)
+    c = out[("mamba-1", 1.0, 100)]
+    np.testing.assert_array_equal(c.below, [False, False, True])
+    assert c.first_n == 64 and c.ratio[0] == pytest.approx(0.50 / 0.49)
+    assert out[("attention", 1.0, 100)].first_n == 4
+    assert tag_only_comparison(rs[:2])[("mamba-1", 1.0, 100)].first_n is None
+    old = {k: v for k, v in rs[0].items() if k != "val_baseline_tag_only"}
+    with pytest.raises(ValueError, match="older memlab"):
+        tag_only_comparison([old])

@@ -31,12 +31,23 @@ def test_query_insertion_layout():
         encode(jnp.array([1.0]), tags, content[:2])
 
 
-@pytest.mark.parametrize("kind", ["mamba-1", "mamba-2", "attention"])
+@pytest.mark.parametrize("kind", ["mamba-1", "mamba-2", "mamba-1-residual", "mamba-2-residual", "attention"])
 def test_students_read_out_one_scalar(kind):
     model = make_student(kind, 1, jax.random.key(0))
     u = encode(jnp.array([1.0]), jnp.ones((7, 1)), jnp.linspace(0, 1, 7))
     assert model(u).shape == ()
     assert num_params(model) > 0
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_mamba_student_composes_as_written_or_in_the_residual_wrapper(residual):
+    """App. A.1: head(Mamba(Phi_1(u)))[-1] (no norm, no residual); residual: head((x + Mamba(RMSNorm(x)))[-1])."""
+    model = make_student("mamba-1-residual" if residual else "mamba-1", 1, jax.random.key(3))
+    assert model.residual == residual and len(model.norms) == int(residual)
+    u = encode(jnp.array([1.0]), jnp.ones((9, 1)).at[::2].set(-1.0), jnp.linspace(0, 1, 9))
+    x = jax.vmap(model.phis[0])(u)
+    mixed = x + model.blocks[0](jax.vmap(model.norms[0])(x)) if residual else model.blocks[0](x)
+    np.testing.assert_allclose(float(model(u)), float(model.head(mixed[-1])[0]), rtol=1e-6, atol=1e-7)
 
 
 def test_two_block_student_has_two_s6_layers_and_is_causal():
@@ -62,10 +73,10 @@ def test_packed_sequences_with_reset_match_separate_runs():
     np.testing.assert_allclose(out[len(u1):], np.asarray(model.features(u2)), atol=1e-5)
 
 
-@pytest.mark.parametrize("num_blocks", [1, 2])
-def test_readout_at_the_last_token_equals_the_full_sequence_path(num_blocks):
+@pytest.mark.parametrize("num_blocks, residual", [(1, False), (2, False), (2, True)])
+def test_readout_at_the_last_token_equals_the_full_sequence_path(num_blocks, residual):
     """__call__ runs the last S6 block at the readout token only; it must equal the head on the full features."""
-    model = MambaStudent(token_dim(1), num_blocks=num_blocks, key=jax.random.key(4))
+    model = MambaStudent(token_dim(1), num_blocks=num_blocks, residual=residual, key=jax.random.key(4))
     u = encode(jnp.array([-1.0]), jnp.ones((40, 1)).at[::3].set(-1.0), jnp.linspace(0, 1, 40))
     x = jax.random.normal(jax.random.key(5), (len(u), 16))
 

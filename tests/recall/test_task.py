@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -10,6 +11,7 @@ from memlab.recall.task import (
     A1_TAGS,
     RecallTask,
     baseline_mse,
+    baseline_predictions,
     check_tags,
     content_pmf,
     degenerate_fraction,
@@ -54,6 +56,22 @@ def test_degenerate_density_is_uniform():
     np.testing.assert_allclose(np.asarray(content_pmf(coeffs, task)), 1 / 32)
     assert 0.3 < degenerate_fraction(jax.random.key(0), task, 20_000) < 0.6  # alpha = 2: Z_1 < 0 is usually fatal
     assert degenerate_fraction(jax.random.key(0), RecallTask(alpha=0.5), 20_000) < 0.1
+
+
+def test_density_is_exactly_zero_at_the_basis_nodes():
+    """At x = 1, sin(pi j) is ~1e-16 in floating point; a density <= 0 on the rest of the grid must still give the
+    uniform mass function, not a point mass at x = 1 from that residue."""
+    task = RecallTask(alpha=2.0)
+    assert np.all(task.basis[1:, 0] == 0) and np.all(task.basis[1:, -1] == 0)
+    # f = -sin(pi x) - 0.502 sin(2 pi x) = sin(pi x) (-1 - 1.004 cos(pi x)) is > 0 only on (0.985, 1), between the
+    # last two grid points, so it is <= 0 on the whole grid; its naive value at x = 1 is ~ +5e-19
+    coeffs = np.zeros(16)
+    coeffs[1:3] = np.array([-1.0, -0.502]) / (np.sqrt(2.0) * task.eigenvalues[1:3])
+    j, x = np.arange(16)[:, None], task.grid[None, :]
+    naive = coeffs * task.eigenvalues @ np.where(j == 0, 1.0, np.sqrt(2.0) * np.sin(np.pi * j * x))
+    assert np.all(naive[:-1] <= 0) and naive[-1] > 0
+    pmf = np.asarray(content_pmf(jnp.asarray(coeffs[None], jnp.float32), task))
+    np.testing.assert_allclose(pmf, 1 / 32, rtol=1e-6)
 
 
 def test_target_formula_and_noise(batch):
@@ -110,6 +128,13 @@ def test_exact_baselines_match_monte_carlo():
         assert abs(np.mean(y**2) - exact["mean"]) < 0.03 * exact["mean"]
         assert abs(np.mean((y - q * s_mean) ** 2) - exact["tag_only"]) < 0.04 * exact["tag_only"]
         assert exact["tag_only"] < exact["mean"]
+        predicted = baseline_predictions(b, task)  # the predictors the experiments score on their validation sets
+        np.testing.assert_allclose(np.asarray(predicted["tag_only"]), q * s_mean, rtol=1e-6)
+        np.testing.assert_array_equal(np.asarray(predicted["mean"]), 0.0)  # A.1 tags: E[Y] = 0
+    independent = RecallTask(context_length=1, query_dependent=False)
+    b = sample(jax.random.key(5), 8, independent)
+    np.testing.assert_allclose(np.asarray(baseline_predictions(b, independent)["tag_only"]),
+                               independent.eigenvalues[1:].sum(), rtol=1e-6)
 
 
 def test_tag_checks():

@@ -18,7 +18,16 @@ from memlab.recall.metrics import LearningCurve, coupling_rate, is_monotone, lea
 from memlab.recall.rate import RateFit, fit_rate, rate_axis
 from memlab.recall.runs import STUDENTS, deserialise, make_student, serialise, train_cell, training_pools
 from memlab.recall.students import AttentionStudent, MambaStudent, num_params
-from memlab.recall.task import Batch, RecallTask, baseline_mse, check_tags, orthogonal_tags, sample, sample_context
+from memlab.recall.task import (
+    Batch,
+    RecallTask,
+    baseline_mse,
+    baseline_predictions,
+    check_tags,
+    orthogonal_tags,
+    sample,
+    sample_context,
+)
 from memlab.recall.train import TrainConfig, TrainResult, make_train, mse, predictions
 
 __all__ = [
@@ -32,6 +41,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "baseline_mse",
+    "baseline_predictions",
     "check_tags",
     "coupling_distance",
     "coupling_rate",

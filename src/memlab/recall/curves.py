@@ -18,13 +18,13 @@ from jax import Array
 from matplotlib import ticker
 
 from memlab.checks import check_choices, check_increasing_ints, check_int, check_real
-from memlab.recall.metrics import LearningCurve
+from memlab.recall.metrics import LearningCurve, TagOnlyComparison
 from memlab.recall.runs import STUDENTS, curve_cell
 from memlab.recall.task import RecallTask
 from memlab.recall.train import TrainConfig
 
 __all__ = ["CHOICES", "FIT_FORMAT", "FIT_HEADER", "RISK_HEADER", "CurveConfig", "curve_cells", "fit_rows", "n_ticks",
-           "plot_curves", "risk_rows"]
+           "plot_curves", "risk_rows", "tag_only_lines"]
 
 CHOICES = """## Choices the paper leaves open
 
@@ -33,21 +33,25 @@ scale of Z; Y = v_1 Σ λ_j Z_j² depends on that scale. So no learner reaches �
 exact risk of the best predictor that uses the query tag only (E[Y | q] = v_1 E[S]); a student below it has recalled \
 content. Comparing α's by raw MSE also compares target scales (Var Y shrinks as α grows), so `relative_to_mean` in \
 risk.csv divides by the mean predictor's risk.
-- **Grid and degenerate densities.** The 32-point grid is `linspace(0, 1, 32)`; where the clamped density vanishes \
-on the whole grid (often for α = 2: λ_1 dominates and Z_1 < 0) the mass function is uniform (what \
-clamp-with-epsilon-then-renormalise gives).
+- **Grid and degenerate densities.** The 32-point grid is `linspace(0, 1, 32)`; the basis is exactly 0 at x = 0 \
+and x = 1 (a rounded sin(πj) ≈ 1e-16 there would turn some all-negative densities into a point mass at x = 1). \
+Where the clamped density vanishes on the whole grid the mass function is uniform (what \
+clamp-with-epsilon-then-renormalise gives); `task.degenerate_fraction` measures how often: about 15 % of draws at \
+α = 0.75, 27 % at α = 1 and 47 % at α = 2.
 - **Student.** Token u = (one-hot marker m_in/m_ctx/m_out, tag, content), the query inserted before and after the \
 context (§4.1). Φ's are one-hidden-layer ReLU MLPs of width 32; each S6 block is the Mamba mixer (in-projection ×2, \
 causal depthwise conv of width 4, SiLU, Δ of rank ⌈16/16⌉ = 1, S4D-real A = −exp(A_log), ZOH discretisation of §4.2, \
-SiLU gate, out-projection) inside the public Mamba code's pre-norm residual wrapper. The readout is the head MLP at \
-the last token.
+SiLU gate, out-projection), composed as written (`mamba-1`, `mamba-2`: Φ → S6 → Φ, no residual, no norm). The \
+students `mamba-1-residual` / `mamba-2-residual` put each mixer inside the public Mamba code's pre-norm residual \
+wrapper x + Mamba(RMSNorm(x)) instead (memlab's default before issue 14). The readout is the head MLP at the last \
+token.
 - **Training.** Adam 2e-3 × 0.95 per epoch (staircase), batch min(16, n), global-norm clipping 1.0; the validation \
 set is drawn once per (α, T) with its own key and shared by every n and student; the training sets are nested (the \
 run at n uses the first n examples of one pool per seed).
 """
 
 RISK_HEADER = ["student", "alpha", "T", "n", "mse", "mse_stderr", "best_epoch", "relative_to_mean", "baseline_mean",
-               "baseline_tag_only"]
+               "baseline_tag_only", "val_tag_only"]
 FIT_HEADER = ["student", "α", "T", "MSE at each n", "fitted C (ours)", "C (paper)", "R²", "tag-only risk"]
 FIT_FORMAT = {"α": "g", "fitted C (ours)": ".2f", "R²": ".2f", "tag-only risk": ".3g"}
 
@@ -93,7 +97,18 @@ def curve_cells(cfg: CurveConfig, key_for: Callable[..., Array]) -> dict[str, pa
 def risk_rows(records: Sequence[Mapping]) -> list[list]:
     """Rows of risk.csv (``RISK_HEADER``), one per cell record."""
     return [[r["student"], r["alpha"], r["T"], r["n"], r["mse"], r["mse_stderr"], int(np.mean(r["best_epoch"])),
-             r["mse"] / r["baseline_mean"], r["baseline_mean"], r["baseline_tag_only"]] for r in records]
+             r["mse"] / r["baseline_mean"], r["baseline_mean"], r["baseline_tag_only"], r["val_baseline_tag_only"]]
+            for r in records]
+
+
+def tag_only_lines(comparisons: Mapping[tuple, TagOnlyComparison], keys: Sequence[tuple],
+                   name: Callable[[tuple], str]) -> str:
+    """Markdown bullets, one per curve ``name(key)``: MSE / tag-only risk on the same validation set at every n and
+    whether (from which n) the student beats it (``metrics.tag_only_comparison``)."""
+    return "\n".join(
+        f"- {name(k)}: " + ", ".join(f"n = {int(n)}: {r:.3f}" for n, r in zip(c.n, c.ratio))
+        + (f" — below the tag-only risk from n = {c.first_n}" if c.first_n else " — never below the tag-only risk")
+        for k, c in ((k, comparisons[k]) for k in keys))
 
 
 def fit_rows(curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple], paper_c: Callable[[tuple], str]) -> list:

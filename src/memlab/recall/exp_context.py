@@ -59,7 +59,8 @@ class ContextLimitConfig:
     def validate(self) -> None:
         check_int("seed", self.seed, low=0)
         check_real("alpha", self.alpha, 0.0, open_low=True)
-        check_choice("student", self.student, ("mamba-1", "mamba-2"))  # an S6 student: the limit is about its scan
+        # an S6 student: the limit is about its scan
+        check_choice("student", self.student, [k for k in STUDENTS if k.startswith("mamba")])
         if len(check_increasing_ints("eval_lengths", self.eval_lengths)) < 3:
             raise ValueError(f"eval_lengths needs at least three context lengths, got {self.eval_lengths!r}")
         for name in ("train_context_length", "num_train", "num_val", "epochs", "coupling_length", "num_couplings"):

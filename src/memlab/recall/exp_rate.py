@@ -1,5 +1,6 @@
-"""``recall.rate`` -- App. A.2, Fig. 1: best validation MSE of the one-block S6 student vs n for alpha in
-{0.75, 1}, and the rate fit of eq. (1) (``rate.fit_rate``) per curve.
+"""``recall.rate`` -- App. A.2, Fig. 1: best validation MSE of the one-block S6 student(s) vs n for alpha in
+{0.75, 1}, the rate fit of eq. (1) (``rate.fit_rate``) per curve, and whether the student ever beats the tag-only
+predictor on its validation set (recalls content).
 
 The grid, its cells and its tables are ``curves.py`` (shared with ``recall.sweep`` and ``recall.attention-vs-s6``).
 Besides the paper's numbers, the tables carry the exact risks of the mean and the tag-only predictors.
@@ -21,8 +22,9 @@ from memlab.recall.curves import (
     n_ticks,
     plot_curves,
     risk_rows,
+    tag_only_lines,
 )
-from memlab.recall.metrics import is_monotone, learning_curves
+from memlab.recall.metrics import is_monotone, learning_curves, tag_only_comparison
 from memlab.recall.runs import STUDENTS
 from memlab.runner import Experiment, Run
 
@@ -30,8 +32,8 @@ PAPER_C = {0.75: 1.81, 1.0: 1.28}  # App. A.2, Fig. 1 (T = 5000, one-block stude
 
 SUMMARY = """# recall.rate — Fig. 1
 
-Best validation MSE ({num_val} held-out examples) of the {student} student vs the number of training contexts n, \
-T = {T}, {epochs} epochs, {num_seeds} seed(s) per cell.
+Best validation MSE ({num_val} held-out examples) vs the number of training contexts n, T = {T}, {epochs} epochs, \
+{num_seeds} seed(s) per cell (mean over seeds), for the student(s): {students}.
 
 ![rate](rate.png)
 
@@ -39,18 +41,23 @@ T = {T}, {epochs} epochs, {num_seeds} seed(s) per cell.
 Paper (App. A.2): C ≈ 1.81 (α = 0.75) and 1.28 (α = 1.0); the α = 1.0 curve lies below α = 0.75 at every n. \
 Claims and their rules are in results.json.
 
+Does the student recall? The tag-only predictor E[Y | q] needs no recall; a student whose risk is not below it \
+has learnt the tag and nothing of the content, whatever its fitted C. MSE / tag-only risk on the same validation \
+set, per n:
+
+{recall_lines}
+
 {choices}"""
 
 
 @dataclasses.dataclass(frozen=True)
 class RateConfig(CurveConfig):
-    """One student and one T; the alphas are the curves of Fig. 1 (defaults: the paper's sizes)."""
+    """One T; one curve per (student, alpha) (defaults: the paper's sizes, its one-block student)."""
 
     def validate(self) -> None:
         super().validate()
-        if len(self.students) != 1 or len(self.context_lengths) != 1:
-            raise ValueError(f"recall.rate draws one student at one T; got students {self.students!r}, "
-                             f"context_lengths {self.context_lengths!r}")
+        if len(self.context_lengths) != 1:
+            raise ValueError(f"recall.rate draws one T; got context_lengths {self.context_lengths!r}")
 
 
 def run_rate(cfg: RateConfig, run: Run) -> dict:
@@ -64,29 +71,30 @@ def run_rate(cfg: RateConfig, run: Run) -> dict:
 
 
 def _analyse(cfg: RateConfig, cells: dict) -> dict:
-    """Cell records -> one learning curve per alpha (ascending), the monotonicity rule per curve and, with two or
-    more alphas, where the smoothest curve lies below the roughest (raw and relative to the mean predictor)."""
+    """Cell records -> one learning curve per (student, alpha), the monotonicity rule and the tag-only comparison
+    per curve and, per student with two or more alphas, where the smoothest curve lies below the roughest (raw and
+    relative to the mean predictor)."""
     records = list(cells.values())
     curves = learning_curves(records)
-    keys = [(cfg.students[0], float(a), cfg.context_lengths[0]) for a in cfg.alphas]
-    stats = {"records": records, "curves": curves, "keys": keys,
-             "monotone": [is_monotone(curves[k].mse) for k in keys]}
-    if len(keys) >= 2:
-        rough, smooth = curves[keys[0]], curves[keys[-1]]  # alphas ascend (validate)
-        stats["below"] = smooth.mse < rough.mse
-        stats["below_relative"] = smooth.mse / smooth.baseline_mean < rough.mse / rough.baseline_mean
+    keys = [(kind, float(a), cfg.context_lengths[0]) for kind in cfg.students for a in cfg.alphas]
+    stats = {"records": records, "curves": curves, "keys": keys, "tag_only": tag_only_comparison(records),
+             "monotone": [is_monotone(curves[k].mse) for k in keys], "below": {}, "below_relative": {}}
+    if len(cfg.alphas) >= 2:
+        for kind in cfg.students:
+            rough, smooth = (curves[(kind, float(a), cfg.context_lengths[0])] for a in (cfg.alphas[0], cfg.alphas[-1]))
+            stats["below"][kind] = smooth.mse < rough.mse  # alphas ascend (validate)
+            stats["below_relative"][kind] = smooth.mse / smooth.baseline_mean < rough.mse / rough.baseline_mean
     return stats
 
 
 def _figures(cfg: RateConfig, stats: dict, run: Run) -> None:
     curves, keys = stats["curves"], stats["keys"]
     fig, axes = plots.figure(1, 2, width=9.0, height=3.6)
-    plot_curves(axes[0], curves, keys, lambda k, c: f"α = {k[1]:g} (C = {c.fit.C:.2f})")
-    axes[0].set_title(f"{keys[0][0]}, T = {keys[0][2]}: solid measured, dashed fit of eq. (1),\ndotted tag-only risk",
-                      fontsize=8)
+    plot_curves(axes[0], curves, keys, lambda k, c: f"{_name(k, keys)} (C = {c.fit.C:.2f})")
+    axes[0].set_title(f"T = {keys[0][2]}: solid measured, dashed fit of eq. (1),\ndotted tag-only risk", fontsize=8)
     for i, k in enumerate(keys):
         c = curves[k]
-        axes[1].plot(c.n, c.mse / c.baseline_mean, "o-", color=f"C{i}", label=f"α = {k[1]:g}")
+        axes[1].plot(c.n, c.mse / c.baseline_mean, "o-", color=f"C{i}", label=_name(k, keys))
         axes[1].axhline(c.baseline_tag_only / c.baseline_mean, color=f"C{i}", ls=":", lw=0.8)
     axes[1].set(xscale="log", yscale="log", xlabel="training examples n", ylabel="MSE / risk of the mean predictor",
                 title="relative to the target scale")
@@ -96,32 +104,49 @@ def _figures(cfg: RateConfig, stats: dict, run: Run) -> None:
     run.save_figure(fig, "rate.png")
 
 
+def _name(key: tuple, keys: list[tuple]) -> str:
+    """'α = 0.75', or 'mamba-1, α = 0.75' when the run has several students."""
+    alpha = f"α = {key[1]:g}"
+    return alpha if len({k[0] for k in keys}) == 1 else f"{key[0]}, {alpha}"
+
+
 def _claims(stats: dict, run: Run) -> None:
     curves, keys = stats["curves"], stats["keys"]
+    several = len({k[0] for k in keys}) > 1
     for k, monotone in zip(keys, stats["monotone"]):
         c, alpha = curves[k], f"{k[1]:g}"
-        run.claim(f"risk-decreases[alpha={alpha}]", f"validation MSE decreases monotonically in n (α = {alpha}); "
+        tag = f"student={k[0]},alpha={alpha}" if several else f"alpha={alpha}"
+        run.claim(f"risk-decreases[{tag}]", f"validation MSE decreases monotonically in n ({_name(k, keys)}); "
                   "rule: each step in n raises it by at most 5%", "App. A.2, Fig. 1",
                   " → ".join(f"{m:.3g}" for m in c.mse), monotone)
         paper = f"C ≈ {PAPER_C[k[1]]}" if k[1] in PAPER_C else "C > 0"
-        run.claim(f"rate-fit[alpha={alpha}]", f"log L(n) = A − C (log n)^(α/(α+1)) with C > 0 (α = {alpha}); rule: "
+        run.claim(f"rate-fit[{tag}]", f"log L(n) = A − C (log n)^(α/(α+1)) with C > 0 ({_name(k, keys)}); rule: "
                   "fitted C > 0", f"App. A.2 ({paper})", f"C = {c.fit.C:.2f}, R² = {c.fit.r_squared:.2f}", c.fit.C > 0)
-    if "below" in stats:
-        rough, smooth = f"{keys[0][1]:g}", f"{keys[-1][1]:g}"
-        below, relative = stats["below"], stats["below_relative"]
-        run.claim("smoother-is-easier", f"the α = {smooth} curve lies below α = {rough} at every n; rule: raw MSE "
-                  "lower at every n", "App. A.2, Fig. 1", f"lower at {int(below.sum())}/{len(below)} n",
+        t = stats["tag_only"][k]
+        run.claim(f"recalls[{tag}]", f"the student's risk falls below the tag-only risk at some n ({_name(k, keys)}): "
+                  "it recalls content; rule: mean MSE below the tag-only risk of the same validation set by more "
+                  "than 2 s.e. over seeds (any margin with one seed) at some n", "App. A.2 (what a rate in n means)",
+                  f"first at n = {t.first_n}" if t.first_n else f"never; lowest MSE / tag-only {t.ratio.min():.3f}",
+                  t.first_n is not None)
+    for kind, below in stats["below"].items():
+        rough, smooth = (f"{a:g}" for a in (keys[0][1], keys[-1][1]))
+        relative = stats["below_relative"][kind]
+        suffix = f"[{kind}]" if several else ""
+        run.claim(f"smoother-is-easier{suffix}", f"the α = {smooth} curve lies below α = {rough} at every n; rule: "
+                  "raw MSE lower at every n", "App. A.2, Fig. 1", f"lower at {int(below.sum())}/{len(below)} n",
                   bool(below.all()))
-        run.claim("smoother-is-easier-relative", "same, after dividing each curve by its mean-predictor risk (removes "
-                  "the target scale); rule: relative MSE lower at every n", "App. A.2 (our normalisation)",
+        run.claim(f"smoother-is-easier-relative{suffix}", "same, after dividing each curve by its mean-predictor risk "
+                  "(removes the target scale); rule: relative MSE lower at every n", "App. A.2 (our normalisation)",
                   f"lower at {int(relative.sum())}/{len(relative)} n", bool(relative.all()))
 
 
 def _summary(cfg: RateConfig, stats: dict, run: Run) -> str:
     run.save_csv("risk.csv", RISK_HEADER, risk_rows(stats["records"]))
     rows = fit_rows(stats["curves"], stats["keys"], lambda k: PAPER_C.get(k[1], "—"))
-    return SUMMARY.format(num_val=cfg.num_val, student=STUDENTS[cfg.students[0]], T=cfg.context_lengths[0],
-                          epochs=cfg.epochs, num_seeds=cfg.num_seeds, choices=CHOICES,
+    return SUMMARY.format(num_val=cfg.num_val, T=cfg.context_lengths[0], epochs=cfg.epochs, num_seeds=cfg.num_seeds,
+                          students="; ".join(f"`{s}` = {STUDENTS[s]}" for s in cfg.students), choices=CHOICES,
+                          recall_lines=tag_only_lines(stats["tag_only"], stats["keys"],
+                                                      lambda k: _name(k, stats["keys"])),
                           fit_table=run.save_table("fits.csv", FIT_HEADER, rows, FIT_FORMAT))
 
 
@@ -135,7 +160,9 @@ EXPERIMENTS = [
         # The n grid, both alphas and the 30 epochs stay: every claim reads every n, and the small-n runs are still
         # improving at epoch 30.
         {"quick": RateConfig(context_lengths=(100,), num_val=64),
-         "paper": RateConfig(),
+         # paper: the paper's student and memlab's former residual one, 3 seeds per cell (the paper ran one) so
+         # that every point has a standard error (issue 14)
+         "paper": RateConfig(students=("mamba-1", "mamba-1-residual"), num_seeds=3),
          "tiny": RateConfig(context_lengths=(16,), sample_sizes=(4, 8), num_val=16, epochs=2)},
         run_rate),
 ]

@@ -22,8 +22,9 @@ from memlab.recall.curves import (
     fit_rows,
     plot_curves,
     risk_rows,
+    tag_only_lines,
 )
-from memlab.recall.metrics import is_monotone, learning_curves
+from memlab.recall.metrics import is_monotone, learning_curves, tag_only_comparison
 from memlab.recall.runs import STUDENTS
 from memlab.runner import Experiment, Run
 
@@ -37,6 +38,11 @@ SUMMARY = """# recall.sweep — App. A.4, Figs. 2-4
 ![sweep](sweep.png)
 
 {fit_table}
+Does the student recall? MSE / tag-only risk on the same validation set (a student not below it has learnt the tag, \
+not the content):
+
+{recall_lines}
+
 {choices}"""
 
 
@@ -124,6 +130,8 @@ def _summary(cfg: SweepConfig, stats: dict, run: Run) -> str:
     return SUMMARY.format(student=STUDENTS[cfg.students[0]], alphas=[float(a) for a in cfg.alphas],
                           Ts=list(cfg.context_lengths), ns=list(cfg.sample_sizes), epochs=cfg.epochs,
                           num_val=cfg.num_val, num_seeds=cfg.num_seeds, choices=CHOICES,
+                          recall_lines=tag_only_lines(tag_only_comparison(stats["records"]), keys,
+                                                      lambda k: f"α = {k[1]:g}, T = {k[2]}"),
                           fit_table=run.save_table("fits.csv", FIT_HEADER, rows, FIT_FORMAT))
 
 

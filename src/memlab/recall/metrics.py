@@ -12,7 +12,8 @@ import numpy as np
 
 from memlab.recall.rate import RateFit, fit_rate
 
-__all__ = ["LearningCurve", "coupling_rate", "is_monotone", "learning_curves"]
+__all__ = ["LearningCurve", "TagOnlyComparison", "coupling_rate", "is_monotone", "learning_curves",
+           "tag_only_comparison"]
 
 
 class LearningCurve(NamedTuple):
@@ -26,19 +27,55 @@ class LearningCurve(NamedTuple):
     baseline_tag_only: float
 
 
-def learning_curves(records: Iterable[Mapping]) -> dict[tuple[str, float, int], LearningCurve]:
-    """Group training records (``runs.train_cell``) by (student, alpha, T), in first-seen order, and fit eq. (1)
-    to each group's (n, mse) in record order."""
+def _by_curve(records: Iterable[Mapping]) -> dict[tuple[str, float, int], list[Mapping]]:
+    """Training records grouped by (student, alpha, T), in first-seen order."""
     groups: dict[tuple, list[Mapping]] = {}
     for r in records:
         groups.setdefault((r["student"], float(r["alpha"]), int(r["T"])), []).append(r)
+    return groups
+
+
+def learning_curves(records: Iterable[Mapping]) -> dict[tuple[str, float, int], LearningCurve]:
+    """Group training records (``runs.train_cell``) by (student, alpha, T), in first-seen order, and fit eq. (1)
+    to each group's (n, mse) in record order."""
     curves = {}
-    for key, rs in groups.items():
+    for key, rs in _by_curve(records).items():
         n = np.array([r["n"] for r in rs], float)
         mse = np.array([r["mse"] for r in rs], float)
         curves[key] = LearningCurve(n, mse, fit_rate(n, mse, key[1]), float(rs[0]["baseline_mean"]),
                                     float(rs[0]["baseline_tag_only"]))
     return curves
+
+
+class TagOnlyComparison(NamedTuple):
+    """A learning curve against the tag-only predictor scored on the same validation set, per n: sizes n (k,), the
+    ratio MSE / tag-only risk (k,), whether the student is below it by more than 2 standard errors over seeds (by
+    any margin with one seed) (k,), and the first n where it is (None: never)."""
+
+    n: np.ndarray
+    ratio: np.ndarray
+    below: np.ndarray
+    first_n: int | None
+
+
+def tag_only_comparison(records: Iterable[Mapping]) -> dict[tuple[str, float, int], TagOnlyComparison]:
+    """Per (student, alpha, T) as in ``learning_curves``: does the student beat E[Y | q], i.e. recall content?
+
+    Uses each record's ``val_baseline_tag_only`` (the tag-only risk on the cell's own validation set, so the
+    comparison is paired); records written before memlab scored it raise a ValueError.
+    """
+    records = list(records)
+    if any("val_baseline_tag_only" not in r for r in records):
+        raise ValueError("cell records without val_baseline_tag_only come from an older memlab (before the literal "
+                         "A.1 student); delete the output folder and run again")
+    out = {}
+    for key, rs in _by_curve(records).items():
+        n = np.array([r["n"] for r in rs], float)
+        mse, tag_only = (np.array([r[name] for r in rs], float) for name in ("mse", "val_baseline_tag_only"))
+        stderr = np.nan_to_num(np.array([r["mse_stderr"] for r in rs], float))  # nan with one seed
+        below = mse + 2 * stderr < tag_only
+        out[key] = TagOnlyComparison(n, mse / tag_only, below, int(n[below.argmax()]) if below.any() else None)
+    return out
 
 
 def is_monotone(values, slack: float = 0.05) -> bool:

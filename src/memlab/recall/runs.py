@@ -27,7 +27,7 @@ from jax import Array
 from memlab.checks import check_choice, check_int
 from memlab.recall.encoding import token_dim
 from memlab.recall.students import AttentionStudent, MambaStudent
-from memlab.recall.task import Batch, RecallTask, baseline_mse, sample
+from memlab.recall.task import Batch, RecallTask, baseline_mse, baseline_predictions, sample
 from memlab.recall.train import TrainConfig, make_train
 
 __all__ = ["STUDENTS", "compiled_train", "curve_cell", "deserialise", "first_seed", "make_student", "serialise",
@@ -36,6 +36,8 @@ __all__ = ["STUDENTS", "compiled_train", "curve_cell", "deserialise", "first_see
 STUDENTS = {
     "mamba-1": "MLP -> S6 -> MLP (App. A.1)",
     "mamba-2": "Phi_3 o S6 o Phi_2 o S6 o Phi_1 (section 4.4, App. A.4)",
+    "mamba-1-residual": "MLP -> S6 -> MLP, the S6 block in a pre-norm residual wrapper (public Mamba code)",
+    "mamba-2-residual": "Phi_3 o S6 o Phi_2 o S6 o Phi_1, each S6 block in a pre-norm residual wrapper",
     "attention": "MLP -> softmax attention -> MLP (comparator, Kawata & Suzuki 2026)",
 }
 
@@ -45,8 +47,8 @@ def make_student(kind: str, tag_dim: int, key: Array) -> eqx.Module:
     check_choice("student", kind, STUDENTS)
     if kind == "attention":
         return AttentionStudent(token_dim(tag_dim), d_model=16, key=key)
-    return MambaStudent(token_dim(tag_dim), num_blocks=int(kind[-1]), d_model=16, d_state=32, d_conv=4, expand=2,
-                        key=key)
+    return MambaStudent(token_dim(tag_dim), num_blocks=int(kind.split("-")[1]), d_model=16, d_state=32, d_conv=4,
+                        expand=2, residual=kind.endswith("-residual"), key=key)
 
 
 @functools.cache
@@ -92,6 +94,8 @@ def train_cell(task: RecallTask, n: int, kind: str, config: TrainConfig, val_set
     result = train(keys, training_pools(task, capacity, num_seeds, pool_key), val_set, jnp.asarray(n, jnp.int32))
     best = np.asarray(result.best_val_mse, dtype=float)
     baselines = baseline_mse(task)
+    on_val = {name: float(jnp.mean((val_set.y - predicted) ** 2))  # the same references on the validation set
+              for name, predicted in baseline_predictions(val_set, task).items()}
     record = {
         "alpha": task.alpha, "T": task.context_length, "n": n, "student": kind, "num_val": int(val_set.y.shape[0]),
         "best_val_mse": best.tolist(), "mse": float(best.mean()),
@@ -100,6 +104,7 @@ def train_cell(task: RecallTask, n: int, kind: str, config: TrainConfig, val_set
         "val_curve": np.asarray(result.val_mse, dtype=float).mean(0).tolist(),
         "train_curve": np.asarray(result.train_mse, dtype=float).mean(0).tolist(),
         "baseline_mean": baselines["mean"], "baseline_tag_only": baselines["tag_only"],
+        "val_baseline_mean": on_val["mean"], "val_baseline_tag_only": on_val["tag_only"],
     }
     return record, result.model
 

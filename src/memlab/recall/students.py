@@ -7,9 +7,9 @@ Mamba student, ``num_blocks`` S6 blocks (section 4.4: M = Phi_3 o S6 o Phi_2 o S
 App. A.1's "MLP -> S6 -> MLP" is one block):
 
     x = Phi_1(u)                     tokenwise ReLU MLP (section 4.3), d_in -> d_model
-    x = x + Mamba(RMSNorm(x))        S6 block: the Mamba mixer in the residual/pre-norm wrapper of the public
-                                     Mamba code (the paper's "S6 block"; the residual keeps the composition
-                                     trainable and is itself a tokenwise map, so the class is unchanged)
+    x = Mamba(x)                     S6 block: the Mamba mixer, composed as the paper writes it (the default)
+      or x + Mamba(RMSNorm(x))       ``residual=True``: in the pre-norm residual wrapper of the public Mamba code
+                                     (the residual is itself a tokenwise map, so the class is unchanged)
     x = Phi_2(x)                     between blocks, d_model -> d_model
     ...
     y = Phi_last(x_{T+1})            head MLP at the last position, d_model -> 1
@@ -47,9 +47,10 @@ class MambaStudent(eqx.Module):
     """
 
     phis: tuple[eqx.nn.MLP, ...]  # Phi_1 (d_in -> d_model), Phi_2..Phi_k (d_model -> d_model)
-    norms: tuple[eqx.nn.RMSNorm, ...]
+    norms: tuple[eqx.nn.RMSNorm, ...]  # one per block if ``residual``, else empty
     blocks: tuple[MambaBlock, ...]
     head: eqx.nn.MLP  # d_model -> 1
+    residual: bool = eqx.field(static=True)  # each mixer in the pre-norm residual wrapper (x + Mamba(RMSNorm(x)))
 
     def __init__(
         self,
@@ -63,13 +64,15 @@ class MambaStudent(eqx.Module):
         mlp_width: int | None = None,
         discretization: str = "zoh",
         scan: str = "sequential",
+        residual: bool = False,
         key: Array,
     ):
         _check_sizes(d_in=d_in, num_blocks=num_blocks, d_model=d_model, d_state=d_state, d_conv=d_conv, expand=expand)
         width = mlp_width or 2 * d_model
         keys = jax.random.split(key, 2 * num_blocks + 1)
         self.phis = tuple(_mlp(d_in if i == 0 else d_model, d_model, width, keys[i]) for i in range(num_blocks))
-        self.norms = tuple(eqx.nn.RMSNorm(d_model) for _ in range(num_blocks))
+        self.residual = residual
+        self.norms = tuple(eqx.nn.RMSNorm(d_model) for _ in range(num_blocks)) if residual else ()
         self.blocks = tuple(
             MambaBlock(d_model, d_state=d_state, d_conv=d_conv, expand=expand, discretization=discretization,
                        scan=scan, key=keys[num_blocks + i])
@@ -97,13 +100,14 @@ class MambaStudent(eqx.Module):
         return self.head(self._layer(last, x, reset, readout_only=True)[1])[0]
 
     def _layer(self, i: int, x: Array, reset: Array | None, readout_only: bool = False) -> tuple[Array, Array]:
-        """Phi_i, then S6 block i in its residual wrapper: (mixer input (L, d_model), output (L, d_model), or only
-        its last token (d_model,) if ``readout_only``)."""
+        """Phi_i, then S6 block i (in its residual wrapper if ``residual``): (mixer input (L, d_model), output
+        (L, d_model), or only its last token (d_model,) if ``readout_only``)."""
         x = jax.vmap(self.phis[i])(x)
-        mixer_input = jax.vmap(self.norms[i])(x)
-        if readout_only:
-            return mixer_input, x[-1] + self.blocks[i].last(mixer_input, reset)
-        return mixer_input, x + self.blocks[i](mixer_input, reset)
+        mixer_input = jax.vmap(self.norms[i])(x) if self.residual else x
+        out = (self.blocks[i].last if readout_only else self.blocks[i])(mixer_input, reset)
+        if self.residual:
+            out = out + (x[-1] if readout_only else x)
+        return mixer_input, out
 
 
 class AttentionStudent(eqx.Module):

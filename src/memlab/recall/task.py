@@ -108,9 +108,14 @@ class RecallTask:
 
     @property
     def basis(self) -> np.ndarray:
-        """e_j on the grid, (M, G): e_0 = 1, e_j = sqrt(2) sin(pi j x)."""
-        j = np.arange(self.num_coeffs)[:, None]
-        return np.where(j == 0, 1.0, np.sqrt(2.0) * np.sin(np.pi * j * self.grid[None, :]))
+        """e_j on the grid, (M, G): e_0 = 1, e_j = sqrt(2) sin(pi j x), exactly 0 where j x is an integer.
+
+        Floating point gives sin(pi j) ~ 1e-16 at x = 1; there a density that is <= 0 everywhere else would keep
+        a tiny positive residue and renormalise to a point mass at x = 1 instead of the uniform mass function.
+        """
+        j, i = np.arange(self.num_coeffs)[:, None], np.arange(self.grid_size)[None, :]
+        node = (j * i) % (self.grid_size - 1) == 0  # x_i = i / (G - 1): j x_i is an integer
+        return np.where(j == 0, 1.0, np.where(node, 0.0, np.sqrt(2.0) * np.sin(np.pi * j * self.grid[None, :])))
 
 
 class Batch(NamedTuple):
@@ -208,6 +213,15 @@ def degenerate_fraction(key: Array, task: RecallTask, num: int = 100_000) -> flo
     """Fraction of content measures whose clamped density is zero on the whole grid (then taken uniform)."""
     density = unnormalised_density(sample_coeffs(key, num, task), task)
     return float(jnp.mean(jnp.all(density <= 0, axis=-1)))
+
+
+def baseline_predictions(batch: Batch, task: RecallTask) -> dict[str, Array]:
+    """The two reference predictors of ``baseline_mse`` on the examples of ``batch``, (n,) each: ``mean`` = E[Y] and
+    ``tag_only`` = E[Y | q] = g(q) E[S], g(q) = q_1 (query-dependent) or 1."""
+    mean_s = float(task.eigenvalues[1:].sum())
+    g = task.tag_array[:, 0] if task.query_dependent else np.ones(1)
+    gq = batch.query[:, 0] if task.query_dependent else jnp.ones_like(batch.y)
+    return {"mean": jnp.full_like(batch.y, float(g.mean()) * mean_s), "tag_only": gq * mean_s}
 
 
 def baseline_mse(task: RecallTask) -> dict[str, float]:
