@@ -11,7 +11,9 @@ import jax
 import numpy as np
 import pytest
 
+from memlab.ictd.boyan import boyan_chain
 from memlab.ictd.emergence import a_emergence, v_emergence
+from memlab.ictd.mrp import sample_trajectory
 from memlab.ictd.pretrain import (
     PretrainConfig,
     evaluate,
@@ -115,6 +117,29 @@ def test_sample_windows_structure():
     w_fit, *_ = np.linalg.lstsq(Xq.astype(np.float64), np.asarray(w.v_query, np.float64), rcond=None)
     np.testing.assert_allclose(Xq @ w_fit, w.v_query, atol=1e-5)
     assert np.all(np.abs(w_fit) < 1)  # w_* ~ U(-1, 1)^d
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_windows_against_the_trajectory_for_both_query_offsets(k):
+    """Window t: context x(S_t..S_{t+n-1}), R_{t+1..t+n}; query x(S_{t+n+k}); TD reward R_{t+n+k+1}; v*(S_{t+n+k})."""
+    config = PretrainConfig(m=16, d=4, n=5, batch_size=10, minibatches_per_epoch=1, query_offset=k)
+    key = jax.random.key(6)
+    w = sample_windows(key, config)
+    k_task, k_traj = jax.random.split(key)  # the same draws, made here from the trajectory itself
+    task = boyan_chain(k_task, config.m, config.d, config.gamma)
+    states, rewards = sample_trajectory(task.mrp, k_traj, config.rollout_length)
+    X, R, v = (np.asarray(a) for a in (task.features[states], rewards, task.v_star[states]))
+    n, N = config.n, config.num_windows
+    assert len(R) == N + n + k
+    P = np.asarray(w.prompts)
+    for t in range(N + 1):
+        np.testing.assert_array_equal(P[t, :4, :n], X[t:t + n].T)
+        np.testing.assert_array_equal(P[t, 4, :n], R[t:t + n])
+        np.testing.assert_array_equal(P[t, :4, n], X[t + n + k])
+    np.testing.assert_array_equal(np.asarray(w.reward), R[n + k:N + n + k])
+    np.testing.assert_array_equal(np.asarray(w.v_query), v[n + k:N + n + k])
+    with pytest.raises(ValueError, match="query_offset"):
+        PretrainConfig(query_offset=-1).validate()
 
 
 @pytest.mark.parametrize("a_mask", ["full", "relaxed"])

@@ -111,6 +111,9 @@ class PretrainConfig:
     rho_end: float = 0.0
     rho_anneal_steps: int = 0
     stationary_start: bool = False  # S_0 ~ p0 (Algorithm 1) or ~ mu_pi (section 6)
+    # query state S_{t+n+query_offset}: 0 = Algorithm 1 line 7 (the state after the last context transition); 1 = one
+    # step past it, as the linear-attention code of Wang et al. (2025a) builds its prompts (see ``sample_windows``)
+    query_offset: int = 0
 
     @property
     def num_windows(self) -> int:
@@ -119,8 +122,8 @@ class PretrainConfig:
 
     @property
     def rollout_length(self) -> int:
-        """Transitions rolled out per epoch: H = N + n."""
-        return self.num_windows + self.n
+        """Transitions rolled out per epoch: H = N + n + query_offset."""
+        return self.num_windows + self.n + self.query_offset
 
     @property
     def num_steps(self) -> int:
@@ -141,6 +144,7 @@ class PretrainConfig:
         for name in ("rho_start", "rho_end"):
             check_real(name, getattr(self, name), 0.0, 1.0)  # eq. (104)
         check_int("rho_anneal_steps", self.rho_anneal_steps, 0)
+        check_int("query_offset", self.query_offset, 0)
 
 
 def mask_relaxation_config(a_mask: str = "relaxed", **overrides) -> PretrainConfig:
@@ -162,9 +166,10 @@ class Params(eqx.Module):
 class Windows(eqx.Module):
     """N consecutive overlapping windows of one trajectory (Algorithm 1, lines 8-9).
 
-    prompts: (N+1, d+3, n+1), prompts[t] = Z0 of window t (S_t..S_{t+n}, R_{t+1}..R_{t+n}, eq. (13)), so
-    prompts[t+1] is its Z0'; reward: (N,) R_{t+n+1}; v_query: (N,) v*(S_{t+n}), the true value at the query state
-    of window t (for evaluation only).
+    prompts: (N+1, d+3, n+1), prompts[t] = Z0 of window t (context S_t..S_{t+n-1} with R_{t+1}..R_{t+n}, query
+    S_{t+n+k}, k = ``query_offset``; eq. (13)), so prompts[t+1] is its Z0'; reward: (N,) R_{t+n+k+1}, the reward of
+    the transition out of the query state; v_query: (N,) v*(S_{t+n+k}), the true value at the query state of window t
+    (for evaluation only).
     """
 
     prompts: Array
@@ -299,24 +304,31 @@ def td_loss(params: Params, windows: Windows, config: PretrainConfig, rho: Array
 
 
 def sample_windows(key: Array, config: PretrainConfig, num_windows: int | None = None) -> Windows:
-    """Sample one Boyan task (Algorithm 2), roll out num_windows + n transitions, cut num_windows window pairs.
+    """Sample one Boyan task (Algorithm 2), roll out num_windows + n + k transitions, cut num_windows window pairs.
 
-    Returns ``Windows`` with N = num_windows (default ``config.num_windows``) windows, in trajectory order.
+    Returns ``Windows`` with N = num_windows (default ``config.num_windows``) windows, in trajectory order. Window t:
+    context S_t..S_{t+n-1} with rewards R_{t+1}..R_{t+n}, query S_{t+n+k}, k = ``config.query_offset``. With k = 0
+    (Algorithm 1) the query is the successor of the last context transition. With k = 1 (the prompts of the
+    linear-attention code, whose context columns carry their successors explicitly) the query is one step further;
+    in eq. (13)'s layout a context state's successor is read from the next column (the shift of eq. (16)), so the
+    last context state S_{t+n-1} is then paired with the query S_{t+n+1} instead of its successor S_{t+n}, which the
+    prompt does not show.
     """
     N = config.num_windows if num_windows is None else num_windows
-    n = config.n
+    n, k = config.n, config.query_offset
     k_task, k_traj = jax.random.split(key)
     task = boyan_chain(k_task, config.m, config.d, config.gamma)
-    states, rewards = sample_trajectory(task.mrp, k_traj, N + n, stationary=config.stationary_start)
-    feats = task.features[states]  # (N+n+1, d), row k = x(S_k)
+    states, rewards = sample_trajectory(task.mrp, k_traj, N + n + k, stationary=config.stationary_start)
+    feats = task.features[states]  # (N+n+k+1, d), row j = x(S_j)
 
-    def prompt(t):  # eq. (13) for S_t..S_{t+n}, R_{t+1}..R_{t+n}
-        X = jax.lax.dynamic_slice_in_dim(feats, t, n + 1)
+    def prompt(t):  # eq. (13): context S_t..S_{t+n-1}, R_{t+1}..R_{t+n}; query S_{t+n+k}
+        context, query = jax.lax.dynamic_slice_in_dim(feats, t, n), jax.lax.dynamic_slice_in_dim(feats, t + n + k, 1)
+        X = jnp.concatenate([context, query])
         R = jax.lax.dynamic_slice_in_dim(rewards, t, n)
         return make_prompt(X, R)
 
     prompts = jax.vmap(prompt)(jnp.arange(N + 1))  # (N+1, d+3, n+1); window t+1 is the Z0' of window t
-    return Windows(prompts, rewards[n : N + n], task.v_star[states[n : N + n]])
+    return Windows(prompts, rewards[n + k : N + n + k], task.v_star[states[n + k : N + n + k]])
 
 
 class Evaluation(eqx.Module):
