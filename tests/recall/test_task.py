@@ -18,6 +18,7 @@ from memlab.recall.task import (
     orthogonal_tags,
     sample,
     sample_context,
+    scale_floor_mse,
 )
 
 
@@ -135,6 +136,23 @@ def test_exact_baselines_match_monte_carlo():
     b = sample(jax.random.key(5), 8, independent)
     np.testing.assert_allclose(np.asarray(baseline_predictions(b, independent)["tag_only"]),
                                independent.eigenvalues[1:].sum(), rtol=1e-6)
+
+
+def test_scale_floor_is_attained_by_the_direction_predictor_and_equals_tag_only_for_flat_spectra():
+    """The floor is E Var(Y | u, q): the predictor E[Y | u, q] = q E|Z|^2 s(u) must attain it (fresh draws), and with
+    equal eigenvalues the direction carries nothing (s(u) = lambda), so the floor is the tag-only risk."""
+    task = RecallTask(alpha=1.0, context_length=1)
+    floor = scale_floor_mse(task, num_draws=400_000)
+    rng = np.random.default_rng(1)
+    Z = rng.standard_normal((400_000, 15))
+    S = (Z**2) @ task.eigenvalues[1:]
+    q = rng.choice([-1.0, 1.0], size=len(Z))
+    y = q * S + task.noise_std * rng.standard_normal(len(Z))
+    direction_predictor = q * 15 * ((Z**2 / (Z**2).sum(1, keepdims=True)) @ task.eigenvalues[1:])
+    assert np.mean((y - direction_predictor) ** 2) == pytest.approx(floor, rel=0.02)
+    assert floor < 0.3 * baseline_mse(task)["tag_only"]
+    flat = RecallTask(alpha=1e-9, context_length=1)  # lambda_j = exp(-1) for every j >= 1
+    assert scale_floor_mse(flat, num_draws=10_000) == pytest.approx(baseline_mse(flat)["tag_only"], rel=1e-6)
 
 
 def test_tag_checks():

@@ -27,6 +27,7 @@ from memlab.recall.task import (
     orthogonal_tags,
     sample,
     sample_context,
+    scale_floor_mse,
 )
 from memlab.recall.train import TrainConfig, TrainResult, make_train, mse, predictions
 
@@ -61,6 +62,7 @@ __all__ = [
     "rate_axis",
     "sample",
     "sample_context",
+    "scale_floor_mse",
     "serialise",
     "token_dim",
     "train_cell",

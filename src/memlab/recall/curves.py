@@ -20,7 +20,7 @@ from matplotlib import ticker
 from memlab.checks import check_choices, check_increasing_ints, check_int, check_real
 from memlab.recall.metrics import LearningCurve, TagOnlyComparison
 from memlab.recall.runs import STUDENTS, curve_cell
-from memlab.recall.task import RecallTask
+from memlab.recall.task import RecallTask, scale_floor_mse
 from memlab.recall.train import TrainConfig
 
 __all__ = ["CHOICES", "FIT_FORMAT", "FIT_HEADER", "RISK_HEADER", "CurveConfig", "curve_cells", "fit_rows", "n_ticks",
@@ -31,8 +31,10 @@ CHOICES = """## Choices the paper leaves open
 - **Targets are not functions of the recalled measure.** A.1 renormalises the clamped density, which discards the \
 scale of Z; Y = v_1 Σ λ_j Z_j² depends on that scale. So no learner reaches σ² = 1e-4: the dotted lines are the \
 exact risk of the best predictor that uses the query tag only (E[Y | q] = v_1 E[S]); a student below it has recalled \
-content. Comparing α's by raw MSE also compares target scales (Var Y shrinks as α grows), so `relative_to_mean` in \
-risk.csv divides by the mean predictor's risk.
+content. The `scale floor` column bounds every predictor that knows the recalled measure exactly from below \
+(`task.scale_floor_mse`: the measure fixes only the direction of Z, and |Z|² ~ χ²₁₅ is independent of it): \
+between it and the tag-only risk lies all that recall can gain. Comparing α's by raw MSE also compares target \
+scales (Var Y shrinks as α grows), so `relative_to_mean` in risk.csv divides by the mean predictor's risk.
 - **Grid and degenerate densities.** The 32-point grid is `linspace(0, 1, 32)`; the basis is exactly 0 at x = 0 \
 and x = 1 (a rounded sin(πj) ≈ 1e-16 there would turn some all-negative densities into a point mass at x = 1). \
 Where the clamped density vanishes on the whole grid the mass function is uniform (what \
@@ -52,8 +54,9 @@ run at n uses the first n examples of one pool per seed).
 
 RISK_HEADER = ["student", "alpha", "T", "n", "mse", "mse_stderr", "best_epoch", "relative_to_mean", "baseline_mean",
                "baseline_tag_only", "val_tag_only"]
-FIT_HEADER = ["student", "α", "T", "MSE at each n", "fitted C (ours)", "C (paper)", "R²", "tag-only risk"]
-FIT_FORMAT = {"α": "g", "fitted C (ours)": ".2f", "R²": ".2f", "tag-only risk": ".3g"}
+FIT_HEADER = ["student", "α", "T", "MSE at each n", "fitted C (ours)", "C (paper)", "R²", "tag-only risk",
+              "scale floor"]
+FIT_FORMAT = {"α": "g", "fitted C (ours)": ".2f", "R²": ".2f", "tag-only risk": ".3g", "scale floor": ".3g"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +116,9 @@ def tag_only_lines(comparisons: Mapping[tuple, TagOnlyComparison], keys: Sequenc
 
 def fit_rows(curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple], paper_c: Callable[[tuple], str]) -> list:
     """Rows of the fit table (``FIT_HEADER``) for the curves ``keys``; ``paper_c(key)`` is the paper's C."""
+    floors = {a: scale_floor_mse(RecallTask(alpha=a)) for a in {k[1] for k in keys}}
     return [[k[0], k[1], k[2], ", ".join(f"{m:.3g}" for m in curves[k].mse), curves[k].fit.C, paper_c(k),
-             curves[k].fit.r_squared, curves[k].baseline_tag_only] for k in keys]
+             curves[k].fit.r_squared, curves[k].baseline_tag_only, floors[k[1]]] for k in keys]
 
 
 def plot_curves(ax, curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple], label: Callable,

@@ -215,6 +215,24 @@ def degenerate_fraction(key: Array, task: RecallTask, num: int = 100_000) -> flo
     return float(jnp.mean(jnp.all(density <= 0, axis=-1)))
 
 
+def scale_floor_mse(task: RecallTask, num_draws: int = 1_000_000, seed: int = 0) -> float:
+    """A lower bound on the risk of ANY predictor of Y from the query and the exact recalled mass function.
+
+    The mass function is clamp-and-renormalise of sum_j lambda_j Z_j e_j, unchanged when Z is scaled by c > 0, so
+    it is a function of the direction u = Z / |Z| alone. For Z ~ N(0, I_{M-1}), |Z|^2 ~ chi^2_{M-1} is independent
+    of u and S = |Z|^2 s(u), s(u) = sum_j lambda_j u_j^2, so the Bayes risk given (u, q) is
+    E[g^2] Var(chi^2_{M-1}) E[s(u)^2] + sigma^2 = E[g^2] 2 (M-1) E[s(u)^2] + sigma^2, with E[s(u)^2] by float64
+    Monte Carlo (``num_draws`` directions, NumPy generator ``seed``). Knowing less than u (a clamped, gridded,
+    sampled measure) can only raise the risk. g = q_1 (query-dependent) or 1, as in ``baseline_mse``.
+    """
+    check_int("num_draws", num_draws)
+    k = task.num_coeffs - 1
+    Z2 = np.random.default_rng(seed).standard_normal((num_draws, k)) ** 2
+    s = (Z2 / Z2.sum(1, keepdims=True)) @ task.eigenvalues[1:]
+    g2 = (task.tag_array[:, 0] ** 2).mean() if task.query_dependent else 1.0
+    return float(g2 * 2 * k * np.mean(s**2) + task.noise_std**2)
+
+
 def baseline_predictions(batch: Batch, task: RecallTask) -> dict[str, Array]:
     """The two reference predictors of ``baseline_mse`` on the examples of ``batch``, (n,) each: ``mean`` = E[Y] and
     ``tag_only`` = E[Y | q] = g(q) E[S], g(q) = q_1 (query-dependent) or 1."""
