@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from memlab.ictd.boyan import _uniform_open, boyan_chain
-from memlab.ictd.mrp import MRP, Task, value_function
+from memlab.ictd.boyan import _uniform_open, boyan_chain, chain_statistics
+from memlab.ictd.mrp import MRP, Task, sample_trajectory, stationary_distribution, value_function
 
 P_MIN = 1e-4
 
@@ -160,3 +160,18 @@ def test_jit_with_traced_gamma_and_raw_keys():
 def test_bad_arguments_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         boyan_chain(jax.random.key(0), **{"m": 5, "d": 2, "gamma": 0.9, **kwargs})
+
+
+def test_chain_statistics_against_a_long_trajectory_and_the_kernel_formula():
+    """Lag-1 reward correlation against a 200k-step stationary trajectory; min_s M_pi(s, s) against eq. (27) by hand."""
+    key, m, d, gamma = jax.random.key(7), 12, 3, 0.9
+    got = chain_statistics(key, 1, m, d, gamma)
+    task = boyan_chain(jax.random.split(key, 1)[0], m, d, gamma)
+    states, rewards = sample_trajectory(task.mrp, jax.random.key(8), 200_000, stationary=True)
+    r = np.asarray(rewards, float)
+    assert got["reward_lag1_mean"] == pytest.approx(np.corrcoef(r[:-1], r[1:])[0, 1], abs=0.02)
+    assert got["reward_lag1_mean"] < 0  # Bellman-consistent rewards of these chains alternate
+    X, mu = np.asarray(task.features, float), np.asarray(stationary_distribution(task.mrp), float)
+    E = mu[None, :] * np.exp(X @ X.T)
+    assert got["self_weight_mean"] == pytest.approx((np.diagonal(E) / E.sum(1)).min(), rel=1e-4)
+    assert got["margin_needed"] == pytest.approx(0.95) and got["assumption_holds"] == 0.0

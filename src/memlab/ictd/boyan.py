@@ -25,7 +25,8 @@ import numpy as np
 from jax import Array
 
 from memlab.checks import check_gamma, check_int
-from memlab.ictd.mrp import MRP, Task
+from memlab.ictd.mrp import MRP, Task, stationary_distribution
+from memlab.ictd.softmax_td import population_kernel
 
 
 def boyan_chain(key: Array, m: int, d: int, gamma) -> Task:
@@ -66,3 +67,30 @@ def _boyan_chain(key: Array, m: int, d: int, gamma) -> Task:
     gamma = jnp.asarray(gamma, v_star.dtype)
     r = v_star - gamma * (P @ v_star)  # line 19: r = (I - gamma P) v*
     return Task(MRP(P, r, gamma, p0), features, w_star, v_star)
+
+
+def chain_statistics(key: Array, num_tasks: int, m: int, d: int, gamma: float, tau: float = 1.0) -> dict[str, float]:
+    """Two properties of Algorithm 2's chains that decide what multi-task TD pretraining learns, over ``num_tasks``
+    tasks (keys ``split(key, num_tasks)``), as JSON-able floats:
+
+    * ``self_weight_*``: min_s M_pi(s, s) (eq. 27, softmax temperature ``tau``), against ``margin_needed`` =
+      (1 + gamma) / 2 of Assumption 5.1 (eq. 28); ``assumption_holds``: the fraction of tasks where it does.
+    * ``reward_lag1_*``: the stationary lag-1 correlation corr(r(S_t), r(S_{t+1})) of the rewards. With r =
+      (I - gamma P) v* (Bellman consistency), consecutive rewards share -gamma v*(S_{t+1}) and +v*(S_{t+1}).
+    """
+    check_int("num_tasks", num_tasks)
+    self_weight, lag1 = [], []
+    for k in jax.random.split(key, num_tasks):
+        task = boyan_chain(k, m, d, gamma)
+        mu = np.asarray(stationary_distribution(task.mrp), float)
+        M = np.asarray(population_kernel(task.features, mu, tau), float)
+        self_weight.append(np.diagonal(M).min())
+        r, P = np.asarray(task.mrp.r, float), np.asarray(task.mrp.P, float)
+        mean, var = mu @ r, mu @ r**2 - (mu @ r) ** 2
+        lag1.append(((mu * r) @ (P @ r) - mean**2) / var)
+    self_weight, lag1 = np.array(self_weight), np.array(lag1)
+    needed = (1 + gamma) / 2
+    return {"self_weight_mean": float(self_weight.mean()), "self_weight_max": float(self_weight.max()),
+            "margin_needed": float(needed), "assumption_holds": float(np.mean(self_weight > needed)),
+            "reward_lag1_mean": float(lag1.mean()), "reward_lag1_min": float(lag1.min()),
+            "reward_lag1_max": float(lag1.max())}
