@@ -33,12 +33,16 @@ def test_profiles_paper_sizes_and_validation():
         for config in exp.profiles.values():
             config.validate()
     paper = BY_NAME["ictd.pretrain"].profiles["paper"].train
-    assert paper == PretrainConfig()  # Table 1 exactly
-    table1 = dict(m=64, d=4, gamma=0.9, n=10, tau=1.2, rho_end=0.0, num_layers=3, num_epochs=3000, num_seeds=5,
-                  batch_size=64, minibatches_per_epoch=5, learning_rate=1e-3, init_gain=0.1, a_mask="full")
+    assert paper == PretrainConfig(num_seeds=10)  # Table 1 exactly, with 10 seeds instead of 5 (issue 14)
+    table1 = dict(m=64, d=4, gamma=0.9, n=10, tau=1.2, rho_end=0.0, num_layers=3, num_epochs=3000, num_seeds=10,
+                  batch_size=64, minibatches_per_epoch=5, learning_rate=1e-3, init_gain=0.1, a_mask="full",
+                  query_offset=0)
     assert {k: getattr(paper, k) for k in table1} == table1
+    past = BY_NAME["ictd.pretrain"].profiles["paper-query-past"].train
+    assert past == dataclasses.replace(paper, query_offset=1)  # the other layout, nothing else changed
     f5 = BY_NAME["ictd.mask-relaxation"].profiles["paper"].train
     assert f5 == mask_relaxation_config("full") and f5.num_steps == 9000 and f5.num_seeds == 10
+    assert BY_NAME["ictd.mask-relaxation"].profiles["paper-query-past"].train == dataclasses.replace(f5, query_offset=1)
     with pytest.raises(ValueError, match="eval_tasks"):
         PretrainExperimentConfig(eval_tasks=0).validate()
     with pytest.raises(ValueError, match="num_bins"):

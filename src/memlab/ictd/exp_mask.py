@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 
 from memlab.checks import check_int
+from memlab.ictd.boyan import chain_statistics
 from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config, rho_schedule
 from memlab.ictd.pretrain_figures import (
     checkpoint_title,
@@ -28,6 +29,7 @@ from memlab.ictd.pretrain_report import (
     PRESERVED,
     claims_markdown,
     heldout_markdown,
+    layout_markdown,
     setting_claims,
     setup_line,
     sign_sentence,
@@ -61,6 +63,7 @@ d_t is recorded at ρ = 0 as eq. (34) defines it; the kernel the model actually 
 
 {sentences}
 
+{layout}
 ## Held-out evaluation ({cfg.eval_tasks} fresh tasks, {cfg.train.num_windows} windows each, ρ = {rho_end:.2f})
 
 {heldout}
@@ -193,12 +196,22 @@ def _summary(cfg: MaskRelaxationConfig, s: dict, run: Run) -> None:
     for name, (header, rows) in setting_tables(list(settings.values()), views, cfg.num_bins).items():
         run.save_csv(name, header, rows)
     run.write_summary(SUMMARY.format(
-        cfg=cfg, setup=setup_line(cfg.train), seconds=sum(np.nansum(st.seconds) for st in settings.values()),
+        cfg=cfg, layout=_layout(cfg.train, run),
+        setup=setup_line(cfg.train), seconds=sum(np.nansum(st.seconds) for st in settings.values()),
         runs=2 * cfg.train.num_seeds, rho_end=float(rho_schedule(cfg.train, cfg.train.num_steps - 1)),
         sentences="\n\n".join(f"*{LABELS[m]}:* {sign_sentence(st)}" for m, st in settings.items()),
         heldout="\n".join(f"**{LABELS[m]}**\n\n{heldout_markdown(st)}" for m, st in settings.items()),
         claims_table=claims_markdown(run.claims), ambiguities=AMBIGUITIES))
 
+
+
+NUM_CHAINS = 200  # Boyan chains whose statistics the summary reports (``boyan.chain_statistics``)
+
+
+def _layout(train: PretrainConfig, run: Run) -> str:
+    """The summary section on the query layout and the tasks, from NUM_CHAINS chains of the run's "chains" stream."""
+    chains = chain_statistics(run.key_for("chains"), NUM_CHAINS, train.m, train.d, train.gamma)
+    return layout_markdown(train, chains, NUM_CHAINS)
 
 _TINY_TRAIN = dict(m=16, n=5, batch_size=16, minibatches_per_epoch=2, num_epochs=30, num_seeds=2)
 
@@ -206,7 +219,8 @@ EXPERIMENTS = [
     Experiment(
         "ictd.mask-relaxation", "Fig. 6, App. F.5", PAPER,
         "full (eq. 108) vs relaxed (eq. 112) A mask, ρ annealed 0.68 → 0.80: trajectories, emergence vs d_t, V0/A0",
-        {"paper": MaskRelaxationConfig(),
+        {"paper": MaskRelaxationConfig(),  # F.5: 10 seeds per mask
+         "paper-query-past": MaskRelaxationConfig(train=mask_relaxation_config("full", query_offset=1)),
          # quick: 2 seeds per mask (was 3) x 200 MRPs = 2000 steps (was 3000), rho annealed over the same 8/9 of them,
          # 50 held-out tasks (was 100; no claim reads them): A_feat is diagonal (A_diag > 0.85) and both masks agree by
          # then; the emergence claims fail at any quick size

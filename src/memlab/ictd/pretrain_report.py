@@ -12,7 +12,7 @@ from memlab.ictd.pretrain_figures import diagonal_share, majority_pattern, sign_
 from memlab.ictd.pretrain_runs import FORMS, Setting
 
 __all__ = ["AMBIGUITIES", "DIAGONAL", "HIGH", "PRESERVED", "claims_markdown", "heldout_markdown", "setting_claims",
-           "setup_line", "sign_sentence", "tagged"]
+           "layout_markdown", "query_words", "setup_line", "sign_sentence", "tagged"]
 
 HIGH = 0.5  # a score "high" / emergence "present"
 DIAGONAL = 0.8  # A_feat "diagonal": diagonal share A_diag >= this
@@ -140,6 +140,14 @@ def sign_sentence(setting: Setting) -> str:
             f"mean diagonal entry {diag:+.3f} ({DIAGONAL_MEANING[bool(diag < 0)]}).")
 
 
+def query_words(config: PretrainConfig) -> str:
+    """Where the query sits: Algorithm 1's S_{t+n}, or ``query_offset`` steps past it."""
+    if config.query_offset == 0:
+        return "query S_{t+n}, the successor of the last context transition (Algorithm 1, line 7)"
+    return (f"query S_{{t+n+{config.query_offset}}}, {config.query_offset} step(s) past the context (query_offset = "
+            f"{config.query_offset}, as the linear-attention code of Wang et al. builds its prompts)")
+
+
 def setup_line(config: PretrainConfig) -> str:
     """One line with every training setting of Algorithm 1 (and the rho schedule of eq. 104)."""
     rho = f"ρ_t {config.rho_start} → {config.rho_end} over {config.rho_anneal_steps} steps"
@@ -147,4 +155,23 @@ def setup_line(config: PretrainConfig) -> str:
     return (f"m = {config.m}, d = {config.d}, γ = {config.gamma}, n = {config.n}, τ = {config.tau}, {rho}, "
             f"L = {config.num_layers} looped, Adam {config.learning_rate:g}, batch {config.batch_size}, "
             f"{config.minibatches_per_epoch} mini-batches per MRP, {config.num_epochs} MRPs = {config.num_steps} "
-            f"steps, {config.num_seeds} seeds, Xavier gain {config.init_gain}")
+            f"steps, {config.num_seeds} seeds, Xavier gain {config.init_gain}, {query_words(config)}")
+
+
+def layout_markdown(config: PretrainConfig, chains: dict[str, float], num_chains: int) -> str:
+    """The summary section on the query layout and on the tasks (``boyan.chain_statistics`` of ``num_chains``)."""
+    other = "`paper-query-past` (query one step past)" if config.query_offset == 0 else "`paper` (Algorithm 1)"
+    return f"""## Query layout and the tasks
+
+This run: {query_words(config)}. Profile {other} trains the other layout with the same keys.
+
+On {num_chains} chains drawn as in training, min_s M_π(s, s) of eq. (27) is {chains['self_weight_mean']:.4f} on \
+average (largest {chains['self_weight_max']:.4f}), while Assumption 5.1 asks for more than (1 + γ)/2 = \
+{chains['margin_needed']:.2f}: it holds on {chains['assumption_holds']:.0%} of them, so the contraction behind \
+Theorems 2 and 3 is not available on these tasks. Consecutive rewards are negatively correlated: the stationary \
+corr(r(S_t), r(S_{{t+1}})) is {chains['reward_lag1_mean']:.2f} on average ({chains['reward_lag1_min']:.2f} to \
+{chains['reward_lag1_max']:.2f}). With r = (I − γP) v*, the last context reward R_{{t+n}} = r(S_{{t+n−1}}) contains \
+−γ p(S_{{t+n}} | S_{{t+n−1}}) v*(S_{{t+n}}) when the query is S_{{t+n}}: a negated reward weight reads the query's own \
+value from it: a possible route to the mirror image (−V*, −A*) (compare −θ* with θ* in the held-out table). One \
+step past the context, the query's value is no longer in that reward; the two layout profiles test the route.
+"""
