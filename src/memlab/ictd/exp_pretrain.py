@@ -139,7 +139,8 @@ def run_pretrain(cfg: PretrainExperimentConfig, run: Run) -> dict:
 
 def _analyse(cfg: PretrainExperimentConfig, cells: dict, seconds: dict | None = None) -> dict:
     """Cells (and their compute times) -> the setting, its two views, the shared claims and the Fig. 3(b) numbers."""
-    st = setting_from_cells("Table 1", cfg.train, cfg.train.a_mask, cells, seconds)
+    name = "Table 1" if cfg.train.query_offset == 0 else f"Table 1, query S_{{t+n+{cfg.train.query_offset}}}"
+    st = setting_from_cells(name, cfg.train, cfg.train.a_mask, cells, seconds)
     views = {form: make_view(st, form) for form in FORMS}
     claims, numbers = setting_claims(st)
     d_start, d_end = first_last_dt(st, cfg.smooth_window)
