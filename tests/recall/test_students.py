@@ -6,6 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from memlab.keys import key_for
@@ -145,6 +146,10 @@ def test_bad_train_config_rejected():
         TrainConfig(epochs=0)
     with pytest.raises(ValueError, match="decay"):
         TrainConfig(decay=1.5)
+    with pytest.raises(ValueError, match="multiple of epochs"):
+        TrainConfig(epochs=30, steps=100)
+    with pytest.raises(ValueError, match="steps"):
+        TrainConfig(steps=0)
 
 
 @pytest.fixture(scope="module")
@@ -227,3 +232,67 @@ def test_one_compiled_train_serves_every_n_exactly():
         np.testing.assert_allclose(np.asarray(padded.train_mse), np.asarray(alone.train_mse), rtol=1e-5)
     assert not np.allclose(np.asarray(train(jax.random.key(3), pool, val, 5).val_mse),
                            np.asarray(train(jax.random.key(3), pool, val, 24).val_mse))
+
+
+@pytest.mark.parametrize("n", [3, 20, 40])
+def test_a_step_budget_gives_exactly_that_many_adam_steps_at_every_n(n):
+    """Without a budget the step count grows with n (epochs x max(n // batch, 1)); with one it is the budget."""
+    task = RecallTask(context_length=6)
+    pool, val = sample(jax.random.key(0), 40, task), sample(jax.random.key(1), 8, task)
+    epochs = eqx.filter_jit(make_train(TrainConfig(epochs=3), MeanReadout))(jax.random.key(3), pool, val, n)
+    assert int(epochs.num_steps) == 3 * max(n // min(16, n), 1)
+    budget = eqx.filter_jit(make_train(TrainConfig(epochs=3, steps=12), MeanReadout))(jax.random.key(3), pool, val, n)
+    assert int(budget.num_steps) == 12 and budget.val_mse.shape == (3,)
+
+
+def _reference_budget_run(key, pool, val, n, config):
+    """The step-budget schedule written as a plain loop of single Adam steps (no scan, no masks, no padding)."""
+    batch, capacity = min(config.batch_size, n), pool.y.shape[0]
+    steps_per_pass, per_round = max(n // batch, 1), config.steps // config.epochs
+    k_model, k_epochs = jax.random.split(key)
+    pass_keys = jax.random.split(k_epochs, config.steps)
+    model = MeanReadout(k_model)
+    optimiser = optax.chain(optax.clip_by_global_norm(config.clip_norm), optax.scale_by_adam())
+    state = optimiser.init(model)
+
+    @eqx.filter_jit
+    def adam_step(model, state, idx, lr):
+        def loss(m):
+            return jnp.mean((jax.vmap(lambda *ex: m(encode(*ex)))(pool.query[idx], pool.context_tags[idx],
+                                                                pool.context_content[idx]) - pool.y[idx]) ** 2)
+        updates, state = optimiser.update(eqx.filter_grad(loss)(model), state, model)
+        return eqx.apply_updates(model, jax.tree.map(lambda u: -lr * u, updates)), state
+
+    val_curve = []
+    for g in range(config.steps):
+        p, within = divmod(g, steps_per_pass)
+        u = np.asarray(jax.random.uniform(pass_keys[p], (capacity,)))
+        order = np.argsort(np.where(np.arange(capacity) < n, u, 2.0), kind="stable")
+        lr = config.learning_rate * np.float32(config.decay) ** np.float32(g // per_round)
+        model, state = adam_step(model, state, jnp.asarray(order[within * batch:(within + 1) * batch]), lr)
+        if (g + 1) % per_round == 0:
+            val_curve.append(float(mse(model, val)))
+    return np.array(val_curve)
+
+
+@pytest.mark.parametrize("n", [5, 24, 48])
+def test_step_budget_schedule_matches_a_plain_loop(n):
+    """n = 5: one 5-example batch per pass, a pass per step; n = 24: one 16-batch per pass (8 dropped); n = 48: three
+    batches per pass, so passes straddle the rounds of 4 steps."""
+    task = RecallTask(context_length=6)
+    pool, val = sample(jax.random.key(0), 48, task), sample(jax.random.key(1), 8, task)
+    config = TrainConfig(epochs=3, steps=12)
+    result = eqx.filter_jit(make_train(config, MeanReadout))(jax.random.key(4), pool, val, n)
+    np.testing.assert_allclose(np.asarray(result.val_mse), _reference_budget_run(jax.random.key(4), pool, val, n,
+                                                                                  config), rtol=1e-5)
+
+
+def test_step_budget_is_the_a1_run_where_an_epoch_has_steps_over_epochs_steps():
+    task = RecallTask(context_length=6)
+    pool, val = sample(jax.random.key(0), 48, task), sample(jax.random.key(1), 8, task)
+    a1 = eqx.filter_jit(make_train(TrainConfig(epochs=3), MeanReadout))(jax.random.key(5), pool, val)  # 3 steps/epoch
+    budget = eqx.filter_jit(make_train(TrainConfig(epochs=3, steps=9), MeanReadout))(jax.random.key(5), pool, val)
+    for field in ("val_mse", "train_mse", "best_val_mse"):
+        np.testing.assert_array_equal(np.asarray(getattr(a1, field)), np.asarray(getattr(budget, field)))
+    other = eqx.filter_jit(make_train(TrainConfig(epochs=3, steps=12), MeanReadout))(jax.random.key(5), pool, val)
+    assert not np.allclose(np.asarray(other.val_mse), np.asarray(a1.val_mse))

@@ -8,6 +8,14 @@ A.1 / A.4 hyper-parameters: Adam, learning rate 2e-3 decayed by 0.95 after every
 min(16, n), gradient clipping at global norm 1.0, 30 (A.1) or 120 (A.4) epochs; the reported number is the
 lowest validation MSE over the epochs (early stopping), and the model at that epoch is returned with it.
 When n is not a multiple of the batch size the last partial batch of each (freshly shuffled) epoch is dropped.
+
+Under that schedule the number of Adam steps grows with n (30 epochs of max(n // 16, 1) steps: 30 at n <= 16, 120
+at n = 64), so a fitted rate C mixes "more data" with "more steps". ``TrainConfig.steps`` is the equal-step-budget
+variant (not in the paper): every n takes exactly ``steps`` Adam steps, in ``epochs`` rounds of steps / epochs
+steps each; a round plays the role of an epoch (the learning rate decays by ``decay`` after it, the validation MSE
+is taken after it), and the batches run through freshly shuffled passes over the n examples, a pass continuing
+into the next round where it does not fit. At the n whose epoch has exactly steps / epochs steps (n = 64 for
+steps = 120, epochs = 30) it is the A.1 run itself, step for step.
 """
 
 from __future__ import annotations
@@ -37,10 +45,14 @@ class TrainConfig:
     batch_size: int = 16  # the batch is min(batch_size, n)
     clip_norm: float = 1.0
     eval_chunk: int | None = None  # validation examples per chunk; None: ``default_chunk(T)`` (speed, not results)
+    steps: int | None = None  # equal step budget: Adam steps at every n, in ``epochs`` rounds; None: A.1's epochs
 
     def __post_init__(self):
         for name in ("epochs", "batch_size"):
             check_int(name, getattr(self, name))
+        if self.steps is not None and check_int("steps", self.steps) % self.epochs:
+            raise ValueError(f"steps must be a multiple of epochs (the rounds of a step budget have equal length); "
+                             f"got steps = {self.steps}, epochs = {self.epochs}")
         if self.eval_chunk is not None:
             check_int("eval_chunk", self.eval_chunk)
         for name in ("learning_rate", "clip_norm"):
@@ -54,6 +66,7 @@ class TrainResult(NamedTuple):
     val_mse: Array  # (epochs,) after each epoch
     train_mse: Array  # (epochs,) mean minibatch loss of each epoch
     model: eqx.Module  # the model at the best epoch
+    num_steps: Array  # () int: Adam updates applied (the optimiser's own count)
 
 
 def default_chunk(context_length: int) -> int:
@@ -100,6 +113,7 @@ def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module]):
     ceil(capacity / batch) slots of ``batch`` examples, of which the first n // batch (one for n < batch)
     carry the shuffled valid examples and the rest are skipped (``lax.cond``: no gradient, no Adam step), and
     padding examples get weight zero. The effect is exactly the n-example run with batch min(16, n).
+    With ``config.steps`` a round is a scan over steps / epochs slots, all active, whatever n (module doc).
     """
 
     def train(key: Array, train_set: Batch, val_set: Batch, num_train=None) -> TrainResult:
@@ -110,6 +124,8 @@ def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module]):
         batch = jnp.minimum(config.batch_size, n)  # the batch of the n-example run
         steps_per_epoch = jnp.maximum(n // batch, 1)
         k_model, k_epochs = jax.random.split(key)
+        # pass p over the data is shuffled by pass_keys[p] (one pass per epoch without a step budget)
+        pass_keys = jax.random.split(k_epochs, config.epochs if config.steps is None else config.steps)
         params, static = eqx.partition(make_model(k_model), eqx.is_inexact_array)
         optimiser = optax.chain(optax.clip_by_global_norm(config.clip_norm), optax.scale_by_adam())
 
@@ -132,29 +148,40 @@ def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module]):
             p, opt_state, value = jax.lax.cond(active, update, lambda p, o: (p, o, jnp.zeros(())), p, opt_state)
             return (p, opt_state, lr), value
 
-        def epoch(carry, inputs):
-            p, opt_state, best_p, best_mse, best_epoch = carry
-            k, index = inputs
-            # a random order of the n valid examples first, padding after; slot s takes positions s*slot ...
-            order = jnp.argsort(jnp.where(jnp.arange(capacity) < n, jax.random.uniform(k, (capacity,)), 2.0))
-            order = jnp.pad(order, (0, num_slots * slot - capacity))
-            # the n-example run's step s uses positions s*batch .. s*batch + batch - 1 of the order
+        def order(k):  # a random order of the n valid examples first, padding after
+            return jnp.argsort(jnp.where(jnp.arange(capacity) < n, jax.random.uniform(k, (capacity,)), 2.0))
+
+        def epoch_batches(index):  # A.1: pass ``index``; slot s takes positions s*batch ... of its order
             position = jnp.arange(num_slots)[:, None] * batch + jnp.arange(slot)[None, :]  # < num_slots * slot
-            in_batch = jnp.arange(slot)[None, :] < batch
             active = jnp.arange(num_slots) < steps_per_epoch
-            idx = order[position]
-            weight = (in_batch & active[:, None]).astype(jnp.float32)
+            in_batch = jnp.arange(slot)[None, :] < batch
+            idx = jnp.pad(order(pass_keys[index]), (0, num_slots * slot - capacity))[position]
+            return idx, (in_batch & active[:, None]).astype(jnp.float32), active
+
+        def budget_batches(index):  # step budget: round ``index`` takes global steps g = index * per_round + s
+            per_round = config.steps // config.epochs
+            g = index * per_round + jnp.arange(per_round)
+            within = g % steps_per_epoch  # step within pass g // steps_per_epoch
+            position = jnp.minimum(within[:, None] * batch + jnp.arange(slot)[None, :], capacity - 1)
+            idx = jnp.take_along_axis(jax.vmap(order)(pass_keys[g // steps_per_epoch]), position, axis=1)
+            weight = jnp.broadcast_to(jnp.arange(slot)[None, :] < batch, idx.shape).astype(jnp.float32)
+            return idx, weight, jnp.ones(per_round, bool)
+
+        def epoch(carry, index):
+            p, opt_state, best_p, best_mse, best_epoch = carry
+            idx, weight, active = (epoch_batches if config.steps is None else budget_batches)(index)
             lr = config.learning_rate * config.decay ** index.astype(jnp.float32)  # staircase decay per epoch
             (p, opt_state, _), losses = jax.lax.scan(step, (p, opt_state, lr), (idx, weight, active))
             val = mse(eqx.combine(p, static), val_set, config.eval_chunk)
             better = val < best_mse
             best_p = jax.tree.map(lambda new, old: jnp.where(better, new, old), p, best_p)
             carry = (p, opt_state, best_p, jnp.minimum(val, best_mse), jnp.where(better, index, best_epoch))
-            return carry, (val, jnp.sum(losses) / steps_per_epoch)
+            return carry, (val, jnp.sum(losses) / jnp.sum(active))
 
         init = (params, optimiser.init(params), params, jnp.asarray(jnp.inf), jnp.asarray(0))
-        epochs = (jax.random.split(k_epochs, config.epochs), jnp.arange(config.epochs))
-        (_, _, best_p, best_mse, best_epoch), (val_curve, train_curve) = jax.lax.scan(epoch, init, epochs)
-        return TrainResult(best_mse, best_epoch, val_curve, train_curve, eqx.combine(best_p, static))
+        (_, opt_state, best_p, best_mse, best_epoch), (val_curve, train_curve) = jax.lax.scan(
+            epoch, init, jnp.arange(config.epochs))
+        return TrainResult(best_mse, best_epoch, val_curve, train_curve, eqx.combine(best_p, static),
+                           opt_state[1].count)  # the Adam state's step count
 
     return train
