@@ -15,6 +15,19 @@ With the A.1 tags {+1, -1} (d_1 = 1) and a uniform i*, q_1 = v_1 is the queried 
 v_1 = +-1 and queries it. For d_1 > 1 the factor q_1 (first tag coordinate) is our generalisation;
 ``query_dependent=False`` gives the query-independent target of Theorem 6.1 case 2.
 
+``target="linear"`` is a well-posed variant (not in the paper): a deterministic functional of the normalised
+recalled measure mu = mu_{i*} itself,
+
+    Y = q_1 * L(mu) + xi,   L(mu) = sum_{j>=1} lambda_j b_j(mu) = int h dmu,   h = sum_{j>=1} lambda_j e_j,
+
+b_j(mu) = int e_j dmu the Mercer coefficients of section 5.1. Why this one: it lies in the target class of
+Definition 5.5 (|L(mu) - L(mu')| <= (sum_j lambda_j^{2 + gamma_f})^{1/2} ||mu - mu'||_{H_0^{gamma_f}}, finite for
+gamma_f > -2), it is a function of mu (so the oracle that knows mu has risk sigma^2 exactly, unlike A.1's target),
+it is query-dependent like A.1's (through q_1), it weighs the Mercer directions by lambda_j as A.1's target does,
+and it is exactly what the proof's construction computes (Lemma C.4's selector times a feature, averaged by the
+stable S6 primitive of Lemma C.2, then a linear head): a student that recalls can represent it, so whether it
+beats the tag-only risk measures recall, not the expressiveness of the head.
+
 Two things the paper leaves implicit, stated here:
 
 * Renormalisation discards the scale of Z and the clamp discards its negative part, so Y is not a function
@@ -39,9 +52,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.checks import check_int, check_real
+from memlab.checks import check_choice, check_int, check_real
 
 A1_TAGS = np.array([[1.0], [-1.0]])  # App. A.1: v_1 = +-1, v_2 = -v_1
+TARGETS = ("a1", "linear")
 
 
 def check_tags(tags, strict: bool = False) -> np.ndarray:
@@ -84,8 +98,10 @@ class RecallTask:
     noise_std: float = 0.01  # sigma of the label noise
     tags: tuple = ((1.0,), (-1.0,))  # (I, d_1); A.1 default
     query_dependent: bool = True
+    target: str = "a1"  # "a1": q_1 sum_j lambda_j Z_j^2 (App. A.1); "linear": q_1 int h dmu (module doc)
 
     def __post_init__(self):
+        check_choice("target", self.target, TARGETS)
         check_real("alpha (Assumption 5.1)", self.alpha, 0.0, open_low=True)
         for name, low in (("context_length", 1), ("num_coeffs", 2), ("grid_size", 2)):
             check_int(name, getattr(self, name), low)
@@ -141,30 +157,51 @@ def sample_coeffs(key: Array, num: int, task: RecallTask) -> Array:
     return jax.random.normal(key, (num, task.num_coeffs)).at[:, 0].set(0.0)
 
 
-def _eigenvalues(task: RecallTask, eigenvalues, dtype) -> Array:
-    """lambda_j as ``dtype``: ``task.eigenvalues``, or the same numbers passed in (traced inside ``sample``)."""
-    return jnp.asarray(task.eigenvalues if eigenvalues is None else eigenvalues).astype(dtype)
+def _xp(x):
+    """NumPy for NumPy arrays (float64 references, ``band.py``), jax.numpy otherwise."""
+    return np if isinstance(x, np.ndarray) else jnp
+
+
+def _eigenvalues(task: RecallTask, eigenvalues, like) -> Array:
+    """lambda_j as the dtype of ``like``: ``task.eigenvalues``, or the same numbers passed in (traced in ``sample``)."""
+    return _xp(like).asarray(task.eigenvalues if eigenvalues is None else eigenvalues).astype(like.dtype)
 
 
 def unnormalised_density(coeffs: Array, task: RecallTask, eigenvalues: Array | None = None) -> Array:
     """mu~ = sum_j lambda_j Z_j e_j on the grid: coeffs (..., M) -> (..., G), before the clamp.
-    ``eigenvalues`` (M,) replaces ``task.eigenvalues`` (the sampler passes them as an argument)."""
-    lam = _eigenvalues(task, eigenvalues, coeffs.dtype)
-    return (coeffs * lam) @ jnp.asarray(task.basis, coeffs.dtype)
+    ``eigenvalues`` (M,) replaces ``task.eigenvalues`` (the sampler passes them as an argument). NumPy in, NumPy
+    out (float64 stays float64)."""
+    lam = _eigenvalues(task, eigenvalues, coeffs)
+    return (coeffs * lam) @ _xp(coeffs).asarray(task.basis, coeffs.dtype)
 
 
 def content_pmf(coeffs: Array, task: RecallTask, eigenvalues: Array | None = None) -> Array:
     """Clamp-and-renormalise (App. A.1): coeffs (..., M) with Z_0 ignored -> mass function (..., G)."""
-    density = jnp.maximum(unnormalised_density(coeffs, task, eigenvalues), 0.0)
+    xp = _xp(coeffs)
+    density = xp.maximum(unnormalised_density(coeffs, task, eigenvalues), 0.0)
     total = density.sum(-1, keepdims=True)
-    uniform = jnp.full_like(density, 1.0 / task.grid_size)
-    return jnp.where(total > 0, density / jnp.where(total > 0, total, 1.0), uniform)
+    uniform = xp.full_like(density, 1.0 / task.grid_size)
+    return xp.where(total > 0, density / xp.where(total > 0, total, 1.0), uniform)
 
 
-def target(coeffs: Array, query: Array, task: RecallTask, eigenvalues: Array | None = None) -> Array:
-    """F_*(nu, q) = q_1 sum_j lambda_j Z_j^2 for the recalled coefficients (..., M); query (..., d_1)."""
-    energy = (_eigenvalues(task, eigenvalues, coeffs.dtype) * coeffs**2).sum(-1)
-    return query[..., 0] * energy if task.query_dependent else energy
+def linear_weights(task: RecallTask, eigenvalues: Array | None = None, like=None) -> Array:
+    """h = sum_{j>=1} lambda_j e_j on the grid (G,): the linear target is L(mu) = sum_x pmf(x) h(x). float64 NumPy,
+    or the array type and dtype of ``like``."""
+    like = np.zeros(0) if like is None else like
+    lam = _eigenvalues(task, eigenvalues, like)
+    return lam[1:] @ _xp(like).asarray(task.basis[1:], like.dtype)
+
+
+def target(coeffs: Array, pmf: Array, query: Array, task: RecallTask, eigenvalues: Array | None = None) -> Array:
+    """F_*(nu, q) from the recalled coefficients (..., M) and mass function (..., G); query (..., d_1).
+
+    A.1: q_1 sum_j lambda_j Z_j^2 (App. A.1); ``linear``: q_1 sum_x pmf(x) h(x) (module doc); q_1 -> 1 when the
+    task is query-independent."""
+    if task.target == "a1":
+        value = (_eigenvalues(task, eigenvalues, coeffs) * coeffs**2).sum(-1)
+    else:
+        value = pmf @ linear_weights(task, eigenvalues, pmf)
+    return query[..., 0] * value if task.query_dependent else value
 
 
 def sample(key: Array, n: int, task: RecallTask) -> Batch:
@@ -192,7 +229,7 @@ def _sample_one(key: Array, task: RecallTask, eigenvalues: Array) -> Batch:
     queried = jax.random.randint(k_q, (), 0, num_tags)
     query = tags[queried]
     context_tags, context_content = sample_context(k_x, pmf, tags, task.context_length, task)
-    y_clean = target(coeffs[queried], query, task, eigenvalues)
+    y_clean = target(coeffs[queried], pmf[queried], query, task, eigenvalues)
     y = y_clean + task.noise_std * jax.random.normal(k_noise, ())
     return Batch(context_tags, context_content, query, queried, y, y_clean, pmf, coeffs)
 
@@ -215,48 +252,80 @@ def degenerate_fraction(key: Array, task: RecallTask, num: int = 100_000) -> flo
     return float(jnp.mean(jnp.all(density <= 0, axis=-1)))
 
 
+def query_factor_moments(task: RecallTask) -> tuple[float, float]:
+    """(E[g], E[g^2]) of the query factor g = q_1 (query-dependent) or 1 over a uniform i*."""
+    g = task.tag_array[:, 0] if task.query_dependent else np.ones(1)
+    return float(g.mean()), float((g**2).mean())
+
+
+def sample_coeffs64(num: int, task: RecallTask, seed: int) -> np.ndarray:
+    """``num`` float64 coefficient vectors Z (num, M), Z_0 = 0, from NumPy generator ``seed`` (the references)."""
+    Z = np.random.default_rng(seed).standard_normal((check_int("num_draws", num), task.num_coeffs))
+    Z[:, 0] = 0.0
+    return Z
+
+
 def scale_floor_mse(task: RecallTask, num_draws: int = 1_000_000, seed: int = 0) -> float:
     """A lower bound on the risk of ANY predictor of Y from the query and the exact recalled mass function.
 
-    The mass function is clamp-and-renormalise of sum_j lambda_j Z_j e_j, unchanged when Z is scaled by c > 0, so
-    it is a function of the direction u = Z / |Z| alone. For Z ~ N(0, I_{M-1}), |Z|^2 ~ chi^2_{M-1} is independent
-    of u and S = |Z|^2 s(u), s(u) = sum_j lambda_j u_j^2, so the Bayes risk given (u, q) is
+    A.1 target: the mass function is clamp-and-renormalise of sum_j lambda_j Z_j e_j, unchanged when Z is scaled by
+    c > 0, so it is a function of the direction u = Z / |Z| alone. For Z ~ N(0, I_{M-1}), |Z|^2 ~ chi^2_{M-1} is
+    independent of u and S = |Z|^2 s(u), s(u) = sum_j lambda_j u_j^2, so the Bayes risk given (u, q) is
     E[g^2] Var(chi^2_{M-1}) E[s(u)^2] + sigma^2 = E[g^2] 2 (M-1) E[s(u)^2] + sigma^2, with E[s(u)^2] by float64
     Monte Carlo (``num_draws`` directions, NumPy generator ``seed``). Knowing less than u (a clamped, gridded,
     sampled measure) can only raise the risk. g = q_1 (query-dependent) or 1, as in ``baseline_mse``.
+
+    ``linear`` target: Y - xi is a function of the measure, so the floor is sigma^2, attained.
     """
     check_int("num_draws", num_draws)
+    if task.target == "linear":
+        return task.noise_std**2
     k = task.num_coeffs - 1
     Z2 = np.random.default_rng(seed).standard_normal((num_draws, k)) ** 2
     s = (Z2 / Z2.sum(1, keepdims=True)) @ task.eigenvalues[1:]
-    g2 = (task.tag_array[:, 0] ** 2).mean() if task.query_dependent else 1.0
-    return float(g2 * 2 * k * np.mean(s**2) + task.noise_std**2)
+    return float(query_factor_moments(task)[1] * 2 * k * np.mean(s**2) + task.noise_std**2)
+
+
+def value_moments(task: RecallTask, num_draws: int = 1_000_000, seed: int = 0) -> tuple[float, float]:
+    """(E[F], Var(F)) of the recalled value F, Y = g(q) F + xi.
+
+    A.1: F = S = sum_{j>=1} lambda_j Z_j^2, exact chi-square moments (sum_j lambda_j, 2 sum_j lambda_j^2).
+    ``linear``: F = L(mu), through the clamp no closed form: float64 Monte Carlo over ``num_draws`` measures
+    (NumPy generator ``seed``); its relative standard error is about 1 / sqrt(num_draws). Cached per content law.
+    """
+    return _value_moments(dataclasses.replace(task, context_length=1, noise_std=0.0, tags=((1.0,),)), num_draws, seed)
+
+
+@functools.cache
+def _value_moments(task: RecallTask, num_draws: int, seed: int) -> tuple[float, float]:
+    lam = task.eigenvalues[1:]
+    if task.target == "a1":
+        return float(lam.sum()), float(2.0 * (lam**2).sum())
+    values = content_pmf(sample_coeffs64(num_draws, task, seed), task) @ linear_weights(task)
+    return float(values.mean()), float(values.var())
 
 
 def baseline_predictions(batch: Batch, task: RecallTask) -> dict[str, Array]:
     """The two reference predictors of ``baseline_mse`` on the examples of ``batch``, (n,) each: ``mean`` = E[Y] and
-    ``tag_only`` = E[Y | q] = g(q) E[S], g(q) = q_1 (query-dependent) or 1."""
-    mean_s = float(task.eigenvalues[1:].sum())
-    g = task.tag_array[:, 0] if task.query_dependent else np.ones(1)
+    ``tag_only`` = E[Y | q] = g(q) E[F], g(q) = q_1 (query-dependent) or 1."""
+    mean_f = value_moments(task)[0]
     gq = batch.query[:, 0] if task.query_dependent else jnp.ones_like(batch.y)
-    return {"mean": jnp.full_like(batch.y, float(g.mean()) * mean_s), "tag_only": gq * mean_s}
+    return {"mean": jnp.full_like(batch.y, query_factor_moments(task)[0] * mean_f), "tag_only": gq * mean_f}
 
 
 def baseline_mse(task: RecallTask) -> dict[str, float]:
-    """Exact risks of two reference predictors (label noise included), from the coefficient distribution.
+    """Risks of two reference predictors (label noise included), from the distribution of the recalled value F.
 
-    With S = sum_j lambda_j Z_j^2 (Z_0 = 0) and g = q_1 (query-dependent) or 1, Y = g S + xi:
+    With Y = g F + xi, g = q_1 (query-dependent) or 1, F the recalled value (``value_moments``):
 
-    * ``mean``: predict E[Y] (a constant); risk Var(g S) + sigma^2. With the A.1 tags E[Y] = 0.
-    * ``tag_only``: predict E[Y | q] = g E[S], the best a model can do from the query alone, without
-      recalling the content; risk E[g^2] Var(S) + sigma^2.
+    * ``mean``: predict E[Y] (a constant); risk Var(g F) + sigma^2. With the A.1 tags E[Y] = 0.
+    * ``tag_only``: predict E[Y | q] = g E[F], the best a model can do from the query alone, without
+      recalling the content; risk E[g^2] Var(F) + sigma^2.
 
-    E[S] = sum_{j>=1} lambda_j, Var(S) = 2 sum_{j>=1} lambda_j^2 (chi-square moments); i* is uniform.
+    Exact for the A.1 target (chi-square moments), float64 Monte Carlo for ``linear``; i* is uniform.
     """
-    lam = task.eigenvalues[1:]
-    mean_s, var_s = lam.sum(), 2.0 * (lam**2).sum()
-    g = task.tag_array[:, 0] if task.query_dependent else np.ones(1)
-    mean_g, mean_g2 = g.mean(), (g**2).mean()
+    mean_f, var_f = value_moments(task)
+    mean_g, mean_g2 = query_factor_moments(task)
     noise = task.noise_std**2
-    mean = mean_g2 * (var_s + mean_s**2) - (mean_g * mean_s) ** 2 + noise
-    return {"mean": float(mean), "tag_only": float(mean_g2 * var_s + noise)}
+    mean = mean_g2 * (var_f + mean_f**2) - (mean_g * mean_f) ** 2 + noise
+    return {"mean": float(mean), "tag_only": float(mean_g2 * var_f + noise)}
