@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import jax
 import numpy as np
 import pytest
@@ -32,6 +35,13 @@ def test_paper_profiles_use_the_paper_sizes():
 @pytest.mark.parametrize("name", sorted(ISSUE_EXPERIMENTS))
 def test_tiny_profile_runs_and_resumes(name, tmp_path, check_tiny_run):
     check_tiny_run(name, tmp_path)
+    summary = (tmp_path / name / "summary.md").read_text()
+    assert "## Choices the paper leaves open, and where memlab departs from its text" in summary
+    if name != "recall.context-limit":  # the curve experiments: band, verdict per curve, mean ± s.e.
+        assert "## Achievable band" in summary and (tmp_path / name / "band.csv").exists()
+        assert "Below the tag-only risk (recalls content): " in summary
+        claims = json.loads((tmp_path / name / "results.json").read_text())["claims"]
+        assert any(c["id"].startswith("recalls[") for c in claims)
 
 
 # ---------------------------------------------------------------- configs and the pure analyses
@@ -58,6 +68,8 @@ def test_every_profile_validates_and_bad_configs_are_rejected():
         (ContextLimitConfig(eval_lengths=(100, 10, 1000)), "eval_lengths"),
         (ContextLimitConfig(num_mc=1), "num_mc"), (ContextLimitConfig(num_pairs=1), "num_pairs"),
         (ContextLimitConfig(alpha=-1.0), "alpha"),
+        (RateConfig(target="quadratic"), "unknown target"), (RateConfig(step_budget=100), "multiple of epochs"),
+        (RateConfig(step_budget=0), "steps"), (RateConfig(band_draws=0), "band_draws"),
     ]
     for config, match in bad:
         with pytest.raises(ValueError, match=match):
@@ -81,6 +93,54 @@ def test_curve_cells_share_the_data_streams_and_travel():
     assert not same(a[-1], b[-1]) and same(a[-1], c[-1])  # init per n, shared by the students
     assert a[6] == 8  # the pool holds the largest n: one compiled train serves every cell
     cloudpickle.loads(cloudpickle.dumps(cells["mamba-1_alpha=1_T=16_n=4"]))
+
+
+def test_step_budget_and_well_posed_profiles():
+    """The equal-step and well-posed profiles change only what they say they change; a budget adds one curve per
+    student whose cells share the data streams of the default ones and train on TrainConfig(steps=budget)."""
+    from memlab.keys import key_for
+    from memlab.recall.curves import curve_cells
+    from memlab.recall.train import TrainConfig
+
+    rate = EXPERIMENTS["recall.rate"].profiles
+    assert dataclasses.replace(rate["paper-equal-steps"], step_budget=None) == dataclasses.replace(
+        rate["paper"], students=("mamba-1",))
+    assert rate["paper-equal-steps"].labels() == ["mamba-1", "mamba-1/steps=120"]
+    compare = EXPERIMENTS["recall.attention-vs-s6"].profiles
+    well_posed = compare["paper-well-posed"]
+    assert (well_posed.target, well_posed.students, well_posed.sample_sizes[-1], well_posed.num_seeds) == (
+        "linear", ("mamba-1", "attention"), 1024, 3)
+    assert compare["quick-well-posed"].sample_sizes[-1] == 1024
+    cells = curve_cells(rate["tiny"], lambda *names: key_for(0, *names))
+    assert len(cells) == 2 * 2 * 2 and "mamba-1_alpha=1_T=16_n=8_steps=4" in cells
+    default, budget = cells["mamba-1_alpha=1_T=16_n=8"].args, cells["mamba-1_alpha=1_T=16_n=8_steps=4"].args
+    assert default[3] == TrainConfig(epochs=2) and budget[3] == TrainConfig(epochs=2, steps=4)
+    assert default[:3] == budget[:3] and default[4:7] == budget[4:7]  # same task, n, student, sizes
+    same = lambda x, y: bool(np.all(np.asarray(jax.random.key_data(x)) == np.asarray(jax.random.key_data(y))))  # noqa: E731
+    assert all(same(a, b) for a, b in zip(default[-3:], budget[-3:]))  # same validation set, pools, init
+    tiny_compare = curve_cells(compare["tiny"], lambda *names: key_for(0, *names))
+    assert all(c.args[0].target == "linear" for c in tiny_compare.values())
+
+
+def test_report_lines_give_mean_and_standard_error_and_the_first_n_below_tag_only():
+    from memlab.recall.curves import CurveConfig, band_rows, budget_line, tag_only_lines
+    from memlab.recall.metrics import learning_curves, tag_only_comparison
+
+    rs = [_record("mamba-1", 1.0, 100, n, m, stderr=e, val_tag_only=0.3) | {"step_budget": b}
+          for b in (None, 120) for n, m, e in ((4, 0.5, 0.01), (16, 0.25, 0.01))]
+    rs[3]["mse"] = 0.35  # the budget curve never beats 0.3
+    comparisons = tag_only_comparison(rs)
+    keys = list(comparisons)
+    lines = tag_only_lines(comparisons, keys, lambda k: k[0]).splitlines()
+    assert lines[0] == ("- mamba-1: n = 4: 0.5 ± 0.01 / 0.3 = 1.667; n = 16: 0.25 ± 0.01 / 0.3 = 0.833 — below the "
+                        "tag-only risk (by > 2 s.e.) from n = 16")
+    assert lines[1].endswith("never below the tag-only risk")
+    line = budget_line(CurveConfig(step_budget=120), learning_curves(rs), keys, lambda k: k[0])
+    C = [learning_curves(rs)[k].fit.C for k in keys]
+    assert line.endswith(f"mamba-1: {C[0]:.2f} → {C[1]:.2f}.\n\n") and budget_line(CurveConfig(), {}, keys, str) == ""
+    band = {(1.0, 100): {"tag_only": 0.31, "context": 0.28, "context_stderr": 0.003, "measure": 0.17,
+                         "measure_stderr": 0.002, "floor": 0.077}}
+    assert band_rows(band, rs) == [[1.0, 100, "0.31", "0.3", "0.28 ± 0.003", "0.17 ± 0.002", "0.077"]]
 
 
 def _record(student, alpha, T, n, mse, mean=1.0, tag_only=0.5, stderr=float("nan"), val_tag_only=None):

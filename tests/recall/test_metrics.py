@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memlab.recall.metrics import coupling_rate, is_monotone, learning_curves, tag_only_comparison
+from memlab.recall.metrics import coupling_rate, curve_label, is_monotone, learning_curves, tag_only_comparison
 
 
-def record(student, alpha, T, n, mse, mean=1.0, tag_only=0.5, stderr=float("nan"), val_tag_only=None):
+def record(student, alpha, T, n, mse, mean=1.0, tag_only=0.5, stderr=float("nan"), val_tag_only=None, budget=None):
     return {"student": student, "alpha": alpha, "T": T, "n": n, "mse": mse, "mse_stderr": stderr,
             "baseline_mean": mean, "baseline_tag_only": tag_only,
-            "val_baseline_tag_only": tag_only if val_tag_only is None else val_tag_only}
+            "val_baseline_tag_only": tag_only if val_tag_only is None else val_tag_only, "step_budget": budget}
 
 
 def test_learning_curves_group_in_first_seen_order_and_fit_eq_1():
@@ -53,8 +53,25 @@ def test_tag_only_comparison_needs_two_standard_errors_and_the_validation_baseli
     c = out[("mamba-1", 1.0, 100)]
     np.testing.assert_array_equal(c.below, [False, False, True])
     assert c.first_n == 64 and c.ratio[0] == pytest.approx(0.50 / 0.49)
+    np.testing.assert_array_equal(c.mse, [0.50, 0.47, 0.40])
+    np.testing.assert_array_equal(c.stderr, [0.01, 0.02, 0.02])
+    np.testing.assert_array_equal(c.tag_only, [0.49] * 3)
+    assert np.isnan(out[("attention", 1.0, 100)].stderr[0])  # one seed: no standard error
     assert out[("attention", 1.0, 100)].first_n == 4
     assert tag_only_comparison(rs[:2])[("mamba-1", 1.0, 100)].first_n is None
     old = {k: v for k, v in rs[0].items() if k != "val_baseline_tag_only"}
     with pytest.raises(ValueError, match="older memlab"):
         tag_only_comparison([old])
+
+
+def test_step_budget_records_form_their_own_curves():
+    """A student trained on a step budget is a curve of its own beside the same student on A.1's epochs; records
+    from before the budget existed (no ``step_budget`` key) count as A.1's schedule."""
+    old = {k: v for k, v in record("mamba-1", 1.0, 100, 4, 0.6).items() if k != "step_budget"}
+    rs = [old, record("mamba-1", 1.0, 100, 16, 0.5), record("mamba-1", 1.0, 100, 4, 0.6, budget=120),
+          record("mamba-1", 1.0, 100, 16, 0.3, budget=120)]
+    curves = learning_curves(rs)
+    assert list(curves) == [("mamba-1", 1.0, 100), ("mamba-1/steps=120", 1.0, 100)]
+    assert curves[("mamba-1/steps=120", 1.0, 100)].mse.tolist() == [0.6, 0.3]
+    assert tag_only_comparison(rs)[("mamba-1/steps=120", 1.0, 100)].first_n == 16
+    assert curve_label("attention") == "attention" and curve_label("attention", 8) == "attention/steps=8"

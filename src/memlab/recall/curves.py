@@ -1,11 +1,12 @@
 """Risk-vs-n grids, shared by ``recall.rate``, ``recall.sweep`` and ``recall.attention-vs-s6``: the grid's config,
-its sweep cells, its tables and its figure panel.
+its sweep cells, its tables, its summary sections (fit table, tag-only comparison, achievable band, choices) and its
+figure panel.
 
-Every (student, alpha, T, n) is one cell (``runs.curve_cell``) with three named key streams: ``"validation"``
-(one validation set per task, shared by every n and student), ``"training-pool"`` (nested training sets per
-seed) and ``("init", n)`` (initialisation and shuffling at size n). The rate of eq. (1) is fitted per curve by
-``metrics.learning_curves``. Every table carries the two exact reference risks of ``task.baseline_mse``.
-"""
+Every (schedule, student, alpha, T, n) is one cell (``runs.curve_cell``) with three named key streams:
+``"validation"`` (one validation set per task, shared by every n, student and schedule), ``"training-pool"`` (nested
+training sets per seed) and ``("init", n)`` (initialisation and shuffling at size n). A curve is named by
+``metrics.curve_label`` (the student, with ``/steps=B`` on a step budget); the rate of eq. (1) is fitted per curve by
+``metrics.learning_curves``."""
 
 from __future__ import annotations
 
@@ -17,46 +18,83 @@ import numpy as np
 from jax import Array
 from matplotlib import ticker
 
-from memlab.checks import check_choices, check_increasing_ints, check_int, check_real
-from memlab.recall.metrics import LearningCurve, TagOnlyComparison
+from memlab.checks import check_choice, check_choices, check_increasing_ints, check_int, check_real
+from memlab.recall.band import achievable_band
+from memlab.recall.metrics import LearningCurve, TagOnlyComparison, curve_label, learning_curves, tag_only_comparison
 from memlab.recall.runs import STUDENTS, curve_cell
-from memlab.recall.task import RecallTask, scale_floor_mse
+from memlab.recall.task import TARGETS, RecallTask
 from memlab.recall.train import TrainConfig
 
-__all__ = ["CHOICES", "FIT_FORMAT", "FIT_HEADER", "RISK_HEADER", "CurveConfig", "curve_cells", "fit_rows", "n_ticks",
-           "plot_curves", "risk_rows", "tag_only_lines"]
+__all__ = ["BAND", "BAND_HEADER", "CHOICES", "FIT_FORMAT", "FIT_HEADER", "RISK_HEADER", "CurveConfig", "band_rows",
+           "bands", "beats_tag_only", "curve_cells", "curve_color", "fit_rows", "n_ticks", "plot_curves",
+           "recall_claims", "report", "risk_rows", "schedule", "tag_only_lines"]
 
-CHOICES = """## Choices the paper leaves open
+CHOICES = """## Choices the paper leaves open, and where memlab departs from its text
 
+Task (App. A.1):
 - **Targets are not functions of the recalled measure.** A.1 renormalises the clamped density, which discards the \
-scale of Z; Y = v_1 Σ λ_j Z_j² depends on that scale. So no learner reaches σ² = 1e-4: the dotted lines are the \
-exact risk of the best predictor that uses the query tag only (E[Y | q] = v_1 E[S]); a student below it has recalled \
-content. The `scale floor` column bounds every predictor that knows the recalled measure exactly from below \
-(`task.scale_floor_mse`: the measure fixes only the direction of Z, and |Z|² ~ χ²₁₅ is independent of it): \
-between it and the tag-only risk lies all that recall can gain. Comparing α's by raw MSE also compares target \
-scales (Var Y shrinks as α grows), so `relative_to_mean` in risk.csv divides by the mean predictor's risk.
-- **Grid and degenerate densities.** The 32-point grid is `linspace(0, 1, 32)`; the basis is exactly 0 at x = 0 \
-and x = 1 (a rounded sin(πj) ≈ 1e-16 there would turn some all-negative densities into a point mass at x = 1). \
-Where the clamped density vanishes on the whole grid the mass function is uniform (what \
-clamp-with-epsilon-then-renormalise gives); `task.degenerate_fraction` measures how often: about 15 % of draws at \
-α = 0.75, 27 % at α = 1 and 47 % at α = 2.
-- **Student.** Token u = (one-hot marker m_in/m_ctx/m_out, tag, content), the query inserted before and after the \
-context (§4.1). Φ's are one-hidden-layer ReLU MLPs of width 32; each S6 block is the Mamba mixer (in-projection ×2, \
-causal depthwise conv of width 4, SiLU, Δ of rank ⌈16/16⌉ = 1, S4D-real A = −exp(A_log), ZOH discretisation of §4.2, \
-SiLU gate, out-projection), composed as written (`mamba-1`, `mamba-2`: Φ → S6 → Φ, no residual, no norm). The \
-students `mamba-1-residual` / `mamba-2-residual` put each mixer inside the public Mamba code's pre-norm residual \
-wrapper x + Mamba(RMSNorm(x)) instead (memlab's default before issue 14). The readout is the head MLP at the last \
-token.
-- **Training.** Adam 2e-3 × 0.95 per epoch (staircase), batch min(16, n), global-norm clipping 1.0; the validation \
-set is drawn once per (α, T) with its own key and shared by every n and student; the training sets are nested (the \
-run at n uses the first n examples of one pool per seed).
+scale of Z; Y = v_1 Σ λ_j Z_j² depends on that scale. So no learner reaches σ² = 1e-4, and recall is worth little \
+even in principle: the achievable band above says how much. Comparing α's by raw MSE also compares target scales \
+(Var Y shrinks as α grows), so `relative_to_mean` in risk.csv divides by the mean predictor's risk.
+- **Well-posed variant (memlab's addition).** `target = linear`: Y = v_1 Σ_j λ_j b_j(μ) + ξ, a linear functional \
+of the normalised recalled measure μ (b_j(μ) = ∫ e_j dμ), whose oracle risk is σ² (`task.py` says why this one).
+- **Coefficients.** "Z ~ N(0, I_{M−1}) with the constant coordinate set to zero": memlab draws M = 16 coordinates \
+and sets Z_0 = 0 (15 Gaussians); λ_j = exp(−j^α) for j = 0..15.
+- **Grid and degenerate densities.** The 32-point grid (A.1 calls it "T = 32", the letter it also uses for the \
+context length) is `linspace(0, 1, 32)`; the basis is exactly 0 at x = 0 and x = 1 (a rounded sin(πj) ≈ 1e-16 \
+there would turn some all-negative densities into a point mass at x = 1). Where the clamped density vanishes on \
+the whole grid the mass function is uniform (what clamp-with-epsilon-then-renormalise gives); \
+`task.degenerate_fraction` measures how often: about 15 % of draws at α = 0.75, 27 % at α = 1 and 47 % at α = 2.
+- **Tags and query.** A.1 draws v_1 = ±1, sets v_2 = −v_1 and always queries component 1; memlab fixes the tags \
+(+1, −1) and queries a uniform component, the same law. A.1's tags are called separated in the sense of \
+Assumption 5.4, but I = 2 > d_1 = 1 breaks its I ≤ d_1; the inner-product separation the proof uses holds.
+
+Student:
+- Token u = (one-hot marker m_in/m_ctx/m_out, tag, content), content 0 in both query tokens (A.1's q = (0, v_1)), \
+the query inserted before and after the context (§4.1); the paper fixes no marker vectors. Φ's are \
+one-hidden-layer ReLU MLPs of width 32 (the paper gives no width); each S6 block is the Mamba mixer (in-projection \
+×2, causal depthwise conv of width 4, SiLU, Δ of rank ⌈16/16⌉ = 1, S4D-real A = −exp(A_log), ZOH discretisation \
+of §4.2, SiLU gate, out-projection) with the public Mamba code's initialisation, composed as written \
+(`mamba-1`, `mamba-2`: Φ → S6 → Φ, no residual, no norm). `mamba-1-residual` / `mamba-2-residual` put each mixer \
+inside the public Mamba code's pre-norm residual wrapper x + Mamba(RMSNorm(x)) instead (memlab's default before \
+issue 14). The readout is the head MLP at the last token.
+- The attention comparator (§7 names Kawata & Suzuki, gives no architecture) is memlab's: Φ_1, one pre-norm \
+softmax-attention layer (d_model 16, one head) whose query is the last token, a residual, the same head.
+
+Training and reporting:
+- Adam 2e-3 with "exponential decay γ = 0.95" read as ×0.95 after every epoch (staircase), batch min(16, n) (the \
+last partial batch of an epoch is dropped), global-norm clipping 1.0, 30 epochs (A.4: 120). Under this schedule \
+the number of Adam steps grows with n (30 at n ≤ 16, 120 at n = 64), so the fitted C mixes data with steps; \
+`step_budget` (memlab's addition) trains every n for the same number of steps, its curves are labelled \
+`student/steps=B` and fitted beside the default ones.
+- The validation set is drawn once per (α, T) with its own key and shared by every n and student; its MSE is \
+against the noisy Y (σ² included, as the paper's must be). The reported number is the best validation MSE over \
+the epochs, as the paper reports it: selection on the reporting set, so slightly optimistic.
+- The paper reports one run per point; memlab trains `num_seeds` independent training sets and initialisations per \
+point (paper profiles: 3) and reports mean ± s.e. over seeds; the fit of eq. (1) is to the mean. The training \
+sets are nested (the run at n uses the first n examples of one pool per seed).
+- Quick and tiny profiles shrink T and the validation set (their reasons are in the profiles' comments); only \
+the paper profiles have the paper's sizes.
 """
 
-RISK_HEADER = ["student", "alpha", "T", "n", "mse", "mse_stderr", "best_epoch", "relative_to_mean", "baseline_mean",
-               "baseline_tag_only", "val_tag_only"]
-FIT_HEADER = ["student", "α", "T", "MSE at each n", "fitted C (ours)", "C (paper)", "R²", "tag-only risk",
-              "scale floor"]
-FIT_FORMAT = {"α": "g", "fitted C (ours)": ".2f", "R²": ".2f", "tag-only risk": ".3g", "scale floor": ".3g"}
+BAND = """## Achievable band
+
+What recall can be worth on this task, per (α, T), all in float64 (`band.py`; ± is the Monte-Carlo s.e.):
+**tag-only** — E[Y | q], no recall (exact for A.1, Monte Carlo for `linear`), in population and on the run's own \
+validation set (what the student is compared with); **context** — a predictor fitted on {draws} draws that sees \
+what a context of length T can reveal, the empirical content pmf of the queried tag's ≈ T/2 tokens; **measure** — \
+the same seeing the recalled pmf itself (T = ∞; for A.1 part of what it uses is float64 detail no finite context \
+shows, so read **context** as the reachable end); **floor** — no predictor that knows the measure can go lower \
+(A.1: the risk given the direction of Z, `task.scale_floor_mse`; `linear`: σ², attained). A student below \
+tag-only has recalled content; one near **context** has recalled all a context shows.
+
+{table}"""
+
+RISK_HEADER = ["curve", "student", "alpha", "T", "n", "mse", "mse_stderr", "best_epoch", "adam_steps",
+               "relative_to_mean", "baseline_mean", "baseline_tag_only", "val_tag_only"]
+FIT_HEADER = ["curve", "α", "T", "MSE ± s.e. at each n", "fitted C (ours)", "C (paper)", "R²", "below tag-only"]
+FIT_FORMAT = {"α": "g", "fitted C (ours)": ".2f", "R²": ".2f"}
+BAND_HEADER = ["α", "T", "tag-only", "tag-only (validation set)", "context (T)", "measure (T = ∞)", "floor"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +109,9 @@ class CurveConfig:
     num_val: int = 2000
     epochs: int = 30
     num_seeds: int = 1  # independent training sets and initialisations per cell (the paper: one)
+    target: str = "a1"  # "a1": App. A.1's target; "linear": the well-posed variant (task.py)
+    step_budget: int | None = None  # if set, every curve also runs with this many Adam steps at every n
+    band_draws: int = 20_000  # float64 draws to fit, and as many to score, each predictor of the band
 
     def validate(self) -> None:
         check_int("seed", self.seed, low=0)
@@ -82,58 +123,156 @@ class CurveConfig:
         if len(check_increasing_ints("sample_sizes", self.sample_sizes)) < 2:
             raise ValueError(f"sample_sizes needs at least two sizes to fit a rate, got {self.sample_sizes!r}")
         check_choices("students", self.students, STUDENTS)
-        for name in ("num_val", "epochs", "num_seeds"):
+        check_choice("target", self.target, TARGETS)
+        for name in ("num_val", "epochs", "num_seeds", "band_draws"):
             check_int(name, getattr(self, name))
+        self.train_configs()  # a step budget must split into the epochs' rounds
+
+    def train_configs(self) -> dict[int | None, TrainConfig]:
+        """The training schedules by step budget: None (A.1's epochs) and, if set, ``step_budget``."""
+        budgets = [None] if self.step_budget is None else [None, self.step_budget]
+        return {b: TrainConfig(epochs=self.epochs, steps=b) for b in budgets}
+
+    def labels(self) -> list[str]:
+        """The curves of every (alpha, T): each student, then each student on the step budget."""
+        return [curve_label(kind, b) for b in self.train_configs() for kind in self.students]
+
+    def task(self, alpha: float, T: int) -> RecallTask:
+        return RecallTask(alpha=float(alpha), context_length=int(T), target=self.target)
 
 
 def curve_cells(cfg: CurveConfig, key_for: Callable[..., Array]) -> dict[str, partial]:
-    """The sweep cells of the grid, in (student, alpha, T, n) loop order; ``key_for(*names)`` gives the named
-    key streams (``run.key_for``)."""
-    train_config = TrainConfig(epochs=cfg.epochs)
+    """The sweep cells of the grid, in (schedule, student, alpha, T, n) loop order; ``key_for(*names)`` gives the
+    named key streams (``run.key_for``). A budget's cells share the data and keys of the default ones."""
     val_key, pool_key = key_for("validation"), key_for("training-pool")
-    return {f"{kind}_alpha={alpha:g}_T={T}_n={n}": partial(
-                curve_cell, RecallTask(alpha=float(alpha), context_length=int(T)), int(n), kind, train_config,
-                cfg.num_val, cfg.num_seeds, max(cfg.sample_sizes), val_key, pool_key, key_for("init", n))
-            for kind in cfg.students for alpha in cfg.alphas for T in cfg.context_lengths for n in cfg.sample_sizes}
+    return {f"{kind}_alpha={alpha:g}_T={T}_n={n}" + ("" if b is None else f"_steps={b}"): partial(
+                curve_cell, cfg.task(alpha, T), int(n), kind, train, cfg.num_val, cfg.num_seeds,
+                max(cfg.sample_sizes), val_key, pool_key, key_for("init", n))
+            for b, train in cfg.train_configs().items() for kind in cfg.students for alpha in cfg.alphas
+            for T in cfg.context_lengths for n in cfg.sample_sizes}
+
+
+def schedule(cfg: CurveConfig) -> str:
+    """The training schedule(s) in words, for a summary's first line."""
+    epochs = f"{cfg.epochs} epochs (Adam steps grow with n)"
+    return epochs if cfg.step_budget is None else (f"{epochs} and, as curves `…/steps={cfg.step_budget}`, an equal "
+                                                   f"budget of {cfg.step_budget} Adam steps at every n")
+
+
+def bands(cfg: CurveConfig) -> dict[tuple[float, int], dict]:
+    """The achievable band (``band.achievable_band``) of every (alpha, T) of the grid."""
+    return {(float(a), int(T)): achievable_band(cfg.task(a, T), cfg.band_draws, cfg.band_draws)
+            for a in cfg.alphas for T in cfg.context_lengths}
 
 
 def risk_rows(records: Sequence[Mapping]) -> list[list]:
     """Rows of risk.csv (``RISK_HEADER``), one per cell record."""
-    return [[r["student"], r["alpha"], r["T"], r["n"], r["mse"], r["mse_stderr"], int(np.mean(r["best_epoch"])),
-             r["mse"] / r["baseline_mean"], r["baseline_mean"], r["baseline_tag_only"], r["val_baseline_tag_only"]]
-            for r in records]
+    return [[curve_label(r["student"], r.get("step_budget")), r["student"], r["alpha"], r["T"], r["n"], r["mse"],
+             r["mse_stderr"], int(np.mean(r["best_epoch"])), r.get("adam_steps", ""), r["mse"] / r["baseline_mean"],
+             r["baseline_mean"], r["baseline_tag_only"], r["val_baseline_tag_only"]] for r in records]
+
+
+def _pm(mean: float, stderr: float) -> str:
+    """'0.312 ± 0.004', or '0.312' when the standard error is nan (one seed)."""
+    return f"{mean:.3g}" if np.isnan(stderr) else f"{mean:.3g} ± {stderr:.2g}"
+
+
+def beats_tag_only(c: TagOnlyComparison) -> str:
+    """'from n = 64' or 'never' (``metrics.tag_only_comparison``'s rule)."""
+    return f"from n = {c.first_n}" if c.first_n else "never"
 
 
 def tag_only_lines(comparisons: Mapping[tuple, TagOnlyComparison], keys: Sequence[tuple],
                    name: Callable[[tuple], str]) -> str:
-    """Markdown bullets, one per curve ``name(key)``: MSE / tag-only risk on the same validation set at every n and
-    whether (from which n) the student beats it (``metrics.tag_only_comparison``)."""
+    """Markdown bullets, one per curve ``name(key)``: MSE (mean ± s.e. over seeds) / tag-only risk on the same
+    validation set at every n, and whether (from which n) the student beats it (``metrics.tag_only_comparison``)."""
     return "\n".join(
-        f"- {name(k)}: " + ", ".join(f"n = {int(n)}: {r:.3f}" for n, r in zip(c.n, c.ratio))
-        + (f" — below the tag-only risk from n = {c.first_n}" if c.first_n else " — never below the tag-only risk")
+        f"- {name(k)}: " + "; ".join(f"n = {int(n)}: {_pm(m, e)} / {t:.3g} = {r:.3f}"
+                                   for n, m, e, t, r in zip(c.n, c.mse, c.stderr, c.tag_only, c.ratio))
+        + (f" — below the tag-only risk (by > 2 s.e.) from n = {c.first_n}" if c.first_n
+           else " — never below the tag-only risk")
         for k, c in ((k, comparisons[k]) for k in keys))
 
 
-def fit_rows(curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple], paper_c: Callable[[tuple], str]) -> list:
+def fit_rows(curves: Mapping[tuple, LearningCurve], comparisons: Mapping[tuple, TagOnlyComparison],
+             keys: Sequence[tuple], paper_c: Callable[[tuple], str]) -> list:
     """Rows of the fit table (``FIT_HEADER``) for the curves ``keys``; ``paper_c(key)`` is the paper's C."""
-    floors = {a: scale_floor_mse(RecallTask(alpha=a)) for a in {k[1] for k in keys}}
-    return [[k[0], k[1], k[2], ", ".join(f"{m:.3g}" for m in curves[k].mse), curves[k].fit.C, paper_c(k),
-             curves[k].fit.r_squared, curves[k].baseline_tag_only, floors[k[1]]] for k in keys]
+    return [[k[0], k[1], k[2], ", ".join(_pm(m, e) for m, e in zip(comparisons[k].mse, comparisons[k].stderr)),
+             curves[k].fit.C, paper_c(k), curves[k].fit.r_squared, beats_tag_only(comparisons[k])] for k in keys]
+
+
+def band_rows(band: Mapping[tuple, dict], records: Sequence[Mapping]) -> list:
+    """Rows of band.csv (``BAND_HEADER``), one per (alpha, T); the validation-set tag-only risk from the records."""
+    on_val = {(float(r["alpha"]), int(r["T"])): r["val_baseline_tag_only"] for r in records}
+    return [[a, T, f"{b['tag_only']:.4g}", f"{on_val[a, T]:.4g}", _pm(b["context"], b["context_stderr"]),
+             _pm(b["measure"], b["measure_stderr"]), f"{b['floor']:.4g}"] for (a, T), b in band.items()]
+
+
+def budget_line(cfg: CurveConfig, curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple],
+                name: Callable[[tuple], str]) -> str:
+    """'Fitted C on A.1's schedule → on the step budget: ...' (a paragraph), or '' without a budget."""
+    if cfg.step_budget is None:
+        return ""
+    pairs = [(k, (curve_label(k[0], cfg.step_budget), *k[1:])) for k in keys if "/steps=" not in k[0]]
+    return (f"Fitted C on A.1's schedule → on the equal budget of {cfg.step_budget} Adam steps at every n (how much of "
+            "C is step count): " + "; ".join(f"{name(k)}: {curves[k].fit.C:.2f} → {curves[b].fit.C:.2f}"
+                                           for k, b in pairs if b in curves) + ".\n\n")
+
+
+def report(cfg: CurveConfig, records: Sequence[Mapping], keys: Sequence[tuple], paper_c: Callable[[tuple], str],
+           name: Callable[[tuple], str], run) -> str:
+    """risk.csv, fits.csv, band.csv and the summary's shared Markdown: the fit table, whether each curve beats the
+    tag-only risk and from which n, the achievable band, the choices."""
+    curves, comparisons = learning_curves(records), tag_only_comparison(records)
+    run.save_csv("risk.csv", RISK_HEADER, risk_rows(records))
+    fits = run.save_table("fits.csv", FIT_HEADER, fit_rows(curves, comparisons, keys, paper_c), FIT_FORMAT)
+    band = run.save_table("band.csv", BAND_HEADER, band_rows(bands(cfg), records))
+    return (f"{fits}\n{budget_line(cfg, curves, keys, name)}Does the student recall? Best validation MSE (mean ± s.e. "
+            "over seeds) / the tag-only risk on the same validation set, per n (a student not below it has learnt the "
+            f"tag and nothing of the content, whatever its fitted C):\n\n{tag_only_lines(comparisons, keys, name)}\n\n"
+            f"{BAND.format(draws=cfg.band_draws, table=band)}\n{CHOICES}")
+
+
+def recall_claims(run, comparisons: Mapping[tuple, TagOnlyComparison], keys: Sequence[tuple],
+                  tag: Callable[[tuple], str], name: Callable[[tuple], str]) -> None:
+    """One claim per curve: the student's risk falls below the tag-only risk at some n."""
+    for k in keys:
+        t = comparisons[k]
+        run.claim(f"recalls[{tag(k)}]", f"the student's risk falls below the tag-only risk at some n ({name(k)}): "
+                  "it recalls content; rule: mean MSE below the tag-only risk of the same validation set by more "
+                  "than 2 s.e. over seeds (any margin with one seed) at some n", "App. A.2 (what a rate in n means)",
+                  f"first at n = {t.first_n}" if t.first_n else f"never; lowest MSE / tag-only {t.ratio.min():.3f}",
+                  t.first_n is not None)
 
 
 def plot_curves(ax, curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple], label: Callable,
-                baselines: bool = True) -> None:
-    """Measured risk (solid), the eq. (1) fit (dashed) and, if ``baselines``, the tag-only risk (dotted) per curve;
-    ``label(key, curve)`` names each curve."""
-    for i, key in enumerate(keys):
-        c, color = curves[key], f"C{i}"
-        ax.plot(c.n, c.mse, "o-", color=color, label=label(key, c))
+                band: Mapping[tuple, dict] | None = None) -> None:
+    """Measured risk (solid), the eq. (1) fit (dashed) per curve; ``label(key, curve)`` names each curve. With
+    ``band``: per (alpha, T) the tag-only risk (dotted) and the context predictor's (dash-dot), in the colour of its
+    first curve (grey, with a legend entry, when every curve shares one (alpha, T))."""
+    for key in keys:
+        c, color = curves[key], curve_color(key, keys)
+        budget = "/steps=" in key[0]  # open squares, in the colour of the same curve on A.1's schedule
+        ax.plot(c.n, c.mse, "s-" if budget else "o-", mfc="none" if budget else color, color=color,
+                label=label(key, c))
         grid = np.geomspace(c.n.min(), c.n.max(), 50)
         ax.plot(grid, c.fit.predict(grid, key[1]), "--", color=color, lw=1.0)
-        if baselines:
-            ax.axhline(c.baseline_tag_only, color=color, ls=":", lw=0.8)
+    tasks = list(dict.fromkeys(k[1:] for k in keys))
+    for alpha, T in tasks if band else ():
+        one = len(tasks) == 1
+        color = "0.4" if one else curve_color(next(k for k in keys if k[1:] == (alpha, T)), keys)
+        ax.axhline(band[alpha, T]["tag_only"], color=color, ls=":", lw=0.9, label="tag-only risk" if one else None)
+        ax.axhline(band[alpha, T]["context"], color=color, ls="-.", lw=0.9,
+                   label=f"context predictor (T = {T})" if one else None)
     ax.set(xscale="log", yscale="log", xlabel="training examples n", ylabel="best validation MSE")
     n_ticks(ax, curves[keys[0]].n)
+
+
+def curve_color(key: tuple, keys: Sequence[tuple]) -> str:
+    """'C<i>': i counts the curves on A.1's schedule; a step-budget curve takes the colour of its A.1 twin."""
+    plain = [k for k in keys if "/steps=" not in k[0]]
+    twin = (key[0].split("/steps=")[0], *key[1:])
+    return f"C{plain.index(twin)}" if twin in plain else f"C{len(plain) + keys.index(key)}"
 
 
 def n_ticks(ax, n) -> None:

@@ -10,16 +10,14 @@ import dataclasses
 
 from memlab import plots
 from memlab.recall.curves import (
-    CHOICES,
-    FIT_FORMAT,
-    FIT_HEADER,
-    RISK_HEADER,
     CurveConfig,
+    bands,
+    beats_tag_only,
     curve_cells,
-    fit_rows,
     plot_curves,
-    risk_rows,
-    tag_only_lines,
+    recall_claims,
+    report,
+    schedule,
 )
 from memlab.recall.metrics import learning_curves, tag_only_comparison
 from memlab.runner import Experiment, Run
@@ -27,20 +25,16 @@ from memlab.runner import Experiment, Run
 SUMMARY = """# recall.attention-vs-s6
 
 The S6 student(s) and the softmax-attention comparator (Kawata & Suzuki) trained on the same data (α = {alpha:g}, \
-T = {T}, {epochs} epochs, {num_seeds} seed(s)).
+T = {T}, target `{target}`, n up to {n_max}, {schedule}, {num_seeds} seed(s), mean ± s.e. over seeds).
 
 ![comparison](attention_vs_s6.png)
-
-{fit_table}
-Does each student recall? MSE / tag-only risk on the same validation set (a student not below it has learnt the \
-tag, not the content):
-
-{recall_lines}
 
 The paper gives no numbers for this comparison; it claims (§7) that Mamba attains the rate that Kawata & Suzuki prove \
 for attention.
 
-{choices}"""
+Below the tag-only risk (recalls content): {verdict}.
+
+{report}"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,10 +68,10 @@ def _analyse(cfg: CompareConfig, cells: dict) -> dict:
     tag-only risk); the MSE ratio of the first S6 student to attention at the largest n."""
     records = list(cells.values())
     curves = learning_curves(records)
-    keys = [(kind, float(cfg.alphas[0]), cfg.context_lengths[0]) for kind in cfg.students]
+    keys = [(label, float(cfg.alphas[0]), cfg.context_lengths[0]) for label in cfg.labels()]
     mamba = next(k for k in keys if k[0].startswith("mamba"))
     attention = curves[("attention", *keys[0][1:])]
-    return {"records": records, "curves": curves, "keys": keys,
+    return {"records": records, "curves": curves, "keys": keys, "tag_only": tag_only_comparison(records),
             "learns": [bool(curves[k].fit.C > 0 and curves[k].mse[-1] < curves[k].baseline_tag_only) for k in keys],
             "ratio": float(curves[mamba].mse[-1] / attention.mse[-1])}
 
@@ -85,9 +79,8 @@ def _analyse(cfg: CompareConfig, cells: dict) -> dict:
 def _figures(cfg: CompareConfig, stats: dict, run: Run) -> None:
     curves, keys = stats["curves"], stats["keys"]
     fig, ax = plots.figure(1, 1, width=5.0, height=3.6)
-    plot_curves(ax, curves, keys, lambda k, c: f"{k[0]} (C = {c.fit.C:.2f})", baselines=False)
-    ax.axhline(curves[keys[0]].baseline_tag_only, color="0.4", ls=":", lw=0.8, label="tag-only risk")
-    ax.set_title(f"α = {keys[0][1]:g}, T = {keys[0][2]}: same data, same training")
+    plot_curves(ax, curves, keys, lambda k, c: f"{k[0]} (C = {c.fit.C:.2f})", bands(cfg))
+    ax.set_title(f"α = {keys[0][1]:g}, T = {keys[0][2]}, target {cfg.target}: same data, same training", fontsize=9)
     ax.legend()
     run.save_figure(fig, "attention_vs_s6.png")
 
@@ -99,18 +92,18 @@ def _claims(stats: dict, run: Run) -> None:
                   "largest n is below the tag-only risk (it recalls content)", "Thm. 6.1 / Kawata & Suzuki",
                   f"C = {c.fit.C:.2f}; MSE(n={int(c.n[-1])}) = {c.mse[-1]:.3g} vs tag-only {c.baseline_tag_only:.3g}",
                   learns)
+    recall_claims(run, stats["tag_only"], stats["keys"], lambda k: k[0], lambda k: k[0])
     run.claim("s6-matches-attention", "the S6 student reaches the attention comparator's risk (§7: the same "
               "statistical rate without attention); rule: MSE ratio S6/attention at the largest n ≤ 1.25",
               "§7", f"ratio {stats['ratio']:.2f}", stats["ratio"] <= 1.25)
 
 
 def _summary(cfg: CompareConfig, stats: dict, run: Run) -> str:
-    run.save_csv("risk.csv", RISK_HEADER, risk_rows(stats["records"]))
-    rows = fit_rows(stats["curves"], stats["keys"], lambda k: "—")
-    return SUMMARY.format(alpha=cfg.alphas[0], T=cfg.context_lengths[0], epochs=cfg.epochs, num_seeds=cfg.num_seeds,
-                          recall_lines=tag_only_lines(tag_only_comparison(stats["records"]), stats["keys"],
-                                                      lambda k: k[0]),
-                          choices=CHOICES, fit_table=run.save_table("fits.csv", FIT_HEADER, rows, FIT_FORMAT))
+    keys = stats["keys"]
+    return SUMMARY.format(alpha=cfg.alphas[0], T=cfg.context_lengths[0], target=cfg.target,
+                          n_max=max(cfg.sample_sizes), schedule=schedule(cfg), num_seeds=cfg.num_seeds,
+                          verdict="; ".join(f"{k[0]}: {beats_tag_only(stats['tag_only'][k])}" for k in keys),
+                          report=report(cfg, stats["records"], keys, lambda k: "—", lambda k: k[0], run))
 
 
 EXPERIMENTS = [
@@ -122,6 +115,14 @@ EXPERIMENTS = [
         {"quick": CompareConfig(context_lengths=(100,), sample_sizes=(4, 16, 64), num_val=64),
          # paper: the paper's S6 student, memlab's former residual one and attention, 3 seeds per cell (issue 14)
          "paper": CompareConfig(students=("mamba-1", "mamba-1-residual", "attention"), num_seeds=3),
-         "tiny": CompareConfig(context_lengths=(16,), sample_sizes=(4, 8), num_val=16, epochs=2)},
+         # well-posed: the linear target of task.py (oracle risk sigma^2), the paper's S6 student beside attention,
+         # n extended to 1024 (a control run with A.1's target recalled only at n ~ 1024; issue 14); the pool holds
+         # max(n) examples per seed and n = 1024 trains 64 steps per epoch (16x n = 64's)
+         "paper-well-posed": CompareConfig(target="linear", sample_sizes=(4, 16, 64, 256, 1024), num_seeds=3),
+         "quick-well-posed": CompareConfig(target="linear", context_lengths=(100,), sample_sizes=(4, 16, 64, 256, 1024),
+                                           num_val=64, num_seeds=2),
+         # tiny: the well-posed target (rate and sweep's tiny profiles run A.1's)
+         "tiny": CompareConfig(target="linear", context_lengths=(16,), sample_sizes=(4, 8), num_val=16, epochs=2,
+                               band_draws=2000)},
         run_compare),
 ]

@@ -15,6 +15,7 @@ import numpy as np
 
 from memlab import plots
 from memlab.checks import check_choice, check_increasing_ints, check_int, check_real
+from memlab.recall.curves import CHOICES
 from memlab.recall.limit import coupling_distance, finite_context_values, per_step_bound
 from memlab.recall.metrics import coupling_rate
 from memlab.recall.runs import STUDENTS, deserialise, first_seed, serialise, train_cell
@@ -37,8 +38,11 @@ proves convergence at rate r^T but gives no numbers; the per-step bound is a wor
 rate is what the trained network shows.
 
 Note: the stacked state of Assumption 4.1 also includes each block's depthwise-conv buffer (the last d_conv − 1 \
-inputs), which the chain forgets exactly after d_conv − 1 tokens; it does not change the rate.
-"""
+inputs), which the chain forgets exactly after d_conv − 1 tokens; it does not change the rate. Prop. 4.2 is about \
+the trained network only; whether it recalls content (its MSE against the tag-only risk above) is what the curve \
+experiments (recall.rate, recall.sweep, recall.attention-vs-s6) measure, with the achievable band.
+
+{choices}"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +183,8 @@ def _summary(cfg: ContextLimitConfig, stats: dict, run: Run) -> str:
     return SUMMARY.format(student=STUDENTS[cfg.student], num_train=cfg.num_train, train_T=cfg.train_context_length,
                           alpha=cfg.alpha, epochs=cfg.epochs, mse=stats["record"]["mse"],
                           tag_only=stats["record"]["baseline_tag_only"], num_pairs=cfg.num_pairs, num_mc=cfg.num_mc,
-                          table=table, bounds=", ".join(f"{b:.6f}" for b in stats["bounds"]), r_eff=stats["r_eff"])
+                          table=table, bounds=", ".join(f"{b:.6f}" for b in stats["bounds"]), r_eff=stats["r_eff"],
+                          choices=CHOICES)
 
 
 EXPERIMENTS = [

@@ -12,17 +12,16 @@ import dataclasses
 
 from memlab import plots
 from memlab.recall.curves import (
-    CHOICES,
-    FIT_FORMAT,
-    FIT_HEADER,
-    RISK_HEADER,
     CurveConfig,
+    bands,
+    beats_tag_only,
     curve_cells,
-    fit_rows,
+    curve_color,
     n_ticks,
     plot_curves,
-    risk_rows,
-    tag_only_lines,
+    recall_claims,
+    report,
+    schedule,
 )
 from memlab.recall.metrics import is_monotone, learning_curves, tag_only_comparison
 from memlab.recall.runs import STUDENTS
@@ -32,22 +31,17 @@ PAPER_C = {0.75: 1.81, 1.0: 1.28}  # App. A.2, Fig. 1 (T = 5000, one-block stude
 
 SUMMARY = """# recall.rate — Fig. 1
 
-Best validation MSE ({num_val} held-out examples) vs the number of training contexts n, T = {T}, {epochs} epochs, \
-{num_seeds} seed(s) per cell (mean over seeds), for the student(s): {students}.
+Best validation MSE ({num_val} held-out examples) vs the number of training contexts n, T = {T}, {schedule}, \
+{num_seeds} seed(s) per cell (mean ± s.e. over seeds), target `{target}`, for the student(s): {students}.
 
 ![rate](rate.png)
 
-{fit_table}
 Paper (App. A.2): C ≈ 1.81 (α = 0.75) and 1.28 (α = 1.0); the α = 1.0 curve lies below α = 0.75 at every n. \
 Claims and their rules are in results.json.
 
-Does the student recall? The tag-only predictor E[Y | q] needs no recall; a student whose risk is not below it \
-has learnt the tag and nothing of the content, whatever its fitted C. MSE / tag-only risk on the same validation \
-set, per n:
+Below the tag-only risk (recalls content): {verdict}.
 
-{recall_lines}
-
-{choices}"""
+{report}"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,26 +70,29 @@ def _analyse(cfg: RateConfig, cells: dict) -> dict:
     relative to the mean predictor)."""
     records = list(cells.values())
     curves = learning_curves(records)
-    keys = [(kind, float(a), cfg.context_lengths[0]) for kind in cfg.students for a in cfg.alphas]
+    keys = [(label, float(a), cfg.context_lengths[0]) for label in cfg.labels() for a in cfg.alphas]
     stats = {"records": records, "curves": curves, "keys": keys, "tag_only": tag_only_comparison(records),
              "monotone": [is_monotone(curves[k].mse) for k in keys], "below": {}, "below_relative": {}}
     if len(cfg.alphas) >= 2:
-        for kind in cfg.students:
-            rough, smooth = (curves[(kind, float(a), cfg.context_lengths[0])] for a in (cfg.alphas[0], cfg.alphas[-1]))
-            stats["below"][kind] = smooth.mse < rough.mse  # alphas ascend (validate)
-            stats["below_relative"][kind] = smooth.mse / smooth.baseline_mean < rough.mse / rough.baseline_mean
+        for label in cfg.labels():
+            rough, smooth = (curves[(label, float(a), cfg.context_lengths[0])] for a in (cfg.alphas[0], cfg.alphas[-1]))
+            stats["below"][label] = smooth.mse < rough.mse  # alphas ascend (validate)
+            stats["below_relative"][label] = smooth.mse / smooth.baseline_mean < rough.mse / rough.baseline_mean
     return stats
 
 
 def _figures(cfg: RateConfig, stats: dict, run: Run) -> None:
     curves, keys = stats["curves"], stats["keys"]
     fig, axes = plots.figure(1, 2, width=9.0, height=3.6)
-    plot_curves(axes[0], curves, keys, lambda k, c: f"{_name(k, keys)} (C = {c.fit.C:.2f})")
-    axes[0].set_title(f"T = {keys[0][2]}: solid measured, dashed fit of eq. (1),\ndotted tag-only risk", fontsize=8)
-    for i, k in enumerate(keys):
-        c = curves[k]
-        axes[1].plot(c.n, c.mse / c.baseline_mean, "o-", color=f"C{i}", label=_name(k, keys))
-        axes[1].axhline(c.baseline_tag_only / c.baseline_mean, color=f"C{i}", ls=":", lw=0.8)
+    plot_curves(axes[0], curves, keys, lambda k, c: f"{_name(k, keys)} (C = {c.fit.C:.2f})", bands(cfg))
+    axes[0].set_title(f"T = {keys[0][2]}: solid measured, dashed fit of eq. (1),\ndotted tag-only risk, dash-dot "
+                      "context predictor", fontsize=8)
+    for k in keys:
+        c, color = curves[k], curve_color(k, keys)
+        budget = "/steps=" in k[0]  # as in plot_curves: open squares
+        axes[1].plot(c.n, c.mse / c.baseline_mean, "s-" if budget else "o-", mfc="none" if budget else color,
+                     color=color, label=_name(k, keys))
+        axes[1].axhline(c.baseline_tag_only / c.baseline_mean, color=color, ls=":", lw=0.8)
     axes[1].set(xscale="log", yscale="log", xlabel="training examples n", ylabel="MSE / risk of the mean predictor",
                 title="relative to the target scale")
     n_ticks(axes[1], curves[keys[0]].n)
@@ -110,24 +107,23 @@ def _name(key: tuple, keys: list[tuple]) -> str:
     return alpha if len({k[0] for k in keys}) == 1 else f"{key[0]}, {alpha}"
 
 
+def _tag(key: tuple, several: bool) -> str:
+    """Claim id suffix: 'alpha=0.75', or 'student=mamba-1,alpha=0.75' when the run has several curves per alpha."""
+    return f"student={key[0]},alpha={key[1]:g}" if several else f"alpha={key[1]:g}"
+
+
 def _claims(stats: dict, run: Run) -> None:
     curves, keys = stats["curves"], stats["keys"]
     several = len({k[0] for k in keys}) > 1
     for k, monotone in zip(keys, stats["monotone"]):
-        c, alpha = curves[k], f"{k[1]:g}"
-        tag = f"student={k[0]},alpha={alpha}" if several else f"alpha={alpha}"
+        c, tag = curves[k], _tag(k, several)
         run.claim(f"risk-decreases[{tag}]", f"validation MSE decreases monotonically in n ({_name(k, keys)}); "
                   "rule: each step in n raises it by at most 5%", "App. A.2, Fig. 1",
                   " → ".join(f"{m:.3g}" for m in c.mse), monotone)
         paper = f"C ≈ {PAPER_C[k[1]]}" if k[1] in PAPER_C else "C > 0"
         run.claim(f"rate-fit[{tag}]", f"log L(n) = A − C (log n)^(α/(α+1)) with C > 0 ({_name(k, keys)}); rule: "
                   "fitted C > 0", f"App. A.2 ({paper})", f"C = {c.fit.C:.2f}, R² = {c.fit.r_squared:.2f}", c.fit.C > 0)
-        t = stats["tag_only"][k]
-        run.claim(f"recalls[{tag}]", f"the student's risk falls below the tag-only risk at some n ({_name(k, keys)}): "
-                  "it recalls content; rule: mean MSE below the tag-only risk of the same validation set by more "
-                  "than 2 s.e. over seeds (any margin with one seed) at some n", "App. A.2 (what a rate in n means)",
-                  f"first at n = {t.first_n}" if t.first_n else f"never; lowest MSE / tag-only {t.ratio.min():.3f}",
-                  t.first_n is not None)
+    recall_claims(run, stats["tag_only"], keys, lambda k: _tag(k, several), lambda k: _name(k, keys))
     for kind, below in stats["below"].items():
         rough, smooth = (f"{a:g}" for a in (keys[0][1], keys[-1][1]))
         relative = stats["below_relative"][kind]
@@ -141,13 +137,13 @@ def _claims(stats: dict, run: Run) -> None:
 
 
 def _summary(cfg: RateConfig, stats: dict, run: Run) -> str:
-    run.save_csv("risk.csv", RISK_HEADER, risk_rows(stats["records"]))
-    rows = fit_rows(stats["curves"], stats["keys"], lambda k: PAPER_C.get(k[1], "—"))
-    return SUMMARY.format(num_val=cfg.num_val, T=cfg.context_lengths[0], epochs=cfg.epochs, num_seeds=cfg.num_seeds,
-                          students="; ".join(f"`{s}` = {STUDENTS[s]}" for s in cfg.students), choices=CHOICES,
-                          recall_lines=tag_only_lines(stats["tag_only"], stats["keys"],
-                                                      lambda k: _name(k, stats["keys"])),
-                          fit_table=run.save_table("fits.csv", FIT_HEADER, rows, FIT_FORMAT))
+    keys = stats["keys"]
+    return SUMMARY.format(num_val=cfg.num_val, T=cfg.context_lengths[0], schedule=schedule(cfg),
+                          num_seeds=cfg.num_seeds, target=cfg.target,
+                          students="; ".join(f"`{s}` = {STUDENTS[s]}" for s in cfg.students),
+                          verdict="; ".join(f"{_name(k, keys)}: {beats_tag_only(stats['tag_only'][k])}" for k in keys),
+                          report=report(cfg, stats["records"], keys, lambda k: PAPER_C.get(k[1], "—"),
+                                        lambda k: _name(k, keys), run))
 
 
 EXPERIMENTS = [
@@ -163,6 +159,13 @@ EXPERIMENTS = [
          # paper: the paper's student and memlab's former residual one, 3 seeds per cell (the paper ran one) so
          # that every point has a standard error (issue 14)
          "paper": RateConfig(students=("mamba-1", "mamba-1-residual"), num_seeds=3),
-         "tiny": RateConfig(context_lengths=(16,), sample_sizes=(4, 8), num_val=16, epochs=2)},
+         # paper-equal-steps: the paper's student on A.1's schedule and, beside it, on an equal budget of 120 Adam
+         # steps at every n (n = 64's count under A.1's 30 epochs: its run is unchanged), 3 seeds (issue 14)
+         "paper-equal-steps": RateConfig(num_seeds=3, step_budget=120),
+         # quick-equal-steps: the quick sizes with the same budget
+         "quick-equal-steps": RateConfig(context_lengths=(100,), num_val=64, step_budget=120),
+         # tiny: two seeds (the s.e. path) and a budget of 4 steps in 2 rounds (the step-budget path)
+         "tiny": RateConfig(context_lengths=(16,), sample_sizes=(4, 8), num_val=16, epochs=2, num_seeds=2,
+                            step_budget=4, band_draws=2000)},
         run_rate),
 ]

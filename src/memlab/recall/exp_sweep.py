@@ -13,16 +13,14 @@ import numpy as np
 
 from memlab import plots
 from memlab.recall.curves import (
-    CHOICES,
-    FIT_FORMAT,
-    FIT_HEADER,
-    RISK_HEADER,
     CurveConfig,
+    bands,
+    beats_tag_only,
     curve_cells,
-    fit_rows,
     plot_curves,
-    risk_rows,
-    tag_only_lines,
+    recall_claims,
+    report,
+    schedule,
 )
 from memlab.recall.metrics import is_monotone, learning_curves, tag_only_comparison
 from memlab.recall.runs import STUDENTS
@@ -32,18 +30,17 @@ PAPER_SWEEP_C = {0.5: "3.3-3.4", 0.75: "2.1-2.2", 1.0: "1.1-1.2", 2.0: "0.4-0.6"
 
 SUMMARY = """# recall.sweep — App. A.4, Figs. 2-4
 
-{student} student, α ∈ {alphas}, T ∈ {Ts}, n ∈ {ns}, {epochs} epochs, {num_val} validation examples, \
-{num_seeds} seed(s) per cell.
+{student} student, α ∈ {alphas}, T ∈ {Ts}, n ∈ {ns}, {schedule}, {num_val} validation examples, \
+{num_seeds} seed(s) per cell (mean ± s.e. over seeds), target `{target}`.
 
 ![sweep](sweep.png)
 
-{fit_table}
-Does the student recall? MSE / tag-only risk on the same validation set (a student not below it has learnt the tag, \
-not the content):
+Paper (App. A.4): C ≈ 3.3–3.4 (α = 0.5), 2.1–2.2 (0.75), 1.1–1.2 (1.0), 0.4–0.6 (2.0), nearly the same at every T. \
+The claims (results.json) read the curves on A.1's schedule.
 
-{recall_lines}
+Below the tag-only risk (recalls content): {verdict}.
 
-{choices}"""
+{report}"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +80,8 @@ def _analyse(cfg: SweepConfig, cells: dict) -> dict:
     kind, alphas, Ts = cfg.students[0], [float(a) for a in cfg.alphas], list(cfg.context_lengths)
     mse = np.array([[curves[(kind, a, T)].mse for a in alphas] for T in Ts])  # (Ts, alphas, ns)
     C = np.array([[curves[(kind, a, T)].fit.C for T in Ts] for a in alphas])  # (alphas, Ts)
-    return {"records": records, "curves": curves, "C": C,
-            "monotone": [is_monotone(c.mse) for c in curves.values()],
+    return {"records": records, "curves": curves, "C": C, "tag_only": tag_only_comparison(records),
+            "monotone": [is_monotone(curves[(kind, a, T)].mse) for T in Ts for a in alphas],  # A.1's schedule
             "ordered": np.all(np.diff(mse, axis=1) < 0, axis=1),  # (Ts, ns): risk strictly falls with alpha
             "spread": C.max(1) - C.min(1),
             # an absolute floor: a relative spread of C ≈ 0 is noise
@@ -95,17 +92,28 @@ def _figures(cfg: SweepConfig, stats: dict, run: Run) -> None:
     Ts = cfg.context_lengths
     fig, axes = plots.figure(1, len(Ts), width=3.8 * len(Ts), height=3.4, squeeze=False, sharey=True)
     for j, T in enumerate(Ts):
-        keys = [(cfg.students[0], float(a), T) for a in cfg.alphas]
-        plot_curves(axes[0, j], stats["curves"], keys, lambda k, c: f"α = {k[1]:g}, C = {c.fit.C:.2f}")
+        keys = [(label, float(a), T) for label in cfg.labels() for a in cfg.alphas]
+        plot_curves(axes[0, j], stats["curves"], keys, lambda k, c: f"{_name(k, cfg)}, C = {c.fit.C:.2f}", bands(cfg))
         axes[0, j].set_title(f"T = {T}")
         axes[0, j].legend()
-    fig.suptitle(f"{cfg.students[0]}: risk vs n per (α, T); dashed: OLS fit of eq. (1); dotted: tag-only risk",
-                 fontsize=10)
+    fig.suptitle(f"{cfg.students[0]}: risk vs n per (α, T); dashed: OLS fit of eq. (1); dotted: tag-only risk; "
+                 "dash-dot: context predictor", fontsize=10)
     run.save_figure(fig, "sweep.png")
+
+
+def _name(key: tuple, cfg: SweepConfig) -> str:
+    """'α = 0.5', or 'mamba-2/steps=120, α = 0.5' when the run has a step budget."""
+    return f"α = {key[1]:g}" if cfg.step_budget is None else f"{key[0]}, α = {key[1]:g}"
+
+
+def _keys(cfg: SweepConfig) -> list[tuple]:
+    return [(label, float(a), T) for label in cfg.labels() for T in cfg.context_lengths for a in cfg.alphas]
 
 
 def _claims(cfg: SweepConfig, stats: dict, run: Run) -> None:
     monotone, C, Ts = stats["monotone"], stats["C"], cfg.context_lengths
+    recall_claims(run, stats["tag_only"], _keys(cfg), lambda k: f"{k[0]},alpha={k[1]:g},T={k[2]}",
+                  lambda k: f"{_name(k, cfg)}, T = {k[2]}")
     run.claim("risk-decreases", "every (α, T) curve decreases in n; rule: each step raises MSE by at most 5%",
               "App. A.4", f"{sum(monotone)}/{len(monotone)} curves", all(monotone))
     run.claim("alpha-orders-curves", f"at fixed n the MSE is monotone in α ({' > '.join(f'{a:g}' for a in cfg.alphas)} "
@@ -124,15 +132,13 @@ def _claims(cfg: SweepConfig, stats: dict, run: Run) -> None:
 
 
 def _summary(cfg: SweepConfig, stats: dict, run: Run) -> str:
-    run.save_csv("risk.csv", RISK_HEADER, risk_rows(stats["records"]))
-    keys = [(cfg.students[0], float(a), T) for T in cfg.context_lengths for a in cfg.alphas]
-    rows = fit_rows(stats["curves"], keys, lambda k: PAPER_SWEEP_C.get(k[1], "—"))
+    keys, name = _keys(cfg), lambda k: f"{_name(k, cfg)}, T = {k[2]}"
     return SUMMARY.format(student=STUDENTS[cfg.students[0]], alphas=[float(a) for a in cfg.alphas],
-                          Ts=list(cfg.context_lengths), ns=list(cfg.sample_sizes), epochs=cfg.epochs,
-                          num_val=cfg.num_val, num_seeds=cfg.num_seeds, choices=CHOICES,
-                          recall_lines=tag_only_lines(tag_only_comparison(stats["records"]), keys,
-                                                      lambda k: f"α = {k[1]:g}, T = {k[2]}"),
-                          fit_table=run.save_table("fits.csv", FIT_HEADER, rows, FIT_FORMAT))
+                          Ts=list(cfg.context_lengths), ns=list(cfg.sample_sizes), schedule=schedule(cfg),
+                          num_val=cfg.num_val, num_seeds=cfg.num_seeds, target=cfg.target,
+                          verdict="; ".join(f"{name(k)}: {beats_tag_only(stats['tag_only'][k])}" for k in keys),
+                          report=report(cfg, stats["records"], keys, lambda k: PAPER_SWEEP_C.get(k[1], "—"), name,
+                                        run))
 
 
 EXPERIMENTS = [
@@ -145,6 +151,7 @@ EXPERIMENTS = [
         {"quick": SweepConfig(alphas=(0.5, 2.0), context_lengths=(25, 50), sample_sizes=(4, 16, 64), num_val=64,
                               epochs=30),
          "paper": SweepConfig(),
-         "tiny": SweepConfig(alphas=(0.5, 2.0), context_lengths=(16,), sample_sizes=(4, 8), num_val=16, epochs=2)},
+         "tiny": SweepConfig(alphas=(0.5, 2.0), context_lengths=(16,), sample_sizes=(4, 8), num_val=16, epochs=2,
+                             band_draws=2000)},
         run_sweep),
 ]

@@ -12,7 +12,7 @@ import numpy as np
 
 from memlab.recall.rate import RateFit, fit_rate
 
-__all__ = ["LearningCurve", "TagOnlyComparison", "coupling_rate", "is_monotone", "learning_curves",
+__all__ = ["LearningCurve", "TagOnlyComparison", "coupling_rate", "curve_label", "is_monotone", "learning_curves",
            "tag_only_comparison"]
 
 
@@ -27,16 +27,22 @@ class LearningCurve(NamedTuple):
     baseline_tag_only: float
 
 
+def curve_label(student: str, step_budget: int | None = None) -> str:
+    """The name of a curve: the student, with ``/steps=B`` when it was trained on an equal budget of B Adam steps."""
+    return student if step_budget is None else f"{student}/steps={step_budget}"
+
+
 def _by_curve(records: Iterable[Mapping]) -> dict[tuple[str, float, int], list[Mapping]]:
-    """Training records grouped by (student, alpha, T), in first-seen order."""
+    """Training records grouped by (curve label, alpha, T), in first-seen order."""
     groups: dict[tuple, list[Mapping]] = {}
     for r in records:
-        groups.setdefault((r["student"], float(r["alpha"]), int(r["T"])), []).append(r)
+        key = (curve_label(r["student"], r.get("step_budget")), float(r["alpha"]), int(r["T"]))
+        groups.setdefault(key, []).append(r)
     return groups
 
 
 def learning_curves(records: Iterable[Mapping]) -> dict[tuple[str, float, int], LearningCurve]:
-    """Group training records (``runs.train_cell``) by (student, alpha, T), in first-seen order, and fit eq. (1)
+    """Group training records (``runs.train_cell``) by (``curve_label``, alpha, T), in first-seen order, and fit eq. (1)
     to each group's (n, mse) in record order."""
     curves = {}
     for key, rs in _by_curve(records).items():
@@ -50,16 +56,20 @@ def learning_curves(records: Iterable[Mapping]) -> dict[tuple[str, float, int], 
 class TagOnlyComparison(NamedTuple):
     """A learning curve against the tag-only predictor scored on the same validation set, per n: sizes n (k,), the
     ratio MSE / tag-only risk (k,), whether the student is below it by more than 2 standard errors over seeds (by
-    any margin with one seed) (k,), and the first n where it is (None: never)."""
+    any margin with one seed) (k,), the first n where it is (None: never), and the mean MSE over seeds, its standard
+    error (nan with one seed) and the tag-only risk on the validation set (k,) each."""
 
     n: np.ndarray
     ratio: np.ndarray
     below: np.ndarray
     first_n: int | None
+    mse: np.ndarray
+    stderr: np.ndarray
+    tag_only: np.ndarray
 
 
 def tag_only_comparison(records: Iterable[Mapping]) -> dict[tuple[str, float, int], TagOnlyComparison]:
-    """Per (student, alpha, T) as in ``learning_curves``: does the student beat E[Y | q], i.e. recall content?
+    """Per (curve label, alpha, T) as in ``learning_curves``: does the student beat E[Y | q], i.e. recall content?
 
     Uses each record's ``val_baseline_tag_only`` (the tag-only risk on the cell's own validation set, so the
     comparison is paired); records written before memlab scored it raise a ValueError.
@@ -72,9 +82,10 @@ def tag_only_comparison(records: Iterable[Mapping]) -> dict[tuple[str, float, in
     for key, rs in _by_curve(records).items():
         n = np.array([r["n"] for r in rs], float)
         mse, tag_only = (np.array([r[name] for r in rs], float) for name in ("mse", "val_baseline_tag_only"))
-        stderr = np.nan_to_num(np.array([r["mse_stderr"] for r in rs], float))  # nan with one seed
-        below = mse + 2 * stderr < tag_only
-        out[key] = TagOnlyComparison(n, mse / tag_only, below, int(n[below.argmax()]) if below.any() else None)
+        stderr = np.array([r["mse_stderr"] for r in rs], float)  # nan with one seed
+        below = mse + 2 * np.nan_to_num(stderr) < tag_only
+        out[key] = TagOnlyComparison(n, mse / tag_only, below, int(n[below.argmax()]) if below.any() else None, mse,
+                                     stderr, tag_only)
     return out
 
 
