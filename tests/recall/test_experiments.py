@@ -40,8 +40,11 @@ def test_tiny_profile_runs_and_resumes(name, tmp_path, check_tiny_run):
     if name != "recall.context-limit":  # the curve experiments: band, verdict per curve, mean ± s.e.
         assert "## Achievable band" in summary and (tmp_path / name / "band.csv").exists()
         assert "Below the tag-only risk (recalls content): " in summary
-        claims = json.loads((tmp_path / name / "results.json").read_text())["claims"]
-        assert any(c["id"].startswith("recalls[") for c in claims)
+        results = json.loads((tmp_path / name / "results.json").read_text())
+        assert any(c["id"].startswith("recalls[") for c in results["claims"])
+    if name == "recall.rate":  # tiny: 2 epochs, n in (4, 8) (one step per epoch), and a budget of 4 steps
+        steps = {(r["n"], r["step_budget"]): r["adam_steps"] for r in results["results"]["records"]}
+        assert steps == {(4, None): 2, (8, None): 2, (4, 4): 4, (8, 4): 4}
 
 
 # ---------------------------------------------------------------- configs and the pure analyses

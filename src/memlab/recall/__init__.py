@@ -1,9 +1,11 @@
 """recall study (paper: mamba-measure-valued-recall.md): Mamba (S6) as measure-valued associative memory.
 
-task.py       the recall-predict task (Def. 3.1) and the synthetic instance of App. A.1, exact baseline risks
+task.py       the recall-predict task (Def. 3.1), the synthetic instance of App. A.1 and a well-posed (linear) target,
+              baseline risks
+band.py       the achievable band: float64 predictors that see the recalled pmf or a length-T context of it
 encoding.py   query insertion (section 4.1)
 students.py   the Mamba students (A.1 one-block, section 4.4 two-layer) and the softmax-attention comparator
-train.py      training as A.1/A.4: make_train(config) -> train(key, train_set, val_set)
+train.py      training as A.1/A.4 (or on an equal step budget): make_train(config) -> train(key, train_set, val_set)
 runs.py       students by name, one training cell (seeds vmapped) with caller-given keys, model (de)serialisation
 rate.py       the rate fit log L(n) = A - C (log n)^{alpha/(alpha+1)} (App. A.2, eq. (1))
 metrics.py    learning curves with their rate fits, the monotonicity rule, the coupling rate
@@ -12,6 +14,7 @@ curves.py     the risk-vs-n grid shared by three experiments: config, cells, tab
 exp_*.py      the experiments, indexed in experiments.py (tests import only their configs and _analyse)
 """
 
+from memlab.recall.band import achievable_band, predictor_risk
 from memlab.recall.encoding import encode, token_dim
 from memlab.recall.limit import coupling_distance, finite_context_values, per_step_bound
 from memlab.recall.metrics import LearningCurve, coupling_rate, is_monotone, learning_curves
@@ -28,6 +31,7 @@ from memlab.recall.task import (
     sample,
     sample_context,
     scale_floor_mse,
+    value_moments,
 )
 from memlab.recall.train import TrainConfig, TrainResult, make_train, mse, predictions
 
@@ -41,6 +45,7 @@ __all__ = [
     "RecallTask",
     "TrainConfig",
     "TrainResult",
+    "achievable_band",
     "baseline_mse",
     "baseline_predictions",
     "check_tags",
@@ -59,6 +64,7 @@ __all__ = [
     "orthogonal_tags",
     "per_step_bound",
     "predictions",
+    "predictor_risk",
     "rate_axis",
     "sample",
     "sample_context",
@@ -67,4 +73,5 @@ __all__ = [
     "token_dim",
     "train_cell",
     "training_pools",
+    "value_moments",
 ]

@@ -1,5 +1,7 @@
 """``recall.attention-vs-s6`` -- section 7: the S6 student beside the softmax-attention comparator of Kawata & Suzuki
 (2026), trained on the same data (same validation set, training pools and per-n keys) over the same n grid.
+Profiles ``paper-well-posed`` / ``quick-well-posed`` run both on the well-posed linear target (``task.py``) with n up
+to 1024, to see whether and from which n each beats the tag-only risk when recall is worth something.
 
 The grid, its cells and its tables are ``curves.py`` (shared with ``recall.rate`` and ``recall.sweep``).
 """

@@ -1,6 +1,7 @@
 """``recall.rate`` -- App. A.2, Fig. 1: best validation MSE of the one-block S6 student(s) vs n for alpha in
 {0.75, 1}, the rate fit of eq. (1) (``rate.fit_rate``) per curve, and whether the student ever beats the tag-only
-predictor on its validation set (recalls content).
+predictor on its validation set (recalls content). Profiles ``paper-equal-steps`` / ``quick-equal-steps`` fit each
+curve also on an equal budget of 120 Adam steps at every n, beside A.1's schedule (how much of C is step count).
 
 The grid, its cells and its tables are ``curves.py`` (shared with ``recall.sweep`` and ``recall.attention-vs-s6``).
 Besides the paper's numbers, the tables carry the exact risks of the mean and the tag-only predictors.
@@ -162,8 +163,9 @@ EXPERIMENTS = [
          # paper-equal-steps: the paper's student on A.1's schedule and, beside it, on an equal budget of 120 Adam
          # steps at every n (n = 64's count under A.1's 30 epochs: its run is unchanged), 3 seeds (issue 14)
          "paper-equal-steps": RateConfig(num_seeds=3, step_budget=120),
-         # quick-equal-steps: the quick sizes with the same budget
-         "quick-equal-steps": RateConfig(context_lengths=(100,), num_val=64, step_budget=120),
+         # quick-equal-steps: the quick sizes with the same budget and two seeds, so that the recalls[...] rule
+         # (2 s.e.) has a standard error (1 min 38 s with one seed, measured)
+         "quick-equal-steps": RateConfig(context_lengths=(100,), num_val=64, step_budget=120, num_seeds=2),
          # tiny: two seeds (the s.e. path) and a budget of 4 steps in 2 rounds (the step-budget path)
          "tiny": RateConfig(context_lengths=(16,), sample_sizes=(4, 8), num_val=16, epochs=2, num_seeds=2,
                             step_budget=4, band_draws=2000)},
