@@ -7,10 +7,11 @@ import pytest
 
 from memlab.pissm.exp_imputation import ImputationConfig
 from memlab.pissm.exp_imputation import _analyse as analyse_imputation
+from memlab.pissm.exp_modes import ModesConfig
 from memlab.pissm.exp_modes import _analyse as analyse_modes
 from memlab.pissm.exp_stability import StabilityConfig
 from memlab.pissm.exp_stability import _analyse as analyse_stability
-from memlab.pissm.exp_table1 import Table1Config
+from memlab.pissm.exp_table1 import Table1Config, ll_ceiling
 from memlab.pissm.exp_table1 import _analyse as analyse_table1
 
 
@@ -19,25 +20,36 @@ def _cell(ll, mse=0.01, failed=False):
 
 
 def test_table1_rows_are_means_over_seeds_beside_the_paper():
-    cfg = Table1Config(datasets=("pong", "lorenz"), models=("pissm-gru", "lg"), seeds=2)
+    cfg = Table1Config(datasets=("pong", "lorenz"), models=("pissm-gru", "lg", "gru"), seeds=2)
     cells = {"pong-pissm-gru-0": _cell(2.0, 0.01), "pong-pissm-gru-1": _cell(3.0, 0.03, failed=True),
              "pong-lg-0": _cell(1.0), "pong-lg-1": _cell(1.0), "pong-pf": {"ll": 4.0, "filtered_mse": 0.001,
                                                                           "predicted_mse": 0.002},
+             "pong-gru-0": _cell(1.5, 0.02), "pong-gru-1": _cell(1.5, 0.02),
              "lorenz-pissm-gru-0": _cell(-4.0), "lorenz-pissm-gru-1": _cell(-4.0), "lorenz-lg-0": _cell(-3.0),
-             "lorenz-lg-1": _cell(-5.0)}
-    stats = analyse_table1(cfg, ["pong", "lorenz"], cells)
+             "lorenz-lg-1": _cell(-5.0), "lorenz-gru-0": _cell(-6.0), "lorenz-gru-1": _cell(-6.0)}
+    ceilings = {"pong": ll_ceiling(0.05**2 * np.eye(2)), "lorenz": ll_ceiling(0.5 * np.eye(3))}
+    stats = analyse_table1(cfg, ceilings, cells)
     table = stats["table"]
-    assert [(r["dataset"], r["model"]) for r in table] == [("pong", "pissm-gru"), ("pong", "lg"), ("pong", "pf"),
-                                                           ("lorenz", "pissm-gru"), ("lorenz", "lg")]
+    assert [(r["dataset"], r["model"]) for r in table] == [("pong", "pissm-gru"), ("pong", "lg"), ("pong", "gru"),
+                                                           ("pong", "pf"), ("lorenz", "pissm-gru"), ("lorenz", "lg"),
+                                                           ("lorenz", "gru")]
     gru = table[0]
     assert gru["ll_mean"] == 2.5 and gru["ll_std"] == 0.5 and gru["seeds"] == 2 and gru["failed"] == 1
     assert gru["filtered_mse_mean"] == pytest.approx(0.02)
     assert gru["filtered_mse_db"] == pytest.approx(10 * np.log10(0.02), rel=1e-5)
     assert gru["paper_ll"] == 5.401 and gru["paper_mse"] == 0.061  # Table 1 / Table 8, Pong
-    pf = table[2]
+    direct = table[2]  # a direct RNN has no filtered estimate: only its one-step prediction is scored
+    assert direct["filtered_mse_mean"] is None and direct["filtered_mse_db"] is None
+    assert direct["predicted_mse"] == pytest.approx(0.04)
+    pf = table[3]
     assert pf["seeds"] == 1 and pf["paper_ll"] is None and "train_seconds" not in pf  # times are the runner's
-    assert table[4]["ll_mean"] == -4.0 and table[4]["ll_std"] == 1.0 and table[4]["paper_ll"] == 5.434
-    assert stats["ll"] == {"pong": {"pissm-gru": 2.5, "lg": 1.0, "pf": 4.0}, "lorenz": {"pissm-gru": -4.0, "lg": -4.0}}
+    assert table[5]["ll_mean"] == -4.0 and table[5]["ll_std"] == 1.0 and table[5]["paper_ll"] == 5.434
+    assert stats["ll"] == {"pong": {"pissm-gru": 2.5, "lg": 1.0, "gru": 1.5, "pf": 4.0},
+                           "lorenz": {"pissm-gru": -4.0, "lg": -4.0, "gru": -6.0}}
+    # the per-step ceiling: Pong 0.05 -> -log(2 pi e 0.0025); Lorenz R = 0.5 I in 3-D; sup of the density -1.72
+    assert gru["ll_ceiling"] == pytest.approx(-np.log(2 * np.pi * np.e * 0.0025))
+    assert table[5]["ll_ceiling"] == pytest.approx(-1.5 * np.log(np.pi * np.e))
+    assert ll_ceiling(0.5 * np.eye(3), average=False) == pytest.approx(-1.717, abs=1e-3)
 
 
 def test_stability_success_rate_and_objective_over_the_successful_runs():
@@ -65,12 +77,19 @@ def test_stability_with_no_successful_run_reports_nan():
 def test_modes_statistics_come_from_the_evaluation_and_the_training_record():
     evaluation = {"modes_in_use": 4, "persistence": 0.9, "agreement": 0.7, "test_ll": 2.5, "dominant_share": 0.3,
                   "eigenvalue_at_bounces": -0.8, "eigenvalue_elsewhere": 0.99, "shares": [0.3, 0.7], "b": 3}
-    trained = {"train": {"best_val": 2.6, "model": b"..."}}
-    stats = analyse_modes(trained, evaluation)
-    assert stats == {"modes_in_use": 4, "persistence": 0.9, "agreement": 0.7, "test_ll": 2.5, "best_val": 2.6,
-                     "dominant_share": 0.3, "eigenvalue_at_bounces": -0.8, "eigenvalue_elsewhere": 0.99}
-    oracle = {"at_hits": 0.6, "in_flight": 0.95}
-    assert analyse_modes({**trained, "oracle": oracle}, evaluation)["oracle"] == oracle
+    trained = {"train-reinforce": {"best_val": 2.6, "model": b"..."}, "train-mixture": {"best_val": 2.7}}
+    cfg = ModesConfig(oracle_epochs=0)
+    stats = analyse_modes(cfg, trained, {"reinforce": evaluation, "mixture": {**evaluation, "test_ll": 2.8}})
+    assert stats["reinforce"] == {"modes_in_use": 4, "persistence": 0.9, "agreement": 0.7, "test_ll": 2.5,
+                                  "best_val": 2.6, "dominant_share": 0.3, "eigenvalue_at_bounces": -0.8,
+                                  "eigenvalue_elsewhere": 0.99}
+    assert stats["mixture"]["test_ll"] == 2.8 and stats["mixture"]["best_val"] == 2.7 and "oracle" not in stats
+    oracles = {"oracle-reinforce": {"at_hits": 0.6, "in_flight": 0.95}, "oracle-mixture": {"at_hits": 0.1}}
+    rules = {"rule": {"test_ll": 3.0}, "free-flight": {"test_ll": 2.0}}
+    stats = analyse_modes(ModesConfig(), {**trained, **oracles},
+                          {"reinforce": evaluation, "mixture": evaluation, "rules": rules})
+    assert stats["oracle"] == {"reinforce": oracles["oracle-reinforce"], "mixture": oracles["oracle-mixture"]}
+    assert stats["rules"] == rules
 
 
 def test_imputation_rows_follow_the_config_and_keep_the_figure_paths():

@@ -41,8 +41,12 @@ def test_paper_profiles_use_the_paper_grids():
     assert stability.iss_eps == (0.1, 0.15, 0.2, 0.25) and stability.clip_norms == (5.0, 10.0, 15.0, 20.0)
     assert stability.models == ("pissm-gru", "pissm-lstm")
     table1 = EXPERIMENTS["pissm.table1"].profiles["paper"]
-    assert set(table1.datasets) == {"pong", "lorenz", "navier-stokes", "nclt"}
+    assert set(table1.datasets) == {"pong", "pong-0.01", "lorenz", "navier-stokes", "nclt"}
     assert {"pissm-gru", "pissm-lstm", "pissm-lg", "lg", "gru", "lstm", "observation"} <= set(table1.models)
+    assert EXPERIMENTS["pissm.table1"].profiles["paper-mixture"].estimator == "mixture"
+    for name in ("paper", "paper-0.01"):  # the paper's data size, >= 20 epochs, both estimators (issue 14)
+        modes = EXPERIMENTS["pissm.pong-modes"].profiles[name]
+        assert modes.layout == "paper" and modes.epochs >= 20 and set(modes.estimators) == {"reinforce", "mixture"}
 
 
 @pytest.mark.parametrize("name", sorted(ISSUE_EXPERIMENTS))

@@ -8,15 +8,18 @@ is eq. (6) recomputed in NumPy; the filter is causal and ignores missing values;
 for eq. (9)'s expectation against exact enumeration of the modes (Gauss-Hermite over the reparameterised sample)
 and the score term adds no pathwise gradient; bad inputs raise ValueError."""
 
+from pathlib import Path
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.stats
 
 from memlab.pissm.data.pong import OBSERVATION_MATRIX
-from memlab.pissm.kalman import kalman_filter, sample_lgssm
-from memlab.pissm.model import GAIN_BOUND, JITTER, OFF_DIAGONAL_BOUND, PiSSM
+from memlab.pissm.kalman import kalman_filter, sample_lgssm, symmetrise
+from memlab.pissm.model import GAIN_BOUND, JITTER, OFF_DIAGONAL_BOUND, PiSSM, roundoff_floor
 
 M, N, T = 3, 2, 12
 
@@ -205,7 +208,8 @@ def test_gain_factor_at_identity_is_the_exact_gain():
 def test_learned_gain_stays_between_zero_and_twice_the_kalman_gain(x64):
     """M = N = 1: K_t = l_t^2 x (Kalman gain) with l_t^2 in (0, 2) (module doc), so |1 - K C| < 1. l_t^2 is read
     off the outputs: K_t = (mu_{t|t} - mu_{t|t-1}) / r_t and the Kalman gain P C / S with P = (S - R) / C^2."""
-    model = PiSSM(1, 1, 1, R=np.array([[0.3]]), key=jax.random.key(1), gain="gru", hidden_size=8, process_var=0.1)
+    model = PiSSM(1, 1, 1, R=np.array([[0.3]]), key=jax.random.key(1), gain="gru", hidden_size=8, process_var=0.1,
+                  mode_spread=0.01)
     readout, cell = model.readout, model.cell
     # a loud readout and input weights (the cell's inputs are squashed into (-1, 1)) swing l_t^2 across its range
     model = eqx.tree_at(lambda m: (m.readout.weight, m.readout.bias, m.cell.W_r, m.cell.W_g), model,
@@ -320,6 +324,83 @@ def test_mode_posterior_with_a_state_dependent_mode_network_is_consistent_with_i
     assert np.std(score[~mask]) > 1e-3  # q(z_t | x_{t-1}) really varies with the sampled x_{t-1}
 
 
+def test_log_likelihood_sums_the_mode_out_and_posterior_sampling_draws_eq_6(x64):
+    """With a state-independent q(z | x), eq. (6) is known in NumPy at every step. ``log_likelihoods`` is its
+    normaliser log sum_k q(k) N(y_t | k) (z_t summed out), ``sampled_log_likelihoods`` the sampled mode's term;
+    with ``mode_sampling="posterior"`` the score is log q(z_t | y_{1:t}) of the sampled mode and the first step's
+    mode (the same posterior for every key) is drawn with eq. (6)'s probabilities (chi-square over 4000 keys)."""
+    def constant_prior(sampling):
+        model, rng = lg_model(K=3, mode_sampling=sampling)
+        weight = jnp.zeros_like(model.mode_net.layers[0].weight)
+        return eqx.tree_at(lambda m: m.mode_net.layers[0].weight, model, weight), rng
+
+    model, rng = constant_prior("posterior")
+    log_prior = np.asarray(jax.nn.log_softmax(model.mode_logits(jnp.zeros(M))))
+    y, mask = sample_data(model, rng), MASKS["all-observed"]
+    out = run(model, y, mask, jax.random.key(7))
+    for t in range(T):
+        joint = log_prior + mode_evidence(model, out, y, t)
+        evidence = np.logaddexp.reduce(joint)
+        z = int(out.modes[t])
+        np.testing.assert_allclose(out.log_likelihoods[t], evidence, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(out.sampled_log_likelihoods[t], joint[z] - log_prior[z], rtol=0, atol=1e-10)
+        np.testing.assert_allclose(out.score_log_probs[t], joint[z] - evidence, rtol=0, atol=1e-10)
+    keys = jax.random.split(jax.random.key(11), 4000)
+    first = np.asarray(jax.jit(jax.vmap(lambda k: model(y, mask, key=k).modes[0]))(keys))
+    expected = 4000 * np.asarray(out.mode_probs[0])
+    assert expected.min() > 100  # every mode matters
+    observed = np.bincount(first, minlength=3)
+    assert scipy.stats.chisquare(observed, expected).pvalue > 1e-3
+    prior_model = constant_prior("prior")[0]  # the same parameters; its draws differ, so the test has power
+    prior_draws = np.asarray(jax.jit(jax.vmap(lambda k: prior_model(y, mask, key=k).modes[0]))(keys))
+    assert scipy.stats.chisquare(np.bincount(prior_draws, minlength=3), expected).pvalue < 1e-6
+
+
+def fixed_factor_filter(model, y, factor):
+    """NumPy float64 reference: the filter with K_t = Sigma_{t|t-1} C^T F for a fixed F (N, N), Joseph form."""
+    A, C = np.asarray(model.A[0]), np.asarray(model.C[0])
+    Q, R, P0 = (np.asarray(X) for X in model.noise())
+    m, P, means, covs = np.asarray(model.initial_mean), P0, [], []
+    for t in range(len(y)):
+        if t:
+            m, P = A @ m, A @ P @ A.T + Q
+        K = P @ C.T @ factor
+        I_KC = np.eye(len(m)) - K @ C
+        m, P = m + K @ (np.asarray(y[t]) - C @ m), I_KC @ P @ I_KC.T + K @ R @ K.T
+        means.append(m)
+        covs.append(P)
+    return np.array(means), np.array(covs)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_paper_gain_starts_as_the_first_steps_kalman_gain_and_is_unbounded(x64, cell):
+    """``gain_form="paper"``: L_t read straight from the RNN (eq. 7). With the readout weights at 0 its bias gives
+    L L^T = S_0^{-1} at every step, S_0 = C P_0 C^T + R: the filter equals a fixed-factor filter in NumPy (and the
+    Kalman filter at step 1). Nothing bounds L: 1.8 times that factor makes the covariance grow without bound."""
+    built = PiSSM(M, N, 1, R=0.3 * np.eye(N), C=np.ones((N, M)), initial_var=0.7, key=jax.random.key(1), gain=cell,
+                  gain_form="paper")
+    L = np.zeros((N, N))
+    L[np.tril_indices(N)] = np.asarray(built.readout.bias)
+    np.testing.assert_allclose(L @ L.T, np.linalg.inv(0.7 * np.ones((N, N)) * M + 0.3 * np.eye(N)), rtol=1e-12)
+    model, rng = lg_model(K=1, gain=cell, gain_form="paper", hidden_size=8)  # lg_model sets A, C, P_0 afterwards
+    C, (_, R, P0) = np.asarray(model.C[0]), (np.asarray(X) for X in model.noise())
+    factor = np.linalg.inv(C @ P0 @ C.T + R)
+    bias = jnp.asarray(np.linalg.cholesky(factor)[np.tril_indices(N)])
+    model = eqx.tree_at(lambda m: (m.readout.weight, m.readout.bias), model,
+                        (jnp.zeros_like(model.readout.weight), bias))
+    y, mask = sample_data(model, rng), jnp.ones(T, bool)
+    out = run(model, y, mask, jax.random.key(0))
+    means, covs = fixed_factor_filter(model, y, factor)
+    np.testing.assert_allclose(out.means, means, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(out.covariances, covs, rtol=0, atol=1e-10)
+    kalman = kalman_reference(model, y, mask)
+    np.testing.assert_allclose(out.means[0], kalman.means[0], rtol=0, atol=1e-10)
+    assert np.max(np.abs(np.asarray(out.means[1:]) - np.asarray(kalman.means[1:]))) > 1e-3  # a fixed factor, not Kalman
+    loud = eqx.tree_at(lambda m: m.readout.bias, model, 1.8 * model.readout.bias)
+    traces = np.trace(np.asarray(run(loud, y, mask, jax.random.key(0)).covariances), axis1=1, axis2=2)
+    assert traces[3] / traces[0] > 1e6, traces  # K = Sigma C^T L L^T grows with Sigma: doubly exponential
+
+
 # ------------------------------------------------------------------------------------ causality, options, inputs
 
 
@@ -402,7 +483,7 @@ def reinforce_problem(initial_var):
     log-likelihoods are g(z_1) and f(z_1, z_2), computed here in NumPy (Kalman update, eq. 18-21)."""
     rng = np.random.default_rng(4)
     model = PiSSM(2, 2, K_R, R=0.2 * np.eye(2), key=jax.random.key(4), gain="exact", initial_var=initial_var,
-                  initial_mean=np.array([0.6, -0.4]), process_var=0.05)
+                  initial_mean=np.array([0.6, -0.4]), process_var=0.05, mode_net_gain=1.0)
     A = np.stack([np.linalg.qr(rng.normal(size=(2, 2)))[0] for _ in range(K_R)])
     C = np.stack([np.eye(2) + 0.5 * rng.normal(size=(2, 2)) for _ in range(K_R)])
     b = 0.3 * rng.normal(size=(K_R, 2))
@@ -471,12 +552,12 @@ def per_key_gradients(model, y, mask, keys, baseline):
 
     def surrogate(m, key):
         out = m(y, mask, key=key)
-        ll = out.log_likelihoods
+        ll = out.rewards
         terms = ll + jax.lax.stop_gradient(ll - baseline) * out.score_log_probs
         return jnp.sum(jnp.where(mask, terms, 0.0)), (ll, out.modes)
 
     def ll_only(m, key):
-        return jnp.sum(jnp.where(mask, m(y, mask, key=key).log_likelihoods, 0.0))
+        return jnp.sum(jnp.where(mask, m(y, mask, key=key).rewards, 0.0))
 
     def one(key):
         g_sur, aux = eqx.filter_grad(surrogate, has_aux=True)(model, key)
@@ -514,6 +595,49 @@ def test_reinforce_gradient_is_unbiased_against_exact_enumeration(x64, initial_v
     assert np.max(np.abs(g_ll.A)) > 0
 
 
+def test_mixture_objective_gradient_is_unbiased_against_exact_enumeration(x64):
+    """The ``"mixture"`` objective sum_t log sum_k q(k | x_{t-1}) N(y_t | k) (``log_likelihoods``): its gradient
+    w.r.t. the mode network along one sampled path, averaged over 20k keys, equals the enumerated
+        E_{x_0}[grad log sum_{z1} q(z1 | x_0) e^{g(z1)}] + sum_{z1} E_{x_0}[q(z1 | x_0)] E_{x_1 | z1}[grad log sum_{z2}
+        q(z2 | x_1) e^{f(z1, z2)}]
+    (Gauss-Hermite over x_0, x_1; the sampled z_1 is not differentiated, the mixture has no score term) within
+    4 s.e., and its mean value the enumerated E[sum_t log q(y_t | y_{1:t-1})]."""
+    model, y = reinforce_problem(0.3)
+    mask = jnp.asarray([True, True])
+    g, m1, P1, f = enumerate_modes(model, y, True)
+    nodes, weights = np.polynomial.hermite.hermgauss(12)
+    grid = np.sqrt(2.0) * np.stack(np.meshgrid(nodes, nodes, indexing="ij"), -1).reshape(-1, 2)
+    w = jnp.asarray(np.outer(weights, weights).ravel() / np.pi)
+    eye = JITTER * np.eye(2)
+    x0 = jnp.asarray(np.asarray(model.initial_mean) + grid @ np.linalg.cholesky(np.asarray(model.noise()[2]) + eye).T)
+    x1 = [jnp.asarray(m1[k] + grid @ np.linalg.cholesky(P1[k] + eye).T) for k in range(K_R)]
+
+    def log_q(net, x):
+        return jax.vmap(lambda xi: jax.nn.log_softmax(net(xi)))(x)
+
+    def expected(net):
+        step0 = w @ jax.nn.logsumexp(log_q(net, x0) + jnp.asarray(g), axis=1)
+        q1 = jax.lax.stop_gradient(w @ jnp.exp(log_q(net, x0)))
+        step1 = sum(q1[k] * (w @ jax.nn.logsumexp(log_q(net, x1[k]) + jnp.asarray(f[k]), axis=1)) for k in range(K_R))
+        return step0 + step1
+
+    exact_value, exact_grad = expected(model.mode_net), flat(eqx.filter_grad(expected)(model.mode_net))
+
+    @eqx.filter_jit
+    def per_key(model, keys):
+        def objective(m, key):
+            return jnp.sum(m(y, mask, key=key).log_likelihoods)
+        return jax.vmap(lambda k: (objective(model, k), flat(eqx.filter_grad(objective)(model, k).mode_net)))(keys)
+
+    n = 20_000
+    values, grads = per_key(model, jax.random.split(jax.random.key(3), n))
+    values, grads = np.asarray(values), np.asarray(grads)
+    se = grads.std(0, ddof=1) / np.sqrt(n)
+    assert np.all(np.abs(grads.mean(0) - exact_grad) < 4 * se), np.max(np.abs(grads.mean(0) - exact_grad) / se)
+    assert np.max(np.abs(exact_grad) / se) > 10  # power
+    assert abs(values.mean() - float(exact_value)) < 4 * values.std(ddof=1) / np.sqrt(n)
+
+
 # ------------------------------------------------- the fused fast path against the step-by-step formulation
 
 
@@ -521,7 +645,8 @@ def textbook_filter(model, y, mask, key):
     """The pi-SSM filter as it was written before the speed-up (issue 15), kept as the reference: random draws
     inside the scan (``jax.random.normal`` / ``categorical`` from ``split(key, T)[t]``), the transition Jacobian by
     ``jax.jacfwd``, every product with ``@`` and every Gaussian density from its own Cholesky factor.
-    Returns (log_likelihoods, obs_means, obs_covs, filtered_obs, score_log_probs, modes, mode_probs, means, covs)."""
+    Returns (log_likelihoods (z_t summed out), obs_means, obs_covs, filtered_obs, score_log_probs, modes, mode_probs,
+    means, covs, sampled_log_likelihoods)."""
     from memlab.pissm.metrics import gaussian_log_density
     from memlab.pissm.model import _DIAGONAL_OFFSET
     y = jnp.where(mask[:, None], y, 0.0)
@@ -575,8 +700,9 @@ def textbook_filter(model, y, mask, key):
         new_cov = I_KC @ pred_cov @ I_KC.T + K @ R @ K.T
         new_mean = jnp.where(observed, pred_mean + K @ residual, pred_mean)
         new_cov = jnp.where(observed, 0.5 * (new_cov + new_cov.T), pred_cov)
-        out = (jnp.where(observed, ll_k[mode], 0.0), obs_mean, S, C @ new_mean, log_probs[mode], mode, mode_post,
-               new_mean, new_cov)
+        evidence = jax.nn.logsumexp(log_probs + ll_k)
+        out = (jnp.where(observed, evidence, 0.0), obs_mean, S, C @ new_mean, log_probs[mode], mode, mode_post,
+               new_mean, new_cov, jnp.where(observed, ll_k[mode], 0.0))
         return (new_mean, new_cov, rnn_state), out
 
     first = jnp.zeros(y.shape[0], bool).at[0].set(True)
@@ -612,9 +738,9 @@ def test_fast_path_equals_the_textbook_formulation_values_and_gradients(x64):
         return jnp.sum(ll + jax.lax.stop_gradient(ll) * score)
 
     key = jax.random.key(7)
-    fast = eqx.filter_jit(eqx.filter_grad(lambda m: surrogate(*(lambda p: (p.log_likelihoods,
+    fast = eqx.filter_jit(eqx.filter_grad(lambda m: surrogate(*(lambda p: (p.rewards,
                                                                              p.score_log_probs))(m(y, mask, key=key)))))
-    slow = eqx.filter_jit(eqx.filter_grad(lambda m: surrogate(*(lambda o: (o[0], o[4]))(textbook_filter(m, y, mask,
+    slow = eqx.filter_jit(eqx.filter_grad(lambda m: surrogate(*(lambda o: (o[9], o[4]))(textbook_filter(m, y, mask,
                                                                                                            key)))))
     grads_fast, grads_slow = (jax.tree_util.tree_leaves(g(model)) for g in (fast, slow))
     assert len(grads_fast) == len(grads_slow) > 10
@@ -631,3 +757,58 @@ def test_fast_path_equals_the_textbook_formulation_in_float32():
     np.testing.assert_array_equal(fast.modes, slow[5])
     for got, want in zip(fast, slow, strict=True):
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * float(np.max(np.abs(want))))
+
+
+# ------------------------------------------------------------- float32 round-off (issue 14: NaN at Pong sigma 0.01)
+
+FIXTURE = Path(__file__).parent / "data" / "pong_sigma001_diverged.npz"
+
+
+def diverged_model():
+    """The pi-SSM-GRU that went NaN in training (Pong, noise 0.01, 4000 sequences, seed 0: its parameters after 13
+    Adam steps, one training sequence and the key of its sampled path), rebuilt from ``FIXTURE``."""
+    saved = np.load(FIXTURE)
+    template = PiSSM(4, 2, 18, R=1e-4 * np.eye(2), C=OBSERVATION_MATRIX, key=jax.random.key(0), gain="gru",
+                     hidden_size=64)
+    params, static = eqx.partition(template, eqx.is_inexact_array)
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    names = sorted(k for k in saved.files if k.startswith("leaf_"))
+    assert len(names) == len(leaves)
+    params = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(saved[n], x.dtype) for n, x in zip(names, leaves)])
+    return eqx.combine(params, static), jnp.asarray(saved["y"]), jax.random.wrap_key_data(jnp.asarray(saved["key"]))
+
+
+def test_diverging_pong_model_at_noise_001_stays_finite_in_float32():
+    """The sequence on which it went NaN: its A_z had drifted unstable, the covariance reached eigenvalues ~4e3
+    beside ~1e-4, and the Joseph product rounded to an indefinite matrix whose Cholesky factor was NaN. With the
+    round-off floor every output is finite and every covariance positive definite (still ill-conditioned: the
+    floor caps the condition number near M / (100 eps))."""
+    model, y, key = diverged_model()
+    out = run(model, y, jnp.ones(y.shape[0], bool), key)
+    for name, value in out._asdict().items():
+        if value is not None:
+            assert np.all(np.isfinite(np.asarray(value))), name
+    eig = np.linalg.eigvalsh(np.asarray(out.covariances, np.float64))
+    assert eig.max() > 1e3 and np.max(eig[:, -1] / eig[:, 0]) > 1e4  # the regime of the failure
+    assert np.all(eig > 0)
+
+
+def test_roundoff_floor_restores_positive_definiteness_of_an_ill_conditioned_joseph_product():
+    """A float32 Joseph product (I - K C) P (I - K C)^T + K R K^T with cond(P) ~ 1e8 is indefinite before the
+    floor (the test checks it is), positive definite after it; in float64 the floor moves P by < 1e-12 relative."""
+    rng = np.random.default_rng(0)
+    failures = 0
+    for _ in range(20):
+        V = np.linalg.qr(rng.normal(size=(4, 4)))[0]
+        P = (V * np.array([4e3, 3e-1, 1e-2, 1e-5])) @ V.T
+        K, C, R = 0.1 * rng.normal(size=(4, 2)), OBSERVATION_MATRIX, 1e-4 * np.eye(2)
+        I_KC = jnp.asarray(np.eye(4) - K @ C, jnp.float32)
+        P32, K32 = jnp.asarray(P, jnp.float32), jnp.asarray(K, jnp.float32)
+        joseph = symmetrise(I_KC @ P32 @ I_KC.T + K32 @ jnp.asarray(R, jnp.float32) @ K32.T)
+        failures += np.linalg.eigvalsh(np.asarray(joseph, np.float64)).min() < 0
+        assert np.linalg.eigvalsh(np.asarray(roundoff_floor(joseph), np.float64)).min() > 0
+        assert np.all(np.isfinite(np.asarray(jnp.linalg.cholesky(roundoff_floor(joseph)))))
+    assert failures >= 5
+    P64 = np.diag([2.0, 1.0, 0.5, 0.25])
+    np.testing.assert_allclose(np.asarray(roundoff_floor(jnp.asarray(P64, jnp.float64)), np.float64), P64, rtol=1e-12,
+                               atol=0) if jax.config.jax_enable_x64 else None

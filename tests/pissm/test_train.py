@@ -13,6 +13,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from memlab.layers.gated_rnn import GRUCell, LSTMCell, iss_margin
@@ -27,6 +28,7 @@ from memlab.pissm.train import (
     make_train,
     mean_log_likelihood,
     predict_batch,
+    two_optimiser_update,
 )
 
 NUM_TRAIN, NUM_VAL, STEPS = 64, 32, 20
@@ -45,9 +47,9 @@ def data():
     return y[:NUM_TRAIN], mask[:NUM_TRAIN], y[NUM_TRAIN:], mask[NUM_TRAIN:]
 
 
-def make_model(gain, num_modes):
+def make_model(gain, num_modes, **kwargs):
     return PiSSM(4, 2, num_modes, R=NOISE_STD**2 * np.eye(2), C=OBSERVATION_MATRIX, key=jax.random.key(1),
-                 gain=gain, hidden_size=16)
+                 gain=gain, hidden_size=16, **kwargs)
 
 
 @eqx.filter_jit
@@ -64,10 +66,10 @@ def same(a, b) -> bool:
 
 
 class Trained:
-    def __init__(self, config, gain, num_modes, data):
+    def __init__(self, config, gain, num_modes, data, **model_options):
         self.config, self.data = config, data
         self.train = eqx.filter_jit(make_train(config))
-        self.initial = make_model(gain, num_modes)
+        self.initial = make_model(gain, num_modes, **model_options)
         self.result = self(self.initial)
 
     def __call__(self, model, train_y=None, train_mask=None, key=2):
@@ -90,6 +92,13 @@ def gru_run(data):
 @pytest.fixture(scope="module")
 def lstm_run(data):
     return Trained(CFG_LSTM, "lstm", 3, data)
+
+
+@pytest.fixture(scope="module")
+def mixture_run(data):
+    """The exact mixture objective with modes drawn from eq. (6), one warm-up epoch of three."""
+    return Trained(dataclasses.replace(CFG_LSTM, objective="mixture", warmup_epochs=1, epochs=3), "gru", 3, data,
+                   mode_sampling="posterior")
 
 
 # --------------------------------------------------------------------------------------------- training works
@@ -158,6 +167,45 @@ def test_mode_network_trains_without_warmup(lstm_run):
     r = lstm_run.result
     assert int(r.best_epoch) >= 0
     assert not same(r.model.mode_net, lstm_run.initial.mode_net)
+
+
+def test_mixture_objective_with_posterior_sampling_trains(mixture_run, data):
+    r = mixture_run.result
+    _, _, val_y, val_mask = data
+    assert not bool(r.failed) and np.all(np.isfinite(r.val_ll))
+    before = float(validation_ll(mixture_run.initial, val_y, val_mask, jax.random.key(0)))
+    assert float(r.best_val) > before + 0.5
+    assert not same(r.model.mode_net, mixture_run.initial.mode_net)  # theta trains after the warm-up
+
+
+def test_two_optimisers_keep_theta_adam_at_its_start_through_the_warm_up():
+    """App. E.2's two optimisers: after W = 2000 warm-up steps theta's first step is Adam's first step (|update| =
+    lr for every entry, step count 1), while phi took W + 1 steps. One shared Adam with theta's gradients zeroed
+    during the warm-up (memlab before issue 14) makes that step (0.1 / sqrt(0.001 / (1 - 0.999^W))) ~ 2.9 times
+    too large (3.2 as W grows; the paper profile's 5 epochs are W = 625: 2.2), which the last lines confirm."""
+    lr, W = 0.01, 2000
+    optimizer = optax.adam(lr)
+    params = {"phi": jnp.ones(3), "theta": jnp.ones(2)}
+    phi, theta = {"phi": True, "theta": False}, {"phi": False, "theta": True}
+    grads = {"phi": jnp.array([0.3, -2.0, 5.0]), "theta": jnp.array([0.7, -0.02])}
+
+    def step(state, warm):
+        updates, state = two_optimiser_update(optimizer, grads, state, params, phi, theta, warm)
+        return state, updates["theta"]
+
+    warm = jnp.arange(W + 1) < W
+    state, theta_updates = jax.jit(lambda s: jax.lax.scan(step, s, warm))((optimizer.init(params),) * 2)
+    np.testing.assert_array_equal(theta_updates[:W], 0.0)
+    np.testing.assert_allclose(np.abs(theta_updates[W]), lr, rtol=1e-5)
+    assert int(state[1][0].count) == 1 and int(state[0][0].count) == W + 1
+    np.testing.assert_array_equal(state[1][0].mu["phi"], 0.0)  # theta's optimiser never saw phi's gradients
+
+    def shared_step(state, warm):  # the old scheme: one Adam, theta's gradients zeroed while warm
+        updates, state = optimizer.update(jnp.where(warm, 0.0, grads["theta"]), state)
+        return state, updates
+
+    _, old = jax.jit(lambda s: jax.lax.scan(shared_step, s, warm))(optimizer.init(params["theta"]))
+    assert np.all(np.abs(np.asarray(old[W])) > 2.5 * lr)
 
 
 def test_frozen_mask_and_gated_cells():
@@ -292,7 +340,7 @@ def test_learned_gain_recovers_the_optimal_filter_from_a_wrong_start():
     model = eqx.tree_at(lambda m: (m.A, m.log_q, m.readout.bias), model,
                         (A[None], jnp.log(jnp.diag(Q)), jnp.array([start])))
     dynamics = ("A", "b", "C", "log_q", "R_sqrt", "initial_mean", "initial_log_var", "mode_net")
-    config = TrainConfig(epochs=8, batch_size=16, warmup_epochs=8, frozen_during_warmup=dynamics, stability="iss")
+    config = TrainConfig(epochs=8, batch_size=16, warmup_epochs=0, fixed_params=dynamics, stability="iss")
     trained = eqx.filter_jit(make_train(config))(jax.random.key(4), model, train_y, ones(train_y), val_y, ones(val_y))
     assert not bool(trained.failed)
     assert same(eqx.filter(trained.model.A, eqx.is_array), A[None])  # the dynamics really were held

@@ -43,9 +43,11 @@ Pong column (empty where the paper has no number).
 
 {table}
 The ISS buffer acts on the U_r (GRU) or U_c (LSTM) condition; the LSTM forget-gate condition has its own buffer \
-1e-3 (App. E.2), see `memlab.layers.gated_rnn`. Our gain RNN is bounded by construction (the learned gain is a \
-bounded correction of the exact gain, `memlab.pissm.model`), which removes one route to divergence that the paper's \
-unbounded gain has; the comparison measures what remains.
+1e-3 (App. E.2), see `memlab.layers.gated_rnn`. The gain is eq. (7)'s as printed (`gain_form="paper"`: L_t read \
+from the RNN fed [Σ_{{t|t-1}}, r_t], unbounded; its readout starts at the first step's Kalman factor), so the filter \
+can diverge as the paper's can: that is what this comparison is about. memlab's bounded gain \
+(`pissm-gru-bounded`) removes that route by construction. Every run trains with App. F.1's AR(1) input noise at \
+{input_noise} × the observation noise; the estimator is eq. (9) with z_t drawn from q(z_t | x_{{t-1}}).
 
 ![Fig. 8](fig8_stability.png)
 """
@@ -67,8 +69,10 @@ class StabilityConfig:
     epochs: int = 10
     batch_size: int = 32
     num_samples: int = 4
+    input_noise: float = 0.5  # App. F.1's AR(1) input noise, in observation-noise standard deviations
 
     def validate(self):
+        check_real("input_noise", self.input_noise, 0)
         check_choice("layout", self.layout, LAYOUTS)
         check_choices("models", self.models, MODELS)
         for eps in self.iss_eps:
@@ -110,7 +114,7 @@ def train_cell(cfg: StabilityConfig, model: str, scheme: str, value: float, data
     succeeded (``ll`` NaN otherwise)."""
     train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, stability=scheme,
                             iss_eps=value if scheme == "iss" else 0.1, clip_norm=value if scheme == "clip" else 10.0)
-    trained, record = fit(model, "pong", data, train_cfg, key)
+    trained, record = fit(model, "pong", data, train_cfg, key, input_noise=cfg.input_noise)
     ll = np.nan
     if not record["failed"]:
         ll = mean_scores(evaluate(trained, data, data.test, eval_key, cfg.num_samples))["ll"]

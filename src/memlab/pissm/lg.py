@@ -11,11 +11,13 @@ resulting model, which is what "maintaining the analytic filtering update struct
 sample of x_{t-1} would make the filter stochastic; feeding the true x_{t-1} is impossible at test time).
 The first step mixes from the prior mean m_0.
 
-The MLP has one hidden layer of ``hidden_size`` ReLU units (10, like q(z | x) in App. F.2). Q and R are known
-(section 4: "known mode-independent noise covariances") and receive no gradient unless ``learn_noise=True``;
-they, and the prior covariance, are stored as symmetric square roots so that a learned covariance stays positive
-semi-definite. The prior mean m_0 is trained with the rest (base matrices, MLP), end to end by maximising the
-predictive log-likelihood sum_t log p(y_t | y_{1:t-1}) that ``__call__`` returns per step.
+The MLP has one hidden layer of ``hidden_size`` ReLU units (10, like q(z | x) in App. F.2). The process noise Q
+and the prior N(m_0, P_0) are learned, as pi-SSM learns its Q and prior (``model.PiSSM``: the two rows of Table 1
+must not differ in what they may fit; pi-SSM's Q is diagonal, this one full); the observation noise R is known
+(section 4: "known mode-independent noise covariances") and receives no gradient unless ``learn_noise=True``.
+Covariances are stored as symmetric square roots so that a learned covariance stays positive semi-definite.
+Everything is trained end to end (base matrices, MLP, Q, prior) by maximising the predictive log-likelihood
+sum_t log p(y_t | y_{1:t-1}) that ``__call__`` returns per step.
 """
 
 from __future__ import annotations
@@ -115,10 +117,10 @@ class LGVariant(eqx.Module):
         return self.A.shape[0]
 
     def covariances(self) -> tuple[Array, Array, Array]:
-        """(Q, R, initial covariance); gradients stopped unless ``learn_noise``."""
+        """(Q, R, initial covariance); R's gradient stopped unless ``learn_noise``."""
         Q, R, P0 = (S @ S.T for S in (self.Q_sqrt, self.R_sqrt, self.initial_cov_sqrt))
         if not self.learn_noise:
-            Q, R, P0 = jax.lax.stop_gradient((Q, R, P0))
+            R = jax.lax.stop_gradient(R)
         return Q, R, P0
 
     def weights(self, previous_mean: Array) -> Array:

@@ -46,10 +46,32 @@ Decisions the paper leaves open or gets wrong, each forced by the mathematics:
   N(m_0, P_0) directly, with the sampled mode choosing C_z.
 
 ``gain="exact"`` replaces 7-8 by the Kalman gain Sigma C^T S^{-1}: the pi-SSM(LG) ablation of section 7.
-Also returned per step: log q(y_t | y_{1:t-1}) = log N(y_t; C_z mu_{t|t-1}, S_t) for the sampled (x_{t-1}, z_t)
-(section 6), log q(z_t | x_{t-1}) for REINFORCE (x_{t-1} detached, so the score term trains the mode network only,
-as App. E.2's separate optimiser does), and the filtered mode posterior of eq. (6),
-q(z_t = k | y_{1:t}) ∝ q(k | x_{t-1}) N(y_t; C_k mu_k, C_k Sigma_k C_k^T + R) with (mu_k, Sigma_k) step 6 under mode k.
+
+``gain_form="paper"`` reads L_t from the RNN as eq. (7) and App. E.1 print it, with nothing around it: the cell
+reads u_t = [the lower triangle of Sigma_{t|t-1}, r_t] (raw, no input squashing), its layer-normalised state gives
+a lower-triangular L_t of any size (diagonal of any sign), K_t = Sigma_{t|t-1} C^T L_t L_t^T. Nothing keeps this
+filter contractive: an L_t with eig(S^{1/2} L L^T S^{1/2}) > 2 makes the error grow, and the covariance with it,
+which is the divergence that Tables 2 and 6 compare stabilisers on. The readout's bias starts at the Cholesky
+factor of S_0^{-1}, S_0 = C P_0 C^T + R (the exact gain of the first step; later, as Sigma shrinks, a gain below
+Kalman's), its weights at 0.01 x their default, so training starts from a filter that is stable.
+
+Modes. ``mode_sampling="prior"`` draws z_t ~ q(z_t | x_{t-1}) (App. E.1's algorithm box and App. E.2's code);
+``"posterior"`` draws it from eq. (6), q(z_t = k | y_{1:t}) ∝ q(k | x_{t-1}) N(y_t; C_k mu_k, C_k Sigma_k C_k^T + R)
+with (mu_k, Sigma_k) step 6 under mode k (section 5's text: "sampling z_t ~ q(z_t | y_{1:t}) using eq. (6)").
+Symmetry breaking (the paper says nothing): identical modes receive identical gradients and stay copies, so
+(i) each A_z starts at I + N(0, ``mode_spread``^2) independently, and (ii) q(z | x) starts as a random partition
+of the state space rather than near-uniform: its first layer standardises x by ``mode_input_mean`` /
+``mode_input_std`` (a fixed reparameterisation of the initial weights) and its output layer is multiplied by
+``mode_net_gain``, so different steps are routed to different modes from the start (also during the warm-up,
+when q is frozen). Every C_z starts at the given C (the data set's sensor model, when known).
+
+Returned per step (``Predictions``): ``log_likelihoods`` = log q(y_t | y_{1:t-1}) = log sum_k q(k | x_{t-1})
+N(y_t; C_k mu_k, S_k), the normaliser of eq. (6): the predictive density of section 6 with z_t summed out exactly
+(for the sampled x_{t-1}), valid whichever way z_t is sampled; ``sampled_log_likelihoods`` = log N(y_t; C_z mu_z,
+S_z) of the sampled z_t (App. E.2's reward of eq. 9); ``score_log_probs`` = the log-probability of the sampled z_t
+under the distribution it was drawn from, differentiable in the mode network only (x_{t-1} and, for the posterior,
+the likelihoods detached: the score term trains theta, as App. E.2's separate optimiser does); ``mode_probs`` the
+eq. (6) posterior.
 """
 
 from __future__ import annotations
@@ -69,11 +91,16 @@ from memlab.pissm.metrics import gaussian_log_density_from_cholesky
 from memlab.pissm.predictions import Predictions
 
 GAINS = ("gru", "lstm", "exact")
+GAIN_FORMS = ("bounded", "paper")  # the RNN gain factor: around the exact gain and bounded, or eq. (7) as printed
+MODE_SAMPLING = ("prior", "posterior")  # z_t ~ q(z_t | x_{t-1}) (App. E.1's box) or eq. (6) (section 5's text)
 COVARIANCES = ("full", "diagonal")
 GAIN_BOUND = math.sqrt(2.0)  # Ltilde's diagonal lies in (0, GAIN_BOUND): see the module docstring
 OFF_DIAGONAL_BOUND = 0.5
 _DIAGONAL_OFFSET = math.log(1.0 / (GAIN_BOUND - 1.0))  # sigmoid(offset) * GAIN_BOUND = 1: Ltilde starts at I
 JITTER = 1e-6  # added to Sigma before its Cholesky factor (the sample only; the filter keeps Sigma as is)
+ROUNDOFF_ULPS = 100.0  # ``roundoff_floor``: covariances are lifted by 100 ulps of their mean variance
+MODE_SPREAD = 0.1  # std of each A_z's initial deviation from I (module doc: symmetry breaking)
+MODE_NET_GAIN = 4.0  # scale of q(z | x)'s initial output layer: a random partition of the state space, not uniform
 
 
 class PiSSM(eqx.Module):
@@ -100,6 +127,8 @@ class PiSSM(eqx.Module):
     readout: eqx.nn.Linear | None
     transition_mlp: eqx.nn.MLP | None
     gain: str = eqx.field(static=True)
+    gain_form: str = eqx.field(static=True)
+    mode_sampling: str = eqx.field(static=True)
     covariance: str = eqx.field(static=True)
     learn_noise: bool = eqx.field(static=True)
 
@@ -112,6 +141,8 @@ class PiSSM(eqx.Module):
         R,
         key: Array,
         gain: str = "gru",
+        gain_form: str = "bounded",
+        mode_sampling: str = "prior",
         hidden_size: int = 64,
         mode_hidden: int = 10,
         transition_hidden: int = 0,
@@ -121,23 +152,32 @@ class PiSSM(eqx.Module):
         initial_var=1.0,
         C=None,
         learn_noise: bool = False,
+        mode_spread: float = MODE_SPREAD,
+        mode_net_gain: float = MODE_NET_GAIN,
+        mode_input_mean=None,
+        mode_input_std=None,
     ):
-        """R (N, N) observation noise covariance, positive definite. A starts at I + N(0, 0.01^2), b at 0, C at
-        C_0 + N(0, 0.01^2) with one C_0 ~ N(0, 1/M) shared by the modes unless given ((N, M) shared by every
-        mode, or (K, N, M)); Q = process_var I; P_0 = initial_var I."""
+        """R (N, N) observation noise covariance, positive definite. A starts at I + N(0, mode_spread^2), b at 0,
+        C at C_0 + N(0, 0.01^2) with one C_0 ~ N(0, 1/M) shared by the modes unless given ((N, M) shared by every
+        mode, or (K, N, M)); Q = process_var I; P_0 = initial_var I. q(z | x) reads (x - mode_input_mean) /
+        mode_input_std (defaults 0 and 1) and its output layer starts at ``mode_net_gain`` x the default
+        initialisation (module doc: symmetry breaking)."""
         M, N, K = (check_int(n, v) for n, v in
                    (("state_size", state_size), ("observation_size", observation_size), ("num_modes", num_modes)))
         check_choice("gain", gain, GAINS)
+        check_choice("gain_form", gain_form, GAIN_FORMS)
+        check_choice("mode_sampling", mode_sampling, MODE_SAMPLING)
         check_choice("covariance", covariance, COVARIANCES)
-        for name, v in (("process_var", process_var), ("initial_var", initial_var)):
+        for name, v in (("process_var", process_var), ("initial_var", initial_var), ("mode_net_gain", mode_net_gain)):
             check_real(name, v, 0, open_low=True)
+        check_real("mode_spread", mode_spread, 0)
         check_matrix("R", R, (N, N))
         check_covariance("R", R)
         if np.min(np.linalg.eigvalsh(np.asarray(R, np.float64))) <= 0:
             raise ValueError("R must be positive definite (the predictive density of y_t needs it)")
         dtype = jnp.result_type(float)
         kA, kC, kmode, kcell, kread, kmlp = jax.random.split(key, 6)
-        self.A = jnp.eye(M, dtype=dtype) + 0.01 * jax.random.normal(kA, (K, M, M), dtype)
+        self.A = jnp.eye(M, dtype=dtype) + mode_spread * jax.random.normal(kA, (K, M, M), dtype)
         self.b = jnp.zeros((K, M), dtype)
         if C is None:  # one shared emission, each mode a small perturbation of it (the modes start alike)
             kC0, kC1 = jax.random.split(kC)
@@ -147,8 +187,8 @@ class PiSSM(eqx.Module):
             C = jnp.broadcast_to(C, (K, N, M))
         check_matrix("C", C, (K, N, M))
         self.C = C
-        self.mode_net = eqx.nn.MLP(M, K, check_int("mode_hidden", mode_hidden), depth=1,
-                                   activation=jax.nn.relu, key=kmode, dtype=dtype)
+        self.mode_net = _mode_net(M, K, check_int("mode_hidden", mode_hidden), mode_net_gain, mode_input_mean,
+                                  mode_input_std, kmode, dtype)
         self.log_q = jnp.full((M,), math.log(process_var), dtype)
         self.R_sqrt = jnp.linalg.cholesky(jnp.asarray(R, dtype))
         self.initial_mean = jnp.zeros(M, dtype) if initial_mean is None else jnp.asarray(initial_mean, dtype)
@@ -156,13 +196,19 @@ class PiSSM(eqx.Module):
         self.initial_log_var = jnp.full((M,), math.log(initial_var), dtype)
         if gain == "exact":
             self.gain_input = self.cell = self.norm = self.readout = None
-        else:
+        elif gain_form == "bounded":
             self.gain_input, self.cell, self.norm, self.readout = _gain_rnn(
                 M, N, R, gain, check_int("hidden_size", hidden_size), kcell, kread, dtype)
+        else:
+            S_0 = C[0] @ (initial_var * jnp.eye(M, dtype=dtype)) @ C[0].T + jnp.asarray(R, dtype)
+            self.gain_input = None
+            self.cell, self.norm, self.readout = _paper_gain_rnn(M, N, S_0, gain, check_int("hidden_size", hidden_size),
+                                                                 kcell, kread, dtype)
         self.transition_mlp = None
         if transition_hidden:
             self.transition_mlp = _transition_mlp(M, check_int("transition_hidden", transition_hidden), kmlp, dtype)
-        self.gain, self.covariance, self.learn_noise = gain, covariance, bool(learn_noise)
+        self.gain, self.gain_form, self.mode_sampling = gain, gain_form, mode_sampling
+        self.covariance, self.learn_noise = covariance, bool(learn_noise)
 
     @property
     def state_size(self) -> int:
@@ -195,23 +241,33 @@ class PiSSM(eqx.Module):
         return means, self._shape_cov(fused_matmul(fused_matmul(J, cov), jnp.swapaxes(J, -1, -2)) + Q)
 
     def _shape_cov(self, P: Array) -> Array:
-        """P (..., M, M) symmetrised, or its diagonal part for ``covariance="diagonal"``."""
+        """P (..., M, M) symmetrised and floored (``roundoff_floor``), or its diagonal part for
+        ``covariance="diagonal"``."""
         if self.covariance == "diagonal":
             return jnp.where(jnp.eye(P.shape[-1], dtype=bool), P, 0.0)
-        return symmetrise(P)
+        return roundoff_floor(symmetrise(P))
 
-    def _gain_factor(self, S_chol: Array, features: Array, rnn_state, observed: Array):
-        """(L L^T (N, N), new RNN state): S^{-1} for the exact gain, else L = S_chol^{-T} Ltilde with Ltilde from the
-        RNN, S = S_chol S_chol^T."""
+    def _gain_factor(self, S_chol: Array, pred_cov: Array, residual: Array, rnn_state, observed: Array):
+        """(L L^T (N, N), new RNN state) of steps 7-8 for the predictive covariance pred_cov (M, M), S = S_chol
+        S_chol^T (N, N) and the residual r_t (N,): S^{-1} for the exact gain; for ``gain_form="paper"`` L straight
+        from the RNN fed [tril Sigma_{t|t-1}, r_t]; else L = S_chol^{-T} Ltilde with a bounded Ltilde from the RNN
+        fed the scale-free features [log diag Sigma_{t|t-1}, log diag S, S_chol^{-1} r_t] (module doc)."""
         N = S_chol.shape[0]
+        rows, cols = np.tril_indices(N)
+        if self.gain_form == "paper" and self.cell is not None:
+            M = pred_cov.shape[0]
+            u = jnp.concatenate([pred_cov[np.tril_indices(M)], residual])  # eq. (7): L_t = RNN(Sigma_{t|t-1}, r_t)
+            entries, rnn_state = self._gain_rnn_step(u, rnn_state, observed)
+            L = jnp.zeros((N, N), S_chol.dtype).at[rows, cols].set(entries)
+            return fused_matmul(L, L.T), rnn_state
         S_chol_inv = jax.scipy.linalg.solve_triangular(S_chol, jnp.eye(N, dtype=S_chol.dtype), lower=True)
         if self.cell is None:
             return fused_matmul(S_chol_inv.T, S_chol_inv), rnn_state
-        new_state = self.cell(rnn_state, self.gain_input(features))  # ||u||_inf < 1: Theorem 2's input bound
-        rnn_state = jax.tree_util.tree_map(lambda new, old: jnp.where(observed, new, old), new_state, rnn_state)
-        h = rnn_state[0] if isinstance(rnn_state, tuple) else rnn_state
-        entries = self.readout(self.norm(h))
-        rows, cols = np.tril_indices(N)
+        white = fused_matvec(S_chol_inv, residual)
+        S_diagonal = jnp.sum(S_chol * S_chol, axis=1)
+        features = jnp.concatenate([jnp.log(jnp.diagonal(pred_cov)), jnp.log(S_diagonal), white])
+        # ||u||_inf < 1: Theorem 2's input bound
+        entries, rnn_state = self._gain_rnn_step(self.gain_input(features), rnn_state, observed)
         raw = jnp.zeros((N, N), S_chol.dtype).at[rows, cols].set(entries)
         diagonal = GAIN_BOUND * jax.nn.sigmoid(jnp.diagonal(raw) + _DIAGONAL_OFFSET)  # in (0, sqrt 2), starts at 1
         L_tilde = jnp.tril(OFF_DIAGONAL_BOUND * jnp.tanh(raw), -1) + jnp.diag(diagonal)
@@ -221,12 +277,21 @@ class PiSSM(eqx.Module):
         L = fused_matmul(S_chol_inv.T, L_tilde)
         return fused_matmul(L, L.T), rnn_state
 
+    def _gain_rnn_step(self, u: Array, rnn_state, observed: Array):
+        """The readout (N(N+1)/2,) of the layer-normalised state after one cell step on u, and the new state (the
+        old one kept where y_t is missing)."""
+        new_state = self.cell(rnn_state, u)
+        rnn_state = jax.tree_util.tree_map(lambda new, old: jnp.where(observed, new, old), new_state, rnn_state)
+        h = rnn_state[0] if isinstance(rnn_state, tuple) else rnn_state
+        return self.readout(self.norm(h)), rnn_state
+
     def init_rnn_state(self):
         return None if self.cell is None else self.cell.init_state()
 
     def __call__(self, y: Array, mask: Array | None = None, *, key: Array) -> Predictions:
         """Filter one sequence y (T, N) (mask (T,) bool, True where observed) with one sampled path of
-        (x_{t-1}, z_t). Returns ``Predictions`` with modes, mode_probs (eq. 6), means, covariances."""
+        (x_{t-1}, z_t). Returns ``Predictions`` with modes, mode_probs (eq. 6), means, covariances and the sampled
+        mode's log-likelihoods (module doc)."""
         y, mask = check_observations(y, mask)
         T, N = y.shape
         if N != self.C.shape[1]:
@@ -243,9 +308,10 @@ class PiSSM(eqx.Module):
             y_t, observed, is_first, normal, gumbel = inputs
             chol = jnp.linalg.cholesky(cov + JITTER * eye)
             x_prev = mean + fused_matvec(chol, normal)  # step 4
-            logits = self.mode_logits(jax.lax.stop_gradient(x_prev))
-            log_probs = jax.nn.log_softmax(logits)
-            mode = jnp.argmax(gumbel + logits)  # step 5: Gumbel-max, as jax.random.categorical
+            # log q(z_t | x_{t-1}): through the reparameterised x_{t-1} for the evidence below (eq. 60's pathwise
+            # gradient), with x_{t-1} detached for the sampling distribution and its score
+            log_prior = jax.nn.log_softmax(self.mode_logits(x_prev))
+            log_prior_detached = jax.nn.log_softmax(self.mode_logits(jax.lax.stop_gradient(x_prev)))
             # step 6 for every mode (the mode posterior of eq. 6 needs them); the sampled one drives the filter
             means_k, covs_k = self.predict(mean, cov, Q)
             means_k = jnp.where(is_first, self.initial_mean, means_k)  # step 1 updates the prior itself
@@ -253,14 +319,18 @@ class PiSSM(eqx.Module):
             S_k = symmetrise(fused_matmul(fused_matmul(self.C, covs_k), C_T) + R)
             obs_k = fused_matvec(self.C, means_k)
             S_chol_k = jnp.linalg.cholesky(S_k)
-            ll_k = gaussian_log_density_from_cholesky(y_t, obs_k, S_chol_k)
-            mode_post = jax.nn.softmax(log_probs + jnp.where(observed, ll_k, 0.0))  # eq. (6)
+            ll_k = jnp.where(observed, gaussian_log_density_from_cholesky(y_t, obs_k, S_chol_k), 0.0)
+            log_joint = log_prior + ll_k
+            log_evidence = jax.nn.logsumexp(log_joint)  # log q(y_t | y_{1:t-1}): the normaliser of eq. (6)
+            log_post = log_joint - log_evidence  # eq. (6)
+            # step 5 (Gumbel-max, as jax.random.categorical) from the prior or from eq. (6); the score's log-probability
+            # reaches the mode network only (x_{t-1} detached above, the likelihoods detached here)
+            log_sampling = log_prior_detached if self.mode_sampling == "prior" else \
+                jax.nn.log_softmax(log_prior_detached + jax.lax.stop_gradient(ll_k))
+            mode = jnp.argmax(gumbel + jax.lax.stop_gradient(log_sampling))
             pred_mean, pred_cov, C, S, obs_mean = means_k[mode], covs_k[mode], self.C[mode], S_k[mode], obs_k[mode]
             residual = y_t - obs_mean
-            S_chol = S_chol_k[mode]
-            white = jax.scipy.linalg.solve_triangular(S_chol, residual, lower=True)
-            features = jnp.concatenate([jnp.log(jnp.diagonal(pred_cov)), jnp.log(jnp.diagonal(S)), white])
-            LLt, rnn_state = self._gain_factor(S_chol, features, rnn_state, observed)  # step 7
+            LLt, rnn_state = self._gain_factor(S_chol_k[mode], pred_cov, residual, rnn_state, observed)  # step 7
             K = fused_matmul(fused_matmul(pred_cov, C_T[mode]), LLt)  # step 8
             I_KC = eye - fused_matmul(K, C)
             new_mean = pred_mean + fused_matvec(K, residual)  # eq. (7)
@@ -268,14 +338,30 @@ class PiSSM(eqx.Module):
             new_cov = self._shape_cov(joseph)  # Joseph form (module doc)
             new_mean = jnp.where(observed, new_mean, pred_mean)
             new_cov = jnp.where(observed, new_cov, pred_cov)
-            out = (jnp.where(observed, ll_k[mode], 0.0), obs_mean, S, fused_matvec(C, new_mean), log_probs[mode],
-                   mode, mode_post, new_mean, new_cov)
+            out = (jnp.where(observed, log_evidence, 0.0), obs_mean, S, fused_matvec(C, new_mean), log_sampling[mode],
+                   mode, jnp.exp(log_post), new_mean, new_cov, ll_k[mode])
             return (new_mean, new_cov, rnn_state), out
 
         carry = (self.initial_mean, P0, self.init_rnn_state())
         _, out = jax.lax.scan(step, carry, (y, mask, first, *path_noise(key, T, M, self.num_modes, self.A.dtype)))
-        ll, obs_means, obs_covs, filtered_obs, score, modes, mode_probs, means, covs = out
-        return Predictions(ll, obs_means, obs_covs, filtered_obs, score, modes, mode_probs, means, covs)
+        return Predictions(*out)
+
+
+def roundoff_floor(P: Array) -> Array:
+    """P (..., M, M) + ROUNDOFF_ULPS * eps * (trace(P) / M) I: the covariance lifted by the size of its own round-off.
+
+    Why (issue 14: pi-SSM-GRU went NaN in its first epoch on Pong at noise 0.01): a model whose A_z has drifted
+    unstable carries covariances with eigenvalues from ~1e-4 to ~4e3 (condition 1e7, beyond float32's 1 / eps),
+    and the Joseph product, exact in real arithmetic, then rounds to a matrix with an eigenvalue of -7e-4: larger
+    than R = 1e-4, so S = C Sigma C^T + R and Sigma + JITTER I lose their Cholesky factors and everything after is
+    NaN. Round-off of a product of this size is a few eps * lambda_max; lambda_max <= trace, so a floor of
+    ROUNDOFF_ULPS = 100 ulps of trace / M (M <= 5 here) covers it with margin. It is relative: ~1e-11 at Pong's
+    usual trace 4e-4 in float32, and 100 * 2.2e-16 of the trace in float64, where the exact-gain filter stays
+    the Kalman filter to 1e-10.
+    """
+    M = P.shape[-1]
+    level = ROUNDOFF_ULPS * jnp.finfo(P.dtype).eps * jnp.trace(P, axis1=-2, axis2=-1) / M
+    return P + level[..., None, None] * jnp.eye(M, dtype=P.dtype)
 
 
 def path_noise(key: Array, T: int, M: int, K: int, dtype) -> tuple[Array, Array]:
@@ -297,6 +383,36 @@ def _tanh_mlp_with_jacobian(mlp: eqx.nn.MLP, x: Array) -> tuple[Array, Array]:
     h = jnp.tanh(hidden_layer(x))
     slope = (1.0 + h) * (1.0 - h)  # tanh' = 1 - h^2, factored as jax's derivative of tanh
     return output_layer(h), fused_matmul(output_layer.weight * slope, hidden_layer.weight)
+
+
+def _mode_net(M: int, K: int, hidden: int, gain: float, input_mean, input_std, key: Array, dtype) -> eqx.nn.MLP:
+    """q(z | x) of App. F.2: x (M,) -> ReLU(hidden) -> logits (K,). Its first layer is reparameterised to read
+    (x - input_mean) / input_std and its output layer is scaled by ``gain`` (module doc: symmetry breaking)."""
+    mlp = eqx.nn.MLP(M, K, hidden, depth=1, activation=jax.nn.relu, key=key, dtype=dtype)
+    mean = jnp.zeros(M, dtype) if input_mean is None else jnp.asarray(input_mean, dtype)
+    std = jnp.ones(M, dtype) if input_std is None else jnp.asarray(input_std, dtype)
+    check_matrix("mode_input_mean", mean, (M,))
+    check_matrix("mode_input_std", std, (M,))
+    if not bool(jnp.all(std > 0)):
+        raise ValueError("mode_input_std must be > 0")
+    first, last = mlp.layers
+    weight = first.weight / std
+    return eqx.tree_at(lambda m: (m.layers[0].weight, m.layers[0].bias, m.layers[1].weight, m.layers[1].bias), mlp,
+                       (weight, first.bias - weight @ mean, gain * last.weight, gain * last.bias))
+
+
+def _paper_gain_rnn(M: int, N: int, S_0: Array, gain: str, hidden_size: int, key_cell: Array, key_readout: Array,
+                    dtype):
+    """The gain RNN of eq. (7) as printed (``gain_form="paper"``): cell on [tril Sigma_{t|t-1} (M(M+1)/2), r_t (N)],
+    layer norm, readout to L_t's N(N+1)/2 lower-triangular entries, its bias at chol(S_0^{-1}) (module doc)."""
+    cell_type = GRUCell if gain == "gru" else LSTMCell
+    cell = cell_type(M * (M + 1) // 2 + N, hidden_size, key=key_cell)
+    norm = eqx.nn.LayerNorm(hidden_size, dtype=dtype)
+    readout = eqx.nn.Linear(hidden_size, N * (N + 1) // 2, key=key_readout, dtype=dtype)
+    L_0 = jnp.linalg.cholesky(jnp.linalg.inv(S_0))
+    readout = eqx.tree_at(lambda r: (r.weight, r.bias), readout,
+                          (0.01 * readout.weight, L_0[np.tril_indices(N)].astype(dtype)))
+    return cell, norm, readout
 
 
 def _gain_rnn(M: int, N: int, R, gain: str, hidden_size: int, key_cell: Array, key_readout: Array, dtype):

@@ -8,9 +8,16 @@ true switching dynamics, and the oracle that separates learning the modes' dynam
   agreement with the true velocity-quadrant modes, and the smallest eigenvalue of the sampled A_{z_t} at wall hits
   and elsewhere.
 - ``oracle_selection``: a pi-SSM(LG) with K = 5 whose A_z, b_z, C are FIXED to Pong's true step maps
-  (``data.pong.step_maps``: free flight and one reflection per wall) trains only q(z | x), Q and the prior by the
-  paper's estimator (eq. 8-9); scored by how often the sampled mode is the true one at wall hits and in flight
-  (``selection_accuracy``).
+  (``data.pong.step_maps``: free flight and one reflection per wall) trains only q(z | x), Q and the prior by an
+  estimator of ``runs.ESTIMATORS`` (eq. 9 by default); scored by how often the sampled mode is the true one at wall
+  hits and in flight (``selection_accuracy``).
+- ``SwitchingRule`` / ``rule_scores``: the same true step maps with q(z | x) replaced by a hand-coded rule (the
+  reflection of the wall that x_{t-1}'s free flight p + v would cross, else free flight), and with free flight
+  everywhere: no training (each with the process noise of ``RULE_PROCESS_VARS`` best on validation), scored on the
+  same objective (test log q(y_t | y_{1:t-1})). If the rule scores higher than what an estimator learned, the
+  objective prefers the switching and the estimator failed to find it.
+The oracle model starts from the generator's prior (``TRUE_PRIOR_VAR``): with a vague velocity prior a rule that
+reads a sample of x_{t-1} reflects on wrong early steps, and a wrong reflection costs tens of nats.
 """
 
 from __future__ import annotations
@@ -24,11 +31,11 @@ from memlab.pissm import metrics
 from memlab.pissm.data import Dataset, Split
 from memlab.pissm.data.pong import step_maps
 from memlab.pissm.model import PiSSM
-from memlab.pissm.runs import compiled_train, full_mask, predict_jit
+from memlab.pissm.runs import compiled_train, estimator_options, full_mask, predict_jit
 from memlab.pissm.train import TrainConfig
 
-__all__ = ["mode_statistics", "most_bounces", "oracle_model", "oracle_selection", "selection_accuracy",
-           "smallest_eigenvalues", "true_eigenvalues"]
+__all__ = ["SwitchingRule", "mode_statistics", "most_bounces", "oracle_model", "oracle_selection", "rule_scores",
+           "selection_accuracy", "smallest_eigenvalues", "true_eigenvalues"]
 
 
 def true_eigenvalues(events: np.ndarray) -> np.ndarray:
@@ -72,29 +79,77 @@ def mode_statistics(A: np.ndarray, modes: np.ndarray, split: Split) -> dict:
     }
 
 
-def oracle_model(data: Dataset, key) -> PiSSM:
-    """A pi-SSM(LG) whose K = 5 modes are Pong's true step maps (A_z, b_z; C the true observation map)."""
+def oracle_model(data: Dataset, key, mode_sampling: str = "prior", process_var: float = 1e-4) -> PiSSM:
+    """A pi-SSM(LG) whose K = 5 modes are Pong's true step maps (A_z, b_z; C the true observation map), with the
+    generator's prior variances (``TRUE_PRIOR_VAR``) around the centre of the box at rest."""
     A, b = step_maps()
     model = PiSSM(4, 2, len(A), R=np.asarray(data.R), C=np.asarray(data.C), key=key, gain="exact",
-                  process_var=1e-4, initial_mean=np.array([0.5, 0.0, 0.5, 0.0]), initial_var=0.1)
-    return eqx.tree_at(lambda m: (m.A, m.b), model, (jnp.asarray(A, model.A.dtype), jnp.asarray(b, model.b.dtype)))
+                  mode_sampling=mode_sampling, process_var=process_var, initial_mean=np.array([0.5, 0.0, 0.5, 0.0]),
+                  initial_var=0.1)
+    leaves = (A, b, np.log(TRUE_PRIOR_VAR))
+    return eqx.tree_at(lambda m: (m.A, m.b, m.initial_log_var), model,
+                       tuple(jnp.asarray(x, model.A.dtype) for x in leaves))
 
 
-def oracle_selection(data: Dataset, epochs: int, batch_size: int, key) -> dict:
-    """Train q(z | x) (and Q, the prior) of ``oracle_model`` for ``epochs`` with A, b, C frozen throughout, then
-    sample one path per test sequence. Returns at_hits (share of wall hits where the sampled mode is that wall's
-    reflection), in_flight (share of the other steps with free flight), test_ll, val_ll (per epoch), failed."""
+def oracle_selection(data: Dataset, epochs: int, batch_size: int, key, estimator: str = "reinforce") -> dict:
+    """Train q(z | x) (and Q, the prior) of ``oracle_model`` for ``epochs`` by ``estimator`` (``runs.ESTIMATORS``)
+    with A, b, C fixed throughout, then sample one path per test sequence. Returns at_hits (share of wall hits where
+    the sampled mode is that wall's reflection), in_flight (share of the other steps with free flight), test_ll,
+    val_ll (per epoch), failed."""
     key_model, key_train, key_test = jax.random.split(key, 3)
-    config = TrainConfig(epochs=epochs, batch_size=batch_size, warmup_epochs=epochs,
-                         frozen_during_warmup=("A", "b", "C"), stability="none")
+    objective, sampling = estimator_options(estimator)
+    config = TrainConfig(epochs=epochs, batch_size=batch_size, warmup_epochs=0, fixed_params=("A", "b", "C"),
+                         stability="none", objective=objective)
     train, val, test = data.train, data.validation, data.test
-    result = compiled_train(config)(key_train, oracle_model(data, key_model), train.y, full_mask(train), val.y,
-                                    full_mask(val))
-    p = predict_jit(result.model, test.y, full_mask(test), key_test, 1)
+    result = compiled_train(config)(key_train, oracle_model(data, key_model, sampling), train.y, full_mask(train),
+                                    val.y, full_mask(val))
+    return {**_selection_scores(result.model, test, key_test), "val_ll": np.asarray(result.val_ll).tolist(),
+            "failed": bool(result.failed)}
+
+
+# the generator's start (data.pong): position uniform in the box (variance 1/12), velocity speed U(0.03, 0.07) at a
+# uniform heading (variance E[s^2] / 2 per axis)
+_VELOCITY_VAR = (0.03**2 + 0.03 * 0.07 + 0.07**2) / 6
+TRUE_PRIOR_VAR = np.array([1 / 12, _VELOCITY_VAR, 1 / 12, _VELOCITY_VAR])
+RULE_PROCESS_VARS = (1e-6, 1e-5, 1e-4, 1e-3)  # the untrained rules' Q = q I: each takes its best on validation
+
+
+class SwitchingRule(eqx.Module):
+    """A hand-coded q(z | x) for ``oracle_model``'s modes (0 free flight, w = 1..4 a hit of ``WALLS[w - 1]``): the
+    reflection of the wall that the free flight p + v from x = [p_x, v_x, p_y, v_y] would cross (x first), else
+    free flight; log-probability 0 for that mode and ``-margin`` for the others (so a sample rarely disagrees).
+    ``free_flight_only``: free flight everywhere."""
+
+    margin: float = eqx.field(static=True, default=20.0)
+    free_flight_only: bool = eqx.field(static=True, default=False)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        p, v = x[jnp.array([0, 2])], x[jnp.array([1, 3])]
+        moved = p + v
+        wall = jnp.where(moved[0] < 0, 1, jnp.where(moved[0] > 1, 2, jnp.where(moved[1] < 0, 3,
+                                                                                  jnp.where(moved[1] > 1, 4, 0))))
+        wall = 0 if self.free_flight_only else wall
+        return jnp.where(jnp.arange(5) == wall, 0.0, -self.margin).astype(x.dtype)
+
+
+def rule_scores(data: Dataset, key, free_flight_only: bool = False, mode_sampling: str = "prior") -> dict:
+    """``SwitchingRule`` in ``oracle_model`` (no training) with the process noise Q = q I of ``RULE_PROCESS_VARS``
+    that scores best on the validation split, scored on the test split like ``oracle_selection``: at_hits,
+    in_flight, test_ll, process_var."""
+    key_model, key_val, key_test = jax.random.split(key, 3)
+    rule = SwitchingRule(free_flight_only=free_flight_only)
+    models = [eqx.tree_at(lambda m: m.mode_net, oracle_model(data, key_model, mode_sampling, q), rule)
+              for q in RULE_PROCESS_VARS]
+    validation = [_selection_scores(m, data.validation, key_val)["test_ll"] for m in models]
+    best = int(np.argmax(validation))
+    return {**_selection_scores(models[best], data.test, key_test), "process_var": RULE_PROCESS_VARS[best]}
+
+
+def _selection_scores(model, test: Split, key) -> dict:
+    p = predict_jit(model, test.y, full_mask(test), key, 1)
     at_hits, in_flight = selection_accuracy(np.asarray(p.modes[0]), np.asarray(test.events))
     return {"at_hits": at_hits, "in_flight": in_flight,
-            "test_ll": float(jnp.mean(metrics.predictive_log_likelihood(p.log_likelihoods, full_mask(test)))),
-            "val_ll": np.asarray(result.val_ll).tolist(), "failed": bool(result.failed)}
+            "test_ll": float(jnp.mean(metrics.predictive_log_likelihood(p.log_likelihoods, full_mask(test))))}
 
 
 def selection_accuracy(modes: np.ndarray, events: np.ndarray) -> tuple[float, float]:

@@ -4,11 +4,16 @@ driver or a later cell rebuilds it), the evaluation of a model on a split, and t
 as the reference row of Table 1.
 
 Models (Table 1 rows we can run; the other rows are published methods outside this library):
-    pissm-gru, pissm-lstm   pi-SSM with a GRU / LSTM gain factor (section 5)
+    pissm-gru, pissm-lstm   pi-SSM with a GRU / LSTM gain factor read as eq. (7) prints it (``gain_form="paper"``)
+    pissm-gru-bounded, pissm-lstm-bounded   the same with memlab's bounded gain around the exact one (model.py)
     pissm-lg                pi-SSM(LG): the same switching model with the exact Kalman gain (section 7)
     lg                      the LG variant of App. G.1 (exact filter, convex mixture of K base matrices)
     gru, lstm               a GRU / LSTM that predicts y_t directly from y_{1:t-1}
     observation             the observation-only random walk (closed-form maximum likelihood, not trained)
+Data sets: pong (observation noise 0.05), pong-0.01 (the same balls observed with noise 0.01, where one step's
+travel, 0.03-0.07, is several noise widths, so a bounce is visible in one observation), lorenz, navier-stokes,
+nclt (read from a directory).
+
 State sizes and mode counts follow App. F.1-F.2 and G.4: M = 4 (Pong, NCLT), 3 (Lorenz), 5 (Navier-Stokes);
 K = 18, except K = 3 for Navier-Stokes. Lorenz and Navier-Stokes get the shared nonlinear transition MLP (their
 transition "A_z(x)" is a function, App. G.2, G.4).
@@ -16,7 +21,16 @@ transition "A_z(x)" is a function, App. G.2, G.4).
 Initialisation from the training data (our choice; the paper gives none): the emission starts at the data set's
 C (the true observation map: positions, or the identity for Lorenz), the prior mean at C^+ times the mean first
 observation, the prior variance at the variance of the first observations, the process variance at 0.1 x the
-observation noise variance. Everything but the observation noise R (known, section 4) is trained.
+observation noise variance; q(z | x) reads x standardised by that prior (model.py's symmetry breaking).
+Everything but the observation noise R (known, section 4) is trained, Q and the prior included, for pi-SSM and
+LG alike.
+
+Estimators (``ESTIMATORS``): "reinforce" = eq. (9) with z_t drawn from q(z_t | x_{t-1}) (App. E's code), "mixture"
+= the exact mixture log sum_k q(k | x_{t-1}) N(y_t | k) with z_t drawn from eq. (6) (section 5's text);
+"reinforce-posterior" and "mixture-prior" cross the two choices.
+
+Time-correlated input noise (App. F.1), ``fit(..., input_noise=s)``: AR(1) noise of standard deviation s times the
+observation noise's (the paper gives no level) is added to every training minibatch of every trained model.
 """
 
 from __future__ import annotations
@@ -52,23 +66,31 @@ from memlab.pissm.lg import LGVariant
 from memlab.pissm.model import PiSSM
 from memlab.pissm.train import TrainConfig, make_train, predict_batch
 
-MODELS = ("pissm-gru", "pissm-lstm", "pissm-lg", "lg", "gru", "lstm", "observation")
-DATASETS = ("pong", "lorenz", "navier-stokes", "nclt")
-STATE_SIZE = {"pong": 4, "lorenz": 3, "navier-stokes": 5, "nclt": 4}
-NUM_MODES = {"pong": 18, "lorenz": 18, "navier-stokes": 3, "nclt": 18}
-TRANSITION_HIDDEN = {"pong": 0, "lorenz": 16, "navier-stokes": 16, "nclt": 0}
+MODELS = ("pissm-gru", "pissm-lstm", "pissm-gru-bounded", "pissm-lstm-bounded", "pissm-lg", "lg", "gru", "lstm",
+          "observation")
+PISSM_GAINS = {"pissm-gru": ("gru", "paper"), "pissm-lstm": ("lstm", "paper"), "pissm-gru-bounded": ("gru", "bounded"),
+               "pissm-lstm-bounded": ("lstm", "bounded"), "pissm-lg": ("exact", "bounded")}  # (gain, gain_form)
+DATASETS = ("pong", "pong-0.01", "lorenz", "navier-stokes", "nclt")
+PONG_NOISE = {"pong": PONG_NOISE_STD, "pong-0.01": 0.01}
+STATE_SIZE = {"pong": 4, "pong-0.01": 4, "lorenz": 3, "navier-stokes": 5, "nclt": 4}
+NUM_MODES = {"pong": 18, "pong-0.01": 18, "lorenz": 18, "navier-stokes": 3, "nclt": 18}
+TRANSITION_HIDDEN = {"pong": 0, "pong-0.01": 0, "lorenz": 16, "navier-stokes": 16, "nclt": 0}
+ESTIMATORS = {"reinforce": ("reinforce", "prior"), "mixture": ("mixture", "posterior"),
+              "reinforce-posterior": ("reinforce", "posterior"), "mixture-prior": ("mixture", "prior")}
 # Quick Pong: 250 training sequences (was 500: an epoch costs half, and no quick claim holds or fails by the
 # training-set size), 50 for early stopping, 100 test sequences as before.
 QUICK_LAYOUT = {
     "pong": SplitLayout(train=(250, 80), validation=(50, 80), test=(100, 80)),
+    "pong-0.01": SplitLayout(train=(250, 80), validation=(50, 80), test=(100, 80)),
     "lorenz": LORENZ_LAYOUT,  # the paper's 5k steps are cheap
     "navier-stokes": NAVIER_STOKES_QUICK_LAYOUT,
     "nclt": NCLT_LAYOUT,
 }
-PAPER_LAYOUT = {"pong": PONG_LAYOUT, "lorenz": LORENZ_LAYOUT, "navier-stokes": NAVIER_STOKES_LAYOUT,
-                "nclt": NCLT_LAYOUT}
+PAPER_LAYOUT = {"pong": PONG_LAYOUT, "pong-0.01": PONG_LAYOUT, "lorenz": LORENZ_LAYOUT,
+                "navier-stokes": NAVIER_STOKES_LAYOUT, "nclt": NCLT_LAYOUT}
 TINY_LAYOUT = {  # for the tests: seconds, not minutes
     "pong": SplitLayout(train=(64, 40), validation=(16, 40), test=(16, 40)),
+    "pong-0.01": SplitLayout(train=(64, 40), validation=(16, 40), test=(16, 40)),
     "lorenz": SplitLayout(train=(8, 50), validation=(2, 50), test=(2, 50)),
     "navier-stokes": SplitLayout(train=(16, 20), validation=(4, 20), test=(4, 20)),
     "nclt": NCLT_LAYOUT,
@@ -76,7 +98,7 @@ TINY_LAYOUT = {  # for the tests: seconds, not minutes
 LAYOUTS = {"tiny": TINY_LAYOUT, "quick": QUICK_LAYOUT, "paper": PAPER_LAYOUT}
 
 
-PARTICLE_REFERENCES = ("pong", "lorenz")  # data sets with a true-dynamics particle filter (reference.py)
+PARTICLE_REFERENCES = ("pong", "pong-0.01", "lorenz")  # data sets with a true-dynamics particle filter
 
 
 def load_dataset(name: str, layout: SplitLayout, key=None, data_dir: str | None = None) -> Dataset:
@@ -84,8 +106,8 @@ def load_dataset(name: str, layout: SplitLayout, key=None, data_dir: str | None 
     or (NCLT) read from data_dir."""
     check_choice("data set", name, DATASETS)
     key = jax.random.key(0) if key is None else key
-    if name == "pong":
-        return generate_pong(key, layout)
+    if name in PONG_NOISE:
+        return generate_pong(key, layout, noise_std=PONG_NOISE[name])
     if name == "lorenz":
         return generate_lorenz(key, layout)
     if name == "navier-stokes":
@@ -97,9 +119,11 @@ def full_mask(split: Split) -> jax.Array:
     return jnp.ones(split.y.shape[:2], bool)
 
 
-def make_model(name: str, data_name: str, data: Dataset, key, hidden_size: int = 64, train_mask=None):
+def make_model(name: str, data_name: str, data: Dataset, key, hidden_size: int = 64, train_mask=None,
+               mode_sampling: str = "prior"):
     """An untrained model ``name`` (MODELS) sized and initialised for ``data`` (module docstring); ``train_mask``
-    (B, T) bool marks the training observations the observation-only model may fit (None: all)."""
+    (B, T) bool marks the training observations the observation-only model may fit (None: all); pi-SSM draws its
+    modes from ``mode_sampling`` ("prior" or "posterior", model.py)."""
     check_choice("model", name, MODELS)
     y = np.asarray(data.train.y, np.float64)
     N, M = y.shape[-1], STATE_SIZE[data_name]
@@ -121,9 +145,11 @@ def make_model(name: str, data_name: str, data: Dataset, key, hidden_size: int =
         lg = LGVariant(M, N, K, Q=process_var * np.eye(M), R=R, key=key, C=np.broadcast_to(C, (K, N, M)),
                        initial_mean=initial_mean, initial_cov=initial_var * np.eye(M))
         return LGBaseline(lg)
-    gain = {"pissm-gru": "gru", "pissm-lstm": "lstm", "pissm-lg": "exact"}[name]
-    return PiSSM(M, N, K, R=R, key=key, gain=gain, hidden_size=hidden_size, C=C, initial_mean=initial_mean,
-                 initial_var=initial_var, process_var=process_var, transition_hidden=TRANSITION_HIDDEN[data_name])
+    gain, gain_form = PISSM_GAINS[name]
+    return PiSSM(M, N, K, R=R, key=key, gain=gain, gain_form=gain_form, mode_sampling=mode_sampling,
+                 hidden_size=hidden_size, C=C, initial_mean=initial_mean, initial_var=initial_var,
+                 process_var=process_var, transition_hidden=TRANSITION_HIDDEN[data_name],
+                 mode_input_mean=initial_mean, mode_input_std=np.full(M, np.sqrt(initial_var)))
 
 
 def trains(name: str) -> bool:
@@ -132,7 +158,8 @@ def trains(name: str) -> bool:
 
 def default_stability(name: str) -> str:
     """ISS projection for models with a gated RNN (Table 1 trains pi-SSM with it), none otherwise."""
-    return "iss" if name in ("pissm-gru", "pissm-lstm", "gru", "lstm") else "none"
+    return "iss" if name in ("pissm-gru", "pissm-lstm", "pissm-gru-bounded", "pissm-lstm-bounded", "gru", "lstm") \
+        else "none"
 
 
 _TRAINERS: dict = {}
@@ -156,19 +183,32 @@ def training_masks(data: Dataset, missing: float, key) -> tuple[jax.Array, jax.A
             metrics.imputation_mask(k_val, *data.validation.y.shape[:2], missing))
 
 
-def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, missing: float = 0.0):
+def estimator_options(estimator: str) -> tuple[str, str]:
+    """(objective of ``TrainConfig``, ``mode_sampling`` of the model) of an estimator name (``ESTIMATORS``)."""
+    check_choice("estimator", estimator, ESTIMATORS)
+    return ESTIMATORS[estimator]
+
+
+def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, missing: float = 0.0,
+        estimator: str = "reinforce", input_noise: float = 0.0):
     """Train model ``name`` on data.train with early stopping on data.validation (the batch shrinks so that an
     epoch has at least 8 minibatches); ``missing`` > 0 removes that fraction of the observations of both
-    (``training_masks``). ``key`` is split into the keys of the initialisation, the training run and the masks.
+    (``training_masks``); ``estimator`` (``ESTIMATORS``) sets the objective and the mode sampling; ``input_noise``
+    > 0 adds App. F.1's AR(1) noise of that many observation-noise standard deviations to the training minibatches
+    (``config.input_noise_corr``). ``key`` is split into the keys of the initialisation, the training run and the
+    masks.
 
     Returns (model, record): record has best_val, best_epoch, failed, and the per-epoch histories (the runner
     times every cell, so a record holds results only and runs on any executor compare equal).
     """
     key_model, key_train, key_masks = jax.random.split(key, 3)
     # at least 8 minibatches per epoch (Lorenz has 40 training sequences)
-    config = dataclasses.replace(config, batch_size=max(1, min(config.batch_size, data.train.y.shape[0] // 8)))
+    objective, sampling = estimator_options(estimator)
+    noise_std = input_noise * float(np.sqrt(np.mean(np.diag(np.asarray(data.R, np.float64)))))
+    config = dataclasses.replace(config, batch_size=max(1, min(config.batch_size, data.train.y.shape[0] // 8)),
+                                 objective=objective, input_noise_std=noise_std)
     train_mask, validation_mask = training_masks(data, missing, key_masks)
-    model = make_model(name, data_name, data, key_model, train_mask=train_mask)
+    model = make_model(name, data_name, data, key_model, train_mask=train_mask, mode_sampling=sampling)
     if not trains(name):
         return model, {"failed": False, "best_epoch": -1}
     result = compiled_train(config)(key_train, model, data.train.y, train_mask, data.validation.y, validation_mask)
@@ -232,10 +272,10 @@ def model_bytes(model) -> bytes:
     return buffer.getvalue()
 
 
-def model_from_bytes(blob: bytes, name: str, data_name: str, data: Dataset):
-    """The model ``name`` for ``data`` with the leaves of ``blob`` (``model_bytes``); only the structure of a fresh
-    ``make_model`` is used."""
-    template = make_model(name, data_name, data, jax.random.key(0))
+def model_from_bytes(blob: bytes, name: str, data_name: str, data: Dataset, estimator: str = "reinforce"):
+    """The model ``name`` for ``data`` (trained with ``estimator``) with the leaves of ``blob`` (``model_bytes``);
+    only the structure of a fresh ``make_model`` is used."""
+    template = make_model(name, data_name, data, jax.random.key(0), mode_sampling=estimator_options(estimator)[1])
     return eqx.tree_deserialise_leaves(io.BytesIO(blob), template)
 
 
@@ -245,8 +285,8 @@ def particle_reference(data_name: str, data: Dataset, key, particles: int):
     check_choice("particle reference", data_name, PARTICLE_REFERENCES)
     split = data.test
     keys = jax.random.split(key, split.y.shape[0])
-    if data_name == "pong":
-        pf = jax.vmap(lambda k, y: reference.pong_particle_filter(k, y, None, PONG_NOISE_STD, particles))
+    if data_name in PONG_NOISE:
+        pf = jax.vmap(lambda k, y: reference.pong_particle_filter(k, y, None, PONG_NOISE[data_name], particles))
     else:
         pf = jax.vmap(lambda k, y: reference.lorenz_particle_filter(k, y, None, data.R, particles))
     return jax.jit(pf)(keys, split.y)

@@ -4,26 +4,35 @@
 whole run (every epoch: a shuffled pass of optimiser steps, then the validation log-likelihood) is one ``lax.scan``,
 so it compiles once and vmaps over seeds. It trains any model of the study (``predictions.py``'s interface).
 
-Per minibatch of sequences, with one sampled path of (x_{t-1}, z_t) per sequence:
-    loss = -(1 / #observed) sum_{b, t observed} [ log q_t + stopgrad(log q_t - b_t) log q(z_t | x_{t-1}) ]
-Its gradient is eq. (8) (backpropagation through time along the reparameterised path of the first term) plus
-eq. (9) (REINFORCE: the second term's gradient is the score function weighted by the detached advantage; the
-model detaches x_{t-1} in log q(z_t | x_{t-1}) so it reaches the mode network only). b_t is the exponential
-moving average of App. F.1, one per time step, b_t <- 0.95 b_t + 0.05 mean_batch log q_t (started at the
-first batch's mean). The loss is divided by the number of observed steps so the learning rate does not depend
-on the batch size or sequence length.
+Per minibatch of sequences, with one sampled path of (x_{t-1}, z_t) per sequence, the ``objective``:
+- ``"reinforce"`` (eq. 8-9, App. E.2's code), with r_t = log q(y_t | y_{1:t-1}, z_t) of the sampled z_t
+  (``Predictions.rewards``) and log p(z_t) its log-probability under the distribution it was drawn from:
+      loss = -(1 / #observed) sum_{b, t observed} [ r_t + stopgrad(r_t - b_t) log p(z_t) ]
+  Its gradient is eq. (8) (backpropagation through time along the reparameterised path of the first term) plus
+  eq. (9) (REINFORCE: the score function weighted by the detached advantage; the model detaches x_{t-1} in
+  log p(z_t) so it reaches the mode network only). This maximises E_z[log q], a lower bound of the objective.
+- ``"mixture"``: loss = -(1 / #observed) sum log sum_k q(k | x_{t-1}) N(y_t | k) (``Predictions.log_likelihoods``):
+  section 6's log q(y_t | y_{1:t-1}) = log E_z[...] itself (C.4's eq. 60), with z_t summed out exactly, so the
+  mode network gets the exact gradient of the objective at the sampled x_{t-1} and no score term is needed.
+b_t is the exponential moving average of App. F.1, one per time step, b_t <- 0.95 b_t + 0.05 mean_batch r_t
+(started at the first batch's mean). The loss is divided by the number of observed steps so the learning rate
+does not depend on the batch size or sequence length.
 
 App. F.1 practice: Adam at learning rate 0.011, multiplied by ``decay_rate`` every ``decay_every`` = 10 epochs
-(staircase; the paper gives no factor, ours is 0.5); a warm-up of ``warmup_epochs`` in which the mode network
-(q(z | x), any leaf under an attribute named in ``frozen_during_warmup``) gets no update while the shared
-A_z, C_z and the gain RNN train; time-correlated input noise: every training minibatch gets an AR(1) sequence
+(staircase; the paper gives no factor, ours is 0.5). Two optimisers, as App. E.2's trainer has (opt_phi,
+opt_theta): theta = the leaves under an attribute named in ``mode_params`` (q(z | x)), phi = the rest. During the
+warm-up of ``warmup_epochs`` theta's optimiser is not stepped at all (its Adam moments and step count stay at
+their start, so its first steps afterwards are ordinary Adam steps, and its learning-rate schedule starts there)
+while the shared A_z, C_z and the gain RNN train. Leaves under ``fixed_params`` never change (the oracle of
+``pong_modes``). Time-correlated input noise: every training minibatch gets an AR(1) sequence
 n_t = rho n_{t-1} + sqrt(1 - rho^2) sigma e_t added to its observations (sigma = ``input_noise_std``,
 rho = ``input_noise_corr``; the paper gives neither), so consecutive observations are not independent given the
 state and a model cannot rely on pointwise prediction.
 
 Stability (section 6, Theorem 2; Table 2): ``stability="iss"`` projects every GRU/LSTM cell of the model onto
 its ISS region with buffer ``iss_eps`` after each optimiser step (``layers.gated_rnn.project_model_iss``);
-``"clip"`` clips the gradient's global norm at ``clip_norm`` instead (GC); ``"none"`` does neither.
+``"clip"`` clips the gradient's global norm at ``clip_norm`` instead (GC; each optimiser its own); ``"none"`` does
+neither.
 
 A run has failed (Table 2's success rate) if any minibatch loss or validation value is not finite, or if it
 diverged: its last validation log-likelihood per step is more than ``DIVERGENCE_NATS`` = 1 below the first
@@ -49,6 +58,7 @@ from memlab.layers.gated_rnn import GATED_CELLS, iss_margin, project_model_iss
 from memlab.pissm.predictions import Predictions
 
 STABILITY = ("iss", "clip", "none")
+OBJECTIVES = ("reinforce", "mixture")
 DIVERGENCE_NATS = 1.0
 
 
@@ -60,7 +70,9 @@ class TrainConfig:
     decay_every: int = 10  # epochs, App. F.1
     decay_rate: float = 0.5  # not given by the paper
     warmup_epochs: int = 5  # not given by the paper
-    frozen_during_warmup: tuple[str, ...] = ("mode_net",)
+    mode_params: tuple[str, ...] = ("mode_net",)  # theta: own optimiser, not stepped during the warm-up
+    fixed_params: tuple[str, ...] = ()  # never trained
+    objective: str = "reinforce"
     stability: str = "iss"
     iss_eps: float = 0.1  # Table 2 / 6
     clip_norm: float = 10.0  # Table 2's delta, used when stability == "clip"
@@ -73,6 +85,7 @@ class TrainConfig:
             check_int(name, getattr(self, name))
         check_int("warmup_epochs", self.warmup_epochs, low=0)
         check_choice("stability", self.stability, STABILITY)
+        check_choice("objective", self.objective, OBJECTIVES)
         for name in ("learning_rate", "clip_norm"):
             check_real(name, getattr(self, name), 0, open_low=True)
         for name in ("decay_rate", "baseline_decay"):
@@ -106,6 +119,16 @@ def frozen_mask(model, names: tuple[str, ...]):
     return jax.tree_util.tree_map_with_path(is_frozen, eqx.filter(model, eqx.is_inexact_array))
 
 
+def _optimizer(config: TrainConfig, steps_per_epoch: int):
+    """Adam with App. F.1's staircase decay (per optimiser step count), gradient clipping first for GC."""
+    schedule = optax.exponential_decay(config.learning_rate, config.decay_every * steps_per_epoch, config.decay_rate,
+                                       staircase=True)
+    optimizer = optax.adam(schedule)
+    if config.stability == "clip":
+        optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm), optimizer)
+    return optimizer
+
+
 def correlated_noise(key: Array, shape: tuple[int, ...], std: float, corr: float) -> Array:
     """Stationary AR(1) noise (B, T, N) along axis 1 with marginal standard deviation std and lag-1 correlation."""
     e = std * jax.random.normal(key, shape)
@@ -131,6 +154,22 @@ def mean_log_likelihood(log_likelihoods: Array, mask: Array) -> Array:
     return jnp.sum(jnp.where(mask, log_likelihoods, 0.0)) / (jnp.sum(mask) * log_likelihoods.size / mask.size)
 
 
+def two_optimiser_update(optimizer, grads, opt_state, params, phi, theta, warm):
+    """One step of App. E.2's two optimisers: ``optimizer`` (an optax transformation) run once on the gradients of
+    the phi leaves and once on those of the theta leaves (``phi``, ``theta``: pytrees of bools like ``params``; each
+    run sees zeros elsewhere, so its Adam updates there are exactly zero). opt_state = (phi's state, theta's).
+    While ``warm`` (a bool), theta's optimiser is not stepped: its state, step count included, is kept and its
+    updates are dropped. Returns (updates, new opt_state)."""
+    def only(leaves):
+        return jax.tree_util.tree_map(lambda g, keep: jnp.where(keep, g, 0.0), grads, leaves)
+
+    phi_updates, phi_state = optimizer.update(only(phi), opt_state[0], params)
+    theta_updates, theta_state = optimizer.update(only(theta), opt_state[1], params)
+    theta_state = jax.tree_util.tree_map(lambda old, new: jnp.where(warm, old, new), opt_state[1], theta_state)
+    updates = jax.tree_util.tree_map(lambda u, v: u + jnp.where(warm, 0.0, v), phi_updates, theta_updates)
+    return updates, (phi_state, theta_state)
+
+
 def _check_data(name, y, mask):
     if y.ndim != 3 or mask.shape != y.shape[:2] or mask.dtype != jnp.bool_:
         raise ValueError(f"{name}: y must be (B, T, N) and mask (B, T) bool, got {y.shape} and {mask.dtype} "
@@ -150,22 +189,25 @@ def make_train(config: TrainConfig):
         cells = gated_cells(model)
         if config.stability == "iss" and not cells:
             raise ValueError(f"stability='iss' needs a GRU/LSTM cell; {type(model).__name__} has none")
-        schedule = optax.exponential_decay(config.learning_rate, config.decay_every * steps, config.decay_rate,
-                                           staircase=True)
-        optimizer = optax.adam(schedule)
-        if config.stability == "clip":
-            optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm), optimizer)
+        optimizer = _optimizer(config, steps)  # one for phi, one for theta (module doc)
         if config.stability == "iss":
             model = project_model_iss(model, config.iss_eps)
         params, static = eqx.partition(model, eqx.is_inexact_array)
-        frozen = frozen_mask(model, config.frozen_during_warmup)
-        opt_state = optimizer.init(params)
+        fixed = frozen_mask(model, config.fixed_params)
+        theta = jax.tree_util.tree_map(lambda t, f: t and not f, frozen_mask(model, config.mode_params), fixed)
+        phi = jax.tree_util.tree_map(lambda t, f: not (t or f), theta, fixed)
+        # each optimiser sees zero gradients outside its own leaves, so its Adam updates there are exactly zero
+        opt_state = (optimizer.init(params), optimizer.init(params))
 
         def loss_fn(params, y, mask, keys, baseline):
             preds = jax.vmap(lambda y_b, m_b, k: eqx.combine(params, static)(y_b, m_b, key=k))(y, mask, keys)
-            ll = preds.log_likelihoods
-            surrogate = ll + jax.lax.stop_gradient(ll - baseline) * preds.score_log_probs  # eq. (8) + (9)
-            return -jnp.sum(jnp.where(mask, surrogate, 0.0)) / jnp.sum(mask), ll
+            reward = preds.rewards
+            if config.objective == "reinforce":
+                surrogate = reward + jax.lax.stop_gradient(reward - baseline) * preds.score_log_probs  # eq. (8), (9)
+            else:
+                surrogate = preds.log_likelihoods  # log sum_k q(k | x_{t-1}) N(y_t | k), section 6 / eq. (60)
+            return -jnp.sum(jnp.where(mask, surrogate, 0.0)) / jnp.sum(mask), reward
+
 
         def iss_state(params):
             if not cells:
@@ -182,8 +224,7 @@ def make_train(config: TrainConfig):
                 y = y + correlated_noise(k_noise, y.shape, config.input_noise_std, config.input_noise_corr)
             (loss, ll), grads = jax.value_and_grad(loss_fn, has_aux=True)(
                 params, y, mask, jax.random.split(k_paths, batch), baseline)
-            grads = jax.tree_util.tree_map(lambda g, f: jnp.where(warm & f, 0.0, g), grads, frozen)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
+            updates, opt_state = two_optimiser_update(optimizer, grads, opt_state, params, phi, theta, warm)
             params = eqx.apply_updates(params, updates)
             if config.stability == "iss":
                 params = eqx.filter(project_model_iss(eqx.combine(params, static), config.iss_eps),
