@@ -13,7 +13,8 @@ Tasks, references and models (the library; ``__all__`` below is what other code 
     train.py       make_train(config) -> train(key, model, data): BPTT + REINFORCE (eq. 8-9), ISS / clipping
     metrics.py     predictive log-likelihood, position / imputation MSE, mode pruning and persistence
     runs.py        data sets and models by name, fit, models as bytes, evaluation, the particle-filter row
-    pong_modes.py  Fig. 9 / App. H.1 mode analysis on Pong: eigenvalues, mode statistics, the oracle
+    pong_modes.py  Fig. 9 / App. H.1 mode analysis on Pong: eigenvalues, mode statistics, the oracle, the
+                   hand-coded switching rule
 
 Experiments: ``exp_table1.py`` (Table 1, 7-8), ``exp_stability.py`` (Tables 2 and 6, Fig. 8), ``exp_modes.py``
 (Fig. 4 / 9, App. H.1), ``exp_imputation.py`` (App. H.1), indexed by ``experiments.py``; nothing outside them
@@ -34,13 +35,15 @@ from memlab.pissm.metrics import (
     predictive_log_likelihood,
     to_db,
 )
-from memlab.pissm.model import PiSSM
+from memlab.pissm.model import PiSSM, roundoff_floor
 from memlab.pissm.particle import ParticleFiltered, bootstrap_particle_filter
 from memlab.pissm.pong_modes import (
+    SwitchingRule,
     mode_statistics,
     most_bounces,
     oracle_model,
     oracle_selection,
+    rule_scores,
     selection_accuracy,
     smallest_eigenvalues,
     true_eigenvalues,
@@ -49,8 +52,10 @@ from memlab.pissm.predictions import Predictions
 from memlab.pissm.reference import gaussian_prior_particle_filter, lorenz_particle_filter, pong_particle_filter
 from memlab.pissm.runs import (
     DATASETS,
+    ESTIMATORS,
     LAYOUTS,
     MODELS,
+    estimator_options,
     evaluate,
     fit,
     load_dataset,
@@ -62,10 +67,11 @@ from memlab.pissm.runs import (
     particle_scores,
     score,
 )
-from memlab.pissm.train import TrainConfig, TrainResult, make_train, predict_batch
+from memlab.pissm.train import TrainConfig, TrainResult, make_train, predict_batch, two_optimiser_update
 
 __all__ = [
     "DATASETS",
+    "ESTIMATORS",
     "LAYOUTS",
     "MODELS",
     "Dataset",
@@ -80,9 +86,11 @@ __all__ = [
     "Predictions",
     "Split",
     "SplitLayout",
+    "SwitchingRule",
     "TrainConfig",
     "TrainResult",
     "bootstrap_particle_filter",
+    "estimator_options",
     "evaluate",
     "fit",
     "gaussian_log_density",
@@ -109,10 +117,13 @@ __all__ = [
     "position_mse",
     "predict_batch",
     "predictive_log_likelihood",
+    "roundoff_floor",
+    "rule_scores",
     "sample_lgssm",
     "score",
     "selection_accuracy",
     "smallest_eigenvalues",
     "to_db",
     "true_eigenvalues",
+    "two_optimiser_update",
 ]
