@@ -26,6 +26,7 @@ from memlab.checks import check_choice, check_choices, check_int, check_real
 from memlab.pissm import metrics
 from memlab.pissm.data import Dataset
 from memlab.pissm.runs import (
+    CHOICES,
     LAYOUTS,
     MODELS,
     default_stability,
@@ -53,7 +54,10 @@ no number to compare.
 filtered MSE.
 
 ![imputation](imputation.png)
-"""
+
+## Choices the paper leaves open, and departures from its text
+
+{choices}"""
 TRAINED_WITH_GAPS = ("sequences with {percent:.0f} % of the observations removed (App. H.1 does not say; a direct "
                      "RNN must learn what the missing-step flag means)")
 TRAINED_COMPLETE = "complete sequences"
@@ -161,7 +165,7 @@ def _summary(cfg: ImputationConfig, stats: dict, run: Run) -> None:
                            {"imputation_mse": ".5f", "observed_filtered_mse": ".5f", "ll_observed": ".3f"})
     trained_on = TRAINED_WITH_GAPS.format(percent=100 * cfg.train_missing) if cfg.train_missing else TRAINED_COMPLETE
     run.write_summary(SUMMARY.format(**dataclasses.asdict(cfg), percent_removed=100 * cfg.fraction,
-                                     trained_on=trained_on, table=table))
+                                     trained_on=trained_on, table=table, choices=CHOICES))
 
 
 EXPERIMENTS = [Experiment(

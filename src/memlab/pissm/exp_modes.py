@@ -50,6 +50,7 @@ from memlab.pissm.pong_modes import (
 )
 from memlab.pissm.reference import pong_particle_filter
 from memlab.pissm.runs import (
+    CHOICES,
     ESTIMATORS,
     LAYOUTS,
     NUM_MODES,
@@ -92,17 +93,6 @@ per step.
 ## Choices the paper leaves open, and departures from its text
 
 {choices}
-"""
-CHOICES = """- Pong is our own generator: unit box, point ball, speeds 0.03–0.07 box widths per step, observation \
-noise 0.05 (`pong`) or 0.01 (`pong-0.01`); the paper gives neither sizes nor noise.
-- The mode z_t is sampled from q(z_t | x_{t-1}) (App. E.1's box, the `reinforce` estimator) or from the eq. (6) \
-posterior (section 5's text, the `mixture` estimator); `reinforce` maximises E_z[log q(y_t | ...)] by eq. (9), \
-`mixture` the exact log sum_k q(k | x_{t-1}) N(y_t | k) (section 6's log E_z).
-- Two Adam optimisers (phi, theta) as App. E.2's code; theta is not stepped during a 5-epoch warm-up (the paper \
-gives no length); learning rate 0.011 × 0.5 every 10 epochs (no factor given).
-- Modes start distinct: A_z = I + N(0, 0.1²), q(z | x) a random partition of the standardised state space; every \
-C_z starts at the true observation map (the paper says nothing about the initialisation).
-- Eq. (7)'s covariance update in Joseph form; prediction from the filtered moments; the gain: see `model`.
 """
 READINGS = {
     "learnable": "Selection of the true maps is learnable here by {estimator}: a failure of the full model lies in "

@@ -18,7 +18,7 @@ import numpy as np
 from memlab import plots
 from memlab.checks import check_choice, check_choices, check_int, check_real
 from memlab.pissm.data import Dataset
-from memlab.pissm.runs import LAYOUTS, evaluate, fit, load_dataset, mean_scores
+from memlab.pissm.runs import CHOICES, LAYOUTS, evaluate, fit, load_dataset, mean_scores
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
 
@@ -50,7 +50,10 @@ can diverge as the paper's can: that is what this comparison is about. memlab's 
 {input_noise} × the observation noise; the estimator is eq. (9) with z_t drawn from q(z_t | x_{{t-1}}).
 
 ![Fig. 8](fig8_stability.png)
-"""
+
+## Choices the paper leaves open, and departures from its text
+
+{choices}"""
 HEADER = ["model", "scheme", "value", "runs", "success", "objective_mean", "objective_std", "paper_objective",
           "paper_std", "paper_success"]
 FORMATS = {"value": "g", "success": ".0%", "objective_mean": ".3f", "objective_std": ".3f", "paper_success": ".0%"}
@@ -177,7 +180,7 @@ def _claims(cfg: StabilityConfig, stats: dict, run: Run) -> None:
 def _summary(cfg: StabilityConfig, stats: dict, run: Run) -> None:
     rows = [["" if v is None else v for v in row] for row in stats["rows"]]
     table = run.save_table("stability.csv", HEADER, rows, FORMATS)
-    run.write_summary(SUMMARY.format(**dataclasses.asdict(cfg), table=table))
+    run.write_summary(SUMMARY.format(**dataclasses.asdict(cfg), table=table, choices=CHOICES))
 
 
 EXPERIMENTS = [Experiment(

@@ -21,6 +21,7 @@ from memlab.checks import check_choice, check_choices, check_int, check_real
 from memlab.pissm import metrics
 from memlab.pissm.data import Dataset, NCLTDataMissingError
 from memlab.pissm.runs import (
+    CHOICES,
     DATASETS,
     ESTIMATORS,
     LAYOUTS,
@@ -81,16 +82,9 @@ normalisations it does not state. `pf` is the bootstrap particle filter with \
 the true dynamics (Pong: elastic reflections; Lorenz: RK4 of eq. 200) and a small artificial process noise: the \
 high-cost reference of section 7, not a trained model.
 
-Decisions and departures from the text (see `memlab.pissm.model`, `.train`, `.runs`): prediction from the filtered \
-moments (the sample of x_{{t-1}} only chooses the mode); Joseph-form covariance update (eq. 7 prints a `+`); full \
-covariances (diagonal ones cut the velocity out of the gain); `pissm-gru` / `pissm-lstm` read L_t from the RNN fed \
-[Σ_{{t|t-1}}, r_t] as eq. (7) prints it (readout bias at chol(S_0⁻¹), nothing bounds it); `-bounded` rows use \
-memlab's gain factor around the exact gain, bounded so the filter cannot diverge; covariances lifted by 100 ulps of \
-their mean variance (float32 round-off made an ill-conditioned one indefinite: NaN at Pong noise 0.01); two Adam \
-optimisers (phi, theta) with theta not stepped during the {warmup} warm-up epochs; learning-rate decay 0.5 every 10 \
-epochs (the paper gives no factor); modes start distinct (A_z = I + N(0, 0.1²), q(z | x) a random partition of \
-the standardised state space); Q and the prior learned for pi-SSM and LG alike, R known; best-validation early \
-stopping.
+## Choices the paper leaves open, and departures from its text
+
+{choices}
 
 Reproducibility: training is chaotic in the float sense. Measured on Navier–Stokes (π-SSM-GRU), a one-ulp \
 change of one initial A_z moves the first epoch's loss by 7e-4, more than the rewrite of the filter in commit \
@@ -281,7 +275,7 @@ def _summary(cfg: Table1Config, stats: dict, notes: list[str], run: Run) -> None
     ceilings = stats["ceilings"]
     run.write_summary(SUMMARY.format(
         **dataclasses.asdict(cfg), notes="".join(f"{n}\n\n" for n in notes), table=table,
-        estimator_words=ESTIMATOR_WORDS[cfg.estimator], warmup=TrainConfig().warmup_epochs,
+        estimator_words=ESTIMATOR_WORDS[cfg.estimator], choices=CHOICES,
         lorenz_sup=ll_ceiling(0.5 * np.eye(3), average=False),
         pong_ceiling=ll_ceiling(PONG_NOISE["pong"] ** 2 * np.eye(2)),
         pong001_ceiling=ll_ceiling(PONG_NOISE["pong-0.01"] ** 2 * np.eye(2)),
