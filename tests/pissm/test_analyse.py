@@ -13,6 +13,7 @@ from memlab.pissm.exp_stability import StabilityConfig
 from memlab.pissm.exp_stability import _analyse as analyse_stability
 from memlab.pissm.exp_table1 import Table1Config, ll_ceiling
 from memlab.pissm.exp_table1 import _analyse as analyse_table1
+from memlab.pissm.exp_table1 import _claims as claims_table1
 
 
 def _cell(ll, mse=0.01, failed=False):
@@ -101,3 +102,26 @@ def test_imputation_rows_follow_the_config_and_keep_the_figure_paths():
     assert stats["table"][1] == {"model": "pissm-gru", "imputation_mse": 0.01, "observed_filtered_mse": 0.002,
                                  "ll_observed": 2.0}
     np.testing.assert_array_equal(stats["paths"]["observation"], [[0.3, 0.4]])
+
+
+class _Claims:
+    """A stand-in for ``Run`` that keeps the claims an experiment makes."""
+
+    def __init__(self):
+        self.claims = {}
+
+    def claim(self, id, claim, paper, ours, holds):  # noqa: A002 (Run.claim's signature)
+        self.claims[id] = (ours, holds)
+
+
+def test_table1_claims_read_the_paper_gain_and_the_bounded_gain_separately():
+    ll = {"pong": {"pissm-gru": -1.5, "pissm-lstm": -1.6, "pissm-gru-bounded": 2.5, "pissm-lg": 2.42, "lg": 2.4,
+                   "gru": 2.45, "lstm": 2.3}}
+    run = _Claims()
+    claims_table1({"ll": ll}, run)
+    assert run.claims["pong-pissm-beats-lg"] == ("-1.500 vs 2.400", False)
+    assert run.claims["pong-pissm-beats-lg[bounded]"] == ("2.500 vs 2.400", True)  # the LSTM-bounded row did not run
+    assert run.claims["pong-pissm-beats-direct-rnn[bounded]"] == ("2.500 vs 2.450", True)
+    assert run.claims["pong-learned-gain-beats-exact-gain"][1] is False
+    assert run.claims["pong-learned-gain-beats-exact-gain[bounded]"] == ("2.500 vs 2.420", True)
+    assert len(run.claims) == 6
