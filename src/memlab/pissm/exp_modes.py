@@ -124,7 +124,7 @@ QUANTITIES = (  # (statistic, quantity, paper)
 )
 STATISTICS = ("modes_in_use", "persistence", "agreement", "test_ll", "dominant_share", "eigenvalue_at_bounces",
               "eigenvalue_elsewhere")
-PONG_DATASETS = ("pong", "pong-0.01")
+PONG_DATASETS = tuple(PONG_NOISE)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -182,8 +182,8 @@ def trains(name: str) -> bool:
 
 def default_stability(name: str) -> str:
     """ISS projection for models with a gated RNN (Table 1 trains pi-SSM with it), none otherwise."""
-    return "iss" if name in ("pissm-gru", "pissm-lstm", "pissm-gru-bounded", "pissm-lstm-bounded", "gru", "lstm") \
-        else "none"
+    gated = name in ("gru", "lstm") or PISSM_GAINS.get(name, ("exact",))[0] != "exact"
+    return "iss" if gated else "none"
 
 
 _TRAINERS: dict = {}
