@@ -812,3 +812,22 @@ def test_roundoff_floor_restores_positive_definiteness_of_an_ill_conditioned_jos
     P64 = np.diag([2.0, 1.0, 0.5, 0.25])
     np.testing.assert_allclose(np.asarray(roundoff_floor(jnp.asarray(P64, jnp.float64)), np.float64), P64, rtol=1e-12,
                                atol=0) if jax.config.jax_enable_x64 else None
+
+
+def test_predictions_do_not_depend_on_how_many_sequences_share_a_batch():
+    """Pong's sizes (K = 18, M = 4, N = 2), 600 sequences filtered in one vmapped batch and in chunks of 100 with
+    the same keys: the same numbers. On jax 0.10.2 (jax-ml/jax#39103, tests/test_backend.py) sequences 455
+    onwards of the big batch got a wrong predicted mean at step 2 (log-likelihoods off by tens of nats)."""
+    rng = np.random.default_rng(0)
+    model = PiSSM(4, 2, 18, R=0.0025 * np.eye(2), C=OBSERVATION_MATRIX, key=jax.random.key(0), gain="exact",
+                  initial_mean=np.array([0.5, 0.0, 0.5, 0.0]), initial_var=0.1)
+    y = jnp.asarray(rng.uniform(size=(600, 3, 2)), jnp.float32)
+    mask = jnp.ones((600, 3), bool)
+    keys = jax.random.split(jax.random.key(1), 600)
+    batched = eqx.filter_jit(jax.vmap(lambda m, y_b, m_b, k: m(y_b, m_b, key=k), in_axes=(None, 0, 0, 0)))
+    whole = batched(model, y, mask, keys)
+    chunks = [batched(model, y[i:i + 100], mask[i:i + 100], keys[i:i + 100]) for i in range(0, 600, 100)]
+    for field in ("log_likelihoods", "means", "covariances"):
+        np.testing.assert_allclose(np.asarray(getattr(whole, field)),
+                                   np.concatenate([np.asarray(getattr(c, field)) for c in chunks]),
+                                   rtol=1e-4, atol=1e-5, err_msg=field)
