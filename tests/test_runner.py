@@ -53,9 +53,11 @@ def test_run_writes_every_file(exp, fake_lab, tmp_path):
 
     doc = _strict_load(out / "results.json")
     assert set(doc) == {"experiment", "profile", "paper_ref", "config", "results", "claims", "elapsed_s", "executor",
-                        "cells", "peak_rss_mb"}
+                        "cells", "peak_rss_mb", "software"}
     assert doc["executor"] == "local" and doc["cells"]["computed"] == 4 and doc["cells"]["resumed"] == 0
     assert set(doc["cells"]["seconds"]) == set(doc["cells"]["peak_rss_mb"]) == {f"cell-{i}" for i in range(4)}
+    assert doc["software"] == files.software_versions() and len(doc["cells"]["software"]) == 4 and \
+        all(v == doc["software"] for v in doc["cells"]["software"].values())
     cell_peaks = list(doc["cells"]["peak_rss_mb"].values())
     assert 10 < min(cell_peaks) <= max(cell_peaks) <= doc["peak_rss_mb"]  # MB; a JAX process holds far more than 10
     assert (doc["experiment"], doc["profile"], doc["paper_ref"]) == ("fake.means", "tiny", "Fig. 0")
@@ -296,3 +298,22 @@ def test_to_jsonable_converts_arrays_scalars_and_nonfinite(fake_lab):
     assert loose["f"][1] == -np.inf and np.isnan(loose["f"][2])
     with pytest.raises(TypeError, match="cannot convert object"):
         to_jsonable({"x": object()})
+
+
+def test_cells_record_their_software_and_a_resume_from_other_versions_is_flagged(fake_lab, tmp_path, capsys):
+    run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
+    run.sweep({"a": lambda: {"x": 1.0}, "b": lambda: {"x": 2.0}}, "first")
+    here = files.software_versions()
+    assert run.cell_software == {"a": here, "b": here} and set(here) == {"jax", "jaxlib", "numpy"}
+    assert "computed with" not in capsys.readouterr().err
+    # cell b as an older jax wrote it (jax 0.10.2 miscompiled, tests/test_backend.py)
+    path = tmp_path / "cells" / "b.json"
+    record = json.loads(path.read_text())
+    record["software"] = {**here, "jax": "0.10.2", "jaxlib": "0.10.2"}
+    path.write_text(json.dumps(record))
+    again = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
+    resumed = again.sweep({"a": lambda: {"x": 9.0}, "b": lambda: {"x": 9.0}}, "again")
+    assert resumed == {"a": {"x": 1.0}, "b": {"x": 2.0}}  # kept (the warning says how to recompute)
+    err = capsys.readouterr().err
+    assert "1 of 2 cells were computed with jax 0.10.2, jaxlib 0.10.2" in err and str(tmp_path / "cells") in err
+    assert again.cell_software["b"]["jax"] == "0.10.2"

@@ -36,6 +36,7 @@ __all__ = [
     "markdown_cell",
     "markdown_table",
     "read_cell",
+    "software_versions",
     "to_jsonable",
 ]
 
@@ -102,19 +103,31 @@ def dumps(obj: Any) -> str:
 
 
 class CellRecord(NamedTuple):
-    """A finished cell as stored: its result, compute time (s) and the peak resident memory (MB) of the process
-    that computed it, up to the end of the cell (None in records written before these were kept)."""
+    """A finished cell as stored: its result, compute time (s), the peak resident memory (MB) of the process
+    that computed it, up to the end of the cell, and the versions of the numerical libraries that computed it
+    (``software_versions``; None in records written before these were kept)."""
 
     result: dict
     seconds: float | None
     peak_rss_mb: float | None
+    software: dict | None = None
+
+
+def software_versions() -> dict[str, str]:
+    """The versions of the libraries that compute a cell's numbers in this process (jax, jaxlib, numpy): a resumed
+    run can tell cells computed by another release apart (jax 0.10.2 miscompiled on the CPU, jax-ml/jax#39103)."""
+    import jaxlib
+
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "numpy": np.__version__}
 
 
 def cell_text(result: Mapping, seconds: float, peak_rss_mb: float | None = None) -> str:
-    """The record of one finished cell: its result (exact floats, bytes as base64), compute time and peak RSS."""
+    """The record of one finished cell: its result (exact floats, bytes as base64), compute time, peak RSS and
+    this process's ``software_versions``."""
     if not isinstance(result, Mapping):
         raise TypeError(f"a cell must return a dict, got {type(result).__name__}")
-    record = {"memlab_cell": CELL_FORMAT, "seconds": round(float(seconds), 3), "result": result}
+    record = {"memlab_cell": CELL_FORMAT, "seconds": round(float(seconds), 3), "software": software_versions(),
+              "result": result}
     if peak_rss_mb is not None:
         record["peak_rss_mb"] = round(float(peak_rss_mb), 1)
     return json.dumps(to_jsonable(record, strict=False))
@@ -134,7 +147,8 @@ def read_cell(text: str) -> CellRecord:
     """The :class:`CellRecord` of a record written by :func:`cell_text` (a bare dict: an older record)."""
     record = json.loads(text)
     if isinstance(record, dict) and record.get("memlab_cell") == CELL_FORMAT:
-        return CellRecord(_decode_bytes(record["result"]), record.get("seconds"), record.get("peak_rss_mb"))
+        return CellRecord(_decode_bytes(record["result"]), record.get("seconds"), record.get("peak_rss_mb"),
+                          record.get("software"))
     return CellRecord(_decode_bytes(record), None, None)
 
 

@@ -41,6 +41,7 @@ from memlab.files import (
     dumps,
     markdown_table,
     read_cell,
+    software_versions,
     to_jsonable,
 )
 from memlab.interrupt import StickyInterrupt
@@ -120,7 +121,8 @@ class Run:
 
     Attributes: ``out_dir``, ``config``, ``profile``, ``seed``, ``executor``, ``cells_computed``,
     ``cells_skipped``, ``cell_seconds`` (compute time of every cell of the run, also of resumed ones),
-    ``cell_peak_rss_mb`` (peak resident memory of the process that computed each cell, up to its end), ``claims``.
+    ``cell_peak_rss_mb`` (peak resident memory of the process that computed each cell, up to its end),
+    ``cell_software`` (the library versions that computed each cell, ``files.software_versions``), ``claims``.
     """
 
     def __init__(self, out_dir: Path, config: Any, profile: str, seed: int, progress: bool = True,
@@ -135,6 +137,7 @@ class Run:
         self.cells_skipped = 0
         self.cell_seconds: dict[str, float | None] = {}
         self.cell_peak_rss_mb: dict[str, float | None] = {}
+        self.cell_software: dict[str, dict | None] = {}
         self.claims: list[dict] = []
         self._interrupt = interrupt or StickyInterrupt()
 
@@ -180,7 +183,7 @@ class Run:
             path = self._cell_path(name)
             self.cell_seconds[name] = None
             if path.exists():
-                results[name], self.cell_seconds[name], self.cell_peak_rss_mb[name] = self._read_cell(path)
+                results[name] = self._keep(name, self._read_cell(path))
                 self.cells_skipped += 1
             else:
                 todo[name] = compute
@@ -195,14 +198,31 @@ class Run:
                             print(f"memlab: cell {outcome.name!r} failed:\n{outcome.error}", file=sys.stderr)
                         else:
                             atomic_write_text(self._cell_path(outcome.name), outcome.text)
-                            record = read_cell(outcome.text)
-                            results[outcome.name], self.cell_seconds[outcome.name], \
-                                self.cell_peak_rss_mb[outcome.name] = record
+                            results[outcome.name] = self._keep(outcome.name, read_cell(outcome.text))
                             self.cells_computed += 1
                         advance()  # a Ctrl-C swallowed inside a cell stops the sweep here
         if failures:
             raise CellsFailed(label, len(cells), failures)
+        self._warn_other_software(label, list(cells))
         return {name: results[name] for name in cells}
+
+    def _keep(self, name: str, record: CellRecord) -> dict:
+        """Note a finished cell's time, memory and software; return its result."""
+        self.cell_seconds[name], self.cell_peak_rss_mb[name] = record.seconds, record.peak_rss_mb
+        self.cell_software[name] = record.software
+        return record.result
+
+    def _warn_other_software(self, label: str, names: list[str]) -> None:
+        """A warning on stderr when cells of this sweep were computed by other library versions than this process
+        has (a resumed folder from before an upgrade, or workers that differ): their numbers may not be what this
+        installation computes."""
+        here = software_versions()
+        other = {n: self.cell_software[n] for n in names if self.cell_software[n] not in (None, here)}
+        if other:
+            versions = sorted({", ".join(f"{k} {v}" for k, v in s.items()) for s in other.values()})
+            print(f"memlab: sweep '{label}': {len(other)} of {len(names)} cells were computed with "
+                  f"{'; '.join(versions)} (this process: {', '.join(f'{k} {v}' for k, v in here.items())}); delete "
+                  f"their files under {self.out_dir / 'cells'} to recompute them", file=sys.stderr)
 
     def _cell_path(self, name: str) -> Path:
         return self.out_dir / "cells" / f"{name}.json"
@@ -388,8 +408,9 @@ def run_experiment(
             "executor": run.executor.name,
             # the largest of this process's peak and every cell's (also cells computed elsewhere or resumed)
             "peak_rss_mb": run_peak_rss_mb(run.cell_peak_rss_mb),
+            "software": software_versions(),  # of this process; each cell's own below (None: not recorded)
             "cells": {"computed": run.cells_computed, "resumed": run.cells_skipped, "seconds": run.cell_seconds,
-                      "peak_rss_mb": run.cell_peak_rss_mb},
+                      "peak_rss_mb": run.cell_peak_rss_mb, "software": run.cell_software},
         }
         atomic_write_text(out_dir / "results.json", dumps(document))
     return out_dir
