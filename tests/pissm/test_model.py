@@ -152,12 +152,13 @@ def test_log_likelihood_gradient_matches_finite_differences(x64):
 T_SHORT = 200
 
 
-def pong_model(gain, covariance="full", key=0):
+def pong_model(gain, covariance="full", key=0, gain_form="bounded"):
     """PiSSM on Pong's state [p_x, v_x, p_y, v_y] with three constant-velocity modes (velocity signs flipped)."""
     cv = np.kron(np.eye(2), np.array([[1.0, 1.0], [0.0, 1.0]]))
     A = np.stack([cv @ np.diag([1.0, s1, 1.0, s2]) for s1, s2 in ((1, 1), (-1, 1), (1, -1))])
     model = PiSSM(4, 2, 3, R=0.0025 * np.eye(2), C=OBSERVATION_MATRIX, key=jax.random.key(key), gain=gain,
-                  hidden_size=16, covariance=covariance, process_var=1e-4, initial_mean=[0.5, 0.0, 0.5, 0.0])
+                  hidden_size=16, covariance=covariance, process_var=1e-4, initial_mean=[0.5, 0.0, 0.5, 0.0],
+                  gain_form=gain_form)
     return eqx.tree_at(lambda m: m.A, model, jnp.asarray(A, model.A.dtype))
 
 
@@ -187,9 +188,11 @@ def test_covariances_stay_symmetric_positive_definite_over_1e5_steps_float32():
     assert np.max(np.abs(ratio - 1)) > 0.1
 
 
-def test_gain_factor_at_identity_is_the_exact_gain():
-    """Readout weights and bias zero -> Ltilde = I -> L L^T = S^{-1}: the GRU model is the exact-gain model."""
-    gru = pong_model("gru")
+@pytest.mark.parametrize("gain_form", ["bounded", "unbounded"])
+def test_gain_factor_at_identity_is_the_exact_gain(gain_form):
+    """Readout weights and bias zero -> Ltilde = I -> L L^T = S^{-1}: the GRU model is the exact-gain model, with
+    the bound and without it (the ablation starts where the bounded gain does)."""
+    gru = pong_model("gru", gain_form=gain_form)
     gru = eqx.tree_at(lambda m: (m.readout.weight, m.readout.bias), gru,
                       (jnp.zeros_like(gru.readout.weight), jnp.zeros_like(gru.readout.bias)))
     exact = pong_model("exact")
@@ -201,8 +204,22 @@ def test_gain_factor_at_identity_is_the_exact_gain():
         x, ref = getattr(a, name), getattr(b, name)
         np.testing.assert_allclose(x, ref, rtol=1e-4, atol=1e-5 * float(np.max(np.abs(ref))), err_msg=name)
     # ... and a perturbed readout is not (the comparison above can fail)
-    c = run(scale_readout(pong_model("gru"), 100.0), y, mask, jax.random.key(2))
-    assert np.max(np.abs(c.means - b.means)) > 1e-3
+    c = run(scale_readout(pong_model("gru", gain_form=gain_form), 100.0), y, mask, jax.random.key(2))
+    assert not np.allclose(c.means, b.means, atol=1e-3)  # NaN (the unbounded form diverges) counts as different
+
+
+def test_unbounded_gain_can_leave_the_bounded_range():
+    """The same readout, scaled up: the bounded gain keeps eig(Ltilde Ltilde^T) <= 2 (its covariance stays near
+    the exact filter's), the ablation without the bound does not (the two differ; module doc)."""
+    y = random_positions(1, T_SHORT)
+    mask = jnp.ones(T_SHORT, bool)
+    bias = lambda m: eqx.tree_at(lambda m: m.readout.bias, m, jnp.full_like(m.readout.bias, 2.0))  # noqa: E731
+    a = run(bias(pong_model("gru", gain_form="bounded")), y, mask, jax.random.key(2))
+    b = run(bias(pong_model("gru", gain_form="unbounded")), y, mask, jax.random.key(2))
+    # exp(2)^2 ~ 55 x the exact gain's factor against at most 2 x: the unbounded filter overshoots every update
+    # and its covariance grows geometrically (to overflow)
+    trace = lambda p: np.trace(np.asarray(p.covariances), axis1=1, axis2=2)  # noqa: E731
+    assert np.all(np.isfinite(trace(a))) and np.nanmax(trace(b)) > 1e6 * np.max(trace(a))
 
 
 def test_learned_gain_stays_between_zero_and_twice_the_kalman_gain(x64):

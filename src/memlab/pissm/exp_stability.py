@@ -18,7 +18,7 @@ import numpy as np
 from memlab import plots
 from memlab.checks import check_choice, check_choices, check_int, check_real
 from memlab.pissm.data import Dataset
-from memlab.pissm.runs import CHOICES, LAYOUTS, evaluate, fit, load_dataset, mean_scores
+from memlab.pissm.runs import CHOICES, LAYOUTS, PISSM_GAINS, evaluate, fit, load_dataset, mean_scores
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
 
@@ -49,6 +49,11 @@ can diverge as the paper's can: that is what this comparison is about. memlab's 
 (`pissm-gru-bounded`) removes that route by construction. Every run trains with App. F.1's AR(1) input noise at \
 {input_noise} × the observation noise; the estimator is eq. (9) with z_t drawn from q(z_t | x_{{t-1}}).
 
+Gain forms in this run (the ablation, profile `quick-ablation`, changes one thing at a time: eq. (7)'s gain, \
+the same inputs and units as the bounded gain without its bound, the bounded gain):
+
+{gains}
+
 ![Fig. 8](fig8_stability.png)
 
 ## Choices the paper leaves open, and departures from its text
@@ -57,7 +62,11 @@ can diverge as the paper's can: that is what this comparison is about. memlab's 
 HEADER = ["model", "scheme", "value", "runs", "success", "objective_mean", "objective_std", "paper_objective",
           "paper_std", "paper_success"]
 FORMATS = {"value": "g", "success": ".0%", "objective_mean": ".3f", "objective_std": ".3f", "paper_success": ".0%"}
-MODELS = ("pissm-gru", "pissm-lstm")
+MODELS = ("pissm-gru", "pissm-lstm")  # the paper's models (gain of eq. (7)); the claims read these
+GATED = tuple(m for m, (gain, _) in PISSM_GAINS.items() if gain != "exact")  # any gated gain (the ablation)
+GAIN_WORDS = {"paper": "eq. (7) as printed (absolute units, raw [Σ, r] inputs, unbounded)",
+              "unbounded": "scale-free inputs, L = G^{-T} Ltilde around the exact gain, unbounded",
+              "bounded": "scale-free inputs, around the exact gain, bounded (memlab's)"}
 FAILED = {True: " (failed)", False: ""}  # Fig. 8's panel titles
 
 
@@ -77,7 +86,7 @@ class StabilityConfig:
     def validate(self):
         check_real("input_noise", self.input_noise, 0)
         check_choice("layout", self.layout, LAYOUTS)
-        check_choices("models", self.models, MODELS)
+        check_choices("models", self.models, GATED)
         for eps in self.iss_eps:
             check_real("iss_eps", eps, 0, 1, open_low=True, open_high=True)
         for delta in self.clip_norms:
@@ -160,16 +169,20 @@ def _figures(cfg: StabilityConfig, cells: dict[str, dict], run: Run) -> None:
 
 
 def _claims(cfg: StabilityConfig, stats: dict, run: Run) -> None:
+    """Table 6's claims, read on the paper's models (``MODELS``) of the config; an ablation-only config has none."""
     by = {(r["model"], r["scheme"], r["value"]): r for r in stats["table"]}
-    iss_success = [by[(m, "iss", e)]["success"] for m in cfg.models for e in cfg.iss_eps]
+    models = [m for m in cfg.models if m in MODELS]
+    if not models:
+        return
+    iss_success = [by[(m, "iss", e)]["success"] for m in models for e in cfg.iss_eps]
     run.claim("iss-always-succeeds", "every ISS-projected run trains without NaN or divergence", "100% (Table 6)",
               f"{100 * min(iss_success):.0f}% (worst setting)", bool(min(iss_success) == 1.0))
     largest = max(cfg.clip_norms)
-    gc_large = [by[(m, "clip", largest)]["success"] for m in cfg.models]
+    gc_large = [by[(m, "clip", largest)]["success"] for m in models]
     run.claim("gc-fails-at-large-delta", f"gradient clipping at delta = {largest:g} fails in some runs",
               "0% success at delta = 20 (Table 6)", f"{100 * max(gc_large):.0f}% success",
               bool(max(gc_large) < 1.0))
-    for m in cfg.models:
+    for m in models:
         lo = by[(m, "iss", min(cfg.iss_eps))]["objective_mean"]
         hi = by[(m, "iss", max(cfg.iss_eps))]["objective_mean"]
         run.claim(f"{m}-smaller-eps-better", f"{m}: a smaller ISS buffer gives a higher objective",
@@ -180,7 +193,20 @@ def _claims(cfg: StabilityConfig, stats: dict, run: Run) -> None:
 def _summary(cfg: StabilityConfig, stats: dict, run: Run) -> None:
     rows = [["" if v is None else v for v in row] for row in stats["rows"]]
     table = run.save_table("stability.csv", HEADER, rows, FORMATS)
-    run.write_summary(SUMMARY.format(**dataclasses.asdict(cfg), table=table, choices=CHOICES))
+    run.write_summary(SUMMARY.format(**dataclasses.asdict(cfg), table=table, choices=CHOICES,
+                                     gains=_gain_forms(cfg, stats)))
+
+
+def _gain_forms(cfg: StabilityConfig, stats: dict) -> str:
+    """The gain form of each model of the config and its success over every setting: with the ablation
+    (``pissm-gru-unbounded``) beside the paper's and the bounded gain, which ingredient keeps training alive."""
+    lines = []
+    for m in cfg.models:
+        rows = [r for r in stats["table"] if r["model"] == m]
+        runs = sum(r["runs"] for r in rows)
+        ok = sum(r["success"] * r["runs"] for r in rows)
+        lines.append(f"- `{m}`: {GAIN_WORDS[PISSM_GAINS[m][1]]}: {ok:.0f} of {runs} runs succeed")
+    return "\n".join(lines)
 
 
 EXPERIMENTS = [Experiment(
@@ -198,6 +224,11 @@ EXPERIMENTS = [Experiment(
         "quick": StabilityConfig(models=("pissm-gru",), iss_eps=(0.1, 0.25), clip_norms=(20.0,), seeds=2,
                                  epochs=10, batch_size=16, num_samples=8),
         "paper": StabilityConfig(layout="paper", seeds=10, epochs=60),
+        # quick-ablation: which ingredient of the bounded gain keeps training alive (issue 14): eq. (7)'s gain, the
+        # bounded gain's inputs and units without the bound, and the bounded gain; ISS 0.1 and GC 20, quick sizes
+        "quick-ablation": StabilityConfig(models=("pissm-gru", "pissm-gru-unbounded", "pissm-gru-bounded"),
+                                          iss_eps=(0.1,), clip_norms=(20.0,), seeds=2, epochs=10, batch_size=16,
+                                          num_samples=8),
     },
     run=run_stability,
 )]

@@ -54,6 +54,9 @@ filter contractive: an L_t with eig(S^{1/2} L L^T S^{1/2}) > 2 makes the error g
 which is the divergence that Tables 2 and 6 compare stabilisers on. The readout's bias starts at the Cholesky
 factor of S_0^{-1}, S_0 = C P_0 C^T + R (the exact gain of the first step; later, as Sigma shrinks, a gain below
 Kalman's), its weights at 0.01 x their default, so training starts from a filter that is stable.
+``gain_form="unbounded"`` is the ablation between the two: the bounded form's features and units (L_t = G^{-T}
+Ltilde, starting at the exact gain) with Ltilde = tril(raw, -1) + diag(exp(diag raw)), nothing bounding it. It
+separates what the bound does from what the scale-free inputs and the exact-gain units do (``pissm.stability``).
 
 Modes. ``mode_sampling="prior"`` draws z_t ~ q(z_t | x_{t-1}) (App. E.1's algorithm box and App. E.2's code);
 ``"posterior"`` draws it from eq. (6), q(z_t = k | y_{1:t}) ∝ q(k | x_{t-1}) N(y_t; C_k mu_k, C_k Sigma_k C_k^T + R)
@@ -91,7 +94,8 @@ from memlab.pissm.metrics import gaussian_log_density_from_cholesky
 from memlab.pissm.predictions import Predictions
 
 GAINS = ("gru", "lstm", "exact")
-GAIN_FORMS = ("bounded", "paper")  # the RNN gain factor: around the exact gain and bounded, or eq. (7) as printed
+# the RNN gain factor: around the exact gain and bounded, eq. (7) as printed, or around the exact gain unbounded
+GAIN_FORMS = ("bounded", "paper", "unbounded")
 MODE_SAMPLING = ("prior", "posterior")  # z_t ~ q(z_t | x_{t-1}) (App. E.1's box) or eq. (6) (section 5's text)
 COVARIANCES = ("full", "diagonal")
 GAIN_BOUND = math.sqrt(2.0)  # Ltilde's diagonal lies in (0, GAIN_BOUND): see the module docstring
@@ -196,7 +200,7 @@ class PiSSM(eqx.Module):
         self.initial_log_var = jnp.full((M,), math.log(initial_var), dtype)
         if gain == "exact":
             self.gain_input = self.cell = self.norm = self.readout = None
-        elif gain_form == "bounded":
+        elif gain_form in ("bounded", "unbounded"):
             self.gain_input, self.cell, self.norm, self.readout = _gain_rnn(
                 M, N, R, gain, check_int("hidden_size", hidden_size), kcell, kread, dtype)
         else:
@@ -269,6 +273,9 @@ class PiSSM(eqx.Module):
         # ||u||_inf < 1: Theorem 2's input bound
         entries, rnn_state = self._gain_rnn_step(self.gain_input(features), rnn_state, observed)
         raw = jnp.zeros((N, N), S_chol.dtype).at[rows, cols].set(entries)
+        if self.gain_form == "unbounded":  # the ablation: the same features and units, no bound (starts at I)
+            L = fused_matmul(S_chol_inv.T, jnp.tril(raw, -1) + jnp.diag(jnp.exp(jnp.diagonal(raw))))
+            return fused_matmul(L, L.T), rnn_state
         diagonal = GAIN_BOUND * jax.nn.sigmoid(jnp.diagonal(raw) + _DIAGONAL_OFFSET)  # in (0, sqrt 2), starts at 1
         L_tilde = jnp.tril(OFF_DIAGONAL_BOUND * jnp.tanh(raw), -1) + jnp.diag(diagonal)
         # spectral norm <= sqrt(||L||_1 ||L||_inf) <= GAIN_BOUND, so eig(Ltilde Ltilde^T) <= 2 (module doc)

@@ -7,6 +7,7 @@ Models (Table 1 rows we can run; the other rows are published methods outside th
     pissm-gru, pissm-lstm   pi-SSM with a GRU / LSTM gain factor read as eq. (7) prints it (``gain_form="paper"``)
     pissm-gru-bounded, pissm-lstm-bounded   the same with memlab's bounded gain around the exact one (model.py)
     pissm-lg                pi-SSM(LG): the same switching model with the exact Kalman gain (section 7)
+    pissm-gru-unbounded     ablation: the bounded gain's inputs and units without its bound (model.py)
     lg                      the LG variant of App. G.1 (exact filter, convex mixture of K base matrices)
     gru, lstm               a GRU / LSTM that predicts y_t directly from y_{1:t-1}
     observation             the observation-only random walk (closed-form maximum likelihood, not trained)
@@ -67,9 +68,11 @@ from memlab.pissm.model import PiSSM
 from memlab.pissm.train import TrainConfig, make_train, predict_batch
 
 MODELS = ("pissm-gru", "pissm-lstm", "pissm-gru-bounded", "pissm-lstm-bounded", "pissm-lg", "lg", "gru", "lstm",
-          "observation")
+          "observation", "pissm-gru-unbounded")
 PISSM_GAINS = {"pissm-gru": ("gru", "paper"), "pissm-lstm": ("lstm", "paper"), "pissm-gru-bounded": ("gru", "bounded"),
-               "pissm-lstm-bounded": ("lstm", "bounded"), "pissm-lg": ("exact", "bounded")}  # (gain, gain_form)
+               "pissm-lstm-bounded": ("lstm", "bounded"), "pissm-lg": ("exact", "bounded"),
+               "pissm-gru-unbounded": ("gru", "unbounded")}  # (gain, gain_form)
+ABLATIONS = ("pissm-gru-unbounded",)  # not Table 1 rows: the stability ablation of the gain's bound
 DATASETS = ("pong", "pong-0.01", "lorenz", "navier-stokes", "nclt")
 PONG_NOISE = {"pong": PONG_NOISE_STD, "pong-0.01": 0.01}
 STATE_SIZE = {"pong": 4, "pong-0.01": 4, "lorenz": 3, "navier-stokes": 5, "nclt": 4}
