@@ -256,7 +256,8 @@ def _figure(split, evaluation: dict, estimator: str, run: Run) -> str:
     for t in bounces:
         ax.axvline(t, color="k", lw=0.5, alpha=0.3)
     ax.set(xlabel="t (grey: true bounces)", ylabel="eigenvalue", title="two smallest eigenvalues of the step map")
-    ax.legend(ncol=2, fontsize=7)
+    ax.set_ylim(-1.75, 1.2)  # room below the true -1 for the legend: it hid the last bounces
+    ax.legend(ncol=4, fontsize=7, loc="lower center")
     for j, t in enumerate(SNAPSHOTS):
         t = min(t, T - 1)
         ax = fig.add_subplot(grid[2, j])
