@@ -80,31 +80,83 @@ def _double(M: Array, integral: Array, active: Array) -> tuple[Array, Array]:
     return jnp.where(active, products[..., :d], M), jnp.where(active, products[..., d:] + integral, integral)
 
 
-def _square_up_fixed(M: Array, integral: Array, squarings: Array) -> tuple[Array, Array]:
-    """``_square_up`` as MAX_SQUARINGS masked steps: a fixed-length scan, which reverse-mode autodiff can go through."""
-    def step(carry, k):
-        return _double(*carry, k < squarings), None
+def _square_up_loop(step, carry, largest):
+    """Run ``step(k, carry)`` for k = 0 .. largest - 1 (a while loop: as many squarings as the batch needs)."""
+    def body(state):
+        k, carry = state
+        return k + 1, step(k, carry)
 
-    return jax.lax.scan(step, (M, integral), jnp.arange(MAX_SQUARINGS))[0]
+    largest = jnp.asarray(largest).astype(jnp.int32)  # squaring counts are floats (from the ceil of a log2)
+    return jax.lax.while_loop(lambda state: state[0] < largest, body, (jnp.int32(0), carry))[1]
 
 
-@jax.custom_jvp
+# reverse mode keeps every CHECKPOINT_EVERY-th level of the squarings and recomputes the levels between them
+CHECKPOINT_EVERY = 4
+
+
+def _square_up_forward(M: Array, integral: Array, squarings: Array):
+    """``_square_up`` for reverse mode, keeping the levels (M_k, I_k) at k = 0, 4, 8, ... (before squaring k) as
+    (ceil(MAX_SQUARINGS / 4), ..., d, 2d); slots past the batch's largest count stay zero."""
+    def step(k, carry):
+        M, integral, checkpoints = carry
+        slot = k // CHECKPOINT_EVERY
+        kept = jax.lax.dynamic_index_in_dim(checkpoints, slot, 0, keepdims=False)
+        level = jnp.where(k % CHECKPOINT_EVERY == 0, jnp.concatenate([M, integral], axis=-1), kept)
+        checkpoints = jax.lax.dynamic_update_index_in_dim(checkpoints, level, slot, 0)
+        return (*_double(M, integral, k < squarings), checkpoints)
+
+    slots = -(-MAX_SQUARINGS // CHECKPOINT_EVERY)
+    checkpoints = jnp.zeros((slots, *M.shape[:-1], 2 * M.shape[-1]), M.dtype)
+    M, integral, checkpoints = _square_up_loop(step, (M, integral, checkpoints), jnp.max(squarings, initial=0))
+    return (M, integral), (checkpoints, squarings)
+
+
+@jax.custom_vjp
 def _square_up(M: Array, integral: Array, squarings: Array) -> tuple[Array, Array]:
     """Apply ``_double`` squarings (...) <= MAX_SQUARINGS times to each (M, integral) (..., d, d): a loop that stops
-    after the largest count (typically a few, not MAX_SQUARINGS). Derivatives: those of ``_square_up_fixed``, the same
-    arithmetic in a fixed-length loop (a while loop has no reverse-mode derivative)."""
-    def step(carry):
-        k, M, integral = carry
-        return (k + 1, *_double(M, integral, k < squarings))
+    after the largest count (typically a few, not MAX_SQUARINGS).
 
+    Reverse mode runs the adjoint (``_square_up_adjoint``) over the same number of levels. A while loop has no
+    reverse-mode derivative of its own, and a fixed MAX_SQUARINGS-step scan, which has one, squares every matrix 19
+    times where typically 0-3 squarings are needed (the S6 layer's backward pass was ~30x slower that way,
+    benchmarks/bench_s6.py). Being a ``custom_vjp``, it has no forward mode (``jax.jvp`` raises a TypeError).
+    """
     largest = jnp.max(squarings, initial=0)
-    return jax.lax.while_loop(lambda carry: carry[0] < largest, step, (0, M, integral))[1:]
+    return _square_up_loop(lambda k, carry: _double(*carry, k < squarings), (M, integral), largest)
 
 
-@_square_up.defjvp
-def _square_up_jvp(primals, tangents):
-    M, integral, squarings = primals
-    return jax.jvp(lambda M, integral: _square_up_fixed(M, integral, squarings), (M, integral), tangents[:2])
+def _square_up_adjoint(residuals, cotangents):
+    """The adjoint of the squarings, from the last level down. One squaring (M, I) -> (M^2, M I + I) has the
+    tangent map dM' = dM M + M dM, dI' = dM I + M dI + dI, whose transpose is
+        cM = cM' M^T + M^T cM' + cI' I^T,      cI = M^T cI' + cI'.
+    The level (M_k, I_k) before squaring k is recomputed from the checkpoint below it by at most 3 squarings:
+    keeping all MAX_SQUARINGS possible levels (a static shape) costs more memory traffic than recomputing, when the
+    batch needs the typical 0-6 squarings (~2x slower backward at 1 squaring, bench_s6.py), and recomputing every
+    level from the inputs costs ~s^2/2 squarings (slower than storing past ~8)."""
+    checkpoints, squarings = residuals
+    d = checkpoints.shape[-1] // 2
+    largest = jnp.max(squarings, initial=0)
+
+    def step(j, carry):
+        cM, cI = carry
+        k = largest.astype(jnp.int32) - 1 - j
+        base = k // CHECKPOINT_EVERY
+        MI = jax.lax.dynamic_index_in_dim(checkpoints, base, 0, keepdims=False)
+        # squarings base*4 .. k-1 are unmasked: where squaring k applies so did they; elsewhere it is masked below
+        everywhere = jnp.ones(squarings.shape, bool)
+        M, integral = _square_up_loop(lambda i, c: _double(*c, everywhere), (MI[..., :d], MI[..., d:]),
+                                      k % CHECKPOINT_EVERY)
+        active = (k < squarings)[..., None, None]
+        stacked = jnp.concatenate([cM, cI], axis=-1)  # [cM', cI']
+        left = jnp.matmul(stacked, jnp.concatenate([M, integral], axis=-1).mT, precision=_HIGHEST)  # cM' M^T + cI' I^T
+        right = jnp.matmul(M.mT, stacked, precision=_HIGHEST)  # M^T [cM', cI']
+        return jnp.where(active, left + right[..., :d], cM), jnp.where(active, right[..., d:] + cI, cI)
+
+    cM, cI = _square_up_loop(step, tuple(cotangents), largest)
+    return cM, cI, jnp.zeros_like(squarings)
+
+
+_square_up.defvjp(_square_up_forward, _square_up_adjoint)
 
 
 def _expm_and_integral(A: Array, delta: Array) -> tuple[Array, Array]:
