@@ -77,13 +77,15 @@ def test_stability_with_no_successful_run_reports_nan():
 
 def test_modes_statistics_come_from_the_evaluation_and_the_training_record():
     evaluation = {"modes_in_use": 4, "persistence": 0.9, "agreement": 0.7, "test_ll": 2.5, "dominant_share": 0.3,
-                  "eigenvalue_at_bounces": -0.8, "eigenvalue_elsewhere": 0.99, "shares": [0.3, 0.7], "b": 3}
+                  "eigenvalue_at_bounces": -0.8, "eigenvalue_elsewhere": 0.99, "reflecting_at_bounces": 0.6,
+                  "reflecting_next_to_bounces": 0.7, "reflecting_elsewhere": 0.05, "shares": [0.3, 0.7], "b": 3}
     trained = {"train-reinforce": {"best_val": 2.6, "model": b"..."}, "train-mixture": {"best_val": 2.7}}
     cfg = ModesConfig(oracle_epochs=0)
     stats = analyse_modes(cfg, trained, {"reinforce": evaluation, "mixture": {**evaluation, "test_ll": 2.8}})
     assert stats["reinforce"] == {"modes_in_use": 4, "persistence": 0.9, "agreement": 0.7, "test_ll": 2.5,
                                   "best_val": 2.6, "dominant_share": 0.3, "eigenvalue_at_bounces": -0.8,
-                                  "eigenvalue_elsewhere": 0.99}
+                                  "eigenvalue_elsewhere": 0.99, "reflecting_at_bounces": 0.6,
+                                  "reflecting_next_to_bounces": 0.7, "reflecting_elsewhere": 0.05}
     assert stats["mixture"]["test_ll"] == 2.8 and stats["mixture"]["best_val"] == 2.7 and "oracle" not in stats
     oracles = {"oracle-reinforce": {"at_hits": 0.6, "in_flight": 0.95}, "oracle-mixture": {"at_hits": 0.1}}
     rules = {"rule": {"test_ll": 3.0}, "free-flight": {"test_ll": 2.0}}

@@ -60,6 +60,12 @@ def test_mode_statistics_on_hand_made_modes():
     modes = np.array([[0, 0, 0, 1, 0, 0], [0, 0, 1, 0, 0, 0]])  # mode 1 exactly at the hits
     stats = mode_statistics(A, modes, _split(z, events))
     assert stats["eigenvalue_at_bounces"] == -1.0 and stats["eigenvalue_elsewhere"] == 1.0
+    assert stats["reflecting_at_bounces"] == stats["reflecting_next_to_bounces"] == 1.0
+    assert stats["reflecting_elsewhere"] == 0.0
+    late = np.array([[0, 0, 0, 0, 1, 0], [0, 0, 1, 0, 0, 0]])  # the first sequence reflects one step after its hit
+    stats = mode_statistics(A, late, _split(z, events))
+    assert stats["reflecting_at_bounces"] == 0.5 and stats["reflecting_next_to_bounces"] == 1.0
+    assert stats["reflecting_elsewhere"] == pytest.approx(1 / 10)
     assert stats["shares"] == pytest.approx([10 / 12, 2 / 12]) and stats["dominant_share"] == pytest.approx(10 / 12)
     assert stats["modes_in_use"] == 2
     # runs of constant z: [0 0 0] -> 1, [1 0 0] -> 2/3, [0 0] -> 1, [1 0 0 0] -> 3/4

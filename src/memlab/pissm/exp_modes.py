@@ -96,7 +96,12 @@ per step.
 """
 READINGS = {
     "learnable": "Selection of the true maps is learnable here by {estimator}: a failure of the full model lies in "
-                 "learning the modes' dynamics.",
+                 "learning the modes' dynamics (its sampled A_z reflects at {model_hits:.0%} of the wall hits, "
+                 "{model_next:.0%} at the hit or the step after, and at {model_else:.0%} of the other steps).",
+    "learnable-and-learned": "Selection of the true maps is learnable here by {estimator}, and the full model learns "
+                             "reflecting modes too: its sampled A_z reflects at {model_hits:.0%} of the wall hits "
+                             "({model_next:.0%} at the hit or the step after) and at {model_else:.0%} of the other "
+                             "steps.",
     "free-flight": "{estimator} does not find the reflections even when they are given: its q(z | x) settled on "
                    "free flight (right at {hits:.0%} of the hits; {learned:.3f} per step) although the hand-coded "
                    "rule scores {rule:.3f} on the same objective, so the objective prefers switching and the "
@@ -119,11 +124,14 @@ QUANTITIES = (  # (statistic, quantity, paper)
     ("agreement", "best one-to-one agreement with the true quadrant mode", "—"),
     ("eigenvalue_at_bounces", "smallest eigenvalue of the sampled A_z at wall hits (truth -1)", "tracks the truth"),
     ("eigenvalue_elsewhere", "... at the other steps (truth 1)", "tracks the truth"),
+    ("reflecting_at_bounces", "share of wall hits whose sampled A_z reflects (an eigenvalue < 0; truth 1)", "—"),
+    ("reflecting_next_to_bounces", "... at the hit or the step after it", "—"),
+    ("reflecting_elsewhere", "share of the other steps whose sampled A_z reflects (truth 0)", "—"),
     ("test_ll", "test log-likelihood per step", "—"),
     ("best_val", "best validation log-likelihood per step", "—"),
 )
 STATISTICS = ("modes_in_use", "persistence", "agreement", "test_ll", "dominant_share", "eigenvalue_at_bounces",
-              "eigenvalue_elsewhere")
+              "eigenvalue_elsewhere", "reflecting_at_bounces", "reflecting_next_to_bounces", "reflecting_elsewhere")
 PONG_DATASETS = tuple(PONG_NOISE)
 
 
@@ -290,7 +298,9 @@ def _claims(cfg: ModesConfig, stats: dict, run: Run) -> None:
         run.claim(f"modes-flip-at-bounces[{e}]", "at the steps with a wall hit the sampled A_z has an eigenvalue "
                   f"near -1 (mean smallest real part over those steps; elsewhere near 1); estimator {e}; rule: "
                   "the mean at wall hits < 0", "eigenvalues track the truth (Fig. 9)",
-                  f"{st['eigenvalue_at_bounces']:.2f} at bounces, {st['eigenvalue_elsewhere']:.2f} elsewhere",
+                  f"{st['eigenvalue_at_bounces']:.2f} at bounces, {st['eigenvalue_elsewhere']:.2f} elsewhere "
+                  f"(reflects at {st['reflecting_at_bounces']:.0%} of hits, {st['reflecting_elsewhere']:.0%} "
+                  "elsewhere)",
                   bool(st["eigenvalue_at_bounces"] < 0))
         if "oracle" in stats:
             oracle = stats["oracle"][e]
@@ -306,14 +316,21 @@ def _selects(scores: dict) -> bool:
     return bool(scores["at_hits"] >= 0.5 and scores["in_flight"] >= 0.9)
 
 
-def _oracle_reading(estimator: str, oracle: dict, rules: dict) -> str:
-    """The READINGS sentence the oracle's and the rule's scores support."""
+def _learns_reflections(st: dict) -> bool:
+    """The full model's sampled A_z reflects at >= 50 % of the wall hits (at the hit or the step after) and at
+    <= 10 % of the other steps."""
+    return bool(st["reflecting_next_to_bounces"] >= 0.5 and st["reflecting_elsewhere"] <= 0.1)
+
+
+def _oracle_reading(estimator: str, oracle: dict, rules: dict, st: dict) -> str:
+    """The READINGS sentence the oracle's and the rule's scores (and the full model's statistics ``st``) support."""
     if _selects(oracle):
-        kind = "learnable"
+        kind = "learnable-and-learned" if _learns_reflections(st) else "learnable"
     else:
         kind = "free-flight" if oracle["in_flight"] >= 0.9 else "none"
     reading = READINGS[kind].format(estimator=f"`{estimator}`", learned=oracle["test_ll"], hits=oracle["at_hits"],
-                                    rule=rules["rule"]["test_ll"])
+                                    rule=rules["rule"]["test_ll"], model_hits=st["reflecting_at_bounces"],
+                                    model_next=st["reflecting_next_to_bounces"], model_else=st["reflecting_elsewhere"])
     why = WHY[ESTIMATORS[estimator][0]].format(rule_hits=rules["rule"]["at_hits"])
     return reading + why * (kind == "free-flight")
 
@@ -330,7 +347,7 @@ def _summary(cfg: ModesConfig, stats: dict, figures: list[str], run: Run) -> Non
                 *([f"q(z | x) trained by `{e}`", *_selection_row(oracles[e])] for e in cfg.estimators)]
         oracle_table = run.save_table("oracle.csv", ["mode selection", "at hits", "in flight", "test ll"], rows,
                                       ".3f")
-        reading = " ".join(_oracle_reading(e, oracles[e], rules) for e in cfg.estimators)
+        reading = " ".join(_oracle_reading(e, oracles[e], rules, stats[e]) for e in cfg.estimators)
     run.write_summary(SUMMARY.format(
         model=cfg.model, dataset=cfg.dataset, noise=PONG_NOISE[cfg.dataset], layout=cfg.layout, epochs=cfg.epochs,
         input_noise=cfg.input_noise, estimators=", ".join(f"`{e}`" for e in cfg.estimators), table=table,

@@ -62,11 +62,16 @@ def mode_statistics(A: np.ndarray, modes: np.ndarray, split: Split) -> dict:
     """App. H.1's mode properties of sampled modes (B, T) of a model with step matrices A (K, M, M) on a Pong
     ``split`` (its true modes z and wall hits ``events``). Returns modes_in_use, persistence, agreement,
     dominant_share, eigenvalue_at_bounces / eigenvalue_elsewhere (mean smallest real part of the sampled A_z:
-    truth -1 / 1) and ``shares`` (K,) of the sampled steps per mode."""
+    truth -1 / 1), reflecting_at_bounces / reflecting_elsewhere (share of those steps whose sampled A_z reflects, i.e.
+    has an eigenvalue of negative real part: truth 1 / 0), reflecting_next_to_bounces (share of wall hits where it
+    does at the hit or at the step after: a reflection chosen one step late) and ``shares`` (K,) of the sampled steps
+    per mode."""
     K = A.shape[0]
     true_modes = np.asarray(split.z)
     bounce = np.asarray(split.events).any(-1)  # a wall hit between t-1 and t: z_t's A_z must flip a velocity
     smallest = smallest_eigenvalues(A[modes])[..., 0].real
+    reflecting = smallest < 0
+    reflecting_next = np.concatenate([reflecting[:, 1:], np.zeros_like(reflecting[:, :1])], axis=1)
     shares = np.bincount(modes.ravel(), minlength=K) / modes.size
     return {
         "modes_in_use": metrics.modes_in_use(modes, K),
@@ -75,6 +80,9 @@ def mode_statistics(A: np.ndarray, modes: np.ndarray, split: Split) -> dict:
         "dominant_share": float(shares.max()),
         "eigenvalue_at_bounces": float(smallest[bounce].mean()),  # truth: -1
         "eigenvalue_elsewhere": float(smallest[~bounce].mean()),  # truth: 1
+        "reflecting_at_bounces": float(reflecting[bounce].mean()),  # truth: 1
+        "reflecting_elsewhere": float(reflecting[~bounce].mean()),  # truth: 0
+        "reflecting_next_to_bounces": float((reflecting | reflecting_next)[bounce].mean()),
         "shares": [float(s) for s in shares],
     }
 
