@@ -7,7 +7,7 @@ import pytest
 
 from memlab.pissm.exp_imputation import ImputationConfig
 from memlab.pissm.exp_imputation import _analyse as analyse_imputation
-from memlab.pissm.exp_modes import ModesConfig
+from memlab.pissm.exp_modes import ModesConfig, _oracle_reading
 from memlab.pissm.exp_modes import _analyse as analyse_modes
 from memlab.pissm.exp_stability import StabilityConfig
 from memlab.pissm.exp_stability import _analyse as analyse_stability
@@ -127,3 +127,17 @@ def test_table1_claims_read_the_paper_gain_and_the_bounded_gain_separately():
     assert run.claims["pong-learned-gain-beats-exact-gain"][1] is False
     assert run.claims["pong-learned-gain-beats-exact-gain[bounded]"] == ("2.500 vs 2.420", True)
     assert len(run.claims) == 6
+
+
+def test_modes_reading_says_whether_the_full_model_learned_reflections():
+    """With a selecting oracle, the summary says the full model learned reflecting modes only if its sampled A_z
+    reflects at >= 50 % of the hits (counting the step after) and <= 10 % of the other steps."""
+    oracle = {"at_hits": 0.71, "in_flight": 0.98, "test_ll": 6.0}
+    rules = {"rule": {"test_ll": 5.8, "at_hits": 0.76}}
+    learned = {"reflecting_at_bounces": 0.32, "reflecting_next_to_bounces": 0.61, "reflecting_elsewhere": 0.04}
+    assert "learns reflecting modes too" in _oracle_reading("mixture", oracle, rules, learned)
+    for changed in ({"reflecting_next_to_bounces": 0.4}, {"reflecting_elsewhere": 0.2}):
+        reading = _oracle_reading("mixture", oracle, rules, {**learned, **changed})
+        assert "lies in learning the modes' dynamics" in reading and "learns reflecting modes" not in reading
+    stuck = _oracle_reading("reinforce", {"at_hits": 0.0, "in_flight": 1.0, "test_ll": 4.4}, rules, learned)
+    assert "does not find the reflections" in stuck
