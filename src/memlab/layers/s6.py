@@ -135,16 +135,16 @@ def _square_up_adjoint(residuals, cotangents):
     level from the inputs costs ~s^2/2 squarings (slower than storing past ~8)."""
     checkpoints, squarings = residuals
     d = checkpoints.shape[-1] // 2
-    largest = jnp.max(squarings, initial=0)
+    largest = jnp.max(squarings, initial=0).astype(jnp.int32)
+    # squarings base*4 .. k-1 are redone unmasked: where squaring k applies so did they; elsewhere it is masked below
+    unmasked = jnp.asarray(True)
 
     def step(j, carry):
         cM, cI = carry
-        k = largest.astype(jnp.int32) - 1 - j
+        k = largest - 1 - j
         base = k // CHECKPOINT_EVERY
         MI = jax.lax.dynamic_index_in_dim(checkpoints, base, 0, keepdims=False)
-        # squarings base*4 .. k-1 are unmasked: where squaring k applies so did they; elsewhere it is masked below
-        everywhere = jnp.ones(squarings.shape, bool)
-        M, integral = _square_up_loop(lambda i, c: _double(*c, everywhere), (MI[..., :d], MI[..., d:]),
+        M, integral = _square_up_loop(lambda i, c: _double(*c, unmasked), (MI[..., :d], MI[..., d:]),
                                       k % CHECKPOINT_EVERY)
         active = (k < squarings)[..., None, None]
         stacked = jnp.concatenate([cM, cI], axis=-1)  # [cM', cI']
