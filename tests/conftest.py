@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from memlab.devices import host_devices_flags
 from memlab.runner import Experiment
 
 
@@ -51,6 +52,10 @@ def pytest_configure(config):
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_backend_optimization_level" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
+    # one CPU device unless XLA_FLAGS says otherwise, so `memlab run` inside the tests (which keeps a count already
+    # set) computes every cell as the process pool's and Ray's workers do; tests/test_devices.py runs several
+    # devices in processes of its own
+    os.environ["XLA_FLAGS"] = host_devices_flags(1, override=False)
 
 
 @pytest.fixture(autouse=True, scope="module")

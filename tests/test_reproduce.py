@@ -58,3 +58,18 @@ def test_cli_checks_jobs(capsys):
     assert capsys.readouterr().err == "memlab: error: --jobs must be >= 1, got 0\n"
     with pytest.raises(ValueError, match="jobs must be an int >= 1"):
         reproduce(["a"], "quick", 0, None)
+
+
+def test_each_run_gets_its_share_of_the_cores_unless_xla_flags_names_a_count(tmp_path, monkeypatch):
+    def flags_command(name, profile, out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return [sys.executable, "-c", "import os; print(os.environ['XLA_FLAGS'])"]
+
+    monkeypatch.setattr("memlab.devices.available_cpus", lambda: 8)
+    for flags, jobs, expected in [("--foo", 2, "--foo --xla_force_host_platform_device_count=4"),
+                                  ("", 16, "--xla_force_host_platform_device_count=1"),
+                                  ("--xla_force_host_platform_device_count=3", 2,
+                                   "--xla_force_host_platform_device_count=3")]:
+        monkeypatch.setenv("XLA_FLAGS", flags)
+        reproduce(["a"], "quick", jobs, tmp_path, command=flags_command)
+        assert (tmp_path / "a" / "quick.log").read_text() == expected + "\n"

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from memlab import __version__, catalog
+from memlab.devices import available_cpus, default_devices, use_host_devices
 from memlab.executors import EXECUTORS, make_executor
 from memlab.files import markdown_cell, markdown_table
 from memlab.runner import CellsFailed, SetupError, atomic_write_text, default_out_dir, run_experiment
@@ -79,10 +80,24 @@ def use_compile_cache() -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+def devices_per_cell(args) -> int:
+    """CPU devices for each cell of ``memlab run``: the cores it has to itself (all of them with the local
+    executor, a worker's share with ``--executor processes``, ``--cpus-per-cell`` on Ray)."""
+    if args.executor == "processes":
+        return default_devices(args.workers or available_cpus())
+    if args.executor == "ray":
+        return max(1, int(args.cpus_per_cell or 1))
+    return default_devices()
+
+
 def cmd_run(args) -> int:
     try:
         exp = catalog.get(args.name)
         executor = make_executor(args.executor, args.workers, args.address, args.cpus_per_cell)
+        # before any array exists: a --devices given here wins; else a count already in XLA_FLAGS (the user's, or
+        # memlab reproduce's share of the cores), else the cores each cell has to itself
+        use_host_devices(devices_per_cell(args) if args.devices is None else args.devices,
+                         override=args.devices is not None)
     except ValueError as e:
         return _error(str(e))
     out = Path(args.out) if args.out else default_out_dir(exp, args.profile)
@@ -263,6 +278,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="Ray cluster of --executor ray: 'auto' (ray start --head on this machine) or host:port; "
                         "default: start a local Ray instance")
     p.add_argument("--cpus-per-cell", type=float, default=None, help="CPUs each cell reserves on Ray (default 1)")
+    p.add_argument("--devices", type=int, default=None,
+                   help="CPU devices per cell process, over which long passes split their examples (default: the "
+                        "cores each cell has to itself; memlab.devices)")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("reproduce", help="run every experiment's profile, several at once, then write the report")
     p.add_argument("--profile", default="quick", help="config profile of every experiment (default quick)")

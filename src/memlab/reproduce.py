@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from memlab.checks import check_int
+from memlab.devices import default_devices, host_devices_flags
 
 __all__ = ["Finished", "memlab_run", "reproduce"]
 
@@ -51,6 +53,7 @@ def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
     ``jobs`` at a time; returns the runs in the order they finished. Ctrl-C stops every running experiment
     (their finished cells are kept)."""
     check_int("jobs", jobs)
+    env = {**os.environ, "XLA_FLAGS": host_devices_flags(default_devices(jobs))}  # the cores shared among the jobs
     known_costs = {name: _previous_seconds(out, name, profile) for name in names}
     queue = sorted(names, key=lambda name: -known_costs[name])  # stable: catalog order where nothing is known
     running: dict[str, tuple[subprocess.Popen, float, Path]] = {}
@@ -63,7 +66,7 @@ def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
                 log.parent.mkdir(parents=True, exist_ok=True)
                 with log.open("w", encoding="utf-8") as f:
                     process = subprocess.Popen(command(name, profile, out / name / profile), stdout=f,
-                                               stderr=subprocess.STDOUT)
+                                               stderr=subprocess.STDOUT, env=env)
                     running[name] = (process, time.perf_counter(), log)
             for name, (process, start, log) in list(running.items()):
                 if process.poll() is not None:

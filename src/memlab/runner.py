@@ -406,6 +406,7 @@ def run_experiment(
             "claims": run.claims,
             "elapsed_s": round(time.perf_counter() - start, 3),  # this invocation only (a resumed run skips cells)
             "executor": run.executor.name,
+            "cpu_devices": jax.local_device_count(),  # of this process (memlab.devices; cells elsewhere: theirs)
             # the largest of this process's peak and every cell's (also cells computed elsewhere or resumed)
             "peak_rss_mb": run_peak_rss_mb(run.cell_peak_rss_mb),
             "software": software_versions(),  # of this process; each cell's own below (None: not recorded)

@@ -31,6 +31,7 @@ import optax
 from jax import Array
 
 from memlab.checks import check_int, check_real
+from memlab.devices import over_devices
 from memlab.recall.encoding import encode
 from memlab.recall.task import Batch
 
@@ -88,16 +89,21 @@ def outputs(model: eqx.Module, query: Array, context_tags: Array, context_conten
 
 def predictions(model: eqx.Module, data: Batch, chunk: int | None = None) -> Array:
     """Student outputs (n,) for every example of ``data``, ``chunk`` examples at a time (default
-    ``default_chunk(T)``); the chunk size changes speed and memory, not the outputs."""
-    examples = (data.query, data.context_tags, data.context_content)
-    n, T = data.context_content.shape
-    chunk = min(n, default_chunk(T) if chunk is None else chunk)
-    whole = n // chunk * chunk  # examples in whole chunks; the rest form one smaller chunk
-    chunks = jax.tree.map(lambda x: x[:whole].reshape((-1, chunk) + x.shape[1:]), examples)
-    out = jax.lax.map(lambda ex: outputs(model, *ex), chunks).reshape(-1)
-    if whole == n:
-        return out
-    return jnp.concatenate([out, outputs(model, *(x[whole:] for x in examples))])
+    ``default_chunk(T)``), the examples split over this process's CPU devices (``devices.over_devices``); the
+    chunk size and the device count change speed and memory, not the outputs."""
+    chunk = default_chunk(data.context_content.shape[1]) if chunk is None else chunk
+
+    def chunked(*examples):
+        n = examples[0].shape[0]
+        size = min(n, chunk)
+        whole = n // size * size  # examples in whole chunks; the rest form one smaller chunk
+        chunks = jax.tree.map(lambda x: x[:whole].reshape((-1, size) + x.shape[1:]), examples)
+        out = jax.lax.map(lambda ex: outputs(model, *ex), chunks).reshape(-1)
+        if whole == n:
+            return out
+        return jnp.concatenate([out, outputs(model, *(x[whole:] for x in examples))])
+
+    return over_devices(chunked, data.query, data.context_tags, data.context_content)
 
 
 def mse(model: eqx.Module, data: Batch, chunk: int | None = None) -> Array:

@@ -1,0 +1,101 @@
+"""Several CPU devices per process (memlab.devices): the count is set before JAX starts, passes split their examples
+over the devices and give the same numbers as on one device. Each case runs in a fresh Python process, since the
+device count is fixed when JAX's backend starts (this test process has one device, see conftest.py)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from memlab.devices import FLAG, host_devices_flags, over_devices, use_host_devices
+
+
+def python(code: str, xla_flags: str = "") -> str:
+    """Run ``code`` in a fresh interpreter with XLA_FLAGS = ``xla_flags``; its stdout."""
+    env = {**os.environ, "XLA_FLAGS": xla_flags}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_device_count_is_set_before_the_backend_starts_and_a_late_request_warns():
+    out = python("""
+        import json, os, warnings
+        from memlab.devices import use_host_devices
+        import jax
+        counts = [use_host_devices(3)]                  # before the first array: takes effect
+        counts.append(jax.local_device_count())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            counts.append(use_host_devices(2, override=False))  # default request after the start: no warning
+            counts.append(use_host_devices(2))                  # explicit one: warns, keeps 3
+        print(json.dumps([counts, [str(w.message) for w in caught], os.environ["XLA_FLAGS"]]))
+    """, xla_flags="--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=5")
+    counts, warned, flags = json.loads(out)
+    assert counts == [3, 3, 3, 3]
+    assert len(warned) == 1 and "already started with 3 device(s)" in warned[0]
+    assert flags == f"--xla_cpu_enable_fast_math=false {FLAG}=3"  # the other flags kept, the count replaced once
+
+
+def test_a_count_already_in_xla_flags_is_kept_unless_overridden(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", f"--foo {FLAG}=4")
+    assert host_devices_flags(2) == f"--foo {FLAG}=4"
+    assert host_devices_flags(2, override=True) == f"--foo {FLAG}=2"
+    monkeypatch.setenv("XLA_FLAGS", "")
+    assert host_devices_flags(2) == f"{FLAG}=2"
+    with pytest.raises(ValueError, match="devices"):
+        host_devices_flags(0)
+
+
+def test_on_one_device_over_devices_is_the_function_itself():
+    assert jax.local_device_count() == 1
+    x = np.arange(6.0).reshape(3, 2)
+    np.testing.assert_array_equal(over_devices(lambda a: a * 2, x), x * 2)
+    assert use_host_devices(1, override=False) == 1
+
+
+def test_recall_predictions_are_the_same_numbers_on_two_devices():
+    """The recall validation pass split over 2 devices (inside jit, as training runs it) against one device, for
+    8 examples (split evenly), 7 (one left over for one device) and 1 (fewer examples than devices)."""
+    code = """
+        import json, equinox as eqx, jax, numpy as np
+        from memlab.recall.runs import make_student
+        from memlab.recall.task import RecallTask, sample
+        from memlab.recall.train import mse, predictions
+        task = RecallTask(alpha=0.75, context_length=40)
+        model = make_student("mamba-1", 1, jax.random.key(0))
+        out = {}
+        for n in (8, 7, 1):
+            data = sample(jax.random.key(n), n, task)
+            out[n] = [np.asarray(eqx.filter_jit(predictions)(model, data, 3)).tolist(),
+                      float(eqx.filter_jit(mse)(model, data))]
+        print(json.dumps([jax.local_device_count(), out]))
+    """
+    (ones, one), (twos, two) = (json.loads(python(code, f"{FLAG}={k}")) for k in (1, 2))
+    assert (ones, twos) == (1, 2)
+    for n in ("8", "7", "1"):
+        assert len(two[n][0]) == int(n)
+        np.testing.assert_allclose(two[n][0], one[n][0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(two[n][1], one[n][1], rtol=1e-6)
+
+
+def test_memlab_run_gives_each_cell_the_devices_asked_for(tmp_path):
+    """``memlab run --devices 2`` records 2 CPU devices; without the flag a count already in XLA_FLAGS is kept."""
+    code = """
+        import json, sys
+        from memlab import cli
+        sys.exit(cli.main(["run", "belief.logit-trace", "--profile", "tiny", "--out", sys.argv[1], "--no-progress"]
+                          + sys.argv[2:]))
+    """
+    for args, flags, expected in [(["--devices", "2"], f"{FLAG}=1", 2), ([], f"{FLAG}=3", 3)]:
+        out = tmp_path / str(expected)
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(out), *args], capture_output=True,
+                              text=True, env={**os.environ, "XLA_FLAGS": flags}, timeout=600)
+        assert done.returncode == 0, done.stderr
+        assert json.loads((out / "results.json").read_text())["cpu_devices"] == expected
