@@ -9,7 +9,9 @@
   The "fast pass alone" row times the scaled probability-space pass of ``log_belief`` without the loop that
   reruns the batch in log space when a belief nears underflow (zero trips here): the cost of staying exact; the
   "bound" row is a bare scaled recursion with no exactness at all, writing the same (B, K, N) result: what no exact
-  filter with this output can beat (it bounds the stored-belief speed-up over dynamax).
+  filter with this output can beat on one device (it bounds the stored-belief speed-up over dynamax there).
+  With several CPU devices (run.py gives one per core, as ``memlab run`` does) the vmapped public filters split
+  the sequences over them (``memlab.devices``); the "one device" row is the same filter unsplit, so both are shown.
 
 Each implementation returns its natural public output - memlab log beliefs or LOF logits, dynamax
 probabilities - and is timed producing exactly that; max_abs_diff compares probabilities (memlab's output is
@@ -104,6 +106,12 @@ def bare_recursion(hmm: HMM, ys: jax.Array, final_only: bool) -> jax.Array:
     return jax.lax.fori_loop(0, K, store, (p0, jnp.empty((B, K, hmm.num_states), hmm.E.dtype)))[1]
 
 
+def _split_note() -> str:
+    """How the vmapped public filters ran: split over this process's devices (``memlab.devices``) or not."""
+    count = jax.local_device_count()
+    return f", sequences split over {count} CPU devices" if count > 1 else ""
+
+
 def serial_filters(N: int, K: int = 1000, B: int = 2000, final_only: bool = False) -> list[dict]:
     hmm = random_hmm(N, 4)
     ys = jax.random.randint(jax.random.key(1), (B, K), 0, 4)
@@ -122,11 +130,14 @@ def serial_filters(N: int, K: int = 1000, B: int = 2000, final_only: bool = Fals
     T_all, acts, w0 = hmm.T[None], jnp.zeros_like(ys), jnp.broadcast_to(jnp.log(hmm.pi0), (B, N))
     bare = jax.jit(lambda ys: filters._fast_filter(T_all, hmm.E, w0, ys, acts, True, final_only)[0])
     bound = jax.jit(lambda ys: bare_recursion(hmm, ys, final_only))
-    impls = [("memlab log_belief (vmapped)", lambda: AsProbabilities(memlab_log_belief(ys))),
+    impls = [(f"memlab log_belief (vmapped){_split_note()}", lambda: AsProbabilities(memlab_log_belief(ys))),
              ("bound: bare scaled recursion, no exactness (not an API)", lambda: AsProbabilities(bound(ys))),
              ("memlab log_belief's fast pass alone (no rerun)", lambda: AsProbabilities(bare(ys))),
-             ("memlab lof (vmapped)", lambda: AsProbabilities(memlab_lof(ys))),
+             (f"memlab lof (vmapped){_split_note()}", lambda: AsProbabilities(memlab_lof(ys))),
              ("memlab LOF.step time-major scan", lambda: AsProbabilities(lof_step_scan(ys)))]
+    if jax.local_device_count() > 1:  # what log_belief computes on one device: its batched form, unsplit
+        whole = jax.jit(lambda ys: filters._exact_filter(T_all, hmm.E, w0, ys, acts, True, final_only))
+        impls.insert(1, ("memlab log_belief, one device (its batched form)", lambda: AsProbabilities(whole(ys))))
     dynamax = peer("dynamax.hidden_markov_model")
     if dynamax is not None:
         log_E = jnp.log(hmm.E)

@@ -1,9 +1,11 @@
 """Run the benchmarks: every ``benchmarks/bench_*.py`` exposes ``run() -> list[dict]`` (one dict per table row).
 
 Usage: ``python benchmarks/run.py [NAME ...]`` (NAME is the part after ``bench_``; default: all).
-Prints one table per benchmark and writes ``benchmarks/results/<NAME>.json`` atomically, with the machine and the
-versions of memlab's stack and of the peer libraries timed beside it (the ``bench`` extra: ``make bench`` installs
-it; without it every workload is timed for memlab alone).
+Runs with one JAX CPU device per core, as ``memlab run`` gives a cell (``memlab.devices``; set
+``XLA_FLAGS=--xla_force_host_platform_device_count=1`` for one). Prints one table per benchmark and writes
+``benchmarks/results/<NAME>.json`` atomically, with the machine and the versions of memlab's stack and of the peer
+libraries timed beside it (the ``bench`` extra: ``make bench`` installs it; without it every workload is timed for
+memlab alone).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from timing import peer_versions  # benchmarks/timing.py (python puts the script's folder on sys.path)
 
+from memlab.devices import default_devices, use_host_devices
 from memlab.runner import atomic_write_text, to_jsonable
 
 HERE = Path(__file__).resolve().parent
@@ -70,6 +73,9 @@ def write_rows(name: str, rows: list[dict], machine: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
+    # as `memlab run` computes a cell alone on this machine: one CPU device per core (memlab.devices), unless
+    # XLA_FLAGS names a count (XLA_FLAGS=--xla_force_host_platform_device_count=1 times one device)
+    use_host_devices(default_devices(), override=False)
     paths = {p.stem.removeprefix("bench_"): p for p in sorted(HERE.glob("bench_*.py"))}
     unknown = [n for n in argv if n not in paths]
     if unknown:

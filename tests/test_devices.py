@@ -99,3 +99,30 @@ def test_memlab_run_gives_each_cell_the_devices_asked_for(tmp_path):
                               text=True, env={**os.environ, "XLA_FLAGS": flags}, timeout=600)
         assert done.returncode == 0, done.stderr
         assert json.loads((out / "results.json").read_text())["cpu_devices"] == expected
+
+
+def test_vmapped_exact_filter_is_the_same_on_two_devices():
+    """log_belief under vmap splits the sequences over 2 devices; the log-space rerun (a belief near underflow)
+    happens on the share that needs it. 9 sequences (one left over), one driving a belief far below float's
+    range, one impossible observation (-inf), against one device."""
+    code = """
+        import json, jax, jax.numpy as jnp, numpy as np
+        from memlab.belief.filters import log_belief, lof
+        from memlab.belief.hmm import HMM
+        T = jnp.array([[0.9, 0.0, 0.2], [0.0, 1.0, 0.0], [0.1, 0.0, 0.8]])  # column j: P(. | j); 1 keeps itself
+        E = jnp.array([[0.7, 1e-6, 0.2], [0.3, 0.0, 0.8], [0.0, 1 - 1e-6, 0.0]])
+        hmm = HMM(T, E, jnp.array([0.5, 0.25, 0.25]))
+        ys = jax.random.randint(jax.random.key(0), (9, 60), 0, 3)
+        ys = ys.at[3].set(0)  # state 1 emits 0 with probability 1e-6: its belief falls far below 1e-38
+        out = [jax.local_device_count()]
+        for f in (log_belief, lof):
+            w = np.asarray(jax.jit(jax.vmap(lambda y: f(hmm, y)))(ys))
+            out.append(np.where(np.isfinite(w), w, -1e300).tolist())
+        print(json.dumps(out))
+    """
+    (ones, *one), (twos, *two) = (json.loads(python(code, f"{FLAG}={k}")) for k in (1, 2))
+    assert (ones, twos) == (1, 2)
+    for beliefs in (one[0], two[0]):  # state 1 of sequence 3 ends near log(1e-6 / 0.7) * 60: only the log-space
+        assert -900 < beliefs[3][-1][1] < -700  # rerun reaches it (the fast pass alone would give -inf)
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6)

@@ -82,13 +82,13 @@ def host_devices_flags(count: int, override: bool = False) -> str:
 
 
 def over_devices(fn: Callable, *batches: jax.Array):
-    """``fn(*batches)`` with the leading axis of every batch split evenly over this process's CPU devices.
+    """``fn(*batches)`` with the leading axis of every batch split evenly over this process's devices.
 
     ``fn`` maps examples to outputs row by row (its output's leading axis is the examples'); values it closes over
     are replicated. With one device, or fewer examples than devices, it is simply ``fn(*batches)``; examples
     beyond the largest multiple of the device count run on one device. Works inside ``jit``.
     """
-    devices = jax.local_devices(backend="cpu")
+    devices = jax.local_devices()  # of the default backend (one GPU: no split)
     n = batches[0].shape[0]
     if len(devices) == 1 or n < len(devices):
         return fn(*batches)

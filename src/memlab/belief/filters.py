@@ -35,6 +35,7 @@ from jax import Array
 
 from memlab.belief.hmm import HMM, ControlledHMM
 from memlab.checks import check_indices
+from memlab.devices import over_devices
 from memlab.logspace import safe_log
 
 
@@ -232,8 +233,9 @@ def _exact_filter(T_all: Array, E: Array, w0: Array, ys: Array, actions: Array, 
 def _sequence_filter(normalize: bool, final_only: bool):
     """``_exact_filter`` for one sequence (T_all, E, w0 (N,), ys (K,), actions (K,)), vmapped as one batch.
 
-    Under ``vmap`` over w0, ys or actions the batch runs as one recursion over the time steps, and the
-    log-space pass is a real branch taken only when needed; batched models fall back to vmapping the
+    Under ``vmap`` over w0, ys or actions the batch runs as one recursion over the time steps (on each of this
+    process's CPU devices, a share of the sequences: ``devices.over_devices``), and the log-space pass is a real
+    branch taken only when needed (per device); batched models fall back to vmapping the
     single-sequence form (the branch becomes a select, so both passes run: exact, slower).
     """
     def batched(T_all, E, w0, ys, actions):
@@ -251,7 +253,8 @@ def _sequence_filter(normalize: bool, final_only: bool):
             return jax.vmap(single, in_axes=axes)(T_all, E, w0, ys, actions), True
         w0, ys, actions = (x if b else jnp.broadcast_to(x, (axis_size, *x.shape))
                            for x, b in zip((w0, ys, actions), in_batched[2:], strict=True))
-        return batched(T_all, E, w0, ys, actions), True
+        # the sequences split over this process's CPU devices (memlab.devices; one device: simply batched)
+        return over_devices(lambda *seqs: batched(T_all, E, *seqs), w0, ys, actions), True
 
     return one
 
