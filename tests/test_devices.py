@@ -126,3 +126,14 @@ def test_vmapped_exact_filter_is_the_same_on_two_devices():
         assert -900 < beliefs[3][-1][1] < -700  # rerun reaches it (the fast pass alone would give -inf)
     for a, b in zip(one, two, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6)
+
+
+def test_each_executor_gives_a_cell_the_cores_it_has_to_itself(monkeypatch):
+    from memlab.executors import LocalExecutor, ProcessExecutor, RayExecutor
+
+    monkeypatch.setattr("memlab.devices.available_cpus", lambda: 8)
+    assert LocalExecutor().devices_per_cell() == 8
+    assert ProcessExecutor(workers=3).devices_per_cell() == 2
+    assert ProcessExecutor(workers=16).devices_per_cell() == 1
+    assert RayExecutor(cpus_per_cell=3.5).devices_per_cell() == 3
+    assert RayExecutor(cpus_per_cell=0.5).devices_per_cell() == 1

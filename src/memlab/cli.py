@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from memlab import __version__, catalog
-from memlab.devices import available_cpus, default_devices, use_host_devices
+from memlab.devices import use_host_devices
 from memlab.executors import EXECUTORS, make_executor
 from memlab.files import markdown_cell, markdown_table
 from memlab.runner import CellsFailed, SetupError, atomic_write_text, default_out_dir, run_experiment
@@ -80,23 +80,13 @@ def use_compile_cache() -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
-def devices_per_cell(args) -> int:
-    """CPU devices for each cell of ``memlab run``: the cores it has to itself (all of them with the local
-    executor, a worker's share with ``--executor processes``, ``--cpus-per-cell`` on Ray)."""
-    if args.executor == "processes":
-        return default_devices(args.workers or available_cpus())
-    if args.executor == "ray":
-        return max(1, int(args.cpus_per_cell or 1))
-    return default_devices()
-
-
 def cmd_run(args) -> int:
     try:
         exp = catalog.get(args.name)
         executor = make_executor(args.executor, args.workers, args.address, args.cpus_per_cell)
         # before any array exists: a --devices given here wins; else a count already in XLA_FLAGS (the user's, or
         # memlab reproduce's share of the cores), else the cores each cell has to itself
-        use_host_devices(devices_per_cell(args) if args.devices is None else args.devices,
+        use_host_devices(executor.devices_per_cell() if args.devices is None else args.devices,
                          override=args.devices is not None)
     except ValueError as e:
         return _error(str(e))

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Mapping
 import jax
 
 from memlab.checks import check_int
+from memlab.devices import default_devices
 from memlab.files import cell_text
 
 __all__ = ["EXECUTORS", "Executor", "LocalExecutor", "Outcome", "ProcessExecutor", "RayExecutor", "make_executor",
@@ -137,6 +138,10 @@ class Executor:
     def close(self) -> None:
         """Free workers; the executor can still be used afterwards (it starts them again)."""
 
+    def devices_per_cell(self) -> int:
+        """JAX CPU devices for each cell's process: the cores a cell has to itself (``memlab.devices``)."""
+        return default_devices()
+
     def __enter__(self):
         return self
 
@@ -171,6 +176,9 @@ class ProcessExecutor(Executor):
     def __init__(self, workers: int | None = None):
         self.workers = check_int("workers", (os.cpu_count() or 1) if workers is None else workers)
         self._pool: futures.ProcessPoolExecutor | None = None
+
+    def devices_per_cell(self) -> int:
+        return default_devices(self.workers)  # the workers share this machine's cores
 
     def _ensure_pool(self) -> futures.ProcessPoolExecutor:
         if self._pool is None:
@@ -240,6 +248,9 @@ class RayExecutor(Executor):
         self.address = address
         self.cpus_per_cell = cpus_per_cell
         self._started = False
+
+    def devices_per_cell(self) -> int:
+        return max(1, int(self.cpus_per_cell))  # the CPUs each cell reserves, wherever it runs
 
     def _ensure_ray(self):
         import ray
