@@ -1,6 +1,7 @@
 """Several CPU devices per process (memlab.devices): the count is set before JAX starts, passes split their examples
-over the devices and give the same numbers as on one device. Each case runs in a fresh Python process, since the
-device count is fixed when JAX's backend starts (this test process has one device, see conftest.py)."""
+over the devices and gradients computed in parts give the same numbers as on one device. Each case runs in a fresh
+Python process, since the device count is fixed when JAX's backend starts (this test process has one device, see
+conftest.py)."""
 
 import json
 import os
@@ -12,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from memlab.devices import FLAG, host_devices_flags, over_devices, use_host_devices
+from memlab.devices import FLAG, host_devices_flags, over_devices, use_host_devices, value_and_grad_in_parts
 
 
 def python(code: str, xla_flags: str = "") -> str:
@@ -83,6 +84,84 @@ def test_recall_predictions_are_the_same_numbers_on_two_devices():
         assert len(two[n][0]) == int(n)
         np.testing.assert_allclose(two[n][0], one[n][0], rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(two[n][1], one[n][1], rtol=1e-6)
+
+
+GRADIENT_PARTS_CODE = """
+    import jax, jax.numpy as jnp, numpy as np
+    from memlab.devices import value_and_grad_in_parts
+
+    def loss(params, examples, scale):  # a sum over examples, per-example aux
+        x, y = examples
+        residual = jnp.tanh(x @ params["w"]) + params["b"] - y
+        return jnp.sum(residual**2) / scale, residual[:, 0]
+
+    x = jax.random.normal(jax.random.key(0), (12, 5))
+    y = jax.random.normal(jax.random.key(1), (12, 3))
+    params = {"w": jax.random.normal(jax.random.key(2), (5, 3)), "b": jnp.arange(3.0)}
+
+    def run(parts):
+        (value, aux), grads = jax.jit(value_and_grad_in_parts(loss, parts))(params, (x, y), 12.0)
+        return [float(value), np.asarray(aux).tolist(), np.asarray(grads["w"]).tolist(),
+                np.asarray(grads["b"]).tolist()]
+"""
+
+
+def _same_numbers(a, b, rtol=1e-6):
+    """Value, per-example aux and gradients agree to rtol (float32: sums in another order differ by ~1e-6)."""
+    for u, v in zip(a, b, strict=True):
+        np.testing.assert_allclose(u, v, rtol=rtol, atol=1e-7)
+
+
+def test_a_gradient_in_parts_is_the_whole_batch_gradient():
+    """On this process's one device the parts run in turn: 2, 3, 4 and 12 parts give the plain gradient."""
+    scope = {}
+    exec(textwrap.dedent(GRADIENT_PARTS_CODE), scope)
+    whole = scope["run"](1)
+    for parts in (2, 3, 4, 12):
+        _same_numbers(scope["run"](parts), whole, rtol=1e-5)
+    with pytest.raises(ValueError, match="5 gradient parts do not divide the batch of 12"):
+        scope["run"](5)
+    with pytest.raises(ValueError, match="parts"):
+        value_and_grad_in_parts(scope["loss"], 0)
+
+
+def test_a_gradient_in_parts_over_two_devices_is_the_one_device_gradient():
+    """2 parts on 2 devices (one each, summed across them) and 4 (two each) against the same parts on one device."""
+    code = GRADIENT_PARTS_CODE + """
+    import json
+    print(json.dumps([jax.local_device_count(), run(1), run(2), run(4)]))
+    """
+    (ones, *one), (twos, *two) = (json.loads(python(code, f"{FLAG}={k}")) for k in (1, 2))
+    assert (ones, twos) == (1, 2)
+    for a, b in zip(one, two, strict=True):
+        _same_numbers(b, a)  # the same parts
+        _same_numbers(b, one[0], rtol=1e-5)  # the whole batch
+
+
+def test_pissm_training_with_its_minibatch_gradient_over_two_devices():
+    """``TrainConfig(gradient_parts=None)``: one part per device inside the jitted training scan. One optimiser step
+    on 2 devices (2 parts) against the same 2 parts in turn on one device: the same loss and parameters."""
+    code = """
+        import json, equinox as eqx, jax, numpy as np
+        from memlab.pissm.data.pong import NOISE_STD, OBSERVATION_MATRIX, simulate_pong
+        from memlab.pissm.model import PiSSM
+        from memlab.pissm.train import TrainConfig, make_train
+        y = simulate_pong(jax.random.key(0), 24, 12).y
+        mask = np.ones(y.shape[:2], bool)
+        model = PiSSM(4, 2, 3, R=NOISE_STD**2 * np.eye(2), C=OBSERVATION_MATRIX, key=jax.random.key(1), gain="gru",
+                      hidden_size=8)
+        config = TrainConfig(epochs=1, batch_size=16, stability="iss", warmup_epochs=0,
+                             gradient_parts=None if jax.local_device_count() == 2 else 2)
+        result = eqx.filter_jit(make_train(config))(jax.random.key(3), model, y[:16], mask[:16], y[16:], mask[16:])
+        params = [np.asarray(x).ravel().tolist() for x in jax.tree.leaves(eqx.filter(result.model,
+                                                                                     eqx.is_inexact_array))]
+        print(json.dumps([jax.local_device_count(), float(result.train_loss[0]), params]))
+    """
+    (ones, one_loss, one), (twos, two_loss, two) = (json.loads(python(code, f"{FLAG}={k}")) for k in (1, 2))
+    assert (ones, twos) == (1, 2)
+    np.testing.assert_allclose(two_loss, one_loss, rtol=1e-6)
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
 def test_memlab_run_gives_each_cell_the_devices_asked_for(tmp_path):

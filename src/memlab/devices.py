@@ -5,9 +5,10 @@ leaves the other cores idle. With ``XLA_FLAGS=--xla_force_host_platform_device_c
 :func:`over_devices` then splits the leading (example) axis of a pass over them with ``shard_map`` and each device
 runs its share on its own core. Each example's arithmetic is unchanged, so the outputs agree whatever the device
 count, up to float rounding where XLA compiles the per-device program differently (tested to 1e-6 relative; the recall
-validation MSE of a paper cell moved by 1e-7). Only passes whose examples are independent are split (forward passes
-such as a validation set); a gradient summed over devices would change the order of its additions and, through
-training, the results.
+validation MSE of a paper cell moved by 1e-7). Passes whose examples are independent are split this way (forward
+passes such as a validation set). A gradient is split only where its caller asks (:func:`value_and_grad_in_parts`):
+summed in parts, its additions come in another order, and training, chaotic in the float sense, then ends at other
+numbers (statistically the same, not digit by digit).
 
 The device count is fixed when JAX starts its CPU backend, so :func:`use_host_devices` must run before the first
 array is made; ``memlab run`` calls it first thing (``--devices``; default :func:`default_devices`, the cores each
@@ -16,6 +17,7 @@ cell has to itself), and worker processes inherit it through ``XLA_FLAGS``.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import warnings
@@ -28,7 +30,8 @@ from jax.sharding import Mesh, PartitionSpec
 
 from memlab.checks import check_int
 
-__all__ = ["available_cpus", "default_devices", "host_devices_flags", "over_devices", "use_host_devices"]
+__all__ = ["available_cpus", "default_devices", "host_devices_flags", "over_devices", "use_host_devices",
+           "value_and_grad_in_parts"]
 
 FLAG = "--xla_force_host_platform_device_count"
 _FLAG_RE = re.compile(FLAG + r"=(\d+)")
@@ -100,3 +103,34 @@ def over_devices(fn: Callable, *batches: jax.Array):
     if whole == n:
         return out
     return jax.tree.map(lambda a, b: jnp.concatenate([a, b]), out, fn(*(x[whole:] for x in batches)))
+
+
+def value_and_grad_in_parts(fn: Callable, parts: int) -> Callable:
+    """``jax.value_and_grad(fn, has_aux=True)`` computed in ``parts`` parts split over this process's devices.
+
+    ``fn(params, batches, *shared) -> (loss, aux)``: ``batches`` a tuple of arrays whose leading axis is the
+    examples, ``loss`` a sum of per-example terms (any normaliser it divides by must be passed in ``shared``, not
+    computed from the part) and ``aux`` a pytree of per-example rows. The examples are cut into ``parts`` equal
+    consecutive parts; each part's loss and gradient are computed alone, the parts spread over the devices
+    (:func:`over_devices`; on one device they run in turn) and summed in part order. Returns a function of
+    ``(params, batches, *shared)`` with ``value_and_grad``'s output ((loss, aux for every example), grads).
+    ``parts`` must divide the number of examples (ValueError).
+    """
+    check_int("parts", parts)
+    value_and_grad = jax.value_and_grad(fn, has_aux=True)
+    if parts == 1:
+        return value_and_grad
+
+    def in_parts(params, batches, *shared):
+        n = batches[0].shape[0]
+        if n % parts:
+            raise ValueError(f"{parts} gradient parts do not divide the batch of {n} examples")
+
+        def in_turn(*split):  # (parts on this device, n / parts, ...) -> each part's results, stacked
+            return jax.lax.map(lambda part: value_and_grad(params, part, *shared), split)
+
+        (loss, aux), grads = over_devices(in_turn, *(x.reshape(parts, n // parts, *x.shape[1:]) for x in batches))
+        total = lambda x: functools.reduce(jnp.add, list(x))  # noqa: E731  (part order, whatever the devices)
+        return (total(loss), jax.tree.map(lambda x: x.reshape(n, *x.shape[2:]), aux)), jax.tree.map(total, grads)
+
+    return in_parts

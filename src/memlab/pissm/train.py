@@ -34,6 +34,11 @@ its ISS region with buffer ``iss_eps`` after each optimiser step (``layers.gated
 ``"clip"`` clips the gradient's global norm at ``clip_norm`` instead (GC; each optimiser its own); ``"none"`` does
 neither.
 
+Speed: ``gradient_parts`` > 1 computes each minibatch's gradient in that many equal parts, spread over the
+process's CPU devices (``devices.value_and_grad_in_parts``) and summed; None takes one part per device (the largest
+divisor of the minibatch up to the device count). The sum is the same gradient up to float rounding, but training
+is chaotic in that sense, so runs with other part counts end at other numbers (default 1: the plain gradient).
+
 A run has failed (Table 2's success rate) if any minibatch loss or validation value is not finite, or if it
 diverged: its last validation log-likelihood per step is more than ``DIVERGENCE_NATS`` = 1 below the first
 epoch's (validation, not the training loss, because with few minibatches per epoch the training mean is noisy).
@@ -54,6 +59,7 @@ import optax
 from jax import Array
 
 from memlab.checks import check_choice, check_int, check_real
+from memlab.devices import value_and_grad_in_parts
 from memlab.layers.gated_rnn import GATED_CELLS, iss_margin, project_model_iss
 from memlab.pissm.predictions import Predictions
 
@@ -79,10 +85,13 @@ class TrainConfig:
     baseline_decay: float = 0.95  # App. F.1
     input_noise_std: float = 0.0
     input_noise_corr: float = 0.9
+    gradient_parts: int | None = 1  # None: one per CPU device (a divisor of the minibatch size)
 
     def __post_init__(self):
         for name in ("epochs", "batch_size", "decay_every"):
             check_int(name, getattr(self, name))
+        if self.gradient_parts is not None:
+            check_int("gradient_parts", self.gradient_parts)
         check_int("warmup_epochs", self.warmup_epochs, low=0)
         check_choice("stability", self.stability, STABILITY)
         check_choice("objective", self.objective, OBJECTIVES)
@@ -176,6 +185,16 @@ def _check_data(name, y, mask):
                          f"{mask.shape}")
 
 
+def gradient_parts(parts: int | None, batch: int) -> int:
+    """How many parts a minibatch of ``batch`` sequences is split into for its gradient: ``parts`` (it must divide
+    the batch), or with None the largest divisor of the batch up to this process's CPU device count."""
+    if parts is None:
+        return max(p for p in range(1, jax.local_device_count() + 1) if batch % p == 0)
+    if batch % parts:
+        raise ValueError(f"gradient_parts = {parts} does not divide the minibatch of {batch} sequences")
+    return parts
+
+
 def make_train(config: TrainConfig):
     """Return ``train(key, model, train_y, train_mask, val_y, val_mask) -> TrainResult`` (module doc). Jittable with
     the model marked static by ``eqx.filter_jit``; the arrays may be vmapped over (e.g. seeds)."""
@@ -199,15 +218,17 @@ def make_train(config: TrainConfig):
         # each optimiser sees zero gradients outside its own leaves, so its Adam updates there are exactly zero
         opt_state = (optimizer.init(params), optimizer.init(params))
 
-        def loss_fn(params, y, mask, keys, baseline):
+        def loss_fn(params, examples, baseline, observed):  # observed: the minibatch's count, for any part of it
+            y, mask, keys = examples
             preds = jax.vmap(lambda y_b, m_b, k: eqx.combine(params, static)(y_b, m_b, key=k))(y, mask, keys)
             reward = preds.rewards
             if config.objective == "reinforce":
                 surrogate = reward + jax.lax.stop_gradient(reward - baseline) * preds.score_log_probs  # eq. (8), (9)
             else:
                 surrogate = preds.log_likelihoods  # log sum_k q(k | x_{t-1}) N(y_t | k), section 6 / eq. (60)
-            return -jnp.sum(jnp.where(mask, surrogate, 0.0)) / jnp.sum(mask), reward
+            return -jnp.sum(jnp.where(mask, surrogate, 0.0)) / observed, reward
 
+        value_and_grad = value_and_grad_in_parts(loss_fn, gradient_parts(config.gradient_parts, batch))
 
         def iss_state(params):
             if not cells:
@@ -222,8 +243,8 @@ def make_train(config: TrainConfig):
             y, mask = train_y[idx], train_mask[idx]
             if config.input_noise_std > 0:
                 y = y + correlated_noise(k_noise, y.shape, config.input_noise_std, config.input_noise_corr)
-            (loss, ll), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-                params, y, mask, jax.random.split(k_paths, batch), baseline)
+            (loss, ll), grads = value_and_grad(params, (y, mask, jax.random.split(k_paths, batch)), baseline,
+                                               jnp.sum(mask))
             updates, opt_state = two_optimiser_update(optimizer, grads, opt_state, params, phi, theta, warm)
             params = eqx.apply_updates(params, updates)
             if config.stability == "iss":
