@@ -12,6 +12,7 @@
   filter with this output can beat on one device (it bounds the stored-belief speed-up over dynamax there).
   With several CPU devices (run.py gives one per core, as ``memlab run`` does) the vmapped public filters split
   the sequences over them (``memlab.devices``); the "one device" row is the same filter unsplit, so both are shown.
+  ``result_alone`` times only allocating and writing the stored result (no filter): what every stored-belief row pays.
 
 Each implementation returns its natural public output - memlab log beliefs or LOF logits, dynamax
 probabilities - and is timed producing exactly that; max_abs_diff compares probabilities (memlab's output is
@@ -26,7 +27,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from timing import peer, side_by_side  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
+from timing import peer, side_by_side, timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
 
 from memlab.belief import filters
 from memlab.belief.examples import example_filters, two_state_example
@@ -34,6 +35,7 @@ from memlab.belief.exp_error import ErrorVsEpsilonConfig
 from memlab.belief.filters import LOF, lof, lof_parallel, log_belief
 from memlab.belief.hmm import HMM
 from memlab.belief.montecarlo import error_curves
+from memlab.devices import over_devices
 
 
 def fig1_sweep() -> dict:
@@ -145,7 +147,7 @@ def serial_filters(N: int, K: int = 1000, B: int = 2000, final_only: bool = Fals
                                                                             log_E[y]).filtered_probs)(ys)))
         impls.append(("dynamax hmm_filter (vmapped)", lambda: dyn(ys)))
     return side_by_side(f"exact HMM filter, serial, {'final belief' if final_only else 'every belief stored'}",
-                        impls, repeats=2, missing=None if dynamax else "pip install -e '.[bench]' adds dynamax",
+                        impls, repeats=5, missing=None if dynamax else "pip install -e '.[bench]' adds dynamax",
                         extra={"N": N, "T": K, "batch": B, "output": "memlab: log beliefs / logits; dynamax: "
                                "probabilities; diff in probabilities"})
 
@@ -163,9 +165,21 @@ def parallel_filters(N: int, K: int = 1000, B: int = 2000, chunk: int = 250, fin
                                                                       log_E[s]).filtered_probs)(y)))
         impls.append(("dynamax parallel hmm_filter (vmapped)", lambda: _chunked(dyn, ys, chunk)))
     return side_by_side(f"exact HMM filter, parallel, {'final belief' if final_only else 'every belief stored'}",
-                        impls, missing=None if par else "pip install -e '.[bench]' adds dynamax",
+                        impls, repeats=3, missing=None if par else "pip install -e '.[bench]' adds dynamax",
                         extra={"N": N, "T": K, "batch": B, "output": "memlab: logits; dynamax: probabilities; "
                                f"diff in probabilities; batch in chunks of {chunk}"})
+
+
+def result_alone(N: int, K: int = 1000, B: int = 2000) -> dict:
+    """What the stored-belief rows cannot avoid: a fresh (B, K, N) float32 result allocated and written once (a
+    constant, no filter), split over the devices as the public filters are, and on one device. Its first touch of
+    every memory page costs the kernel a page fault, which does not spread over the devices."""
+    ys = jnp.zeros((B, K), jnp.int32)
+    fill = lambda y: jnp.zeros((y.shape[0], K, N), jnp.float32) + y[:, :1, None]  # noqa: E731
+    split, whole = jax.jit(lambda ys: over_devices(fill, ys)), jax.jit(fill)
+    return {"benchmark": "a (batch, T, N) result alone, allocated and written once (no filter)", "N": N, "T": K,
+            "batch": B, "seconds_split": timed(lambda: split(ys), repeats=5),
+            "seconds_one_device": timed(lambda: whole(ys), repeats=5)}
 
 
 def exact_filters() -> list[dict]:
@@ -173,6 +187,7 @@ def exact_filters() -> list[dict]:
     for N in (2, 12, 64):
         for final_only in (False, True):
             rows += serial_filters(N, final_only=final_only)
+        rows.append(result_alone(N))
     for N, B, chunk in ((2, 2000, 500), (12, 2000, 250), (64, 100, 25)):  # N = 64: 16 MB per sequence and array
         for final_only in (False, True):
             rows += parallel_filters(N, B=B, chunk=chunk, final_only=final_only)

@@ -73,6 +73,8 @@ def side_by_side(workload: str, implementations: Sequence[tuple[str, Callable[[]
                  extra: dict | None = None) -> list[dict]:
     """Time every ``(name, fn)`` of one workload on identical inputs; compare outputs and times with ``reference``.
 
+    Each implementation's time is its best of ``repeats`` calls, the implementations called in turn each round.
+
     ``fn()`` returns the output to compare (a JAX / NumPy array or a torch tensor, same shape for all). ``reference``
     names one of the implementations (default: the last one, by convention the peer); if it is absent because its
     package is missing, pass ``missing`` (e.g. "pip install -e '.[bench]' adds dynamax") and the rows carry that
@@ -82,10 +84,11 @@ def side_by_side(workload: str, implementations: Sequence[tuple[str, Callable[[]
     if reference is not None and reference not in names:
         raise ValueError(f"reference {reference!r} is not one of the implementations {names}")
     reference = reference if reference is not None else (names[-1] if missing is None else None)
-    seconds, outputs = {}, {}
-    for name, fn in implementations:
-        outputs[name] = _as_numpy(_block(fn()))  # this first call is also the warm-up
-        seconds[name] = timed(fn, repeats, warm_up=False)
+    outputs = {name: _as_numpy(_block(fn())) for name, fn in implementations}  # the first calls are the warm-ups
+    seconds = dict.fromkeys(names, np.inf)
+    for _ in range(repeats):  # in turn, so a machine that slows down or speeds up mid-run touches every row alike
+        for name, fn in implementations:
+            seconds[name] = min(seconds[name], timed(fn, warm_up=False))
     rows = []
     for name in names:
         row = {"workload": workload, "implementation": name, **(extra or {}), "seconds": seconds[name]}
