@@ -337,7 +337,7 @@ EXPERIMENTS = [Experiment(
                               models=tuple(m for m in TABLE1_MODELS if m != "pissm-lstm-bounded")),
         # paper: the paper's data sizes (Pong 4000 training sequences), 5 seeds, 60 epochs; both Pong noises;
         # paper-mixture: the same with the exact mixture objective and eq. (6) sampling (issue 14)
-        # (each minibatch's gradient split over the cell's CPU devices: ~1.4x faster on 2 cores, issue 15)
+        # (each minibatch's gradient split over the cell's CPU devices: ~1.3x faster on 2 cores, issue 15)
         "paper": Table1Config(layout="paper", seeds=5, epochs=60, gradient_parts=None),
         "paper-mixture": Table1Config(layout="paper", seeds=5, epochs=60, estimator="mixture", gradient_parts=None),
     },
