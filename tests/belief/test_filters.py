@@ -139,10 +139,12 @@ def test_unnormalised_logits_drift_but_decode_like_the_belief():
 # ------------------------------------------------------------------ serial vs parallel
 
 
+@pytest.mark.parametrize("N", [5, 12])  # products as multiply-sums (below filters.ELEMENTWISE_BELOW) and as matmuls
 @pytest.mark.parametrize("dtype, rtol, controlled", [("float64", 1e-10, False), ("float32", 1e-4, True)])
-def test_lof_parallel_equals_serial(x64, dtype, rtol, controlled):
+def test_lof_parallel_equals_serial(x64, dtype, rtol, controlled, N):
+    assert 5 < filters.ELEMENTWISE_BELOW <= 12
     rng = np.random.default_rng(11 + controlled)
-    N, S, K, A = 5, 4, 100, 3  # K not a power of two
+    S, K, A = 4, 100, 3  # K not a power of two
     E, pi0 = cases.random_columns(rng, S, N), rng.dirichlet(np.ones(N))
     if controlled:
         T = np.stack([cases.random_columns(rng, N, N) for _ in range(A)])

@@ -274,6 +274,20 @@ def _rescale(M: Array, s: Array) -> tuple[Array, Array]:
     return M / safe.reshape(safe.shape + (1,) * len(axes)), s + jnp.where(ok, jnp.log(safe), -jnp.inf)
 
 
+# below this many states the parallel form's products are multiply-sums (a batched dot of tiny matrices is a loop
+# of tiny GEMM calls on the CPU; the elementwise form vectorises over the batch)
+ELEMENTWISE_BELOW = 8
+
+
+def _matmul(A: Array, B: Array) -> Array:
+    """A @ B for stacks of matrices (..., N, N) or A (..., N, N) @ vectors B (..., N)."""
+    if A.shape[-1] >= ELEMENTWISE_BELOW:
+        return A @ B if B.ndim == A.ndim else jnp.einsum("...ij,...j->...i", A, B)
+    if B.ndim == A.ndim:
+        return jnp.sum(A[..., :, :, None] * B[..., None, :, :], axis=-2)
+    return jnp.sum(A * B[..., None, :], axis=-1)
+
+
 def _prefix_apply(U: Array, s: Array, v: Array, t: Array) -> tuple[Array, Array]:
     """V_k = U_k ... U_1 v for k = 1..K, as rescaled vectors (K, N) and their log scales (K,).
 
@@ -283,14 +297,14 @@ def _prefix_apply(U: Array, s: Array, v: Array, t: Array) -> tuple[Array, Array]
     """
     K = U.shape[0]
     if K == 1:
-        V, tV = _rescale(U[0] @ v, s[0] + t)
+        V, tV = _rescale(_matmul(U[0], v), s[0] + t)
         return V[None], tV[None]
     half = K // 2
-    P, sp = _rescale(U[1:2 * half:2] @ U[0:2 * half:2], s[1:2 * half:2] + s[0:2 * half:2])
+    P, sp = _rescale(_matmul(U[1:2 * half:2], U[0:2 * half:2]), s[1:2 * half:2] + s[0:2 * half:2])
     V_even, t_even = _prefix_apply(P, sp, v, t)  # V_2, V_4, ...
     prev = jnp.concatenate([v[None], V_even[:(K + 1) // 2 - 1]])  # V_0 = v, V_2, ... before each odd step
     t_prev = jnp.concatenate([t[None], t_even[:(K + 1) // 2 - 1]])
-    V_odd, t_odd = _rescale(jnp.einsum("kij,kj->ki", U[0::2], prev), s[0::2] + t_prev)  # V_1, V_3, ...
+    V_odd, t_odd = _rescale(_matmul(U[0::2], prev), s[0::2] + t_prev)  # V_1, V_3, ...
     V = jnp.stack([V_odd[:half], V_even], axis=1).reshape(2 * half, -1)
     tV = jnp.stack([t_odd[:half], t_even], axis=1).reshape(2 * half)
     if K % 2:
