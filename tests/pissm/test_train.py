@@ -304,13 +304,13 @@ def test_train_config_rejects_bad_values(bad):
 
 
 def test_a_minibatch_gradient_in_parts_takes_the_same_step(data):
-    """One optimiser step (16 sequences, one minibatch) with the gradient in 1, 2 and 4 parts (run in turn on this
+    """One optimiser step (16 sequences, one minibatch) with the gradient in 1 and 4 parts (run in turn on this
     process's one device): the same loss and the same parameters after the step, up to float rounding; a part count
     that does not divide the minibatch is refused."""
     ty, tm, vy, vm = data
     model = make_model("gru", 3)
     results = []
-    for parts in (1, 2, 4):
+    for parts in (1, 4):  # (2 parts: tests/test_devices.py, on one device and on two)
         config = TrainConfig(epochs=1, batch_size=16, stability="iss", warmup_epochs=0, gradient_parts=parts)
         results.append(eqx.filter_jit(make_train(config))(jax.random.key(3), model, ty[:16], tm[:16], vy, vm))
     for result in results[1:]:
