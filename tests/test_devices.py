@@ -16,6 +16,11 @@ import pytest
 from memlab.devices import FLAG, host_devices_flags, over_devices, use_host_devices, value_and_grad_in_parts
 
 
+def on_devices(count: int) -> str:
+    """This process's XLA_FLAGS (the tests' compile flags, conftest.py) with ``count`` CPU devices."""
+    return host_devices_flags(count, override=True)
+
+
 def python(code: str, xla_flags: str = "") -> str:
     """Run ``code`` in a fresh interpreter with XLA_FLAGS = ``xla_flags``; its stdout."""
     env = {**os.environ, "XLA_FLAGS": xla_flags}
@@ -63,7 +68,7 @@ def test_on_one_device_over_devices_is_the_function_itself():
 
 def test_recall_predictions_are_the_same_numbers_on_two_devices():
     """The recall validation pass split over 2 devices (inside jit, as training runs it) against one device, for
-    8 examples (split evenly), 7 (one left over for one device) and 1 (fewer examples than devices)."""
+    7 examples (6 split evenly, the one left over on one device) and 1 (fewer examples than devices)."""
     code = """
         import json, equinox as eqx, jax, numpy as np
         from memlab.recall.runs import make_student
@@ -72,15 +77,15 @@ def test_recall_predictions_are_the_same_numbers_on_two_devices():
         task = RecallTask(alpha=0.75, context_length=40)
         model = make_student("mamba-1", 1, jax.random.key(0))
         out = {}
-        for n in (8, 7, 1):
+        for n in (7, 1):
             data = sample(jax.random.key(n), n, task)
             out[n] = [np.asarray(eqx.filter_jit(predictions)(model, data, 3)).tolist(),
                       float(eqx.filter_jit(mse)(model, data))]
         print(json.dumps([jax.local_device_count(), out]))
     """
-    (ones, one), (twos, two) = (json.loads(python(code, f"{FLAG}={k}")) for k in (1, 2))
+    (ones, one), (twos, two) = (json.loads(python(code, on_devices(k))) for k in (1, 2))
     assert (ones, twos) == (1, 2)
-    for n in ("8", "7", "1"):
+    for n in ("7", "1"):
         assert len(two[n][0]) == int(n)
         np.testing.assert_allclose(two[n][0], one[n][0], rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(two[n][1], one[n][1], rtol=1e-6)
@@ -131,7 +136,7 @@ def test_a_gradient_in_parts_over_two_devices_is_the_one_device_gradient():
     import json
     print(json.dumps([jax.local_device_count(), run(1), run(2), run(4)]))
     """
-    (ones, *one), (twos, *two) = (json.loads(python(code, f"{FLAG}={k}")) for k in (1, 2))
+    (ones, *one), (twos, *two) = (json.loads(python(code, on_devices(k))) for k in (1, 2))
     assert (ones, twos) == (1, 2)
     for a, b in zip(one, two, strict=True):
         _same_numbers(b, a)  # the same parts
@@ -157,7 +162,7 @@ def test_pissm_training_with_its_minibatch_gradient_over_two_devices():
                                                                                      eqx.is_inexact_array))]
         print(json.dumps([jax.local_device_count(), float(result.train_loss[0]), params]))
     """
-    (ones, one_loss, one), (twos, two_loss, two) = (json.loads(python(code, f"{FLAG}={k}")) for k in (1, 2))
+    (ones, one_loss, one), (twos, two_loss, two) = (json.loads(python(code, on_devices(k))) for k in (1, 2))
     assert (ones, twos) == (1, 2)
     np.testing.assert_allclose(two_loss, one_loss, rtol=1e-6)
     for a, b in zip(one, two, strict=True):
@@ -172,7 +177,7 @@ def test_memlab_run_gives_each_cell_the_devices_asked_for(tmp_path):
         sys.exit(cli.main(["run", "belief.logit-trace", "--profile", "tiny", "--out", sys.argv[1], "--no-progress"]
                           + sys.argv[2:]))
     """
-    for args, flags, expected in [(["--devices", "2"], f"{FLAG}=1", 2), ([], f"{FLAG}=3", 3)]:
+    for args, flags, expected in [(["--devices", "2"], on_devices(1), 2), ([], on_devices(3), 3)]:
         out = tmp_path / str(expected)
         done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(out), *args], capture_output=True,
                               text=True, env={**os.environ, "XLA_FLAGS": flags}, timeout=600)
@@ -181,12 +186,12 @@ def test_memlab_run_gives_each_cell_the_devices_asked_for(tmp_path):
 
 
 def test_vmapped_exact_filter_is_the_same_on_two_devices():
-    """log_belief under vmap splits the sequences over 2 devices; the log-space rerun (a belief near underflow)
-    happens on the share that needs it. 9 sequences (one left over), one driving a belief far below float's
-    range, one impossible observation (-inf), against one device."""
+    """log_belief, lof and lof_parallel under vmap split the sequences over 2 devices; the log-space rerun (a
+    belief near underflow) happens on the share that needs it. 9 sequences (one left over), one driving a belief far
+    below float's range, one impossible observation (-inf), against one device."""
     code = """
         import json, jax, jax.numpy as jnp, numpy as np
-        from memlab.belief.filters import log_belief, lof
+        from memlab.belief.filters import log_belief, lof, lof_parallel
         from memlab.belief.hmm import HMM
         T = jnp.array([[0.9, 0.0, 0.2], [0.0, 1.0, 0.0], [0.1, 0.0, 0.8]])  # column j: P(. | j); 1 keeps itself
         E = jnp.array([[0.7, 1e-6, 0.2], [0.3, 0.0, 0.8], [0.0, 1 - 1e-6, 0.0]])
@@ -194,12 +199,12 @@ def test_vmapped_exact_filter_is_the_same_on_two_devices():
         ys = jax.random.randint(jax.random.key(0), (9, 60), 0, 3)
         ys = ys.at[3].set(0)  # state 1 emits 0 with probability 1e-6: its belief falls far below 1e-38
         out = [jax.local_device_count()]
-        for f in (log_belief, lof):
+        for f in (log_belief, lof, lof_parallel):
             w = np.asarray(jax.jit(jax.vmap(lambda y: f(hmm, y)))(ys))
             out.append(np.where(np.isfinite(w), w, -1e300).tolist())
         print(json.dumps(out))
     """
-    (ones, *one), (twos, *two) = (json.loads(python(code, f"{FLAG}={k}")) for k in (1, 2))
+    (ones, *one), (twos, *two) = (json.loads(python(code, on_devices(k))) for k in (1, 2))
     assert (ones, twos) == (1, 2)
     for beliefs in (one[0], two[0]):  # state 1 of sequence 3 ends near log(1e-6 / 0.7) * 60: only the log-space
         assert -900 < beliefs[3][-1][1] < -700  # rerun reaches it (the fast pass alone would give -inf)
