@@ -157,7 +157,12 @@ def parallel_filters(N: int, K: int = 1000, B: int = 2000, chunk: int = 250, fin
     ys = jax.random.randint(jax.random.key(1), (B, K), 0, 4)
     last = (lambda x: x[:, -1]) if final_only else (lambda x: x)
     memlab = jax.jit(lambda y: last(jax.vmap(lambda s: lof_parallel(hmm, s))(y)))
-    impls = [("memlab lof_parallel (vmapped)", lambda: AsProbabilities(_chunked(memlab, ys, chunk)))]
+    impls = [(f"memlab lof_parallel (vmapped){_split_note()}", lambda: AsProbabilities(_chunked(memlab, ys, chunk)))]
+    if jax.local_device_count() > 1:  # what lof_parallel computes on one device: its batched form, unsplit
+        T_all, w0 = hmm.T[None], jnp.broadcast_to(jnp.log(hmm.pi0), (chunk, N))
+        whole = jax.jit(lambda y: last(filters._parallel_batch(T_all, hmm.E, w0[:len(y)], y, jnp.zeros_like(y))))
+        impls.append(("memlab lof_parallel, one device (its batched form)",
+                      lambda: AsProbabilities(_chunked(whole, ys, chunk))))
     par = peer("dynamax.hidden_markov_model.parallel_inference")
     if par is not None:
         log_E = jnp.log(hmm.E)

@@ -161,6 +161,38 @@ def test_lof_parallel_equals_serial(x64, dtype, rtol, controlled, N):
         assert_logits_close(par, ser, rtol)
 
 
+@pytest.mark.parametrize("controlled", [False, True])
+def test_vmapped_lof_parallel_runs_in_chunks_and_equals_each_sequence(x64, monkeypatch, controlled):
+    """Under vmap over sequences lof_parallel runs chunks of 3 sequences one after another (7 sequences: two chunks
+    and one left over), each row equal to the serial filter in float64; vmapped over the initial logits alone
+    (one shared sequence) and over models (the single-sequence form vmapped) too."""
+    rng = np.random.default_rng(41 + controlled)
+    N, S, A, B, K = 3, 4, 2, 7, 23
+    monkeypatch.setattr(filters, "PARALLEL_CHUNK_BYTES", 3 * K * N * N * 8)  # float64 step matrices: chunks of 3
+    E, pi0 = cases.random_columns(rng, S, N, 0.2), rng.dirichlet(np.ones(N))
+    T = np.stack([cases.random_columns(rng, N, N, 0.2) for _ in range(A)])
+    m = ControlledHMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0)) if controlled else \
+        HMM(jnp.asarray(T[0]), jnp.asarray(E), jnp.asarray(pi0))
+    yss, acts = rng.integers(0, S, size=(B, K)), rng.integers(0, A, size=(B, K))
+    w0s = rng.normal(size=(B, N))
+    acts_or_none = (lambda a: a) if controlled else (lambda a: None)
+
+    def batch(y, a, w):
+        return filters.lof_parallel(m, y, w0=w, actions=acts_or_none(a))
+
+    vmapped = jax.vmap(batch)
+    assert "scan" in str(jax.make_jaxpr(vmapped)(yss, acts, w0s))  # the chunks run in a loop
+    got = jax.jit(vmapped)(yss, acts, w0s)
+    over_w0 = jax.jit(jax.vmap(batch, in_axes=(None, None, 0)))(yss[0], acts[0], w0s)
+    for b in range(B):
+        assert_logits_close(got[b], lof(m, yss[b], w0=w0s[b], actions=acts_or_none(acts[b])), 1e-10)
+        assert_logits_close(over_w0[b], lof(m, yss[0], w0=w0s[b], actions=acts_or_none(acts[0])), 1e-10)
+    models = jax.tree.map(lambda x: jnp.stack([x, x]), m)
+    over_models = jax.jit(jax.vmap(lambda model: filters.lof_parallel(model, yss[1], actions=acts_or_none(acts[1]))))
+    for row in over_models(models):
+        assert_logits_close(row, lof(m, yss[1], actions=acts_or_none(acts[1])), 1e-10)
+
+
 # ------------------------------------------------------------------ zero probabilities: -inf, never NaN
 
 

@@ -27,6 +27,7 @@ functions directly on (B, N) logits, as the Monte-Carlo engine does.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -244,6 +245,14 @@ def _sequence_filter(normalize: bool, final_only: bool):
     def single(T_all, E, w0, ys, actions):
         return batched(T_all, E, w0[None], ys[None], actions[None])[0]
 
+    return _over_sequences(single, batched)
+
+
+def _over_sequences(single: Callable, batched: Callable) -> Callable:
+    """``single(T_all, E, w0, ys, actions)`` for one sequence, which under ``vmap`` over w0, ys or actions runs
+    ``batched`` (the same arguments with a leading batch axis) on each of this process's CPU devices, a share of
+    the sequences each (``devices.over_devices``; one device: simply batched). Under ``vmap`` over the model
+    (T_all or E) ``single`` is vmapped."""
     one = jax.custom_batching.custom_vmap(single)
 
     @one.def_vmap
@@ -253,8 +262,7 @@ def _sequence_filter(normalize: bool, final_only: bool):
             return jax.vmap(single, in_axes=axes)(T_all, E, w0, ys, actions), True
         w0, ys, actions = (x if b else jnp.broadcast_to(x, (axis_size, *x.shape))
                            for x, b in zip((w0, ys, actions), in_batched[2:], strict=True))
-        # the sequences split over this process's CPU devices (memlab.devices; one device: simply batched)
-        return over_devices(lambda *seqs: batched(T_all, E, *seqs), w0, ys, actions), True
+        return over_devices(functools.partial(batched, T_all, E), w0, ys, actions), True
 
     return one
 
@@ -319,7 +327,8 @@ def lof_parallel(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None,
     Every product and vector is stored as (M / max M, log max M) (``_prefix_apply``), so the logits are
     exact up to floating-point underflow of entries below ~1e-38 (float32) or ~1e-308 (float64) relative to
     the largest entry of a product: such an entry becomes -inf here while the serial ``lof`` keeps it finite.
-    Decoding is unaffected.
+    Decoding is unaffected. Under ``vmap`` over sequences the batch is split over this process's CPU devices and
+    runs a chunk of sequences at a time on each (``_parallel_batch``).
     """
     ys = jnp.asarray(ys, jnp.int32)
     actions = _check_inputs(model, ys, actions)
@@ -328,12 +337,38 @@ def lof_parallel(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None,
 
 @jax.jit
 def _lof_parallel(model, ys, w0, actions):
-    T_seq = jax.vmap(model.transition)(actions) if isinstance(model, ControlledHMM) else model.T[None]
-    U, s = _rescale(model.E[ys][:, :, None] * T_seq, jnp.zeros(len(ys), model.E.dtype))  # eq. (57)
+    T_all = model.T if isinstance(model, ControlledHMM) else model.T[None]
+    return _parallel_filter(T_all, model.E, w0, ys, actions)
+
+
+def _parallel_one(T_all: Array, E: Array, w0: Array, ys: Array, actions: Array) -> Array:
+    """One sequence's logits (K, N) by the parallel prefix: T_all (A, N, N), E, w0 (N,), ys and actions (K,)."""
+    T_seq = T_all[actions] if T_all.shape[0] > 1 else T_all
+    U, s = _rescale(E[ys][:, :, None] * T_seq, jnp.zeros(len(ys), E.dtype))  # eq. (57)
     m = _finite_max(w0)[0]
     v, t = _rescale(jnp.exp(w0 - m), m)
     V, tV = _prefix_apply(U, s, v, t)
     return jnp.log(V) + tV[:, None]
+
+
+# the batched parallel form runs this many bytes of step matrices (chunk, K, N, N) at a time: its products, each a
+# fresh buffer, then fit in memory the allocator reuses instead of being page-faulted in anew on every call
+# (N = 12, K = 1000, 250 sequences on one device: 1.9 s per 2000 as one batch, 1.3 s in chunks of 16; measured
+# with benchmarks/bench_belief.py's sizes)
+PARALLEL_CHUNK_BYTES = 4 * 2**20
+
+
+def _parallel_batch(T_all: Array, E: Array, w0: Array, ys: Array, actions: Array) -> Array:
+    """``_parallel_one`` for a batch on one device, w0 (B, N), ys and actions (B, K) -> (B, K, N): vmapped over
+    chunks of sequences holding about ``PARALLEL_CHUNK_BYTES`` of step matrices each, one chunk after another."""
+    B, K = ys.shape
+    chunk = max(1, PARALLEL_CHUNK_BYTES // (K * w0.shape[-1] ** 2 * E.dtype.itemsize))
+    if chunk >= B:
+        return jax.vmap(_parallel_one, in_axes=(None, None, 0, 0, 0))(T_all, E, w0, ys, actions)
+    return jax.lax.map(lambda seq: _parallel_one(T_all, E, *seq), (w0, ys, actions), batch_size=chunk)
+
+
+_parallel_filter = _over_sequences(_parallel_one, _parallel_batch)
 
 
 def bayes_decode(w: Array) -> Array:
