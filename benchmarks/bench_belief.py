@@ -140,6 +140,9 @@ def serial_filters(N: int, K: int = 1000, B: int = 2000, final_only: bool = Fals
     if jax.local_device_count() > 1:  # what log_belief computes on one device: its batched form, unsplit
         whole = jax.jit(lambda ys: filters._exact_filter(T_all, hmm.E, w0, ys, acts, True, final_only))
         impls.insert(1, ("memlab log_belief, one device (its batched form)", lambda: AsProbabilities(whole(ys))))
+        # the bound for the split public filters: the same bare recursion, its sequences split over the devices
+        bound_split = jax.jit(lambda ys: over_devices(lambda y: bare_recursion(hmm, y, final_only), ys))
+        impls.insert(3, (f"bound{_split_note()} (not an API)", lambda: AsProbabilities(bound_split(ys))))
     dynamax = peer("dynamax.hidden_markov_model")
     if dynamax is not None:
         log_E = jnp.log(hmm.E)

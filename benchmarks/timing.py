@@ -21,6 +21,9 @@ import jax
 import numpy as np
 
 PEER_PACKAGES = ("dynamax", "mambapy", "filterpy", "torch")
+# side_by_side runs at least ``repeats`` rounds, and more (up to MAX_ROUNDS) while a round is short: the best of 3
+# calls of 10-20 ms varied 1.3-2.3x between two runs of the same code on the same day
+SHORT_ROUNDS_SECONDS, MAX_ROUNDS = 3.0, 20
 
 
 def _block(out):
@@ -73,7 +76,8 @@ def side_by_side(workload: str, implementations: Sequence[tuple[str, Callable[[]
                  extra: dict | None = None) -> list[dict]:
     """Time every ``(name, fn)`` of one workload on identical inputs; compare outputs and times with ``reference``.
 
-    Each implementation's time is its best of ``repeats`` calls, the implementations called in turn each round.
+    Each implementation's time is its best of ``repeats`` calls (more while a round of calls is short:
+    ``SHORT_ROUNDS_SECONDS``), the implementations called in turn each round.
 
     ``fn()`` returns the output to compare (a JAX / NumPy array or a torch tensor, same shape for all). ``reference``
     names one of the implementations (default: the last one, by convention the peer); if it is absent because its
@@ -86,9 +90,13 @@ def side_by_side(workload: str, implementations: Sequence[tuple[str, Callable[[]
     reference = reference if reference is not None else (names[-1] if missing is None else None)
     outputs = {name: _as_numpy(_block(fn())) for name, fn in implementations}  # the first calls are the warm-ups
     seconds = dict.fromkeys(names, np.inf)
-    for _ in range(repeats):  # in turn, so a machine that slows down or speeds up mid-run touches every row alike
+    rounds, done, start = repeats, 0, time.perf_counter()
+    while done < rounds:  # in turn, so a machine that slows down or speeds up mid-run touches every row alike
         for name, fn in implementations:
             seconds[name] = min(seconds[name], timed(fn, warm_up=False))
+        done += 1
+        if done == 1:  # short calls are the noisiest: more rounds, about SHORT_ROUNDS_SECONDS of them in all
+            rounds = max(repeats, min(MAX_ROUNDS, int(SHORT_ROUNDS_SECONDS / (time.perf_counter() - start))))
     rows = []
     for name in names:
         row = {"workload": workload, "implementation": name, **(extra or {}), "seconds": seconds[name]}
