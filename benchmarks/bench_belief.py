@@ -22,6 +22,7 @@ takes a transition before y_1, so dynamax gets T pi0 as its initial distribution
 
 from __future__ import annotations
 
+import math
 import time
 
 import jax
@@ -93,7 +94,7 @@ def bare_recursion(hmm: HMM, ys: jax.Array, final_only: bool) -> jax.Array:
     orient = (lambda x: x.T) if state_major else (lambda x: x)  # (B, N) <-> the layout of p
 
     def step(p, y):
-        q = (hmm.T @ p if state_major else p @ hmm.T.T) * orient(hmm.E[y])
+        q = filters._transition(hmm.T[None], p, None, state_major) * orient(hmm.E[y])  # the filter's T p
         return q / jnp.sum(q, axis=0 if state_major else 1, keepdims=True)
 
     p0 = orient(jnp.broadcast_to(hmm.pi0, (B, hmm.num_states)))
@@ -159,11 +160,12 @@ def parallel_filters(N: int, K: int = 1000, B: int = 2000, chunk: int = 250, fin
     hmm = random_hmm(N, 4)
     ys = jax.random.randint(jax.random.key(1), (B, K), 0, 4)
     last = (lambda x: x[:, -1]) if final_only else (lambda x: x)
-    memlab = jax.jit(lambda y: last(jax.vmap(lambda s: lof_parallel(hmm, s))(y)))
+    memlab = jax.jit(jax.vmap(lambda s: lof_parallel(hmm, s, final_only=final_only)))
     impls = [(f"memlab lof_parallel (vmapped){_split_note()}", lambda: AsProbabilities(_chunked(memlab, ys, chunk)))]
     if jax.local_device_count() > 1:  # what lof_parallel computes on one device: its batched form, unsplit
-        T_all, w0 = hmm.T[None], jnp.broadcast_to(jnp.log(hmm.pi0), (chunk, N))
-        whole = jax.jit(lambda y: last(filters._parallel_batch(T_all, hmm.E, w0[:len(y)], y, jnp.zeros_like(y))))
+        T_all, w0, block = hmm.T[None], jnp.broadcast_to(jnp.log(hmm.pi0), (chunk, N)), math.isqrt(K - 1) + 1
+        whole = jax.jit(lambda y: filters._parallel_batch(T_all, hmm.E, w0[:len(y)], y, jnp.zeros_like(y),
+                                                          final_only, block))
         impls.append(("memlab lof_parallel, one device (its batched form)",
                       lambda: AsProbabilities(_chunked(whole, ys, chunk))))
     par = peer("dynamax.hidden_markov_model.parallel_inference")

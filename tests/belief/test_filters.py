@@ -19,7 +19,7 @@ from memlab.belief.hmm import HMM, ControlledHMM
 # associative_scan compiles each level's ops one by one). Input checks are tested on the eager forms.
 lof = jax.jit(filters.lof, static_argnames="normalize")
 log_belief = jax.jit(filters.log_belief)
-lof_parallel = jax.jit(filters.lof_parallel)
+lof_parallel = jax.jit(filters.lof_parallel, static_argnames=("final_only", "block"))
 
 
 
@@ -159,6 +159,23 @@ def test_lof_parallel_equals_serial(x64, dtype, rtol, controlled, N):
         par = lof_parallel(m, ys, w0=w0, actions=acts)
         assert ser.dtype == par.dtype == jnp.dtype(dtype)
         assert_logits_close(par, ser, rtol)
+        assert_logits_close(lof_parallel(m, ys, w0=w0, actions=acts, final_only=True), ser[-1], rtol)
+
+
+@pytest.mark.parametrize("block", [1, 2, 7, 99, 100, 101, 250])
+def test_lof_parallel_blocks_equal_serial(x64, block):
+    """Any block length gives the serial logits: one step per block (the plain parallel prefix), blocks that leave
+    a short last block (padded with identity steps), one block holding every step, a block longer than K; and the
+    final logits alone."""
+    rng = np.random.default_rng(5)
+    N, S, A, K = 4, 3, 2, 100
+    T = np.stack([cases.random_columns(rng, N, N, 0.2) for _ in range(A)])
+    m = ControlledHMM(jnp.asarray(T), jnp.asarray(cases.random_columns(rng, S, N, 0.2)), jnp.asarray(rng.dirichlet(
+        np.ones(N))))
+    ys, acts = jnp.asarray(random_obs(rng, S, K)), jnp.asarray(rng.integers(0, A, size=K))
+    w_ref = reference_filter(T, np.asarray(m.E), _log(np.asarray(m.pi0)), np.asarray(ys), np.asarray(acts))[1]
+    assert_logits_close(filters.lof_parallel(m, ys, actions=acts, block=block), w_ref, 1e-10)
+    assert_logits_close(filters.lof_parallel(m, ys, actions=acts, final_only=True, block=block), w_ref[-1], 1e-10)
 
 
 @pytest.mark.parametrize("controlled", [False, True])
@@ -168,7 +185,8 @@ def test_vmapped_lof_parallel_runs_in_chunks_and_equals_each_sequence(x64, monke
     (one shared sequence) and over models (the single-sequence form vmapped) too."""
     rng = np.random.default_rng(41 + controlled)
     N, S, A, B, K = 3, 4, 2, 7, 23
-    monkeypatch.setattr(filters, "PARALLEL_CHUNK_BYTES", 3 * K * N * N * 8)  # float64 step matrices: chunks of 3
+    block = 5  # lof_parallel's default for K = 23: ceil(sqrt(23)); 5 blocks
+    monkeypatch.setattr(filters, "PARALLEL_CHUNK_BYTES", 3 * (K * N + 5 * N * N) * 8)  # float64: chunks of 3
     E, pi0 = cases.random_columns(rng, S, N, 0.2), rng.dirichlet(np.ones(N))
     T = np.stack([cases.random_columns(rng, N, N, 0.2) for _ in range(A)])
     m = ControlledHMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0)) if controlled else \
@@ -178,10 +196,10 @@ def test_vmapped_lof_parallel_runs_in_chunks_and_equals_each_sequence(x64, monke
     acts_or_none = (lambda a: a) if controlled else (lambda a: None)
 
     def batch(y, a, w):
-        return filters.lof_parallel(m, y, w0=w, actions=acts_or_none(a))
+        return filters.lof_parallel(m, y, w0=w, actions=acts_or_none(a), block=block)
 
     vmapped = jax.vmap(batch)
-    assert "scan" in str(jax.make_jaxpr(vmapped)(yss, acts, w0s))  # the chunks run in a loop
+    assert "length=2" in str(jax.make_jaxpr(vmapped)(yss, acts, w0s))  # the two whole chunks run in a loop
     got = jax.jit(vmapped)(yss, acts, w0s)
     over_w0 = jax.jit(jax.vmap(batch, in_axes=(None, None, 0)))(yss[0], acts[0], w0s)
     for b in range(B):
@@ -450,6 +468,9 @@ def test_lof_rejects_bad_input():
             fn(cm, jnp.zeros(3, int), actions=jnp.zeros(4, int))
     with pytest.raises(ValueError, match="actions"):
         filters.log_belief(cm, jnp.zeros(3, int))
+    for block in (0, 2.5):
+        with pytest.raises(ValueError, match="block must be an int >= 1"):
+            filters.lof_parallel(m, jnp.zeros(3, int), block=block)
 
 
 @pytest.mark.parametrize("bad", [2, -1])

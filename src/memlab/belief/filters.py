@@ -5,8 +5,9 @@
                      run in probability space with a carried log normaliser (w_k = log alpha_k + offset_k),
                      rerun with a log-sum-exp per row only if a belief of the batch came near underflow.
 * ``lof_parallel`` — the same logits from normalised products U_k ... U_1 exp(w_0),
-                     U_k = diag(E^T y_k) T(a_{k-1}) (eq. 57), by a parallel prefix of depth 2 log2 K
-                     (pair products, then one matrix-vector product per prefix).
+                     U_k = diag(E^T y_k) T(a_{k-1}) (eq. 57), in parallel over blocks of ~sqrt(K) steps:
+                     each block's product, a parallel prefix over the blocks (pair products, then one
+                     matrix-vector product per prefix), then each block's steps from its starting vector.
 * ``log_belief``   — log alpha_k = w_k - logsumexp(w_k), eq. (6)/(8).
 * ``bayes_decode`` — argmax of the logits: the Bayes-optimal (MAP) decoder of section 5.
 
@@ -27,6 +28,7 @@ functions directly on (B, N) logits, as the Monte-Carlo engine does.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import equinox as eqx
@@ -35,7 +37,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from memlab.belief.hmm import HMM, ControlledHMM
-from memlab.checks import check_indices
+from memlab.checks import check_indices, check_int
 from memlab.devices import over_devices
 from memlab.logspace import safe_log
 
@@ -156,11 +158,17 @@ def _underflow_floor(T_all: Array, E: Array) -> Array:
 # below this many states the fast pass keeps the batch on the last axis, (N, B); from it on, on the first, (B, N)
 # (the matmul then dominates and prefers a long contiguous state axis; measured in benchmarks/bench_belief.py)
 STATE_MAJOR_BELOW = 32
+# below this many states the products are multiply-sums (the fast pass's T p with the batch on the last axis, the
+# parallel form's products): a dot of tiny matrices is a loop of tiny GEMM calls on the CPU, the elementwise form
+# vectorises over the batch (measured: N = 2 serial, 2000 x 1000 steps, 2 devices, 11-13 ms -> 10 ms; no gain at 12)
+ELEMENTWISE_BELOW = 8
 
 
 def _transition(T_all: Array, p: Array, a: Array, state_major: bool) -> Array:
     """T(a_b) p_b for every sequence b: T_all (A, N, N), a (B,), p (N, B) if ``state_major`` else (B, N)."""
     if T_all.shape[0] == 1:
+        if state_major and p.shape[0] < ELEMENTWISE_BELOW:  # a multiply-sum over the batch rows, not a tiny GEMM
+            return jnp.sum(T_all[0][:, :, None] * p[None], axis=1)
         return T_all[0] @ p if state_major else p @ T_all[0].T
     if state_major:
         return jnp.take_along_axis(jnp.einsum("aij,jb->aib", T_all, p), a[None, None], axis=0)[0]
@@ -282,11 +290,6 @@ def _rescale(M: Array, s: Array) -> tuple[Array, Array]:
     return M / safe.reshape(safe.shape + (1,) * len(axes)), s + jnp.where(ok, jnp.log(safe), -jnp.inf)
 
 
-# below this many states the parallel form's products are multiply-sums (a batched dot of tiny matrices is a loop
-# of tiny GEMM calls on the CPU; the elementwise form vectorises over the batch)
-ELEMENTWISE_BELOW = 8
-
-
 def _matmul(A: Array, B: Array) -> Array:
     """A @ B for stacks of matrices (..., N, N) or A (..., N, N) @ vectors B (..., N)."""
     if A.shape[-1] >= ELEMENTWISE_BELOW:
@@ -320,11 +323,19 @@ def _prefix_apply(U: Array, s: Array, v: Array, t: Array) -> tuple[Array, Array]
     return V, tV
 
 
-def lof_parallel(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None,
-                 actions: Array | None = None) -> Array:
-    """LOF logits (K, N) from a parallel prefix of U_k = diag(E^T y_k) T(a_{k-1}) applied to exp(w_0) (eq. 57).
+def lof_parallel(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None, actions: Array | None = None,
+                 final_only: bool = False, block: int | None = None) -> Array:
+    """LOF logits (K, N) (or w_K alone (N,) if ``final_only``) from parallel products of U_k = diag(E^T y_k)
+    T(a_{k-1}) applied to exp(w_0) (eq. 57), in three phases over blocks of ``block`` steps (default ceil(sqrt K)):
 
-    Every product and vector is stored as (M / max M, log max M) (``_prefix_apply``), so the logits are
+    1. every block's product U_{b+block} ... U_{b+1}, all blocks at once, ``block`` steps each;
+    2. a parallel prefix over the K / block block products applied to exp(w_0) (``_prefix_apply``, depth
+       2 log2(K / block)): the vector at the start of every block;
+    3. every block's steps from its starting vector, all blocks at once (skipped with ``final_only``).
+
+    Depth 2 block + 2 log2(K / block) and work K matmuls + K matvecs of N x N (``block=1``: the plain parallel prefix
+    of depth 2 log2 K, over twice the work of the serial filter; larger blocks trade depth for
+    less memory traffic). Every product and vector is stored as (M / max M, log max M), so the logits are
     exact up to floating-point underflow of entries below ~1e-38 (float32) or ~1e-308 (float64) relative to
     the largest entry of a product: such an entry becomes -inf here while the serial ``lof`` keeps it finite.
     Decoding is unaffected. Under ``vmap`` over sequences the batch is split over this process's CPU devices and
@@ -332,43 +343,85 @@ def lof_parallel(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None,
     """
     ys = jnp.asarray(ys, jnp.int32)
     actions = _check_inputs(model, ys, actions)
-    return _lof_parallel(model, ys, _initial_logits(model, w0), actions)
+    block = math.isqrt(max(len(ys) - 1, 0)) + 1 if block is None else check_int("block", block)
+    return _lof_parallel(model, ys, _initial_logits(model, w0), actions, final_only, block)
 
 
-@jax.jit
-def _lof_parallel(model, ys, w0, actions):
+@functools.partial(jax.jit, static_argnames=("final_only", "block"))
+def _lof_parallel(model, ys, w0, actions, final_only, block):
     T_all = model.T if isinstance(model, ControlledHMM) else model.T[None]
-    return _parallel_filter(T_all, model.E, w0, ys, actions)
+    return _parallel_filter(final_only, block)(T_all, model.E, w0, ys, actions)
 
 
-def _parallel_one(T_all: Array, E: Array, w0: Array, ys: Array, actions: Array) -> Array:
-    """One sequence's logits (K, N) by the parallel prefix: T_all (A, N, N), E, w0 (N,), ys and actions (K,)."""
-    T_seq = T_all[actions] if T_all.shape[0] > 1 else T_all
-    U, s = _rescale(E[ys][:, :, None] * T_seq, jnp.zeros(len(ys), E.dtype))  # eq. (57)
+def _parallel_one(T_all: Array, E: Array, w0: Array, ys: Array, actions: Array, final_only: bool,
+                  block: int) -> Array:
+    """One sequence's logits (K, N), or (N,) if ``final_only``, by the three phases of ``lof_parallel``.
+
+    T_all (A, N, N), E (S, N), w0 (N,), ys and actions (K,). The steps are laid out (block, K / block), step c of
+    every block in row c, and each U_k is made from (y_k, a_{k-1}) where a phase needs it, never stored for all k.
+    A last block shorter than ``block`` is padded with identity steps.
+    """
+    K, N = ys.shape[0], w0.shape[-1]
+    num_blocks = -(-K // block)
+    pad = num_blocks * block - K
+    by_step = lambda x: jnp.pad(x, (0, pad)).reshape(num_blocks, block).T  # noqa: E731  (K,) -> (block, blocks)
+    steps = (by_step(ys), by_step(actions), by_step(jnp.ones(K, bool)))
+    E_hat, log_e = _rescale(E, jnp.zeros(E.shape[0], E.dtype))  # each symbol's row of E scaled to max 1
+    eye = jnp.eye(N, dtype=E.dtype)
+
+    def step_matrices(y, a, real):  # eq. (57) for one step of every block: (blocks, N, N), log scales (blocks,)
+        U = E_hat[y][:, :, None] * (T_all[a] if T_all.shape[0] > 1 else T_all[0])
+        return jnp.where(real[:, None, None], U, eye), jnp.where(real, log_e[y], 0.0)
+
+    def multiply(carry, step):  # phase 1: P <- U P for every block
+        U, s = step_matrices(*step)
+        return _rescale(_matmul(U, carry[0]), carry[1] + s), None
+
+    start = (jnp.broadcast_to(eye, (num_blocks, N, N)), jnp.zeros(num_blocks, E.dtype))
+    (P, sP), _ = jax.lax.scan(multiply, start, steps)
     m = _finite_max(w0)[0]
     v, t = _rescale(jnp.exp(w0 - m), m)
-    V, tV = _prefix_apply(U, s, v, t)
-    return jnp.log(V) + tV[:, None]
+    V, tV = _prefix_apply(P, sP, v, t)  # phase 2: the vector after every block
+    if final_only:
+        return jnp.log(V[-1]) + tV[-1]
+
+    def advance(carry, step):  # phase 3: x <- U x for every block
+        U, s = step_matrices(*step)
+        x, tx = _rescale(_matmul(U, carry[0]), carry[1] + s)
+        return (x, tx), jnp.log(x) + tx[:, None]
+
+    starts = (jnp.concatenate([v[None], V[:-1]]), jnp.concatenate([t[None], tV[:-1]]))
+    _, w = jax.lax.scan(advance, starts, steps)  # (block, blocks, N)
+    return w.transpose(1, 0, 2).reshape(num_blocks * block, N)[:K]
 
 
-# the batched parallel form runs this many bytes of step matrices (chunk, K, N, N) at a time: its products, each a
-# fresh buffer, then fit in memory the allocator reuses instead of being page-faulted in anew on every call
-# (N = 12, K = 1000, 250 sequences on one device: 1.9 s per 2000 as one batch, 1.3 s in chunks of 16; measured
-# with benchmarks/bench_belief.py's sizes)
-PARALLEL_CHUNK_BYTES = 4 * 2**20
+# the batched parallel form runs this many bytes of results and block products, (chunk, K, N) and (chunk, K / block,
+# N, N), at a time: its buffers then fit in memory the allocator reuses instead of being page-faulted in anew on
+# every call (measured with benchmarks/bench_belief.py's sizes, K = 1000, block 32, one device: N = 12, 2000
+# sequences 0.84 s as one batch, 0.49-0.51 s in chunks of 250-500; N = 64, 200 sequences 1.54 s, 1.04-1.07 s in
+# chunks of 16-50; N = 2 the same at any chunk from 16 to 2000)
+PARALLEL_CHUNK_BYTES = 16 * 2**20
 
 
-def _parallel_batch(T_all: Array, E: Array, w0: Array, ys: Array, actions: Array) -> Array:
-    """``_parallel_one`` for a batch on one device, w0 (B, N), ys and actions (B, K) -> (B, K, N): vmapped over
-    chunks of sequences holding about ``PARALLEL_CHUNK_BYTES`` of step matrices each, one chunk after another."""
-    B, K = ys.shape
-    chunk = max(1, PARALLEL_CHUNK_BYTES // (K * w0.shape[-1] ** 2 * E.dtype.itemsize))
+def _parallel_batch(T_all: Array, E: Array, w0: Array, ys: Array, actions: Array, final_only: bool,
+                    block: int) -> Array:
+    """``_parallel_one`` for a batch on one device, w0 (B, N), ys and actions (B, K) -> (B, K, N) (or (B, N)):
+    vmapped over chunks of sequences holding about ``PARALLEL_CHUNK_BYTES`` each, one chunk after another."""
+    (B, K), N = ys.shape, w0.shape[-1]
+    per_sequence = (K * N + -(-K // block) * N * N) * E.dtype.itemsize
+    chunk = max(1, PARALLEL_CHUNK_BYTES // per_sequence)
+    one = functools.partial(_parallel_one, T_all, E, final_only=final_only, block=block)
     if chunk >= B:
-        return jax.vmap(_parallel_one, in_axes=(None, None, 0, 0, 0))(T_all, E, w0, ys, actions)
-    return jax.lax.map(lambda seq: _parallel_one(T_all, E, *seq), (w0, ys, actions), batch_size=chunk)
+        return jax.vmap(one)(w0, ys, actions)
+    return jax.lax.map(lambda seq: one(*seq), (w0, ys, actions), batch_size=chunk)
 
 
-_parallel_filter = _over_sequences(_parallel_one, _parallel_batch)
+@functools.cache
+def _parallel_filter(final_only: bool, block: int):
+    """``_parallel_one`` for one sequence (T_all, E, w0, ys, actions), run under ``vmap`` over sequences as
+    ``_parallel_batch`` on each CPU device (``_over_sequences``)."""
+    options = {"final_only": final_only, "block": block}
+    return _over_sequences(functools.partial(_parallel_one, **options), functools.partial(_parallel_batch, **options))
 
 
 def bayes_decode(w: Array) -> Array:
