@@ -198,7 +198,8 @@ def exact_filters() -> list[dict]:
         for final_only in (False, True):
             rows += serial_filters(N, final_only=final_only)
         rows.append(result_alone(N))
-    for N, B, chunk in ((2, 2000, 500), (12, 2000, 250), (64, 100, 25)):  # N = 64: 16 MB per sequence and array
+    # whole batches where they fit: N = 2 holds 16 KB per sequence; N = 12 0.6 MB, N = 64 16 MB per sequence and array
+    for N, B, chunk in ((2, 2000, 2000), (12, 2000, 250), (64, 100, 25)):
         for final_only in (False, True):
             rows += parallel_filters(N, B=B, chunk=chunk, final_only=final_only)
     return rows
