@@ -22,7 +22,6 @@ takes a transition before y_1, so dynamax gets T pi0 as its initial distribution
 
 from __future__ import annotations
 
-import math
 import time
 
 import jax
@@ -163,7 +162,7 @@ def parallel_filters(N: int, K: int = 1000, B: int = 2000, chunk: int = 250, fin
     memlab = jax.jit(jax.vmap(lambda s: lof_parallel(hmm, s, final_only=final_only)))
     impls = [(f"memlab lof_parallel (vmapped){_split_note()}", lambda: AsProbabilities(_chunked(memlab, ys, chunk)))]
     if jax.local_device_count() > 1:  # what lof_parallel computes on one device: its batched form, unsplit
-        T_all, w0, block = hmm.T[None], jnp.broadcast_to(jnp.log(hmm.pi0), (chunk, N)), math.isqrt(K - 1) + 1
+        T_all, w0, block = hmm.T[None], jnp.broadcast_to(jnp.log(hmm.pi0), (chunk, N)), filters.default_block(K)
         whole = jax.jit(lambda y: filters._parallel_batch(T_all, hmm.E, w0[:len(y)], y, jnp.zeros_like(y),
                                                           final_only, block))
         impls.append(("memlab lof_parallel, one device (its batched form)",

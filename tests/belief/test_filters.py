@@ -185,8 +185,9 @@ def test_vmapped_lof_parallel_runs_in_chunks_and_equals_each_sequence(x64, monke
     (one shared sequence) and over models (the single-sequence form vmapped) too."""
     rng = np.random.default_rng(41 + controlled)
     N, S, A, B, K = 3, 4, 2, 7, 23
-    block = 5  # lof_parallel's default for K = 23: ceil(sqrt(23)); 5 blocks
-    monkeypatch.setattr(filters, "PARALLEL_CHUNK_BYTES", 3 * (K * N + 5 * N * N) * 8)  # float64: chunks of 3
+    block = filters.default_block(K)  # 5: 5 blocks
+    num_blocks = -(-K // block)  # results and block products, float64: chunks of 3
+    monkeypatch.setattr(filters, "PARALLEL_CHUNK_BYTES", 3 * (K * N + num_blocks * N * N) * 8)
     E, pi0 = cases.random_columns(rng, S, N, 0.2), rng.dirichlet(np.ones(N))
     T = np.stack([cases.random_columns(rng, N, N, 0.2) for _ in range(A)])
     m = ControlledHMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0)) if controlled else \

@@ -164,12 +164,19 @@ STATE_MAJOR_BELOW = 32
 ELEMENTWISE_BELOW = 8
 
 
+def _matmul(A: Array, B: Array) -> Array:
+    """A @ B for A (..., N, N) and matrices B (..., N, M) or vectors B (..., N)."""
+    if A.shape[-1] >= ELEMENTWISE_BELOW:
+        return A @ B if B.ndim == A.ndim else jnp.einsum("...ij,...j->...i", A, B)
+    if B.ndim == A.ndim:
+        return jnp.sum(A[..., :, :, None] * B[..., None, :, :], axis=-2)
+    return jnp.sum(A * B[..., None, :], axis=-1)
+
+
 def _transition(T_all: Array, p: Array, a: Array, state_major: bool) -> Array:
     """T(a_b) p_b for every sequence b: T_all (A, N, N), a (B,), p (N, B) if ``state_major`` else (B, N)."""
     if T_all.shape[0] == 1:
-        if state_major and p.shape[0] < ELEMENTWISE_BELOW:  # a multiply-sum over the batch rows, not a tiny GEMM
-            return jnp.sum(T_all[0][:, :, None] * p[None], axis=1)
-        return T_all[0] @ p if state_major else p @ T_all[0].T
+        return _matmul(T_all[0], p) if state_major else p @ T_all[0].T
     if state_major:
         return jnp.take_along_axis(jnp.einsum("aij,jb->aib", T_all, p), a[None, None], axis=0)[0]
     return jnp.einsum("bij,bj->bi", T_all[a], p)
@@ -290,15 +297,6 @@ def _rescale(M: Array, s: Array) -> tuple[Array, Array]:
     return M / safe.reshape(safe.shape + (1,) * len(axes)), s + jnp.where(ok, jnp.log(safe), -jnp.inf)
 
 
-def _matmul(A: Array, B: Array) -> Array:
-    """A @ B for stacks of matrices (..., N, N) or A (..., N, N) @ vectors B (..., N)."""
-    if A.shape[-1] >= ELEMENTWISE_BELOW:
-        return A @ B if B.ndim == A.ndim else jnp.einsum("...ij,...j->...i", A, B)
-    if B.ndim == A.ndim:
-        return jnp.sum(A[..., :, :, None] * B[..., None, :, :], axis=-2)
-    return jnp.sum(A * B[..., None, :], axis=-1)
-
-
 def _prefix_apply(U: Array, s: Array, v: Array, t: Array) -> tuple[Array, Array]:
     """V_k = U_k ... U_1 v for k = 1..K, as rescaled vectors (K, N) and their log scales (K,).
 
@@ -343,8 +341,13 @@ def lof_parallel(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None,
     """
     ys = jnp.asarray(ys, jnp.int32)
     actions = _check_inputs(model, ys, actions)
-    block = math.isqrt(max(len(ys) - 1, 0)) + 1 if block is None else check_int("block", block)
+    block = default_block(len(ys)) if block is None else check_int("block", block)
     return _lof_parallel(model, ys, _initial_logits(model, w0), actions, final_only, block)
+
+
+def default_block(K: int) -> int:
+    """``lof_parallel``'s block length for K steps: ceil(sqrt(K)) (32 for K = 1000), at least 1."""
+    return math.isqrt(max(K - 1, 0)) + 1
 
 
 @functools.partial(jax.jit, static_argnames=("final_only", "block"))
