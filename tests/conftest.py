@@ -100,7 +100,8 @@ def check_tiny_run(request):
         (copy / "results.json").unlink()
         for cell in share:
             (copy / "cells" / cell).unlink()
-        run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=copy, progress=False, executor=executor)
+        # without the cell store, which holds every cell by now: the executor must compute the deleted ones
+        run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=copy, progress=False, executor=executor, store=False)
         doc = json.loads((copy / "results.json").read_text())
         assert doc["cells"]["computed"] == len(share), executor.name
         assert (doc["results"], doc["claims"]) == (results["results"], results["claims"]), executor.name
@@ -160,7 +161,8 @@ def x64():
 # fail_cell: cell index that raises RuntimeError
 # swallowed_sigint_in: cell index whose compute() gets a real SIGINT inside a __del__, where Python can only
 # print the KeyboardInterrupt as "Exception ignored" (as in JAX's gc callback) and compute() goes on
-STATE: dict = {"interrupt_after": None, "swallowed_sigint_in": None, "fail_cell": None, "computed": 0}
+# sleep: seconds each cell takes (for time limits)
+STATE: dict = {"interrupt_after": None, "swallowed_sigint_in": None, "fail_cell": None, "computed": 0, "sleep": 0.0}
 RUNS: list = []  # the Run of each fake_run call (not in STATE: STATE travels to workers with the cells)
 
 
@@ -195,6 +197,7 @@ def fake_cell(size: int, key, i: int) -> dict:
     if STATE["fail_cell"] == i:
         raise RuntimeError(f"cell {i} was told to fail")
     STATE["computed"] += 1
+    time.sleep(STATE["sleep"])
     if STATE["swallowed_sigint_in"] == i:
         del_in_here = _SigintInDel()
         del del_in_here
@@ -240,7 +243,7 @@ def fake_lab(monkeypatch) -> SimpleNamespace:
     """Reset STATE and make the catalog hold two fake experiments; returns the helpers above."""
     from memlab import catalog
 
-    STATE.update(interrupt_after=None, swallowed_sigint_in=None, fail_cell=None, computed=0)
+    STATE.update(interrupt_after=None, swallowed_sigint_in=None, fail_cell=None, computed=0, sleep=0.0)
     RUNS.clear()
     experiments = {e.name: e for e in (make_experiment("fake.means"), make_experiment("fake.other"))}
     monkeypatch.setattr(catalog, "EXPERIMENTS", experiments)

@@ -2,6 +2,7 @@
 unpicklable cells are reported by name with the worker's traceback, a lost worker or a killed driver loses only
 unfinished cells, and the command line's executor options."""
 
+import dataclasses
 import contextlib
 import json
 import os
@@ -46,13 +47,14 @@ def _numbers(out: Path) -> tuple:
 
 def test_same_numbers_as_a_local_run_and_resumable_across_executors(exp, executor, tmp_path):
     local = run_experiment(exp, "tiny", out_dir=tmp_path / "local", progress=False)
-    remote = run_experiment(exp, "tiny", out_dir=tmp_path / "remote", progress=False, executor=executor)
+    # no cell store here: the workers must compute every cell themselves
+    remote = run_experiment(exp, "tiny", out_dir=tmp_path / "remote", progress=False, executor=executor, store=False)
     assert _numbers(remote) == _numbers(local)
     doc = json.loads((remote / "results.json").read_text())
     assert doc["executor"] == executor.name and doc["cells"]["computed"] == 4
     for name in ("cell-0.json", "cell-3.json"):  # a local run finishes what the workers left
         (remote / "cells" / name).unlink()
-    run_experiment(exp, "tiny", out_dir=remote, progress=False)
+    run_experiment(exp, "tiny", out_dir=remote, progress=False, store=False)
     assert _numbers(remote) == _numbers(local)
     after = json.loads((remote / "results.json").read_text())["cells"]
     assert (after["computed"], after["resumed"]) == (2, 2)
@@ -201,3 +203,24 @@ def test_cli_executor_options(exp, tmp_path, capsys, monkeypatch):
     assert 'pip install -e ".[ray]"' in capsys.readouterr().err
     with pytest.raises(ValueError, match="unknown executor 'gpu'"):
         make_executor("gpu")
+
+
+def test_one_core_cells_run_in_a_pool_of_one_process_per_core_by_default(fake_lab, tmp_path, capsys, monkeypatch):
+    from memlab import catalog
+
+    one_core = dataclasses.replace(fake_lab.experiments["fake.means"], one_core_cells=True)
+    monkeypatch.setitem(catalog.EXPERIMENTS, "fake.means", one_core)
+    monkeypatch.setattr(cli, "cores_for_run", lambda: 2)
+    assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(tmp_path / "a"), "--no-progress"]) == 0
+    assert "executor processes" in capsys.readouterr().out
+    assert json.loads((tmp_path / "a" / "results.json").read_text())["executor"] == "processes"
+    for args in (["--executor", "local"], ["--devices", "1"]):  # the user's choice wins
+        out = tmp_path / args[-1]
+        assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(out), "--no-progress", *args]) == 0
+        assert "executor local" in capsys.readouterr().out
+    monkeypatch.setattr(cli, "cores_for_run", lambda: 1)  # e.g. memlab reproduce's share of the machine
+    assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(tmp_path / "b"), "--no-progress"]) == 0
+    assert "executor local" in capsys.readouterr().out
+    monkeypatch.setattr(cli, "cores_for_run", lambda: 2)
+    assert cli.main(["run", "fake.other", "--profile", "tiny", "--out", str(tmp_path / "c"), "--no-progress"]) == 0
+    assert "executor local" in capsys.readouterr().out  # an experiment without one_core_cells

@@ -21,7 +21,7 @@ sys.exit(3 if name == "bad" else 0)
 """
 
 
-def fake_command(name, profile, out):
+def fake_command(name, profile, out, time_limit=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     return [sys.executable, "-c", SCRIPT, name, str(out)]
 
@@ -61,7 +61,7 @@ def test_cli_checks_jobs(capsys):
 
 
 def test_each_run_gets_its_share_of_the_cores_unless_xla_flags_names_a_count(tmp_path, monkeypatch):
-    def flags_command(name, profile, out):
+    def flags_command(name, profile, out, time_limit=None):
         out.parent.mkdir(parents=True, exist_ok=True)
         return [sys.executable, "-c", "import os; print(os.environ['XLA_FLAGS'])"]
 
@@ -73,3 +73,39 @@ def test_each_run_gets_its_share_of_the_cores_unless_xla_flags_names_a_count(tmp
         monkeypatch.setenv("XLA_FLAGS", flags)
         reproduce(["a"], "quick", jobs, tmp_path, command=flags_command)
         assert (tmp_path / "a" / "quick.log").read_text() == expected + "\n"
+
+
+def test_time_limit_passes_the_time_left_and_starts_nothing_after_it(tmp_path):
+    limits = []
+
+    def command(name, profile, out, time_limit=None):
+        limits.append(time_limit)
+        return fake_command(name, profile, out)
+
+    runs = reproduce(["a", "b"], "quick", 1, tmp_path, command=command, time_limit=1.5)
+    assert 1.0 < limits[0] <= 1.5 and len(limits) == 1  # 'a' takes 0.6 s: 'b' would start with < 1 s left
+    assert {r.name: r.returncode for r in runs} == {"a": 0, "b": None}
+    assert memlab_run("x", "quick", tmp_path, 125.4)[-2:] == ["--time-limit", "125"]
+
+
+def test_cli_names_experiments_and_keeps_to_those_with_the_profile(fake_lab, tmp_path, capsys, monkeypatch):
+    import dataclasses
+
+    from memlab import catalog
+
+    core = dataclasses.replace(fake_lab.experiments["fake.other"],
+                               profiles={**fake_lab.experiments["fake.other"].profiles,
+                                         "core": fake_lab.FakeConfig(n_cells=2)})
+    monkeypatch.setitem(catalog.EXPERIMENTS, "fake.other", core)
+    started = []
+    monkeypatch.setattr("memlab.reproduce.reproduce",
+                        lambda names, *a, **k: started.extend(names) or [])
+    monkeypatch.setattr(cli, "build_report", lambda out: (out / "report.md", ""))
+    assert cli.main(["reproduce", "--profile", "core", "--out", str(tmp_path)]) == 0
+    assert started == ["fake.other"]  # fake.means has no profile 'core'
+    assert cli.main(["reproduce", "fake.means", "--profile", "core", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "memlab: error: profile 'core' is not a profile of fake.means\n"
+    assert cli.main(["reproduce", "fake.nope", "--out", str(tmp_path)]) == 2
+    assert "unknown experiment 'fake.nope'" in capsys.readouterr().err
+    assert cli.main(["reproduce", "--profile", "huge", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "memlab: error: no experiment has a profile 'huge'\n"

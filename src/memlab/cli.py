@@ -22,10 +22,17 @@ import time
 from pathlib import Path
 
 from memlab import __version__, catalog
-from memlab.devices import use_host_devices
+from memlab.devices import cores_for_run, use_host_devices
 from memlab.executors import EXECUTORS, make_executor
 from memlab.files import markdown_cell, markdown_table
-from memlab.runner import CellsFailed, SetupError, atomic_write_text, default_out_dir, run_experiment
+from memlab.runner import (
+    CellsFailed,
+    SetupError,
+    TimeLimitReached,
+    atomic_write_text,
+    default_out_dir,
+    run_experiment,
+)
 
 _LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")  # [text](target "title")
 _ABSOLUTE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|/|#)")  # URL scheme, absolute path or anchor
@@ -83,7 +90,7 @@ def use_compile_cache() -> None:
 def cmd_run(args) -> int:
     try:
         exp = catalog.get(args.name)
-        executor = make_executor(args.executor, args.workers, args.address, args.cpus_per_cell)
+        executor = make_executor(*_executor_choice(args, exp), args.address, args.cpus_per_cell)
         # before any array exists: a --devices given here wins; else a count already in XLA_FLAGS (the user's, or
         # memlab reproduce's share of the cores), else the cores each cell has to itself
         use_host_devices(executor.devices_per_cell() if args.devices is None else args.devices,
@@ -96,9 +103,12 @@ def cmd_run(args) -> int:
     try:
         with executor:
             run_experiment(exp, profile=args.profile, seed=args.seed, out_dir=out, progress=not args.no_progress,
-                           data_dir=args.data_dir, executor=executor)
+                           data_dir=args.data_dir, executor=executor, store=args.store, time_limit=args.time_limit)
     except SetupError as e:  # errors inside the experiment itself keep their traceback
         return _error(str(e))
+    except TimeLimitReached as e:
+        print(f"memlab: {e}", file=sys.stderr)
+        return 0
     except CellsFailed as e:
         print(f"memlab: error: {e}", file=sys.stderr)
         return 1
@@ -108,9 +118,22 @@ def cmd_run(args) -> int:
         return 130
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     cells = doc["cells"]
+    reused = f", {cells['reused']} reused from other runs" if cells.get("reused") else ""
     print(f"{out}  ({_duration(time.perf_counter() - start)}; {cells['computed']} cells computed, "
-          f"{cells['resumed']} resumed, executor {executor.name}; peak memory {_megabytes(doc['peak_rss_mb'])})")
+          f"{cells['resumed']} resumed{reused}, executor {executor.name}; "
+          f"peak memory {_megabytes(doc['peak_rss_mb'])})")
     return 0
+
+
+def _executor_choice(args, exp) -> tuple[str, int | None]:
+    """--executor and --workers as given; by default a pool of one process per core for an experiment whose cells
+    each keep one core busy (``Experiment.one_core_cells``), else this process."""
+    if args.executor is not None:
+        return args.executor, args.workers
+    cores = cores_for_run()
+    if exp.one_core_cells and cores > 1 and args.devices is None:
+        return "processes", cores if args.workers is None else args.workers
+    return "local", args.workers
 
 
 def _megabytes(mb: float | None) -> str:
@@ -118,6 +141,25 @@ def _megabytes(mb: float | None) -> str:
     if mb is None:
         return "?"
     return f"{mb / 1024:.1f} GB" if mb >= 1024 else f"{mb:.0f} MB"
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in '2h30m', '90m', '45s', '1.5h' or a plain number of seconds (argparse type)."""
+    text = text.strip().replace(" ", "")
+    match = _DURATION.fullmatch(text)
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        seconds = float(text)
+    elif match and any(match.groups()):
+        hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
+        seconds = 3600 * hours + 60 * minutes + secs
+    else:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}; expected e.g. 2h30m, 90m, 45s or seconds")
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be positive, got {text!r}")
+    return seconds
 
 
 def _duration(seconds: float) -> str:
@@ -132,21 +174,44 @@ def cmd_reproduce(args) -> int:
 
     if args.jobs < 1:
         return _error(f"--jobs must be >= 1, got {args.jobs}")
-    names = list(catalog.EXPERIMENTS)
+    try:
+        names = [catalog.get(name).name for name in args.names] if args.names else list(catalog.EXPERIMENTS)
+    except ValueError as e:
+        return _error(str(e))
+    lacking = [name for name in names if args.profile not in catalog.EXPERIMENTS[name].profiles]
+    if args.names and lacking:
+        return _error(f"profile {args.profile!r} is not a profile of {', '.join(lacking)}")
+    names = [name for name in names if name not in lacking]  # e.g. paper-core: the experiments that have one
+    if not names:
+        return _error(f"no experiment has a profile {args.profile!r}")
     out = Path(args.out)
     start = time.perf_counter()
 
+    def complete(run) -> bool:  # a run that met its time limit exits 0 without writing results.json
+        results = out / run.name / args.profile / "results.json"
+        return run.returncode == 0 and results.exists() and results.stat().st_mtime >= start_time
+
     def show(run):
-        mark = "✓" if run.returncode == 0 else f"✗ exit {run.returncode}, see {run.log}:"
+        if run.returncode is None:
+            mark = "· not started (time limit):"
+        elif run.returncode == 0:
+            mark = "✓" if complete(run) else f"… stopped at the time limit, see {run.log}:"
+        else:
+            mark = f"✗ exit {run.returncode}, see {run.log}:"
         print(f"{mark} {run.name} ({_duration(run.seconds)})", flush=True)
 
     print(f"memlab: {len(names)} experiments, profile {args.profile}, {args.jobs} at a time", flush=True)
+    start_time = time.time()
     try:
-        runs = reproduce(names, args.profile, args.jobs, out, on_finish=show)
+        runs = reproduce(names, args.profile, args.jobs, out, on_finish=show, time_limit=args.time_limit)
     except KeyboardInterrupt:
         print("memlab: interrupted; finished cells are kept; rerun the same command to resume", file=sys.stderr)
         return 130
-    failed = [r.name for r in runs if r.returncode != 0]
+    unfinished = [r.name for r in runs if r.returncode is None or (r.returncode == 0 and not complete(r))]
+    if unfinished:
+        print(f"memlab: time limit reached: {len(runs) - len(unfinished)} of {len(runs)} experiments finished; "
+              "the same command resumes", flush=True)
+    failed = [r.name for r in runs if r.returncode not in (0, None)]
     try:
         path, timing = build_report(out)
     except ValueError as e:
@@ -261,8 +326,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default out/<name>/<profile>)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--data-dir", default=None, help="folder of external data (experiments that read it, e.g. NCLT)")
-    p.add_argument("--executor", choices=EXECUTORS, default="local",
-                   help="who computes the cells: this process (default), a local process pool, or a Ray cluster")
+    p.add_argument("--executor", choices=EXECUTORS, default=None,
+                   help="who computes the cells: this process, a local process pool, or a Ray cluster (default: a "
+                        "pool of one process per core where the experiment's cells each use one core, else this "
+                        "process)")
     p.add_argument("--workers", type=int, default=None, help="processes of --executor processes (default: CPU count)")
     p.add_argument("--address", default=None,
                    help="Ray cluster of --executor ray: 'auto' (ray start --head on this machine) or host:port; "
@@ -271,12 +338,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", type=int, default=None,
                    help="CPU devices per cell process, over which long passes split their examples (default: the "
                         "cores each cell has to itself; memlab.devices)")
+    p.add_argument("--store", default=None,
+                   help="the cell store, finished cells shared by every experiment and profile (default: cells/ "
+                        "beside the experiment folders, e.g. out/cells)")
+    p.add_argument("--time-limit", type=parse_duration, default=None, metavar="DURATION",
+                   help="start no cell that would not finish within DURATION (2h30m, 90m, 45s); cells that "
+                        "checkpoint stop at a checkpoint; exits 0 saying how many cells finished")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("reproduce", help="run every experiment's profile, several at once, then write the report")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help="experiments to run, in this order (default: every experiment that has the profile)")
     p.add_argument("--profile", default="quick", help="config profile of every experiment (default quick)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="experiments at a time, each its own process (default: CPU count)")
     p.add_argument("--out", default="out", help="output root (default out)")
+    p.add_argument("--time-limit", type=parse_duration, default=None, metavar="DURATION",
+                   help="start nothing that would not finish within DURATION (2h30m, 90m, 45s); exits 0 saying "
+                        "how many experiments finished; the same command resumes")
     p.set_defaults(func=cmd_reproduce)
     p = sub.add_parser("report", help="gather every summary.md and claim under DIR into DIR/report.md")
     p.add_argument("dir", nargs="?", default="out")

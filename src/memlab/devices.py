@@ -30,7 +30,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from memlab.checks import check_int
 
-__all__ = ["available_cpus", "default_devices", "host_devices_flags", "over_devices", "use_host_devices",
+__all__ = ["available_cpus", "cores_for_run", "default_devices", "host_devices_flags", "over_devices", "use_host_devices",
            "value_and_grad_in_parts"]
 
 FLAG = "--xla_force_host_platform_device_count"
@@ -48,6 +48,13 @@ def available_cpus() -> int:
 def default_devices(cells_at_once: int = 1) -> int:
     """CPU devices per cell when ``cells_at_once`` cells share this machine: its cores divided among them."""
     return max(1, available_cpus() // check_int("cells_at_once", cells_at_once))
+
+
+def cores_for_run() -> int:
+    """The cores a run started now may use: the device count in ``XLA_FLAGS`` where one is set (``memlab
+    reproduce``'s share of the machine, or the user's), else every core this process may run on."""
+    match = _FLAG_RE.search(os.environ.get("XLA_FLAGS", ""))
+    return int(match.group(1)) if match else available_cpus()
 
 
 def _backend_started() -> bool:

@@ -34,25 +34,59 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 
 import jax
+import numpy as np
 
+from memlab import deadline
 from memlab.checks import check_int
 from memlab.devices import default_devices
 from memlab.files import cell_text
 
-__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "Outcome", "ProcessExecutor", "RayExecutor", "make_executor",
-           "peak_rss_mb"]
+__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "OUT_OF_TIME", "Outcome", "ProcessExecutor", "RayExecutor",
+           "Scheduled", "make_executor", "peak_rss_mb"]
 
 EXECUTORS = ("local", "processes", "ray")
 RAY_MISSING = 'the ray executor needs Ray: pip install -e ".[ray]" (or pip install "memlab[ray]")'
+OUT_OF_TIME = "out of time"  # the error of a cell that did not start, or stopped at a checkpoint, at the time limit
 
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """One finished cell: ``text`` is its record (``files.cell_text``) or ``error`` the traceback it raised."""
+    """One finished cell: ``text`` is its record (``files.cell_text``) or ``error`` the traceback it raised
+    (``OUT_OF_TIME``: it did not start, or saved its progress and stopped, because the time limit came)."""
 
     name: str
     text: str | None = None
     error: str | None = None
+
+    @property
+    def out_of_time(self) -> bool:
+        return self.error == OUT_OF_TIME
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheduled:
+    """A cell under a time limit: it may start while the time left exceeds its expected duration.
+
+    ``deadline``: epoch seconds (None: no limit). ``seconds``: the compute times of the sweep's finished cells, a
+    list the driver extends as cells finish (shared in this process; a worker gets it as it was at dispatch);
+    their median is the expected duration. ``checkpoints``: the cell saves its progress and stops itself in time
+    (``memlab.deadline``), so it may start whenever time is left.
+    """
+
+    compute: Callable[[], Mapping]
+    deadline: float | None = None
+    seconds: list[float] = dataclasses.field(default_factory=list)
+    checkpoints: bool = False
+
+    @property
+    def start_by(self) -> float | None:
+        """The latest wall-clock time the cell may start at (None: any time)."""
+        if self.deadline is None or self.checkpoints or not self.seconds:
+            return self.deadline
+        return self.deadline - float(np.median(self.seconds))
+
+    def __call__(self) -> Mapping:
+        return self.compute()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,11 +96,12 @@ class Settings:
     x64: bool
     cache_dir: str | None
     cache_min_compile_secs: float
+    deadline: float | None = None  # epoch seconds of the run's time limit (memlab.deadline)
 
     @classmethod
-    def of_driver(cls) -> Settings:
+    def of_driver(cls, deadline: float | None = None) -> Settings:
         return cls(bool(jax.config.jax_enable_x64), jax.config.jax_compilation_cache_dir,
-                   float(jax.config.jax_persistent_cache_min_compile_time_secs))
+                   float(jax.config.jax_persistent_cache_min_compile_time_secs), deadline)
 
 
 _applied_cache: list[str | None] = []  # the compile cache a worker process was configured with
@@ -90,12 +125,18 @@ def peak_rss_mb() -> float:
 
 
 def compute_cell(cell: Callable[[], Mapping], settings: Settings) -> tuple[str | None, str | None]:
-    """Run one cell where it lands; (record, None) or (None, traceback). Ctrl-C is not caught."""
+    """Run one cell where it lands; (record, None) or (None, traceback), or (None, OUT_OF_TIME) if it is past the
+    cell's ``start_by`` (:class:`Scheduled`) or the cell stopped at the deadline. Ctrl-C is not caught."""
+    start_by = getattr(cell, "start_by", None)
+    if start_by is not None and time.time() > start_by:
+        return None, OUT_OF_TIME
     start = time.perf_counter()
     try:
-        with jax.enable_x64(settings.x64):
+        with jax.enable_x64(settings.x64), deadline.until(settings.deadline):
             result = cell()
         return cell_text(result, time.perf_counter() - start, peak_rss_mb()), None
+    except deadline.OutOfTime:
+        return None, OUT_OF_TIME
     except Exception:
         return None, traceback.format_exc()
 

@@ -26,10 +26,10 @@ __all__ = ["Finished", "memlab_run", "reproduce"]
 
 @dataclasses.dataclass(frozen=True)
 class Finished:
-    """One experiment's run: its name, exit code, wall time and log file."""
+    """One experiment's run: its name, exit code (None: not started, the time limit had come), wall time and log."""
 
     name: str
-    returncode: int
+    returncode: int | None
     seconds: float
     log: Path
 
@@ -41,18 +41,23 @@ def _previous_seconds(out: Path, name: str, profile: str) -> float:
         return 0.0
 
 
-def memlab_run(name: str, profile: str, out: Path) -> list[str]:
-    """The command that runs one experiment: ``memlab run NAME --profile PROFILE --out OUT --no-progress``."""
-    return [sys.executable, "-m", "memlab.cli", "run", name, "--profile", profile, "--out", str(out), "--no-progress"]
+def memlab_run(name: str, profile: str, out: Path, time_limit: float | None = None) -> list[str]:
+    """The command that runs one experiment: ``memlab run NAME --profile PROFILE --out OUT --no-progress`` (and
+    ``--time-limit SECONDS``)."""
+    limit = [] if time_limit is None else ["--time-limit", f"{time_limit:.0f}"]
+    return [sys.executable, "-m", "memlab.cli", "run", name, "--profile", profile, "--out", str(out), "--no-progress",
+            *limit]
 
 
 def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
               on_finish: Callable[[Finished], None] = lambda f: None,
-              command: Callable[[str, str, Path], list[str]] = memlab_run) -> list[Finished]:
-    """Run ``command(name, profile, out/name/profile)`` (default :func:`memlab_run`) for every name, at most
-    ``jobs`` at a time; returns the runs in the order they finished. Ctrl-C stops every running experiment
-    (their finished cells are kept)."""
+              command: Callable[..., list[str]] = memlab_run, time_limit: float | None = None) -> list[Finished]:
+    """Run ``command(name, profile, out/name/profile, seconds_left)`` (default :func:`memlab_run`) for every name,
+    at most ``jobs`` at a time; returns the runs in the order they finished. Ctrl-C stops every running experiment
+    (their finished cells are kept). ``time_limit`` (seconds): each run gets the time that is left as its own
+    limit, and no run starts once it is up (those are returned with returncode None)."""
     check_int("jobs", jobs)
+    deadline = None if time_limit is None else time.time() + time_limit
     env = {**os.environ, "XLA_FLAGS": host_devices_flags(default_devices(jobs))}  # the cores shared among the jobs
     known_costs = {name: _previous_seconds(out, name, profile) for name in names}
     queue = sorted(names, key=lambda name: -known_costs[name])  # stable: catalog order where nothing is known
@@ -63,9 +68,14 @@ def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
             while queue and len(running) < jobs:
                 name = queue.pop(0)
                 log = out / name / f"{profile}.log"
+                left = None if deadline is None else deadline - time.time()
+                if left is not None and left < 1:
+                    finished.append(Finished(name, None, 0.0, log))
+                    on_finish(finished[-1])
+                    continue
                 log.parent.mkdir(parents=True, exist_ok=True)
                 with log.open("w", encoding="utf-8") as f:
-                    process = subprocess.Popen(command(name, profile, out / name / profile), stdout=f,
+                    process = subprocess.Popen(command(name, profile, out / name / profile, left), stdout=f,
                                                stderr=subprocess.STDOUT, env=env)
                     running[name] = (process, time.perf_counter(), log)
             for name, (process, start, log) in list(running.items()):

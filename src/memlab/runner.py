@@ -5,15 +5,19 @@ An :class:`Experiment` names a frozen config dataclass per profile and a ``run(c
 
     out/<experiment name>/<profile>/
         config.json        written first; a folder is tied to one config
-        cells/<name>.json  finished sweep cells (kept on interrupt or failure, skipped on the next run)
         results.json       {"experiment", "profile", "paper_ref", "config", "results", "claims",
-                            "elapsed_s", "executor", "cells"}
+                            "elapsed_s", "executor", "cell_store", "cells"}
         summary.md, *.png, *.csv   whatever the experiment writes
+        cells/<name>.json  finished sweep cells
+    out/cells/             the cell store (``memlab.store``): finished cells of every experiment and profile,
+                           keyed by function, arguments and key, so a cell computed for one figure serves another
 
 The shape of every experiment: cells -> :meth:`Run.sweep` -> analysis -> figures -> claims -> summary. A
 sweep's cells are zero-argument functions of the config and a named key (:meth:`Run.key_for`); the executor
 (``memlab.executors``: in-process, a local process pool, a Ray cluster) computes the unfinished ones, and the
-driver writes each cell file as its result arrives. Files are written atomically (``memlab.files``).
+driver writes each cell file as its result arrives (kept on interrupt or failure, skipped on the next run). Files
+are written atomically (``memlab.files``). With a time limit (``run_experiment(time_limit=...)``) no cell starts
+that would not finish in time, and the run stops with :class:`TimeLimitReached`.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memlab.executors import Executor, LocalExecutor, Settings, peak_rss_mb
+from memlab.executors import Executor, LocalExecutor, Scheduled, Settings, peak_rss_mb
 from memlab.files import (
     CellRecord,
     atomic_write_bytes,
@@ -46,15 +50,18 @@ from memlab.files import (
 )
 from memlab.interrupt import StickyInterrupt
 from memlab.keys import key_for
+from memlab.store import CellStore, cell_digest, takes_checkpoint, with_checkpoint
 
 __all__ = [
     "CellsFailed",
     "Experiment",
     "Run",
     "SetupError",
+    "TimeLimitReached",
     "atomic_write_bytes",
     "atomic_write_text",
     "default_out_dir",
+    "default_store",
     "run_experiment",
     "to_jsonable",
 ]
@@ -76,6 +83,16 @@ class CellsFailed(RuntimeError):
                          "the other cells are kept; rerun the same command to retry the failed ones")
 
 
+class TimeLimitReached(Exception):
+    """The run's time limit came before every cell of a sweep finished; the finished ones are kept and cells that
+    checkpoint saved their progress, so the same command resumes."""
+
+    def __init__(self, label: str, finished: int, total: int):
+        self.finished, self.total = finished, total
+        super().__init__(f"time limit reached in '{label}': {finished} of {total} cells finished; "
+                         "the same command resumes")
+
+
 def _check_name(kind: str, name: str) -> None:
     if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
         raise ValueError(f"invalid {kind} name {name!r}; expected letters, digits and . _ = + , - (no '/' or '..')")
@@ -87,7 +104,9 @@ class Experiment:
 
     ``profiles`` maps a profile name to a frozen config dataclass instance with an int field ``seed``;
     it must contain ``"quick"`` and ``"paper"`` (and may contain ``"tiny"`` for tests).
-    ``run(config, run: Run) -> dict`` returns the results that go into results.json.
+    ``run(config, run: Run) -> dict`` returns the results that go into results.json. ``one_core_cells``: each
+    cell keeps one core busy (XLA on small arrays) and its numbers do not depend on the cell's device count, so
+    ``memlab run`` computes the cells one per core in a process pool unless told otherwise (measured faster).
     """
 
     name: str
@@ -96,6 +115,7 @@ class Experiment:
     description: str
     profiles: Mapping[str, Any]
     run: Callable[[Any, Run], dict]
+    one_core_cells: bool = False
 
     def __post_init__(self):
         _check_name("experiment", self.name)
@@ -119,16 +139,25 @@ class Experiment:
 class Run:
     """What ``Experiment.run`` gets: the output folder, the config, the seed, named keys, the sweep, writers.
 
-    Attributes: ``out_dir``, ``config``, ``profile``, ``seed``, ``executor``, ``cells_computed``,
-    ``cells_skipped``, ``cell_seconds`` (compute time of every cell of the run, also of resumed ones),
+    Attributes: ``out_dir``, ``config``, ``experiment``, ``profile``, ``seed``, ``executor``, ``store`` (the
+    :class:`~memlab.store.CellStore`, None: cells only in the run folder), ``deadline`` (epoch seconds of the time
+    limit, or None), ``cells_computed``, ``cells_skipped`` (finished by an earlier invocation of this run),
+    ``cells_reused`` (name -> the 'experiment/profile/cell' that first computed it), ``cell_store`` (name -> digest
+    of the cells kept in the store), ``cell_seconds`` (compute time of every cell of the run, also of resumed ones),
     ``cell_peak_rss_mb`` (peak resident memory of the process that computed each cell, up to its end),
     ``cell_software`` (the library versions that computed each cell, ``files.software_versions``), ``claims``.
     """
 
     def __init__(self, out_dir: Path, config: Any, profile: str, seed: int, progress: bool = True,
-                 interrupt: StickyInterrupt | None = None, executor: Executor | None = None):
+                 interrupt: StickyInterrupt | None = None, executor: Executor | None = None,
+                 experiment: str = "experiment", store: CellStore | None = None, deadline: float | None = None):
         self.out_dir = Path(out_dir)
         self.config = config
+        self.experiment = experiment
+        self.store = store
+        self.deadline = deadline
+        self.cells_reused: dict[str, str] = {}
+        self.cell_store: dict[str, str] = {}
         self.profile = profile
         self.seed = seed
         self.show_progress = progress
@@ -165,46 +194,98 @@ class Run:
 
         ``cells`` maps a cell name (letters, digits, ``. _ = + , -``; unique within the run) to a zero-argument
         function returning a dict of arrays, numbers, strings, lists, dicts or ``bytes`` -- a pure function of
-        the config and a named key, since it may run in another process or on another machine. A finished cell
-        is read from ``cells/<name>.json``; the others go to the run's executor, and each is written (atomically)
-        as it arrives. Results are JSON round-tripped (arrays come back as lists), so fresh and resumed runs see
-        the same values. Ctrl-C stops the sweep and keeps the finished cells; cells that raise are reported with
-        their traceback while the others finish, then :class:`CellsFailed` is raised.
+        the config and a named key, since it may run in another process or on another machine. Build it as
+        ``functools.partial(f, *args)`` of a module-level ``f`` and it also goes to the cell store
+        (``memlab.store``), where any experiment asking for the same function and arguments finds it. A
+        finished cell is read from the run folder's ``cells/<name>.json``, else from the store. Unfinished cells
+        go to the run's executor and each is written (atomically) as it arrives. Results are JSON round-tripped
+        (arrays come back as lists), so fresh and resumed runs see the same values. Ctrl-C stops the sweep and
+        keeps the finished cells; cells that raise are reported with their traceback while the others finish,
+        then :class:`CellsFailed` is raised; at the run's time limit :class:`TimeLimitReached` is raised once
+        the running cells have finished or stopped.
         """
         if not isinstance(cells, Mapping):
             raise ValueError(f"sweep '{label}': cells must map names to functions, got {type(cells).__name__}")
-        results, todo = {}, {}
+        results, todo, digests = {}, {}, {}
         for name, compute in cells.items():
             _check_name("cell", name)
             if name in self.cell_seconds:
                 raise ValueError(f"cell name {name!r} used twice in one run; each cell needs its own name")
             if not callable(compute):
                 raise ValueError(f"cell {name!r}: expected a zero-argument function, got {type(compute).__name__}")
-            path = self._cell_path(name)
             self.cell_seconds[name] = None
-            if path.exists():
-                results[name] = self._keep(name, self._read_cell(path))
-                self.cells_skipped += 1
+            digest = digests[name] = cell_digest(compute) if self.store is not None else None
+            found = self._find(name, compute, digest)
+            if found is not None:
+                results[name] = self._keep(name, found)
             else:
                 todo[name] = compute
         self._interrupt.check()
-        failures = {}
+        failures, out_of_time = {}, []
+        seconds = [self.cell_seconds[n] for n in results if self.cell_seconds[n] is not None]  # grows as cells end
         with self._progress(len(cells), label, done=len(results)) as advance:
             if todo:
-                with contextlib.closing(self.executor.run(todo, Settings.of_driver())) as outcomes:
+                scheduled = {name: Scheduled(self._located(name, compute, digests[name]), self.deadline, seconds,
+                                             takes_checkpoint(compute)) for name, compute in todo.items()}
+                settings = Settings.of_driver(self.deadline)
+                with contextlib.closing(self.executor.run(scheduled, settings)) as outcomes:
                     for outcome in outcomes:
-                        if outcome.error is not None:
+                        if outcome.out_of_time:
+                            out_of_time.append(outcome.name)
+                        elif outcome.error is not None:
                             failures[outcome.name] = outcome.error
                             print(f"memlab: cell {outcome.name!r} failed:\n{outcome.error}", file=sys.stderr)
                         else:
-                            atomic_write_text(self._cell_path(outcome.name), outcome.text)
+                            self._save(outcome.name, todo[outcome.name], digests[outcome.name], outcome.text)
                             results[outcome.name] = self._keep(outcome.name, read_cell(outcome.text))
+                            seconds.append(self.cell_seconds[outcome.name])
                             self.cells_computed += 1
                         advance()  # a Ctrl-C swallowed inside a cell stops the sweep here
         if failures:
             raise CellsFailed(label, len(cells), failures)
+        if out_of_time:
+            raise TimeLimitReached(label, len(cells) - len(out_of_time), len(cells))
         self._warn_other_software(label, list(cells))
         return {name: results[name] for name in cells}
+
+    def _origin(self, name: str) -> str:
+        return f"{self.experiment}/{self.profile}/{name}"
+
+    def _find(self, name: str, compute: Callable, digest: str | None) -> CellRecord | None:
+        """A finished cell from the run folder, else from the store (then copied into the run folder); noted as
+        resumed (computed by this run) or reused (first computed for another experiment or profile)."""
+        path = self._cell_path(name)
+        if path.exists():
+            record = self._read_cell(path)
+            if digest is not None:  # folders of older memlab join the store
+                if self.store.get(compute, digest) is None:
+                    self.store.put(compute, digest, path.read_text(encoding="utf-8"), self._origin(name))
+                self.cell_store[name] = digest
+            self.cells_skipped += 1
+            return record
+        entry = self.store.get(compute, digest) if digest is not None else None
+        if entry is None:
+            return None
+        self.cell_store[name] = digest
+        if entry["origin"] == self._origin(name):
+            self.cells_skipped += 1
+        else:
+            self.cells_reused[name] = entry["origin"]
+        text = json.dumps(entry["record"])
+        atomic_write_text(path, text)
+        return read_cell(text)
+
+    def _located(self, name: str, compute: Callable, digest: str | None) -> Callable:
+        """The cell with its CHECKPOINT argument made a path: in the store (shared) or in the run folder."""
+        folder = self.store.checkpoint_dir(digest) if digest is not None else self.out_dir / "checkpoints" / name
+        return with_checkpoint(compute, folder / "checkpoint")
+
+    def _save(self, name: str, compute: Callable, digest: str | None, text: str) -> None:
+        """The run folder's copy first: it is what resumes this run; then the store's, which others reuse."""
+        atomic_write_text(self._cell_path(name), text)
+        if digest is not None:
+            self.store.put(compute, digest, text, self._origin(name))
+            self.cell_store[name] = digest
 
     def _keep(self, name: str, record: CellRecord) -> dict:
         """Note a finished cell's time, memory and software; return its result."""
@@ -222,7 +303,12 @@ class Run:
             versions = sorted({", ".join(f"{k} {v}" for k, v in s.items()) for s in other.values()})
             print(f"memlab: sweep '{label}': {len(other)} of {len(names)} cells were computed with "
                   f"{'; '.join(versions)} (this process: {', '.join(f'{k} {v}' for k, v in here.items())}); delete "
-                  f"their files under {self.out_dir / 'cells'} to recompute them", file=sys.stderr)
+                  f"their files under {self.out_dir / 'cells'}{self._store_words()} to recompute them",
+                  file=sys.stderr)
+
+    def _store_words(self) -> str:
+        return "" if self.store is None else \
+            f" and in the cell store {self.store.root} (<function>/<digest>.json; results.json: cells.store)"
 
     def _cell_path(self, name: str) -> Path:
         return self.out_dir / "cells" / f"{name}.json"
@@ -232,7 +318,8 @@ class Run:
         try:
             return read_cell(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
-            raise ValueError(f"cell file {path} is not valid JSON ({e}); delete it to recompute the cell") from e
+            raise ValueError(f"cell file {path} is not valid JSON ({e}); delete it to read the cell from the cell "
+                             "store or recompute it") from e
 
     @contextlib.contextmanager
     def _progress(self, total: int, description: str, done: int = 0) -> Iterator[Callable[[int], None]]:
@@ -319,6 +406,14 @@ def default_out_dir(exp: Experiment, profile: str) -> Path:
     return Path("out") / exp.name / profile
 
 
+def default_store(exp: Experiment, out_dir: str | Path) -> Path:
+    """The cell store shared by the runs beside ``out_dir``: ``<root>/cells`` for a folder ``<root>/<experiment
+    name>/<profile>`` (the default layout, also ``memlab reproduce``'s), else ``cells`` beside ``out_dir``."""
+    out_dir = Path(out_dir)
+    root = out_dir.parent.parent if out_dir.parent.name == exp.name else out_dir.parent
+    return root / "cells"
+
+
 def _resolve_config(exp: Experiment, profile: str, seed: int | None) -> Any:
     if profile not in exp.profiles:
         raise SetupError(f"unknown profile {profile!r} for experiment {exp.name!r}; known: {', '.join(exp.profiles)}")
@@ -369,12 +464,17 @@ def run_experiment(
     progress: bool = True,
     data_dir: str | Path | None = None,
     executor: Executor | None = None,
+    store: str | Path | None | bool = None,
+    time_limit: float | None = None,
 ) -> Path:
     """Run ``exp`` with the config of ``profile`` (``seed`` replaces its seed) and return the output folder.
 
     ``data_dir`` sets the config's ``data_dir`` field (experiments on external data, e.g. NCLT); SetupError
     if the experiment reads no external data. ``executor`` computes the sweeps' cells (default: in this
-    process); the caller owns it (``close()`` it when done).
+    process); the caller owns it (``close()`` it when done). ``store``: the cell store's folder (None: the
+    default, :func:`default_store`; False: no store, every cell in the run folder). ``time_limit``: seconds from
+    now after which no cell starts that would not finish in time (cells that checkpoint stop at a checkpoint);
+    :class:`TimeLimitReached` then says how many cells finished.
 
     Raises :class:`SetupError` (a ValueError naming the problem) for an unknown profile, an invalid config,
     an unusable output folder, or a folder that holds a run of a different config; :class:`CellsFailed` when
@@ -387,11 +487,17 @@ def run_experiment(
             raise SetupError(f"experiment {exp.name!r} reads no external data; drop --data-dir")
         config = dataclasses.replace(config, data_dir=str(data_dir))
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(exp, profile)
+    if store is not False:
+        store = CellStore(default_store(exp, out_dir) if store is None or store is True else store)
+    if time_limit is not None and not time_limit > 0:
+        raise SetupError(f"time limit must be a positive number of seconds, got {time_limit!r}")
+    deadline = None if time_limit is None else time.time() + float(time_limit)
     header = to_jsonable({"experiment": exp.name, "profile": profile, "config": config})
     interrupt = StickyInterrupt()
     with interrupt.installed():  # before config.json exists: from then on a Ctrl-C cannot be lost
         _bind_folder(out_dir, header)
-        run = Run(out_dir, config, profile, config.seed, progress=progress, interrupt=interrupt, executor=executor)
+        run = Run(out_dir, config, profile, config.seed, progress=progress, interrupt=interrupt, executor=executor,
+                  experiment=exp.name, store=store or None, deadline=deadline)
         start = time.perf_counter()
         results = exp.run(config, run)
         interrupt.check()
@@ -410,7 +516,10 @@ def run_experiment(
             # the largest of this process's peak and every cell's (also cells computed elsewhere or resumed)
             "peak_rss_mb": run_peak_rss_mb(run.cell_peak_rss_mb),
             "software": software_versions(),  # of this process; each cell's own below (None: not recorded)
-            "cells": {"computed": run.cells_computed, "resumed": run.cells_skipped, "seconds": run.cell_seconds,
+            "cell_store": None if run.store is None else str(run.store.root),
+            "cells": {"computed": run.cells_computed, "resumed": run.cells_skipped,
+                      "reused": len(run.cells_reused), "reused_from": run.cells_reused, "store": run.cell_store,
+                      "seconds": run.cell_seconds,
                       "peak_rss_mb": run.cell_peak_rss_mb, "software": run.cell_software},
         }
         atomic_write_text(out_dir / "results.json", dumps(document))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -25,6 +26,7 @@ import jax
 import numpy as np
 from jax import Array
 
+from memlab import deadline
 from memlab.checks import check_int
 from memlab.files import atomic_write_bytes
 from memlab.rl.config import PPOConfig
@@ -77,7 +79,8 @@ def train_with_checkpoints(config: PPOConfig, env, env_params, make_memory: Call
     resumes from ``path`` when it exists.
 
     ``key``: one key, or a batch of keys (leading axis S) to train S seeds at once (vmapped; metrics then have
-    shape (S, updates)). ``progress(updates_done, num_updates, metrics)`` is called after every checkpoint.
+    shape (S, updates)). ``progress(updates_done, num_updates, metrics)`` is called after every checkpoint. Under
+    a time limit (``memlab.deadline``) it stops with ``OutOfTime`` before a chunk that would not finish in time.
 
     **Returns:** ``(state, metrics)``, metrics as NumPy arrays with the updates on the last axis.
     """
@@ -94,7 +97,10 @@ def train_with_checkpoints(config: PPOConfig, env, env_params, make_memory: Call
         state, metrics = jax.jit(init)(raw_key), {}
     done, total = int(np.ravel(state.update)[0]), config.num_updates
     chunks = {}  # compiled chunk function per chunk length (the last chunk may be shorter)
+    chunk_seconds = 0.0  # the last chunk's wall time: a run with a time limit stops when the next would overrun
     while done < total:
+        deadline.check(chunk_seconds)  # memlab.deadline: OutOfTime here leaves the last checkpoint to resume from
+        start = time.perf_counter()
         n = min(chunk_updates, total - done)
         if n not in chunks:
             chunk = partial(ppo.update_chunk, num_updates=n)
@@ -104,6 +110,7 @@ def train_with_checkpoints(config: PPOConfig, env, env_params, make_memory: Call
         metrics = new if not metrics else {k: np.concatenate([metrics[k], new[k]], axis=-1) for k in metrics}
         save_checkpoint(path, state, metrics, identity)
         done += n
+        chunk_seconds = time.perf_counter() - start
         if progress is not None:
             progress(done, total, metrics)
     return state, metrics

@@ -1,0 +1,212 @@
+"""The cell store: finished sweep cells kept by what determines their result, shared by every experiment under one root.
+
+A cell built as ``functools.partial(f, *args, **kwargs)`` of a module-level function ``f`` is a described
+computation: its result depends only on ``f``, its arguments (random keys included) and the code and library
+versions that computed it. :func:`cell_digest` hashes exactly that, so two experiments (or two profiles) that
+ask for the same cell -- same function, same arguments, same key -- find one record::
+
+    <store>/<function>/<digest>.json        the cell record (``files.cell_text``) plus where it was first computed
+    <store>/checkpoints/<digest>/           files of a cell that checkpoints (``CHECKPOINT`` in its arguments)
+
+What goes into the digest (``describe``):
+- the function's module and qualified name, and its ``cell_version`` attribute (0 if absent): bump it, or
+  decorate with :func:`cell_version`, when a change to the code alters the cell's numbers;
+- the arguments, by parameter name with defaults filled in: numbers exactly (``repr``), strings,
+  tuples/lists, dicts, dataclasses and NamedTuples field by field with their class names, arrays by dtype,
+  shape and a SHA-256 of their bytes, JAX keys by their raw bits, other pytrees (Equinox modules) by their
+  structure and leaves;
+- the major.minor version of jax and jaxlib (the range pyproject.toml admits). Patch releases are recorded in
+  each record, not keyed: the runner warns when a sweep mixes them (``Run._warn_other_software``).
+
+``CHECKPOINT`` stands for the cell's own checkpoint path: the runner puts ``<store>/checkpoints/<digest>/<name>``
+in its place, and the path is not part of the digest, so a cell started for one experiment resumes for another.
+
+A cell that cannot be described (a lambda, a closure, an argument of an unknown type) is not stored here; the
+runner keeps it in its run folder only, as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import inspect
+import json
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from memlab.files import atomic_write_text
+
+__all__ = ["CHECKPOINT", "CellStore", "NotDescribable", "cell_digest", "cell_version", "describe", "with_checkpoint"]
+
+
+class _Checkpoint:
+    """The placeholder for a cell's checkpoint path (``CHECKPOINT``)."""
+
+    def __repr__(self):
+        return "CHECKPOINT"
+
+    def __reduce__(self):  # one placeholder, also after pickling to a worker
+        return "CHECKPOINT"
+
+
+CHECKPOINT = _Checkpoint()
+
+
+class NotDescribable(TypeError):
+    """The cell is not a partial of a module-level function of describable arguments."""
+
+
+def cell_version(version: int) -> Callable[[Callable], Callable]:
+    """Decorator: ``@cell_version(2)`` on a cell function whose numbers changed (older records are not reused)."""
+
+    def mark(f):
+        f.cell_version = int(version)
+        return f
+
+    return mark
+
+
+def _array(a) -> dict:
+    a = np.ascontiguousarray(np.asarray(a))
+    return {"__array__": str(a.dtype), "shape": list(a.shape), "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
+
+
+def _number(x: float) -> str:
+    return repr(float(x)) if math.isfinite(x) else str(x)
+
+
+def _qualname(obj) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def describe_value(x: Any) -> Any:
+    """The JSON description of one argument (module docstring); NotDescribable for an unknown type."""
+    if x is CHECKPOINT:
+        return "CHECKPOINT"
+    if x is None or isinstance(x, (bool, str)):
+        return x
+    if isinstance(x, enum.Enum):
+        return {"__enum__": _qualname(x), "value": describe_value(x.value)}
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return {"__float__": _number(float(x))}
+    if isinstance(x, complex):
+        return {"__complex__": [_number(x.real), _number(x.imag)]}
+    if isinstance(x, bytes):
+        return {"__bytes__": hashlib.sha256(x).hexdigest()}
+    if isinstance(x, Path):
+        return {"__path__": str(x)}
+    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return {"__key__": str(jax.random.key_impl(x)), "data": _array(jax.random.key_data(x))}
+    if isinstance(x, (jax.Array, np.ndarray)):
+        return _array(x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {"__class__": _qualname(x),
+                **{f.name: describe_value(getattr(x, f.name)) for f in dataclasses.fields(x)}}
+    if isinstance(x, tuple) and hasattr(x, "_fields"):  # NamedTuple
+        return {"__class__": _qualname(x), **{k: describe_value(v) for k, v in zip(x._fields, x)}}
+    if isinstance(x, (list, tuple)):
+        return [describe_value(v) for v in x]
+    if isinstance(x, Mapping):
+        if not all(isinstance(k, (str, int)) for k in x):
+            raise NotDescribable(f"a dict argument with keys of type {type(next(iter(x))).__name__}")
+        return {"__dict__": [[describe_value(k), describe_value(x[k])] for k in sorted(x, key=repr)]}
+    if isinstance(x, functools.partial):
+        return describe(x)
+    leaves, treedef = jax.tree_util.tree_flatten(x)
+    if len(leaves) == 1 and leaves[0] is x:
+        raise NotDescribable(f"an argument of type {_qualname(x)}")
+    return {"__pytree__": str(treedef), "leaves": [describe_value(v) for v in leaves]}
+
+
+def _function_name(f) -> str:
+    module, qualname = getattr(f, "__module__", None), getattr(f, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:  # <lambda>, <locals>
+        raise NotDescribable(f"cell function {f!r} is not a module-level function")
+    return f"{module}.{qualname}"
+
+
+def describe(cell: Callable) -> dict:
+    """What determines a cell's result: function, its cell_version, arguments, and jax/jaxlib major.minor."""
+    if not isinstance(cell, functools.partial):
+        raise NotDescribable(f"cell {cell!r} is not a functools.partial of a module-level function")
+    import jaxlib
+
+    name = _function_name(cell.func)
+    try:  # by parameter name, defaults filled in: f(a, b) and f(a, b=b) and f(a) with b's default are one cell
+        bound = inspect.signature(cell.func).bind(*cell.args, **cell.keywords)
+    except (TypeError, ValueError) as e:
+        raise NotDescribable(f"cell {name}: {e}") from e
+    bound.apply_defaults()
+    return {"function": name, "cell_version": getattr(cell.func, "cell_version", 0),
+            "arguments": {k: describe_value(v) for k, v in bound.arguments.items()},
+            "libraries": {"jax": ".".join(jax.__version__.split(".")[:2]),
+                          "jaxlib": ".".join(jaxlib.__version__.split(".")[:2])}}
+
+
+def cell_digest(cell: Callable) -> str | None:
+    """The store key of ``cell`` (SHA-256 of :func:`describe`, 32 hex digits), or None if it cannot be described."""
+    try:
+        text = json.dumps(describe(cell), sort_keys=True, separators=(",", ":"))
+    except NotDescribable:
+        return None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def with_checkpoint(cell: Callable, path: Path) -> Callable:
+    """``cell`` with every ``CHECKPOINT`` argument replaced by ``str(path)``; other cells unchanged."""
+    if not isinstance(cell, functools.partial):
+        return cell
+    args = [str(path) if a is CHECKPOINT else a for a in cell.args]
+    kwargs = {k: str(path) if v is CHECKPOINT else v for k, v in cell.keywords.items()}
+    return functools.partial(cell.func, *args, **kwargs)
+
+
+def takes_checkpoint(cell: Callable) -> bool:
+    """Whether ``cell`` has a ``CHECKPOINT`` argument (it saves its progress and can stop early)."""
+    return isinstance(cell, functools.partial) and (
+        any(a is CHECKPOINT for a in cell.args) or any(v is CHECKPOINT for v in cell.keywords.values()))
+
+
+class CellStore:
+    """Finished cells under ``root``, by digest (module docstring). Records are written atomically."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def path(self, cell: Callable, digest: str) -> Path:
+        return self.root / cell.func.__name__ / f"{digest}.json"
+
+    def checkpoint_dir(self, digest: str) -> Path:
+        return self.root / "checkpoints" / digest
+
+    def get(self, cell: Callable, digest: str) -> dict | None:
+        """The stored record (a dict with "record": the cell text, "origin") or None."""
+        path = self.path(cell, digest)
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"cell store file {path} is not valid JSON ({e}); delete it to recompute the cell") from e
+
+    def put(self, cell: Callable, digest: str, record: str, origin: str) -> Path:
+        """Store the record ``record`` (``files.cell_text``) first computed as ``origin`` ('experiment/profile/cell');
+        removes the cell's checkpoint folder, which a finished cell no longer needs."""
+        entry = json.dumps({"digest": digest, "origin": origin, "function": _function_name(cell.func),
+                            "record": json.loads(record)})
+        path = atomic_write_text(self.path(cell, digest), entry + "\n")
+        folder = self.checkpoint_dir(digest)
+        if folder.is_dir():
+            for file in folder.iterdir():
+                file.unlink()
+            folder.rmdir()
+        return path

@@ -1,0 +1,169 @@
+"""Tests for memlab.store and the runner's use of it: a cell computed once serves every experiment and profile that
+asks for it; the time limit stops a run between cells, or a checkpointing cell at its checkpoint, and resumes."""
+
+import dataclasses
+import json
+import time
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memlab import cli, deadline
+from memlab.keys import key_for
+from memlab.runner import Experiment, TimeLimitReached, run_experiment
+from memlab.store import CHECKPOINT, CellStore, cell_digest, describe, takes_checkpoint, with_checkpoint
+
+
+def add(a, b=2, scale=1.0):
+    return {"x": (a + b) * scale}
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    n: int
+    lr: float
+
+
+def test_digest_names_function_arguments_and_key_and_nothing_else():
+    base = cell_digest(partial(add, 1, 2))
+    assert base == cell_digest(partial(add, 1)) == cell_digest(partial(add, a=1, b=2, scale=1.0))  # defaults, names
+    assert base != cell_digest(partial(add, 1, 3)) and base != cell_digest(partial(add, 1, 2, 1.0000001))
+    k0, k1 = key_for(0, "ppo", "alf", 0), key_for(0, "ppo", "alf", 1)
+    assert cell_digest(partial(add, k0)) == cell_digest(partial(add, key_for(0, "ppo", "alf", 0)))
+    assert cell_digest(partial(add, k0)) != cell_digest(partial(add, k1))
+    assert cell_digest(partial(add, Sizes(3, 0.1))) != cell_digest(partial(add, Sizes(3, 0.2)))
+    assert cell_digest(partial(add, np.arange(3.0))) != cell_digest(partial(add, np.arange(3.0) + 1e-12))
+    assert cell_digest(partial(add, np.zeros(3, np.float32))) != cell_digest(partial(add, np.zeros(3, np.float64)))
+    # the checkpoint's path is the runner's business, not the result's
+    assert cell_digest(partial(add, 1, CHECKPOINT)) != base
+    assert describe(partial(add, 1, CHECKPOINT))["arguments"]["b"] == "CHECKPOINT"
+    assert set(describe(partial(add, 1))["libraries"]) == {"jax", "jaxlib"}
+    assert cell_digest(lambda: {"x": 1}) is None  # not describable: kept in the run folder only
+    assert cell_digest(partial(add, object())) is None
+
+
+def test_a_new_cell_version_is_a_new_cell():
+    def versioned(a):
+        return {"a": a}
+
+    versioned.__qualname__ = "versioned"  # a module-level name, as a real cell function has
+    before = cell_digest(partial(versioned, 1))
+    versioned.cell_version = 2
+    assert cell_digest(partial(versioned, 1)) != before
+
+
+def test_checkpoint_placeholder_becomes_a_path():
+    cell = partial(add, 1, CHECKPOINT)
+    assert takes_checkpoint(cell) and not takes_checkpoint(partial(add, 1))
+    assert with_checkpoint(cell, Path("/x/y")).args == (1, "/x/y")
+
+
+def test_identical_cells_are_computed_once_across_experiments_and_profiles(fake_lab, tmp_path):
+    means, other = fake_lab.experiments["fake.means"], fake_lab.experiments["fake.other"]
+    run_experiment(means, "tiny", out_dir=tmp_path / "fake.means" / "tiny", progress=False)
+    assert fake_lab.STATE["computed"] == 4
+    run_experiment(other, "tiny", out_dir=tmp_path / "fake.other" / "tiny", progress=False)
+    assert fake_lab.STATE["computed"] == 4  # the other experiment asks for the same cells: none computed again
+    run_experiment(means, "quick", out_dir=tmp_path / "fake.means" / "quick", progress=False)
+    assert fake_lab.STATE["computed"] == 6  # quick has 6 cells, 4 of them tiny's
+
+    other_doc = json.loads((tmp_path / "fake.other" / "tiny" / "results.json").read_text())
+    assert other_doc["cell_store"] == str(tmp_path / "cells")  # one store beside the experiment folders
+    assert other_doc["cells"]["computed"] == 0 and other_doc["cells"]["reused"] == 4
+    assert other_doc["cells"]["reused_from"]["cell-2"] == "fake.means/tiny/cell-2"
+    quick = json.loads((tmp_path / "fake.means" / "quick" / "results.json").read_text())
+    assert (quick["cells"]["computed"], quick["cells"]["reused"]) == (2, 4)
+    tiny = json.loads((tmp_path / "fake.means" / "tiny" / "results.json").read_text())
+    assert quick["results"]["means"][:4] == tiny["results"]["means"] == other_doc["results"]["means"]
+    assert set(quick["cells"]["store"]) == {f"cell-{i}" for i in range(6)}
+
+
+def test_a_run_folder_from_before_the_store_joins_it(fake_lab, tmp_path):
+    exp = fake_lab.experiments["fake.means"]
+    run_experiment(exp, "tiny", out_dir=tmp_path / "old", progress=False, store=False)
+    assert not (tmp_path / "cells").exists()
+    run_experiment(exp, "tiny", out_dir=tmp_path / "old", progress=False)  # resumed, and now in the store
+    run_experiment(fake_lab.experiments["fake.other"], "tiny", out_dir=tmp_path / "new", progress=False)
+    assert fake_lab.STATE["computed"] == 4
+    doc = json.loads((tmp_path / "new" / "results.json").read_text())
+    assert doc["cells"]["reused"] == 4 and doc["cells"]["reused_from"]["cell-0"] == "fake.means/tiny/cell-0"
+
+
+def test_the_time_limit_starts_no_cell_that_would_not_finish(fake_lab, tmp_path, capsys):
+    exp, out = fake_lab.experiments["fake.means"], tmp_path / "o"
+    run_experiment(exp, "tiny", out_dir=tmp_path / "warm", progress=False, store=False)  # compiles out of the way
+    fake_lab.STATE.update(sleep=0.5, computed=0)
+    # cell-0 starts at once, cell-1 at 0.5 s (0.5 s of work, 0.75 s left), cell-2 at 1.0 s would end at 1.5 s
+    with pytest.raises(TimeLimitReached, match="2 of 4 cells finished; the same command resumes"):
+        run_experiment(exp, "tiny", out_dir=out, progress=False, time_limit=1.25)
+    assert sorted(p.name for p in (out / "cells").iterdir()) == ["cell-0.json", "cell-1.json"]
+    assert fake_lab.STATE["computed"] == 2 and not (out / "results.json").exists()
+    # the command line: exit 0, one line saying what finished
+    assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(out), "--no-progress",
+                     "--time-limit", "1h"]) == 0
+    assert fake_lab.last_run().cells_skipped == 2 and fake_lab.STATE["computed"] == 4
+    assert (out / "results.json").exists()
+    capsys.readouterr()
+    assert cli.main(["run", "fake.means", "--profile", "quick", "--out", str(tmp_path / "q"), "--no-progress",
+                     "--time-limit", "0.5s"]) == 0  # cells 0-3 come from the store (0.5 s each): none fits
+    assert capsys.readouterr().err == ("memlab: time limit reached in 'fake cells': 4 of 6 cells finished; "
+                                       "the same command resumes\n")
+
+
+@pytest.mark.parametrize("bad", ["0", "-5m", "soon", "5x"])
+def test_time_limit_must_be_a_duration(fake_lab, bad, capsys):
+    assert cli.main(["run", "fake.means", "--time-limit", bad]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memlab: error: argument --time-limit:") and err.count("\n") == 1
+
+
+def test_parse_duration():
+    assert [cli.parse_duration(t) for t in ("90", "2h30m", "90m", "45s", "1.5h", "1h 5s")] == \
+        [90.0, 9000.0, 5400.0, 45.0, 5400.0, 3605.0]
+
+
+def steps_cell(total: int, step_seconds: float, checkpoint: str) -> dict:
+    """A cell that checkpoints after every step and stops when the next step would not finish in time."""
+    path = Path(checkpoint)
+    done = int(path.read_text()) if path.exists() else 0
+    runs = json.loads(path.with_suffix(".runs").read_text()) if path.with_suffix(".runs").exists() else []
+    starts = [*runs, done]  # the step each invocation started from
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".runs").write_text(json.dumps(starts))
+    while done < total:
+        deadline.check(step_seconds)
+        time.sleep(step_seconds)
+        done += 1
+        path.write_text(str(done))
+    return {"done": done, "started_at": starts}
+
+
+def _steps_run(config, run):
+    cells = run.sweep({"steps": partial(steps_cell, config.total, config.step_seconds, CHECKPOINT)}, "steps")
+    return cells["steps"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepsConfig:
+    seed: int = 0
+    total: int = 6
+    step_seconds: float = 0.25
+
+
+def test_a_checkpointing_cell_stops_at_the_time_limit_and_resumes_from_its_checkpoint(tmp_path):
+    exp = Experiment("fake.steps", "Fig. 0", "fake-paper", "steps", {"quick": StepsConfig(), "paper": StepsConfig()},
+                     _steps_run)
+    out = tmp_path / "o"
+    with pytest.raises(TimeLimitReached, match="0 of 1 cells finished"):
+        run_experiment(exp, "quick", out_dir=out, progress=False, time_limit=0.6)  # 2 of 6 steps fit
+    checkpoints = list((tmp_path / "cells" / "checkpoints").rglob("checkpoint"))
+    assert len(checkpoints) == 1 and checkpoints[0].read_text() == "2"
+    run_experiment(exp, "quick", out_dir=out, progress=False)
+    result = json.loads((out / "results.json").read_text())["results"]
+    assert result == {"done": 6, "started_at": [0, 2]}  # resumed from step 2, not from 0
+    assert not (tmp_path / "cells" / "checkpoints" / checkpoints[0].parent.name).exists()  # gone once finished
+    entry = json.loads(next((tmp_path / "cells" / "steps_cell").glob("*.json")).read_text())
+    assert entry["origin"] == "fake.steps/quick/steps" and entry["function"].endswith("steps_cell")
+    assert CellStore(tmp_path / "cells").root == tmp_path / "cells"
