@@ -373,3 +373,26 @@ def test_learned_gain_recovers_the_optimal_filter_from_a_wrong_start():
     assert abs(optimum - after) < 0.005
     position_sd = float(jnp.sqrt(jnp.mean(kalman.covariances[:, 10:, 0, 0])))
     assert float(jnp.sqrt(jnp.mean((means[:, 10:, 0] - kalman.means[:, 10:, 0]) ** 2))) < 0.1 * position_sd
+
+
+def test_a_failed_run_stops_at_its_first_non_finite_epoch_with_the_result_of_training_on(data):
+    """Eq. (7)'s gain at the paper's learning rate fails within a few epochs on Pong; stopping there must record
+    exactly what training every epoch records: failure, best model, best epoch and value, and the histories up to
+    the failed epoch (NaN after it)."""
+    from memlab.pissm.runs import LAYOUTS, fit, load_dataset
+
+    pong = load_dataset("pong", LAYOUTS["tiny"]["pong"], key=jax.random.key(3))
+    config = TrainConfig(epochs=12, batch_size=8, stability="clip", clip_norm=20.0, warmup_epochs=0,
+                         learning_rate=0.05)
+    key = jax.random.key(0)
+    stopped_model, stopped = fit("pissm-gru", "pong", pong, config, key)
+    full_model, full = fit("pissm-gru", "pong", pong, dataclasses.replace(config, stop_on_failure=False), key)
+    assert stopped["failed"] and 0 <= stopped["failed_epoch"] < config.epochs - 1, "the run must fail early to test"
+    assert full["failed_epoch"] == stopped["failed_epoch"]
+    assert {k: stopped[k] for k in ("failed", "best_epoch", "best_val")} == \
+        {k: full[k] for k in ("failed", "best_epoch", "best_val")}
+    assert same(stopped_model, full_model)
+    e = stopped["failed_epoch"]
+    for name in ("train_loss", "val_ll"):
+        np.testing.assert_array_equal(stopped[name][: e + 1], full[name][: e + 1])
+        assert np.all(np.isnan(stopped[name][e + 1:]))

@@ -225,8 +225,8 @@ def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, miss
     (``config.input_noise_corr``). ``key`` is split into the keys of the initialisation, the training run and the
     masks.
 
-    Returns (model, record): record has best_val, best_epoch, failed, and the per-epoch histories (the runner
-    times every cell, so a record holds results only and runs on any executor compare equal).
+    Returns (model, record): record has best_val, best_epoch, failed, failed_epoch, and the per-epoch histories
+    (the runner times every cell, so a record holds results only and runs on any executor compare equal).
     """
     key_model, key_train, key_masks = jax.random.split(key, 3)
     # at least 8 minibatches per epoch (Lorenz has 40 training sequences)
@@ -243,6 +243,7 @@ def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, miss
         "best_val": float(result.best_val),
         "best_epoch": int(result.best_epoch),
         "failed": bool(result.failed),
+        "failed_epoch": int(result.failed_epoch),  # the first non-finite epoch (training stopped there), or -1
         "train_loss": np.asarray(result.train_loss).tolist(),
         "val_ll": np.asarray(result.val_ll).tolist(),
         "recurrent_norm": np.asarray(result.recurrent_norm).ravel().tolist(),  # after every optimiser step

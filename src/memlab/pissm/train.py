@@ -43,7 +43,8 @@ A run has failed (Table 2's success rate) if any minibatch loss or validation va
 diverged: its last validation log-likelihood per step is more than ``DIVERGENCE_NATS`` = 1 below the first
 epoch's (validation, not the training loss, because with few minibatches per epoch the training mean is noisy).
 The returned model is the one with the best validation log-likelihood (early stopping), taken only from epochs
-with finite values.
+with finite values. Training stops after the first epoch with a non-finite value (``failed_epoch``): the run has
+failed, and no later epoch can change the best model, its epoch or the failure (tested against training on).
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class TrainConfig:
     input_noise_std: float = 0.0
     input_noise_corr: float = 0.9
     gradient_parts: int | None = 1  # None: one per CPU device (a divisor of the minibatch size)
+    stop_on_failure: bool = True  # stop after the first non-finite epoch (False: train every epoch regardless)
 
     def __post_init__(self):
         for name in ("epochs", "batch_size", "decay_every"):
@@ -113,6 +115,8 @@ class TrainResult(NamedTuple):
     val_ll: Array  # (epochs,) validation log-likelihood per observed step after each epoch
     recurrent_norm: Array  # (epochs, steps) ||U||_inf of the first gated cell after each step (NaN without one)
     radius: Array  # (epochs, steps) ||U||_inf at which its ISS gain reaches 1 (Fig. 8's l1 radius)
+    failed_epoch: Array  # () int, 0-based: the epoch with the first non-finite value, after which training stopped
+    # (the histories are NaN after it); -1 if every value was finite
 
 
 def gated_cells(model) -> list:
@@ -279,12 +283,29 @@ def make_train(config: TrainConfig):
         dtype = train_y.dtype
         carry = (params, opt_state, jnp.zeros(T, dtype), jnp.asarray(False), params, jnp.asarray(-jnp.inf, dtype),
                  jnp.asarray(-1), jnp.asarray(True))
-        epochs = jnp.arange(config.epochs)
-        carry, (train_loss, val_ll, norms, radii) = jax.lax.scan(
-            epoch, carry, (epochs, jax.random.split(key, config.epochs)))
+        epoch_keys = jax.random.split(key, config.epochs)
+        # the histories, NaN where no epoch ran: training stops after the first epoch with a non-finite value, since
+        # the run has failed then and nothing after it changes the result (best model, best epoch, failure)
+        shapes = jax.eval_shape(epoch, carry, (jnp.asarray(0), epoch_keys[0]))[1]
+        history = jax.tree_util.tree_map(lambda s: jnp.full((config.epochs, *s.shape), jnp.nan, s.dtype), shapes)
+
+        def running(state):
+            index, carry, _ = state
+            return (index < config.epochs) & (carry[-1] | (not config.stop_on_failure))
+
+        def next_epoch(state):
+            index, carry, history = state
+            carry, outputs = epoch(carry, (index, epoch_keys[index]))
+            history = jax.tree_util.tree_map(lambda h, o: h.at[index].set(o), history, outputs)
+            return index + 1, carry, history
+
+        ran, carry, (train_loss, val_ll, norms, radii) = jax.lax.while_loop(
+            running, next_epoch, (jnp.asarray(0), carry, history))
         best_params, best_val, best_epoch, ok = carry[4:]
+        bad = ~(jnp.isfinite(train_loss) & jnp.isfinite(val_ll)) & (jnp.arange(config.epochs) < ran)
+        first_failure = jnp.where(jnp.any(bad), jnp.argmax(bad), -1)
         diverged = val_ll[-1] < val_ll[0] - DIVERGENCE_NATS
         return TrainResult(eqx.combine(best_params, static), best_val, best_epoch, ~ok | diverged, train_loss,
-                           val_ll, norms, radii)
+                           val_ll, norms, radii, first_failure)
 
     return train
