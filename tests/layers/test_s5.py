@@ -169,7 +169,7 @@ def test_parallel_sequence_equals_scanning_step_with_resets(use_x64, tol):
     obs, actions = episode_data(L, obs_size, num_actions, seed=3)
     with jax.enable_x64(use_x64):
         dtype = jnp.float64 if use_x64 else jnp.float32
-        for options in ({}, {"num_actions": num_actions}):
+        for options in ({}, {"num_actions": num_actions}, {"num_actions": num_actions, "start_input": True}):
             memory = S5Memory(obs_size, 12, key=jax.random.key(3), **options)
             sequential = S5Memory(obs_size, 12, key=jax.random.key(3), method="sequential", **options)
             h0 = jnp.asarray(np.linspace(-1, 1, 6) * (1 + 1j), memory.initial_state().dtype)
@@ -284,6 +284,17 @@ def test_previous_action_is_one_hot_and_absent_at_an_episode_start():
     close(encode(memory, obs, jnp.asarray(2), yes), encode(memory, obs, jnp.asarray(0), yes), 0.0)
     plain = S5Memory(4, 12, key=jax.random.key(9))
     close(encode(plain, obs, jnp.asarray(1), no), encode(plain, obs, jnp.asarray(2), no), 0.0)
+
+
+def test_the_start_flag_is_one_more_input():
+    """'s5-12-prev-action' (Lu et al.'s runner): previous action one-hot and the start flag, O' = 4 + 3 + 1."""
+    memory = S5Memory(4, 12, key=jax.random.key(9), num_actions=3, start_input=True)
+    assert memory.input_size == 8 and memory.encoder_in.weight.shape == (128, 8)
+    x = jnp.concatenate([jnp.ones(4), jnp.zeros(3), jnp.ones(1)])  # an episode's first step: no action, flag 1
+    expected = jax.nn.leaky_relu(memory.encoder_out(jax.nn.leaky_relu(memory.encoder_in(x))))
+    close(eqx.filter_jit(S5Memory.encode)(memory, jnp.ones(4), jnp.asarray(2), jnp.asarray(True)), expected, 1e-6)
+    with pytest.raises(ValueError, match="start_input must be a bool"):
+        S5Memory(4, 12, key=jax.random.key(9), start_input=1)
 
 
 @pytest.mark.parametrize("activation", ["full_glu", "half_glu1", "half_glu2", "gelu"])

@@ -2,7 +2,9 @@
 
 Memories (``MEMORIES``): the fixed filters built from the environment's own matrices — 'lof', 'lof-softmax' (eq. 7),
 'alf', 'alf-softmax' (eq. 46, delta = 0.1) — the learned ones — 's5-12', 's5-256' (one S5 layer after a two-layer
-MLP encoder of the 4-dim observation, hidden 12 or 256, Table 2) and Deep ALF (eq. 202) with the five
+MLP encoder of the 4-dim observation, hidden 12 or 256, Table 2), 's5-12-prev-action' (S5-12 also fed the
+previous action one-hot and the start flag, as Lu et al.'s runner feeds its S5: the LOF/ALF memories see the
+previous action through the action-dependent transition, today's S5-12 does not) and Deep ALF (eq. 202) with the five
 initialisations of App. E.2.2 ('deep-alf-informed', 'deep-alf-random-e', 'deep-alf-random-delta',
 'deep-alf-random-lambda', 'deep-alf-all-random'; Fig. 3's "Deep ALF" is the all-random one) — and 'true-state',
 a memoryless agent on the fully observed ring, whose return approaches the fully informed optimum.
@@ -28,11 +30,12 @@ from memlab.rl.agent import make_agent
 from memlab.rl.memory import Memory, ObservationMemory
 
 FIXED = ("lof", "lof-softmax", "alf", "alf-softmax")
-S5_SIZES = {"s5-12": 12, "s5-256": 256}
+S5_SIZES = {"s5-12": 12, "s5-256": 256, "s5-12-prev-action": 12}
 DEEP_ALF = tuple(f"deep-alf-{init}" for init in INITIALISATIONS)
 MEMORIES = (*FIXED, *S5_SIZES, *DEEP_ALF, "true-state")
 LABELS = {"lof": "LOF", "lof-softmax": "LOF + softmax", "alf": "ALF", "alf-softmax": "ALF + softmax",
-          "s5-12": "S5-12", "s5-256": "S5-256", "deep-alf-informed": "Deep ALF (informed)",
+          "s5-12": "S5-12", "s5-256": "S5-256", "s5-12-prev-action": "S5-12 + previous action",
+          "deep-alf-informed": "Deep ALF (informed)",
           "deep-alf-random-e": "Deep ALF (random E)", "deep-alf-random-delta": "Deep ALF (random δ)",
           "deep-alf-random-lambda": "Deep ALF (random Λ)", "deep-alf-all-random": "Deep ALF (all random)",
           "true-state": "true state (fully observed)"}
@@ -52,8 +55,10 @@ def make_memory(name: str, key: jax.Array, env: RingWorld, params: RingWorldPara
         args = (params.hmm,) if name.startswith("lof") else (np.asarray(params.P), params.hmm)
         return build(*args, softmax=name.endswith("softmax"))
     if name in S5_SIZES:
-        return S5Memory(env.obs_size, S5_SIZES[name], key=key, method="sequential")  # faster than the parallel
-        # scan on a CPU (benchmarks/bench_ringworld.py); both forms are tested equal
+        fed_action = name.endswith("prev-action")
+        return S5Memory(env.obs_size, S5_SIZES[name], key=key, method="sequential",  # faster than the parallel
+                        # scan on a CPU (benchmarks/bench_ringworld.py); both forms are tested equal
+                        num_actions=env.num_actions if fed_action else None, start_input=fed_action)
     if name in DEEP_ALF:
         return DeepALF.init(key, np.asarray(params.P), np.asarray(params.E), name.removeprefix("deep-alf-"))
     return ObservationMemory(env.obs_size)

@@ -31,7 +31,12 @@ D (H,) real, one step Delta = exp(log_step) per mode. Choices, each as in the pu
 * Encoder: Lu et al.'s encoder applies LeakyReLU after BOTH Dense layers (orthogonal(sqrt 2) weights, zero biases);
   we do the same. The paper's counts 2,048 = 4*128 + 128*12 and 33,280 = 4*128 + 128*256 are the encoder's
   weights without biases for a 4-dim observation (``encoder_weight_count``). The previous action can be appended as
-  a one-hot vector (``num_actions``; off by default, as the counts say); at an episode start it is all zeros.
+  a one-hot vector (``num_actions``; off by default, as the counts say); at an episode start it is all zeros. The
+  start flag can be appended as one more input (``start_input``; Lu et al.'s runner feeds both).
+
+Arithmetic: the state is complex, but the products with a real vector on one side (B_bar u) or of which only the real
+part is used (Re(C_tilde h)) are done as two real products each (``real_times_complex``, ``real_of_product``)
+instead of a complex product's four.
 
 Resets: a start flag zeroes h BEFORE the step's update, so the first observation of an episode drives the update from
 the zero state (as the public code's reset scan operator does). ``S5Memory.sequence`` runs the parallel associative
@@ -112,6 +117,17 @@ def _linear(key: Array, n_in: int, n_out: int, init) -> eqx.nn.Linear:
     layer = eqx.nn.Linear(n_in, n_out, key=key)
     weight = init(key, (n_in, n_out), layer.weight.dtype).T  # equinox stores (out, in)
     return eqx.tree_at(lambda lin: (lin.weight, lin.bias), layer, (weight, jnp.zeros_like(layer.bias)))
+
+
+def real_times_complex(u: Array, M: Array) -> Array:
+    """u M^T for u (..., H) real and M (K, H) complex, as two real products (promoting u to complex does twice
+    the real work): u (Re M)^T + i u (Im M)^T."""
+    return jax.lax.complex(u @ jnp.real(M).T, u @ jnp.imag(M).T)
+
+
+def real_of_product(h: Array, M_re: Array, M_im: Array) -> Array:
+    """Re(h M^T) for h (..., K) complex and M = M_re + i M_im (H, K), as two real products instead of four."""
+    return jnp.real(h) @ M_re.T - jnp.imag(h) @ M_im.T
 
 
 def _apply(linear: eqx.nn.Linear, z: Array) -> Array:
@@ -234,14 +250,14 @@ class S5Layer(eqx.Module):
 
     def readout(self, h: Array, u: Array) -> Array:
         """y = 2 Re(C_tilde h) + D * u (H,) for a state h (P/2,) and the input u (H,); broadcasts over leading axes."""
-        return 2.0 * jnp.real(h @ self.C_tilde.T) + self.D * u
+        return 2.0 * real_of_product(h, self.C_re, self.C_im) + self.D * u
 
     def ssm_step(self, h: Array, u: Array, reset: Array | bool = False) -> tuple[Array, Array]:
         """One step of the linear SSM: (h (P/2,), u (H,), reset ()) -> (h_new, y (H,)); reset zeroes h first."""
         self._check("h", h, (self.num_modes,))
         self._check("u", u, (self.width,))
         Lambda_bar, B_bar = self.discretize()
-        h = Lambda_bar * jnp.where(reset, jnp.zeros_like(h), h) + B_bar @ u
+        h = Lambda_bar * jnp.where(reset, jnp.zeros_like(h), h) + real_times_complex(u, B_bar)
         return h, self.readout(h, u)
 
     def ssm(self, u: Array, h: Array | None = None, reset: Array | None = None,
@@ -262,7 +278,7 @@ class S5Layer(eqx.Module):
         self._check("reset", reset, (L,))
         Lambda_bar, B_bar = self.discretize()
         a = jnp.broadcast_to(Lambda_bar, (L, self.num_modes))
-        b = u @ B_bar.T  # (L, P/2)
+        b = real_times_complex(u, B_bar)  # (L, P/2)
         # the scan restarts from zero at resets, so the incoming state h enters as an input at t = 0
         b = b.at[0].add(jnp.where(reset[0], 0.0, Lambda_bar * h))
         states = linear_scan(a, b, jnp.zeros_like(h), reset.astype(bool), method=method)
@@ -300,7 +316,8 @@ class S5Memory(Memory):
     """The S5-based memory of section 6.2: encoder phi (Linear(O', 128), LeakyReLU, Linear(128, H), LeakyReLU)
     then one ``S5Layer`` of width H and state size P = H. Features (H,) = the layer's output.
 
-    O' = obs_size, plus num_actions when the previous action is appended one-hot. State: (H/2,) complex.
+    O' = obs_size, plus num_actions when the previous action is appended one-hot, plus 1 when the start flag is
+    appended (``start_input``). State: (H/2,) complex.
     """
 
     encoder_in: eqx.nn.Linear
@@ -308,15 +325,21 @@ class S5Memory(Memory):
     layer: S5Layer
     obs_size: int = eqx.field(static=True)
     num_actions: int | None = eqx.field(static=True)
+    start_input: bool = eqx.field(static=True)
     method: str = eqx.field(static=True)
     trainable: ClassVar[bool] = True
 
     def __init__(self, obs_size: int, hidden: int = 12, *, key: Array, num_actions: int | None = None,
-                 encoder_width: int = ENCODER_WIDTH, method: str = "parallel", **layer_options):
-        """hidden H = P (even); ``layer_options`` go to ``S5Layer`` (dt_min, dt_max, activation, C_init);
-        ``method`` is the scan of ``sequence`` ("parallel" or "sequential")."""
+                 start_input: bool = False, encoder_width: int = ENCODER_WIDTH, method: str = "parallel",
+                 **layer_options):
+        """hidden H = P (even); ``num_actions``: append the previous action one-hot; ``start_input``: append the
+        start flag; ``layer_options`` go to ``S5Layer`` (dt_min, dt_max, activation, C_init); ``method`` is the
+        scan of ``sequence`` ("parallel" or "sequential")."""
         self.obs_size = check_int("obs_size", obs_size)
         self.num_actions = None if num_actions is None else check_int("num_actions", num_actions)
+        if not isinstance(start_input, bool):
+            raise ValueError(f"start_input must be a bool, got {start_input!r}")
+        self.start_input = start_input
         hidden, width = check_int("hidden", hidden, low=2), check_int("encoder_width", encoder_width)
         if hidden % 2:
             raise ValueError(f"hidden must be even (hidden/2 conjugate-symmetric complex modes), got {hidden}")
@@ -328,8 +351,8 @@ class S5Memory(Memory):
 
     @property
     def input_size(self) -> int:
-        """O' = obs_size (+ num_actions with the previous action one-hot)."""
-        return self.obs_size + (self.num_actions or 0)
+        """O' = obs_size (+ num_actions with the previous action one-hot, + 1 with the start flag)."""
+        return self.obs_size + (self.num_actions or 0) + int(self.start_input)
 
     @property
     def num_features(self) -> int:
@@ -356,6 +379,8 @@ class S5Memory(Memory):
         if self.num_actions is not None:  # no previous action at an episode's start
             one_hot = jax.nn.one_hot(prev_action, self.num_actions, dtype=x.dtype)
             x = jnp.concatenate([x, jnp.where(start, 0.0, one_hot)])
+        if self.start_input:
+            x = jnp.concatenate([x, jnp.asarray(start, x.dtype)[None]])
         x = jax.nn.leaky_relu(self.encoder_in(x))
         return jax.nn.leaky_relu(self.encoder_out(x))
 

@@ -4,10 +4,13 @@
     logits   = actor(features)     (A,)  categorical over env.num_actions   [128, 128], LeakyReLU
     value    = critic(features)    ()                                       [128, 128], LeakyReLU
 
-Initialisation as PureJaxRL (Lu et al. 2023): orthogonal weights with gain sqrt(2) in the hidden layers, 0.01 in
-the actor's output layer (a nearly uniform first policy) and 1 in the critic's, zero biases. LeakyReLU has
-slope 0.01 for negative inputs (JAX's and Flax's default). Every leaf of an :class:`Agent` is an array (the
-activation is code, not a field), so a training state holding one can be vmapped over seeds.
+Initialisation: orthogonal weights with gain sqrt(2) in the hidden layers, 0.01 in the actor's output layer (a
+nearly uniform first policy) and 1 in the critic's, zero biases. The paper does not give it. sqrt(2) is PureJaxRL's
+feed-forward PPO (ppo.py); its recurrent PPO (ppo_rnn.py, which Lu et al. 2023 build on) draws the hidden layer
+after the memory with gain 2 instead. memlab keeps sqrt(2) for every hidden layer (both decoders have two hidden
+layers here, Table 1's [128, 128], where ppo_rnn.py has one), and every RingWorld result was computed with it.
+LeakyReLU has slope 0.01 for negative inputs (JAX's and Flax's default). Every leaf of an :class:`Agent` is an
+array (the activation is code, not a field), so a training state holding one can be vmapped over seeds.
 """
 
 from __future__ import annotations
