@@ -2,7 +2,7 @@
 linear memories, episodic return against update, mean ± std over seeds (section 6.2, App. E.2, Tables 1-2).
 
 One cell per (memory, seed): ``agents.train_agent`` trains a PPO agent (Table 1) and checkpoints every
-``chunk_updates`` updates under ``<out>/checkpoints``, so an interrupted cell resumes where it stopped. The paper
+``chunk_updates`` updates (in the cell store), so an interrupted cell resumes where it stopped. The paper
 profile is Table 1 exactly (30 M steps, 64 envs, unroll 1024, 30 epochs, 8 minibatches, lr 5e-5) over 8 seeds. The
 quick profile cuts the work per update (fewer envs, a shorter unroll, fewer epochs, a larger learning rate) and the
 number of seeds: it tests the orderings only, not the paper's curves, and says so in its summary.
@@ -21,6 +21,7 @@ from memlab.belief.agents import LABELS, MEMORIES, train_agent
 from memlab.checks import check_choices, check_int, check_real
 from memlab.rl import PPOConfig
 from memlab.runner import Experiment
+from memlab.store import CHECKPOINT
 
 PAPER = "linear-recurrent-memory-pomdp"
 FIG3 = ("lof", "lof-softmax", "alf", "alf-softmax", "s5-12", "s5-256", "deep-alf-all-random")
@@ -28,7 +29,6 @@ FIG9 = ("deep-alf-informed", "alf", "lof-softmax")
 FIG10 = ("deep-alf-informed", "deep-alf-random-e", "deep-alf-random-delta", "deep-alf-random-lambda",
          "deep-alf-all-random", "s5-12", "s5-256")
 # quick: 1/16 of Table 1's samples per update, 4 of its 30 epochs, 80 of its 457 updates, a 10x learning rate
-QMDP_EPISODES = 4000  # Monte-Carlo episodes of the QMDP reference line
 FIG9_10 = tuple(dict.fromkeys(FIG9 + FIG10))
 # quick profile of belief.deep-alf-inits leaves S5-256 out (8x the cost of S5-12); belief.ringworld-returns has it
 QUICK_PPO = PPOConfig(learning_rate=5e-4, num_envs=16, unroll=256, total_steps=16 * 256 * 80, epochs=4,
@@ -41,25 +41,36 @@ class RingWorldPPOConfig:
     seed: int = 0
     memories: tuple[str, ...] = FIG3
     seeds: int = 8
+    # (memory, seeds) where a memory runs another number of seeds than ``seeds`` (paper-core); seeds 0..n-1
+    seed_counts: tuple[tuple[str, int], ...] = ()
     ppo: PPOConfig = PPOConfig()  # Table 1
     epsilon: float = 0.05
     episode_length: int = 100
     chunk_updates: int = 10  # updates between checkpoints
     tail: int = 100  # the last-updates panel of Figs. 9b / 10b and the "final return" of the claims
+    qmdp_episodes: int = 20_000  # Monte-Carlo episodes of the QMDP reference line (4,000 gave 0.565 ± 0.002)
 
     def validate(self):
         check_choices("memories", self.memories, MEMORIES)
         check_int("seeds", self.seeds)
+        for memory, count in self.seed_counts:
+            check_choices("seed_counts", (memory,), self.memories)
+            check_int(f"seed_counts[{memory!r}]", count)
+        check_int("qmdp_episodes", self.qmdp_episodes)
         check_int("chunk_updates", self.chunk_updates)
         check_int("tail", self.tail)
         check_real("epsilon", self.epsilon, 0.0, 0.5)
         check_int("episode_length", self.episode_length)
         self.ppo.validate()
 
+    def seeds_of(self, memory: str) -> int:
+        """How many seeds ``memory`` runs (``seed_counts``, else ``seeds``)."""
+        return dict(self.seed_counts).get(memory, self.seeds)
+
 
 SUMMARY = """# {name} — {figures}
 
-PPO on RingWorld (ε = {epsilon}, K = {episode_length}), {seeds} seeds, {updates} updates of {num_envs} envs × \
+PPO on RingWorld (ε = {epsilon}, K = {episode_length}), {seeds}, {updates} updates of {num_envs} envs × \
 {unroll} steps ({steps:,} env steps), {epochs} epochs × {minibatches} minibatches, lr {learning_rate}. \
 {scale}
 
@@ -71,6 +82,9 @@ policy: a lower bound on the POMDP optimum), random actions {floor:.3f}:
 
 {table}
 """
+PAPER_CORE_NOTE = ("This is the paper-core profile: Table 1 exactly, on fewer memories and seeds than the paper "
+                   "profile (the smallest set that settles Fig. 3's orderings). Its cells are the paper profile's "
+                   "(same names, keys and arguments), so `--profile paper` reuses them.")
 QUICK_NOTE = ("This is a reduced profile (less work per update, fewer updates and seeds than Table 1): "
               "it tests the paper's orderings, not its curves; `--profile paper` runs Table 1.")
 
@@ -78,16 +92,16 @@ QUICK_NOTE = ("This is a reduced profile (less work per update, fewer updates an
 def _cells(cfg: RingWorldPPOConfig, run) -> dict:
     """Cell '<memory>-<s>' trains seed s of ``memory`` from the key stream ('ppo', memory, s); cell 'qmdp'
     simulates the QMDP reference policy."""
-    cells = {f"{m}-{s}": partial(train_agent, cfg.ppo, m, run.key_for("ppo", m, s),
-                                 str(run.out_dir / "checkpoints" / f"{m}-{s}.eqx"), cfg.chunk_updates,
+    cells = {f"{m}-{s}": partial(train_agent, cfg.ppo, m, run.key_for("ppo", m, s), CHECKPOINT, cfg.chunk_updates,
                                  cfg.epsilon, cfg.episode_length)
-             for m in cfg.memories for s in range(cfg.seeds)}
-    return {**cells, "qmdp": partial(_qmdp_cell, cfg, run.key_for("qmdp"))}
+             for m in cfg.memories for s in range(cfg.seeds_of(m))}
+    qmdp = partial(_qmdp_cell, cfg.epsilon, cfg.episode_length, cfg.qmdp_episodes, run.key_for("qmdp"))
+    return {**cells, "qmdp": qmdp}
 
 
-def _qmdp_cell(cfg: RingWorldPPOConfig, key) -> dict:
-    env = rw.RingWorld(cfg.epsilon, cfg.episode_length)
-    return {"returns": np.asarray(rw.qmdp_returns(env, env.default_params, key, QMDP_EPISODES))}
+def _qmdp_cell(epsilon: float, episode_length: int, episodes: int, key) -> dict:
+    env = rw.RingWorld(epsilon, episode_length)
+    return {"returns": np.asarray(rw.qmdp_returns(env, env.default_params, key, episodes))}
 
 
 def _analyse(cfg: RingWorldPPOConfig, cells: dict) -> dict:
@@ -97,7 +111,7 @@ def _analyse(cfg: RingWorldPPOConfig, cells: dict) -> dict:
     ceiling, floor = rw.optimal_return(env, env.default_params), rw.random_return(env, env.default_params)
     curves, stats = {}, {}
     for m in cfg.memories:
-        runs = [cells[f"{m}-{s}"]["metrics"] for s in range(cfg.seeds)]
+        runs = [cells[f"{m}-{s}"]["metrics"] for s in range(cfg.seeds_of(m))]
         R = np.array([r["episode_return"] for r in runs], dtype=float)  # (seeds, updates)
         tail = R[:, -min(cfg.tail, R.shape[1]):].mean(axis=1)
         half = np.flatnonzero(R.mean(axis=0) >= floor + 0.5 * (ceiling - floor))
@@ -146,9 +160,12 @@ def _table(cfg, analysis, run) -> str:
 
 def _summary(cfg, analysis, run, name, figures, figure_lines) -> str:
     ppo = cfg.ppo
-    scale = "" if run.profile == "paper" else QUICK_NOTE
-    return SUMMARY.format(name=name, figures=figures, **{k: getattr(cfg, k) for k in (
-        "epsilon", "episode_length", "seeds", "tail")}, updates=ppo.num_updates, num_envs=ppo.num_envs,
+    scale = {"paper": "", "paper-core": PAPER_CORE_NOTE}.get(run.profile, QUICK_NOTE)
+    counts = sorted({cfg.seeds_of(m) for m in cfg.memories}, reverse=True)
+    seeds = (f"{counts[0]} seeds" if len(counts) == 1 else
+             "seeds per memory: " + ", ".join(f"{LABELS[m]} {cfg.seeds_of(m)}" for m in cfg.memories))
+    return SUMMARY.format(name=name, figures=figures, seeds=seeds, **{k: getattr(cfg, k) for k in (
+        "epsilon", "episode_length", "tail")}, updates=ppo.num_updates, num_envs=ppo.num_envs,
         unroll=ppo.unroll, steps=ppo.num_updates * ppo.num_envs * ppo.unroll, epochs=ppo.epochs,
         minibatches=ppo.minibatches, learning_rate=ppo.learning_rate, scale=scale, figure_lines=figure_lines,
         ceiling=analysis["ceiling"], floor=analysis["floor"], qmdp=analysis["qmdp"], table=_table(cfg, analysis, run))
@@ -267,18 +284,25 @@ def _inits_claims(cfg, analysis, run) -> None:
                     "Fig. 10a", ("deep-alf-all-random",), ("s5-12",))
 
 
-def _profiles(memories, quick_memories, tiny_memories):
+# paper-core (issue 29): Fig. 3's fixed filters x 4 seeds; Deep ALF (all random) and S5-12 x 3; S5-12 fed the
+# previous action and start flag x 2 (about 13 machine-hours)
+PAPER_CORE = RingWorldPPOConfig(
+    memories=("lof", "lof-softmax", "alf", "deep-alf-all-random", "s5-12", "s5-12-prev-action"), seeds=4,
+    seed_counts=(("deep-alf-all-random", 3), ("s5-12", 3), ("s5-12-prev-action", 2)))
+
+
+def _profiles(memories, quick_memories, tiny_memories, **extra):
     """Paper: Table 1 and 8 seeds. Quick: QUICK_PPO, 2 seeds. Tiny (tests): a few memories, three small updates."""
-    return {"paper": RingWorldPPOConfig(memories=memories),
+    return {**extra, "paper": RingWorldPPOConfig(memories=memories),
             "quick": RingWorldPPOConfig(memories=quick_memories, seeds=2, ppo=QUICK_PPO, tail=10),
             "tiny": RingWorldPPOConfig(memories=tiny_memories, seeds=1, ppo=TINY_PPO, tail=2, chunk_updates=2,
-                                       episode_length=20)}
+                                       episode_length=20, qmdp_episodes=500)}
 
 
 EXPERIMENTS = [
     Experiment("belief.ringworld-returns", "Fig. 3", PAPER,
                "PPO on RingWorld: LOF, ALF (± softmax), S5-12, S5-256, Deep ALF (all random)",
-               _profiles(FIG3, FIG3, ("alf", "s5-12")), run_ringworld_returns),
+               _profiles(FIG3, FIG3, ("alf", "s5-12"), **{"paper-core": PAPER_CORE}), run_ringworld_returns),
     Experiment("belief.deep-alf-inits", "Figs. 9, 10", PAPER,
                "Deep ALF initialisations vs ALF, LOF + softmax and S5",
                _profiles(FIG9_10, tuple(m for m in FIG9_10 if m != "s5-256"), ("deep-alf-informed", "alf")),

@@ -25,6 +25,7 @@ from memlab.belief.memories import LogitFilterMemory
 from memlab.checks import check_int
 from memlab.rl import PPOConfig
 from memlab.runner import Experiment
+from memlab.store import CHECKPOINT
 
 PAPER = "linear-recurrent-memory-pomdp"
 CW1, CCW1 = rw.ACTION_NAMES.index("CW1"), rw.ACTION_NAMES.index("CCW1")
@@ -60,9 +61,6 @@ the time. Irregular transitions: {irregular:.1%} of the steps; off-peak observat
 """
 
 
-def _train_cell(cfg: TrajectoryConfig, key, checkpoint: str) -> dict:
-    return train_agent(cfg.ppo, "alf", key, checkpoint, cfg.chunk_updates, episode_length=cfg.episode_length)
-
 
 def _play_cell(cfg: TrajectoryConfig, agent_bytes: bytes, key) -> dict:
     """Episodes of the trained agent with the LOF's logits on the same stream beside the ALF's."""
@@ -80,8 +78,10 @@ def _play_cell(cfg: TrajectoryConfig, agent_bytes: bytes, key) -> dict:
 
 
 def run_ringworld_trajectory(cfg: TrajectoryConfig, run) -> dict:
-    checkpoint = str(run.out_dir / "checkpoints" / "alf.eqx")
-    trained = run.sweep({"train": partial(_train_cell, cfg, run.key_for("ppo", "alf"), checkpoint)},
+    # the agent is belief.ringworld-returns' cell 'alf-0' (same key stream, same arguments): computed once
+    train = partial(train_agent, cfg.ppo, "alf", run.key_for("ppo", "alf", 0), CHECKPOINT, cfg.chunk_updates,
+                    episode_length=cfg.episode_length)
+    trained = run.sweep({"train": train},
                         "train the ALF agent")["train"]
     played = run.sweep({"play": partial(_play_cell, cfg, trained["agent"], run.key_for("play"))}, "play")["play"]
     stats = _analyse(cfg, trained["metrics"], played)

@@ -115,21 +115,27 @@ def _name(model: str, scheme: str, value: float, s: int) -> str:
 
 
 def _cells(cfg: StabilityConfig, data: Dataset, run: Run) -> dict:
-    """Seed s trains from the key stream ("train", s) and scores with ("evaluate", s), whatever the scheme."""
-    return {_name(model, scheme, value, s): partial(train_cell, cfg, model, scheme, value, data,
-                                                    run.key_for("train", s), run.key_for("evaluate", s))
+    """Seed s trains from the key stream ("train", s) and scores with ("evaluate", s), whatever the scheme. A cell's
+    arguments are what its result depends on (not the whole config), so profiles share their common cells."""
+    return {_name(model, scheme, value, s): partial(train_cell, model, data, _train_config(cfg, scheme, value),
+                                                    run.key_for("train", s), run.key_for("evaluate", s),
+                                                    cfg.input_noise, cfg.num_samples)
             for model in cfg.models for scheme, value in _schemes(cfg) for s in range(cfg.seeds)}
 
 
-def train_cell(cfg: StabilityConfig, model: str, scheme: str, value: float, data: Dataset, key, eval_key) -> dict:
-    """One cell: train ``model`` with ISS buffer / clipping threshold ``value``; score the test split if it
-    succeeded (``ll`` NaN otherwise)."""
-    train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, stability=scheme,
-                            iss_eps=value if scheme == "iss" else 0.1, clip_norm=value if scheme == "clip" else 10.0)
-    trained, record = fit(model, "pong", data, train_cfg, key, input_noise=cfg.input_noise)
+def _train_config(cfg: StabilityConfig, scheme: str, value: float) -> TrainConfig:
+    """ISS buffer / clipping threshold ``value`` (the other scheme's field at its default)."""
+    return TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, stability=scheme,
+                       iss_eps=value if scheme == "iss" else 0.1, clip_norm=value if scheme == "clip" else 10.0)
+
+
+def train_cell(model: str, data: Dataset, train_cfg: TrainConfig, key, eval_key, input_noise: float,
+               num_samples: int) -> dict:
+    """One cell: train ``model`` on Pong; score the test split if it succeeded (``ll`` NaN otherwise)."""
+    trained, record = fit(model, "pong", data, train_cfg, key, input_noise=input_noise)
     ll = np.nan
     if not record["failed"]:
-        ll = mean_scores(evaluate(trained, data, data.test, eval_key, cfg.num_samples))["ll"]
+        ll = mean_scores(evaluate(trained, data, data.test, eval_key, num_samples))["ll"]
     return {**record, "ll": ll}
 
 
@@ -227,6 +233,10 @@ EXPERIMENTS = [Experiment(
         "quick": StabilityConfig(models=("pissm-gru",), iss_eps=(0.1, 0.25), clip_norms=(20.0,), seeds=2,
                                  epochs=10, batch_size=16, num_samples=8),
         "paper": StabilityConfig(layout="paper", seeds=10, epochs=60),
+        # paper-core (issue 29): the paper profile for pi-SSM-GRU, the smallest and largest ISS buffer and clipping
+        # threshold, 5 of its 10 seeds (20 cells; same cell names, keys and arguments as the paper profile's)
+        "paper-core": StabilityConfig(layout="paper", models=("pissm-gru",), iss_eps=(0.1, 0.25),
+                                      clip_norms=(5.0, 20.0), seeds=5, epochs=60),
         # quick-ablation: which ingredient of the bounded gain keeps training alive (issue 14): eq. (7)'s gain, the
         # bounded gain's inputs and units without the bound, and the bounded gain; ISS 0.1 and GC 20, quick sizes,
         # 5 seeds (30 cells, ~40 s each on one core)

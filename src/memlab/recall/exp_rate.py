@@ -163,6 +163,9 @@ EXPERIMENTS = [
          # paper-equal-steps: the paper's student on A.1's schedule and, beside it, on an equal budget of 120 Adam
          # steps at every n (n = 64's count under A.1's 30 epochs: its run is unchanged), 3 seeds (issue 14)
          "paper-equal-steps": RateConfig(num_seeds=3, step_budget=120),
+         # paper-core (issue 29): the paper's (literal) student alone, 2 alphas x 5 n x 3 seeds: the paper
+         # profile's mamba-1 cells (same names, keys and arguments), which settle the rate claims
+         "paper-core": RateConfig(num_seeds=3),
          # quick-equal-steps: the quick sizes with the same budget and two seeds, so that the recalls[...] rule
          # (2 s.e.) has a standard error (1 min 38 s with one seed, measured)
          "quick-equal-steps": RateConfig(context_lengths=(100,), num_val=64, step_budget=120, num_seeds=2),

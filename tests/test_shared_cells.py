@@ -1,0 +1,90 @@
+"""The paper profiles ask for the same cells in several places; the cell store computes each once (issue 29).
+
+Digests only: no cell is computed here."""
+
+import jax
+
+from memlab import catalog
+from memlab.belief import exp_ringworld_ppo
+from memlab.recall.curves import curve_cells
+from memlab.runner import Run
+from memlab.store import cell_digest
+
+
+def _digests(cells: dict) -> dict[str, str]:
+    digests = {name: cell_digest(cell) for name, cell in cells.items()}
+    assert None not in digests.values(), "every cell of these sweeps must be describable"
+    return digests
+
+
+def _ringworld(name: str, profile: str, tmp_path) -> dict[str, str]:
+    cfg = catalog.get(name).profiles[profile]
+    return _digests(exp_ringworld_ppo._cells(cfg, Run(tmp_path, cfg, profile, cfg.seed)))
+
+
+def _recall(name: str, profile: str) -> dict[str, str]:
+    cfg = catalog.get(name).profiles[profile]
+    run = Run(".", cfg, profile, cfg.seed)
+    return _digests(curve_cells(cfg, run.key_for))
+
+
+def test_deep_alf_inits_shares_40_ppo_runs_and_the_qmdp_line_with_ringworld_returns(tmp_path):
+    returns = _ringworld("belief.ringworld-returns", "paper", tmp_path)
+    inits = _ringworld("belief.deep-alf-inits", "paper", tmp_path)
+    assert len(inits) == 72 + 1  # 9 memories x 8 seeds and the QMDP line
+    shared = {n for n in inits if returns.get(n) == inits[n]}
+    assert len(shared) == 41 and "qmdp" in shared
+    assert {n.rsplit("-", 1)[0] for n in shared - {"qmdp"}} == {"alf", "lof-softmax", "deep-alf-all-random", "s5-12",
+                                                                 "s5-256"}
+    assert len(set(inits.values())) == len(inits)  # and no two cells of one sweep collide
+
+
+def test_paper_core_is_a_subset_of_the_paper_profile_by_name_and_digest(tmp_path):
+    paper = _ringworld("belief.ringworld-returns", "paper", tmp_path)
+    core = _ringworld("belief.ringworld-returns", "paper-core", tmp_path)
+    assert len(core) == 3 * 4 + 2 * 3 + 2 + 1
+    new = {n for n in core if n.startswith("s5-12-prev-action")}  # not a memory of Fig. 3
+    assert new == {"s5-12-prev-action-0", "s5-12-prev-action-1"}
+    assert all(paper[n] == core[n] for n in set(core) - new)
+
+
+def test_the_trajectory_agent_is_ringworld_returns_alf_0(tmp_path):
+    from functools import partial
+
+    from memlab.belief.agents import train_agent
+    from memlab.store import CHECKPOINT
+
+    for profile in ("paper", "quick", "tiny"):
+        cfg = catalog.get("belief.ringworld-trajectory").profiles[profile]
+        returns = _ringworld("belief.ringworld-returns", profile, tmp_path) if profile != "tiny" else None
+        # the cell run_ringworld_trajectory builds, spelled as it does
+        run = Run(tmp_path, cfg, profile, cfg.seed)
+        train = partial(train_agent, cfg.ppo, "alf", run.key_for("ppo", "alf", 0), CHECKPOINT, cfg.chunk_updates,
+                        episode_length=cfg.episode_length)
+        if returns is not None:
+            assert cell_digest(train) == returns["alf-0"], profile
+
+
+def test_recall_profiles_share_their_common_cells():
+    rate, compare = _recall("recall.rate", "paper"), _recall("recall.attention-vs-s6", "paper")
+    assert len(compare) == 15 and len({n for n in compare if rate.get(n) == compare[n]}) == 10
+    steps = _recall("recall.rate", "paper-equal-steps")
+    assert len(steps) == 20 and len({n for n in steps if rate.get(n) == steps[n]}) == 10
+    core = _recall("recall.rate", "paper-core")
+    assert len(core) == 10 and all(rate[n] == core[n] for n in core)
+
+
+def test_pissm_paper_core_cells_are_the_paper_profiles(tmp_path):
+    from memlab.pissm import exp_stability, exp_table1
+    from memlab.pissm.runs import LAYOUTS, load_dataset
+
+    # both profiles load Pong from the same key; a small layout stands in for the paper's 4000 sequences
+    data = load_dataset("pong", LAYOUTS["tiny"]["pong"], key=jax.random.key(0))
+    for module, name, datasets in ((exp_table1, "pissm.table1", {"pong": data}), (exp_stability, "pissm.stability",
+                                                                                   data)):
+        profiles = catalog.get(name).profiles
+        cells = {p: _digests(module._cells(profiles[p], datasets, Run(tmp_path, profiles[p], p, 0)))
+                 for p in ("paper", "paper-core")}
+        assert set(cells["paper-core"]) <= set(cells["paper"]), name
+        assert all(cells["paper"][n] == d for n, d in cells["paper-core"].items()), name
+    assert len(cells["paper-core"]) == 20
