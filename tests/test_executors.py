@@ -2,8 +2,8 @@
 unpicklable cells are reported by name with the worker's traceback, a lost worker or a killed driver loses only
 unfinished cells, and the command line's executor options."""
 
-import dataclasses
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -205,10 +205,10 @@ def test_cli_executor_options(exp, tmp_path, capsys, monkeypatch):
         make_executor("gpu")
 
 
-def test_one_core_cells_run_in_a_pool_of_one_process_per_core_by_default(fake_lab, tmp_path, capsys, monkeypatch):
+def test_pool_profiles_run_one_cell_per_core_by_default(fake_lab, tmp_path, capsys, monkeypatch):
     from memlab import catalog
 
-    one_core = dataclasses.replace(fake_lab.experiments["fake.means"], one_core_cells=True)
+    one_core = dataclasses.replace(fake_lab.experiments["fake.means"], pool_profiles=("tiny",))
     monkeypatch.setitem(catalog.EXPERIMENTS, "fake.means", one_core)
     monkeypatch.setattr(cli, "cores_for_run", lambda: 2)
     assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(tmp_path / "a"), "--no-progress"]) == 0
@@ -223,4 +223,6 @@ def test_one_core_cells_run_in_a_pool_of_one_process_per_core_by_default(fake_la
     assert "executor local" in capsys.readouterr().out
     monkeypatch.setattr(cli, "cores_for_run", lambda: 2)
     assert cli.main(["run", "fake.other", "--profile", "tiny", "--out", str(tmp_path / "c"), "--no-progress"]) == 0
-    assert "executor local" in capsys.readouterr().out  # an experiment without one_core_cells
+    assert "executor local" in capsys.readouterr().out  # an experiment without pool profiles
+    assert cli.main(["run", "fake.means", "--profile", "quick", "--out", str(tmp_path / "d"), "--no-progress"]) == 0
+    assert "executor local" in capsys.readouterr().out  # a profile of fake.means that is not a pool profile

@@ -126,12 +126,12 @@ def cmd_run(args) -> int:
 
 
 def _executor_choice(args, exp) -> tuple[str, int | None]:
-    """--executor and --workers as given; by default a pool of one process per core for an experiment whose cells
-    each keep one core busy (``Experiment.one_core_cells``), else this process."""
+    """--executor and --workers as given; by default a pool of one process per core for a profile whose cells each
+    keep about one core busy (``Experiment.pool_profiles``), else this process."""
     if args.executor is not None:
         return args.executor, args.workers
     cores = cores_for_run()
-    if exp.one_core_cells and cores > 1 and args.devices is None:
+    if args.profile in exp.pool_profiles and cores > 1 and args.devices is None:
         return "processes", cores if args.workers is None else args.workers
     return "local", args.workers
 
@@ -328,8 +328,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, help="folder of external data (experiments that read it, e.g. NCLT)")
     p.add_argument("--executor", choices=EXECUTORS, default=None,
                    help="who computes the cells: this process, a local process pool, or a Ray cluster (default: a "
-                        "pool of one process per core where the experiment's cells each use one core, else this "
-                        "process)")
+                        "pool of one process per core for profiles whose cells each use one core, e.g. pissm's "
+                        "paper profiles, else this process)")
     p.add_argument("--workers", type=int, default=None, help="processes of --executor processes (default: CPU count)")
     p.add_argument("--address", default=None,
                    help="Ray cluster of --executor ray: 'auto' (ray start --head on this machine) or host:port; "

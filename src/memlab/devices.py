@@ -30,8 +30,8 @@ from jax.sharding import Mesh, PartitionSpec
 
 from memlab.checks import check_int
 
-__all__ = ["available_cpus", "cores_for_run", "default_devices", "host_devices_flags", "over_devices", "use_host_devices",
-           "value_and_grad_in_parts"]
+__all__ = ["available_cpus", "cores_for_run", "default_devices", "host_devices_flags", "over_devices",
+           "use_host_devices", "value_and_grad_in_parts"]
 
 FLAG = "--xla_force_host_platform_device_count"
 _FLAG_RE = re.compile(FLAG + r"=(\d+)")

@@ -104,9 +104,10 @@ class Experiment:
 
     ``profiles`` maps a profile name to a frozen config dataclass instance with an int field ``seed``;
     it must contain ``"quick"`` and ``"paper"`` (and may contain ``"tiny"`` for tests).
-    ``run(config, run: Run) -> dict`` returns the results that go into results.json. ``one_core_cells``: each
-    cell keeps one core busy (XLA on small arrays) and its numbers do not depend on the cell's device count, so
-    ``memlab run`` computes the cells one per core in a process pool unless told otherwise (measured faster).
+    ``run(config, run: Run) -> dict`` returns the results that go into results.json. ``pool_profiles``: the
+    profiles whose cells each keep about one core busy (XLA on small arrays), are long enough that a worker's own
+    compiles do not matter, and whose numbers do not depend on the cell's device count: ``memlab run`` computes
+    their cells one per core in a process pool unless told otherwise.
     """
 
     name: str
@@ -115,7 +116,7 @@ class Experiment:
     description: str
     profiles: Mapping[str, Any]
     run: Callable[[Any, Run], dict]
-    one_core_cells: bool = False
+    pool_profiles: tuple[str, ...] = ()
 
     def __post_init__(self):
         _check_name("experiment", self.name)

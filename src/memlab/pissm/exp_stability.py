@@ -245,4 +245,6 @@ EXPERIMENTS = [Experiment(
                                           num_samples=8),
     },
     run=run_stability,
+    # paper-scale cells, one core each: two at a time on 2 cores do 1.3x the work of one (steady state, issue 29)
+    pool_profiles=("paper", "paper-core"),
 )]
