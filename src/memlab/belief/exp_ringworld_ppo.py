@@ -81,7 +81,7 @@ Return over the last {tail} updates (mean ± std over seeds). References: the fu
 policy: a lower bound on the POMDP optimum), random actions {floor:.3f}:
 
 {table}
-"""
+{ablations}"""
 PAPER_CORE_NOTE = ("This is the paper-core profile: Table 1 exactly, on fewer memories and seeds than the paper "
                    "profile (the smallest set that settles Fig. 3's orderings). Its cells are the paper profile's "
                    "(same names, keys and arguments), so `--profile paper` reuses them.")
@@ -168,7 +168,28 @@ def _summary(cfg, analysis, run, name, figures, figure_lines) -> str:
         "epsilon", "episode_length", "tail")}, updates=ppo.num_updates, num_envs=ppo.num_envs,
         unroll=ppo.unroll, steps=ppo.num_updates * ppo.num_envs * ppo.unroll, epochs=ppo.epochs,
         minibatches=ppo.minibatches, learning_rate=ppo.learning_rate, scale=scale, figure_lines=figure_lines,
-        ceiling=analysis["ceiling"], floor=analysis["floor"], qmdp=analysis["qmdp"], table=_table(cfg, analysis, run))
+        ceiling=analysis["ceiling"], floor=analysis["floor"], qmdp=analysis["qmdp"], table=_table(cfg, analysis, run),
+        ablations=_previous_action_ablation(analysis))
+
+
+def _previous_action_ablation(analysis) -> str:
+    """The LOF/ALF memories see the previous action (through the action-dependent transition) and S5-12 does not;
+    'S5-12 + previous action' (Lu et al.'s runner) tells whether that is S5's gap. Empty unless both ran."""
+    s = analysis["stats"]
+    if not {"s5-12", "s5-12-prev-action"} <= set(s):
+        return ""
+    plain, fed = s["s5-12"], s["s5-12-prev-action"]
+    best = max((m for m in ("alf", "lof-softmax", "lof") if m in s), key=lambda m: s[m]["tail_mean"], default=None)
+    gap = "" if best is None else (f" The best fixed filter, {LABELS[best]}, ends at {s[best]['tail_mean']:.3f}: "
+                                   f"the previous action closes {_share(plain, fed, s[best]):.0%} of S5-12's gap.")
+    return (f"\nAblation: S5-12 fed the previous action and the start flag ends at {fed['tail_mean']:.3f} ± "
+            f"{fed['tail_std']:.3f}, S5-12 at {plain['tail_mean']:.3f} ± {plain['tail_std']:.3f}.{gap}\n")
+
+
+def _share(plain: dict, fed: dict, best: dict) -> float:
+    """The part of the gap from ``plain`` to ``best`` (tail means) that ``fed`` closes (may be < 0 or > 1)."""
+    gap = best["tail_mean"] - plain["tail_mean"]
+    return (fed["tail_mean"] - plain["tail_mean"]) / gap if gap != 0 else float("nan")
 
 
 def _results(analysis) -> dict:
