@@ -164,6 +164,6 @@ def test_a_checkpointing_cell_stops_at_the_time_limit_and_resumes_from_its_check
     result = json.loads((out / "results.json").read_text())["results"]
     assert result == {"done": 6, "started_at": [0, 2]}  # resumed from step 2, not from 0
     assert not (tmp_path / "cells" / "checkpoints" / checkpoints[0].parent.name).exists()  # gone once finished
-    entry = json.loads(next((tmp_path / "cells" / "steps_cell").glob("*.json")).read_text())
+    entry = json.loads(next((tmp_path / "cells").glob("*.steps_cell/*.json")).read_text())
     assert entry["origin"] == "fake.steps/quick/steps" and entry["function"].endswith("steps_cell")
     assert CellStore(tmp_path / "cells").root == tmp_path / "cells"

@@ -309,7 +309,7 @@ class Run:
 
     def _store_words(self) -> str:
         return "" if self.store is None else \
-            f" and in the cell store {self.store.root} (<function>/<digest>.json; results.json: cells.store)"
+            f" and in the cell store {self.store.root} (<module.function>/<digest>.json; results.json: cells.store)"
 
     def _cell_path(self, name: str) -> Path:
         return self.out_dir / "cells" / f"{name}.json"

@@ -5,7 +5,7 @@ computation: its result depends only on ``f``, its arguments (random keys includ
 versions that computed it. :func:`cell_digest` hashes exactly that, so two experiments (or two profiles) that
 ask for the same cell -- same function, same arguments, same key -- find one record::
 
-    <store>/<function>/<digest>.json        the cell record (``files.cell_text``) plus where it was first computed
+    <store>/<module.function>/<digest>.json the cell record (``files.cell_text``) plus where it was first computed
     <store>/checkpoints/<digest>/           files of a cell that checkpoints (``CHECKPOINT`` in its arguments)
 
 What goes into the digest (``describe``):
@@ -183,7 +183,8 @@ class CellStore:
         self.root = Path(root)
 
     def path(self, cell: Callable, digest: str) -> Path:
-        return self.root / cell.func.__name__ / f"{digest}.json"
+        """``<root>/<module.function>/<digest>.json`` (memlab's own functions without the ``memlab.`` prefix)."""
+        return self.root / _function_name(cell.func).removeprefix("memlab.") / f"{digest}.json"
 
     def checkpoint_dir(self, digest: str) -> Path:
         return self.root / "checkpoints" / digest
