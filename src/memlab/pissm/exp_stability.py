@@ -237,6 +237,11 @@ EXPERIMENTS = [Experiment(
         # threshold, 5 of its 10 seeds (20 cells; same cell names, keys and arguments as the paper profile's)
         "paper-core": StabilityConfig(layout="paper", models=("pissm-gru",), iss_eps=(0.1, 0.25),
                                       clip_norms=(5.0, 20.0), seeds=5, epochs=60),
+        # paper-ablation: quick-ablation's question at the paper's sizes (issue 29): at paper-core, eq. (7)'s gain
+        # fails in every run, with ISS as with GC; the bounded gain's inputs and units without its bound, and the
+        # bounded gain, with ISS 0.1 and GC 20, 5 seeds (the paper profile's cell names and keys)
+        "paper-ablation": StabilityConfig(layout="paper", models=("pissm-gru-unbounded", "pissm-gru-bounded"),
+                                          iss_eps=(0.1,), clip_norms=(20.0,), seeds=5, epochs=60),
         # quick-ablation: which ingredient of the bounded gain keeps training alive (issue 14): eq. (7)'s gain, the
         # bounded gain's inputs and units without the bound, and the bounded gain; ISS 0.1 and GC 20, quick sizes,
         # 5 seeds (30 cells, ~40 s each on one core)
@@ -246,5 +251,5 @@ EXPERIMENTS = [Experiment(
     },
     run=run_stability,
     # paper-scale cells, one core each: two at a time on 2 cores do 1.3x the work of one (steady state, issue 29)
-    pool_profiles=("paper", "paper-core"),
+    pool_profiles=("paper", "paper-core", "paper-ablation"),
 )]
