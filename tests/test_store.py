@@ -13,7 +13,7 @@ import pytest
 from memlab import cli, deadline
 from memlab.keys import key_for
 from memlab.runner import Experiment, TimeLimitReached, run_experiment
-from memlab.store import CHECKPOINT, CellStore, cell_digest, describe, takes_checkpoint, with_checkpoint
+from memlab.store import CHECKPOINT, CellStore, cell, cell_digest, describe, takes_checkpoint, with_checkpoint
 
 
 def add(a, b=2, scale=1.0):
@@ -44,14 +44,19 @@ def test_digest_names_function_arguments_and_key_and_nothing_else():
     assert cell_digest(partial(add, object())) is None
 
 
-def test_a_new_cell_version_is_a_new_cell():
-    def versioned(a):
+def test_a_named_cell_keeps_its_digest_when_it_moves_and_a_new_version_is_a_new_cell():
+    def named(a):
         return {"a": a}
 
-    versioned.__qualname__ = "versioned"  # a module-level name, as a real cell function has
-    before = cell_digest(partial(versioned, 1))
-    versioned.cell_version = 2
-    assert cell_digest(partial(versioned, 1)) != before
+    assert cell_digest(partial(named, 1)) is None  # a local function: not describable
+    cell("fake.named")(named)
+    before = cell_digest(partial(named, 1))
+    named.__module__, named.__qualname__ = "somewhere.else", "moved"  # e.g. a file moved by a refactor
+    assert cell_digest(partial(named, 1)) == before and describe(partial(named, 1))["function"] == "fake.named"
+    cell("fake.named", version=2)(named)
+    assert cell_digest(partial(named, 1)) != before
+    with pytest.raises(ValueError, match="cell name"):
+        cell("a/b")
 
 
 def test_checkpoint_placeholder_becomes_a_path():

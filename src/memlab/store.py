@@ -9,8 +9,9 @@ ask for the same cell -- same function, same arguments, same key -- find one rec
     <store>/checkpoints/<digest>/           files of a cell that checkpoints (``CHECKPOINT`` in its arguments)
 
 What goes into the digest (``describe``):
-- the function's module and qualified name, and its ``cell_version`` attribute (0 if absent): bump it, or
-  decorate with :func:`cell_version`, when a change to the code alters the cell's numbers;
+- the function's name: the stable name given by :func:`cell` (``@cell("pissm.stability-run")``), which survives
+  moving the function to another module, else its module and qualified name; and its version (``@cell(name,
+  version=2)``, default 0): bump it when a change to the code alters the cell's numbers;
 - the arguments, by parameter name with defaults filled in: numbers exactly (``repr``), strings,
   tuples/lists, dicts, dataclasses and NamedTuples field by field with their class names, arrays by dtype,
   shape and a SHA-256 of their bytes, JAX keys by their raw bits, other pytrees (Equinox modules) by their
@@ -43,7 +44,7 @@ import numpy as np
 
 from memlab.files import atomic_write_text
 
-__all__ = ["CHECKPOINT", "CellStore", "NotDescribable", "cell_digest", "cell_version", "describe", "with_checkpoint"]
+__all__ = ["CHECKPOINT", "CellStore", "NotDescribable", "cell", "cell_digest", "describe", "with_checkpoint"]
 
 
 class _Checkpoint:
@@ -63,11 +64,15 @@ class NotDescribable(TypeError):
     """The cell is not a partial of a module-level function of describable arguments."""
 
 
-def cell_version(version: int) -> Callable[[Callable], Callable]:
-    """Decorator: ``@cell_version(2)`` on a cell function whose numbers changed (older records are not reused)."""
+def cell(name: str, version: int = 0) -> Callable[[Callable], Callable]:
+    """Decorator of a cell function: its stable ``name`` in the store (kept when the function moves to another
+    module, so stored cells stay found) and its ``version`` (bump it when the cell's numbers change: older records
+    are then not reused)."""
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ValueError(f"a cell name is a non-empty string without '/', got {name!r}")
 
     def mark(f):
-        f.cell_version = int(version)
+        f.cell_name, f.cell_version = name, int(version)
         return f
 
     return mark
@@ -128,6 +133,9 @@ def describe_value(x: Any) -> Any:
 
 
 def _function_name(f) -> str:
+    """The cell name given by :func:`cell`, else ``module.qualname`` of a module-level function."""
+    if getattr(f, "cell_name", None):
+        return f.cell_name
     module, qualname = getattr(f, "__module__", None), getattr(f, "__qualname__", None)
     if not module or not qualname or "<" in qualname:  # <lambda>, <locals>
         raise NotDescribable(f"cell function {f!r} is not a module-level function")

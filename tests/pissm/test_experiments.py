@@ -44,8 +44,9 @@ def test_paper_profiles_use_the_paper_grids():
     assert set(table1.datasets) == {"pong", "pong-0.01", "lorenz", "navier-stokes", "nclt"}
     assert {"pissm-gru", "pissm-lstm", "pissm-lg", "lg", "gru", "lstm", "observation"} <= set(table1.models)
     assert EXPERIMENTS["pissm.table1"].profiles["paper-mixture"].estimator == "mixture"
-    for name, parts in (("paper", None), ("paper-mixture", None), ("quick", 1)):  # paper: gradients over the devices
-        assert EXPERIMENTS["pissm.table1"].profiles[name].gradient_parts == parts
+    for name in ("paper", "paper-mixture", "paper-core", "quick"):  # one part: numbers independent of the devices
+        assert EXPERIMENTS["pissm.table1"].profiles[name].gradient_parts == 1
+    assert {"paper", "paper-core", "paper-mixture"} <= set(EXPERIMENTS["pissm.table1"].pool_profiles)
     with pytest.raises(ValueError, match="gradient_parts"):
         dataclasses.replace(table1, gradient_parts=0).validate()
     for name in ("paper", "paper-0.01"):  # the paper's data size, >= 20 epochs, both estimators (issue 14)

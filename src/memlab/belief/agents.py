@@ -28,6 +28,7 @@ from memlab.layers.s5 import S5Memory
 from memlab.rl import PPOConfig, train_with_checkpoints
 from memlab.rl.agent import make_agent
 from memlab.rl.memory import Memory, ObservationMemory
+from memlab.store import cell
 
 FIXED = ("lof", "lof-softmax", "alf", "alf-softmax")
 S5_SIZES = {"s5-12": 12, "s5-256": 256, "s5-12-prev-action": 12}
@@ -64,6 +65,7 @@ def make_memory(name: str, key: jax.Array, env: RingWorld, params: RingWorldPara
     return ObservationMemory(env.obs_size)
 
 
+@cell("belief.ppo-agent")
 def train_agent(config: PPOConfig, memory: str, key: jax.Array, checkpoint: str | Path, chunk_updates: int = 10,
                 epsilon: float = 0.05, episode_length: int = 100, progress=None) -> dict:
     """Train one PPO agent with ``memory`` on RingWorld (a cell of the return figures); resumes from

@@ -22,6 +22,7 @@ from memlab.belief.montecarlo import error_curves
 from memlab.belief.theory import xi
 from memlab.checks import check_choices, check_int, check_real
 from memlab.runner import Experiment
+from memlab.store import cell
 
 PAPER = "linear-recurrent-memory-pomdp"
 
@@ -83,6 +84,7 @@ Ties (δ = 0 never leaves w = 0) are broken uniformly at random: that filter's e
 """
 
 
+@cell("belief.p-final")
 def _p_final_cell(cfg: ExampleConfig, eps: float, key) -> dict:
     """p_K (eq. (19), K = cfg.num_steps) of the LOF and every ALF at one eps, from cfg.num_runs trajectories."""
     hmm, D = two_state_example(eps, cfg.emission, flip=True)
@@ -189,6 +191,7 @@ k = {num_steps}: its p_k is still rising, so p_1000 understates its long-run err
 """
 
 
+@cell("belief.p-curves")
 def _p_curves_cell(cfg: ErrorVsTimeConfig, key) -> dict:
     """p_k, k = 1..K (eq. (19)), of the LOF and every ALF at cfg.eps: "p" (K, F)."""
     hmm, D = two_state_example(cfg.eps, cfg.emission, flip=True)

@@ -32,6 +32,7 @@ from memlab.belief.random_models import random_columns, random_deterministic, ra
 from memlab.belief.structure import check_observability
 from memlab.checks import check_int, check_real
 from memlab.runner import Experiment
+from memlab.store import cell
 
 PAPER = "linear-recurrent-memory-pomdp"
 TOLERANCE = 1e-10  # float64: what "exact" allows
@@ -98,6 +99,7 @@ def _lof_batch(model, ys, actions=None):
     return jax.vmap(lambda y, a: lof(model, y, actions=a))(ys, actions)
 
 
+@cell("belief.theorem-4.4")
 def _theorem44_cell(cfg: ExactLinearConfig, N: int, r: int, chain: int, zeros: bool, key) -> dict:
     """Theorem 4.4 on cfg.num_models random systems (N states, r transient, a chain of ``chain``)."""
     key_models, key_obs = jax.random.split(key)
@@ -119,6 +121,7 @@ def _theorem44_cell(cfg: ExactLinearConfig, N: int, r: int, chain: int, zeros: b
             **merge_agreement(stats)}
 
 
+@cell("belief.corollary-4.5")
 def _corollary45_cell(cfg: ExactLinearConfig, N: int, A: int, key) -> dict:
     """Corollary 4.5 on cfg.num_models random controlled systems (N states, A permutations), random actions."""
     key_models, key_obs = jax.random.split(key)

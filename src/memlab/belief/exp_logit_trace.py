@@ -25,6 +25,7 @@ from memlab.belief.metrics import switch_lags
 from memlab.belief.montecarlo import decoding_error
 from memlab.checks import check_int, check_real
 from memlab.runner import Experiment
+from memlab.store import cell
 
 PAPER = "linear-recurrent-memory-pomdp"
 
@@ -63,6 +64,7 @@ after irregular switches — the stability/responsiveness trade-off.
 """
 
 
+@cell("belief.logit-traces")
 def _traces_cell(cfg: LogitTraceConfig, key) -> dict:
     """LOF and ALF logits on cfg.num_runs trajectories of eq. (54): the first trajectory's states and logit
     differences (K,), and per filter the decoding error, the roughness and the mean lag after a switch."""

@@ -25,6 +25,7 @@ from memlab.belief.memories import ALF_DELTA
 from memlab.belief.structure import check_observability_controlled
 from memlab.checks import check_int, check_real
 from memlab.runner import Experiment
+from memlab.store import cell
 
 PAPER = "linear-recurrent-memory-pomdp"
 
@@ -66,6 +67,7 @@ What the beacons reveal: MAP decoding accuracy under uniformly random actions ({
 """
 
 
+@cell("belief.ringworld-references")
 def _reference_cell(cfg: RingWorldEnvConfig, key) -> dict:
     """Monte-Carlo returns of the DP-optimal, the QMDP and the random policy, and LOF/ALF decoding accuracy per k."""
     env = rw.RingWorld(cfg.epsilon, cfg.episode_length)

@@ -21,7 +21,7 @@ from memlab.belief.agents import LABELS, MEMORIES, train_agent
 from memlab.checks import check_choices, check_int, check_real
 from memlab.rl import PPOConfig
 from memlab.runner import Experiment
-from memlab.store import CHECKPOINT
+from memlab.store import CHECKPOINT, cell
 
 PAPER = "linear-recurrent-memory-pomdp"
 FIG3 = ("lof", "lof-softmax", "alf", "alf-softmax", "s5-12", "s5-256", "deep-alf-all-random")
@@ -99,6 +99,7 @@ def _cells(cfg: RingWorldPPOConfig, run) -> dict:
     return {**cells, "qmdp": qmdp}
 
 
+@cell("belief.qmdp")
 def _qmdp_cell(epsilon: float, episode_length: int, episodes: int, key) -> dict:
     env = rw.RingWorld(epsilon, episode_length)
     return {"returns": np.asarray(rw.qmdp_returns(env, env.default_params, key, episodes))}

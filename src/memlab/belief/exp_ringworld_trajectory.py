@@ -25,7 +25,7 @@ from memlab.belief.memories import LogitFilterMemory
 from memlab.checks import check_int
 from memlab.rl import PPOConfig
 from memlab.runner import Experiment
-from memlab.store import CHECKPOINT
+from memlab.store import CHECKPOINT, cell
 
 PAPER = "linear-recurrent-memory-pomdp"
 CW1, CCW1 = rw.ACTION_NAMES.index("CW1"), rw.ACTION_NAMES.index("CCW1")
@@ -62,6 +62,7 @@ the time. Irregular transitions: {irregular:.1%} of the steps; off-peak observat
 
 
 
+@cell("belief.trajectory-play")
 def _play_cell(cfg: TrajectoryConfig, agent_bytes: bytes, key) -> dict:
     """Episodes of the trained agent with the LOF's logits on the same stream beside the ALF's."""
     env = rw.RingWorld(episode_length=cfg.episode_length)

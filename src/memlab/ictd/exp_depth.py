@@ -22,6 +22,7 @@ from memlab.checks import check_gamma, check_increasing_ints, check_int, check_r
 from memlab.ictd import depth
 from memlab.ictd.random_tasks import random_task_batch
 from memlab.runner import Experiment, Run
+from memlab.store import cell
 
 PAPER = "softmax-transformers-in-context-td"
 TOL = 1e-10  # the operator-form cross-check
@@ -114,11 +115,13 @@ def make_tasks(cfg: DepthConfig, key) -> dict:
                                  cfg.feature_scale) for m in cfg.state_counts}
 
 
+@cell("ictd.depth-tasks")
 def tasks_cell(cfg: DepthConfig, tasks_key) -> dict:
     margin, err0 = depth.margins_and_err0(make_tasks(cfg, tasks_key))
     return {"margin": margin, "err0": err0}
 
 
+@cell("ictd.depth-crosscheck")
 def crosscheck_cell(cfg: DepthConfig, tasks_key, key) -> dict:
     """Theorem 1 + eq. (24)-(26) on the first task (smallest m) with a covering context at the shortest n."""
     tasks = make_tasks(cfg, tasks_key)[cfg.state_counts[0]]
@@ -126,6 +129,7 @@ def crosscheck_cell(cfg: DepthConfig, tasks_key, key) -> dict:
                                      max(cfg.context_lengths))
 
 
+@cell("ictd.depth-context")
 def context_cell(cfg: DepthConfig, n: int, tasks_key, key) -> dict:
     """Theorem 2 numbers of every task at context length n (``depth.theorem2_at``)."""
     return depth.theorem2_at(make_tasks(cfg, tasks_key), key, n, cfg.num_layers, cfg.max_resamples,

@@ -21,6 +21,7 @@ from memlab.checks import check_int, check_real
 from memlab.files import markdown_table
 from memlab.ictd.policy_eval import METHODS, TaskSet, context_msve, make_task_set, method_label
 from memlab.runner import Experiment, Run
+from memlab.store import cell
 
 PAPER = "softmax-transformers-in-context-td"
 STYLES = {"transformer": dict(color="C0", lw=2.0, marker="o", ms=3),
@@ -136,6 +137,7 @@ def make_tasks(cfg: MsveConfig, tasks_key, trajectories_key) -> TaskSet:
                          cfg.feature_scale, cfg.num_actions, cfg.t_max, cfg.num_layers)
 
 
+@cell("ictd.msve")
 def msve_cell(cfg: MsveConfig, tasks: TaskSet, g: int, t: int) -> dict:
     """MSVE of every method for every task at discount cfg.gammas[g] and context length t."""
     return context_msve(tasks, g, cfg.gammas[g], t, cfg.num_layers, cfg.depth_limit_layers)

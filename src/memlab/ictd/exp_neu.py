@@ -21,6 +21,7 @@ from memlab.checks import check_increasing_ints, check_int, check_real
 from memlab.ictd import neu_report as report
 from memlab.ictd.neu import POINT_LABELS, STAT_FIELDS, comparison_points, estimator_statistics, sample_tasks
 from memlab.runner import Experiment, Run
+from memlab.store import cell
 
 PAPER = "softmax-transformers-in-context-td"
 NON_TD_POINTS = ("mirror", "perturbed", "random", "u-zero", "B-zero")  # points expected to have J bounded away from 0
@@ -142,6 +143,7 @@ class NEUConfig:
         return tuple(sorted({*range(1, min(L, 12) + 1), *range(12, L + 1, 4), L})) if L > 0 else ()
 
 
+@cell("ictd.neu")
 def neu_cell(cfg: NEUConfig, u, B, key, gamma: float, n: int, drawn: int, used: int, num_layers: int,
              depths=None) -> dict:
     """``estimator_statistics`` at (u, B) on the first ``used`` of ``drawn`` tasks from ``key`` (common numbers)."""

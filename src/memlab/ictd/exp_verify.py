@@ -23,6 +23,7 @@ from memlab.checks import check_choices, check_gamma, check_int, check_real
 from memlab.ictd.softmax_td import KERNELS
 from memlab.ictd.verify import log_discrepancy, trial_prompts, verify_trials
 from memlab.runner import Experiment, Run
+from memlab.store import cell
 
 PAPER = "softmax-transformers-in-context-td"
 TOL = 1e-10  # Theorem 1 (relative) and Lemma 1 tolerance of the claims
@@ -93,6 +94,7 @@ class VerifyConfig:
         check_choices("kinds", self.kinds, KERNELS)
 
 
+@cell("ictd.verify")
 def verify_cell(cfg: VerifyConfig, kind: str, key) -> dict:
     """Every trial of one kernel (float64 when the sweep enables it): discrepancies per trial and layer."""
     X, R = trial_prompts(jax.random.split(key, cfg.num_trials), cfg.num_states, cfg.d, cfg.gamma, cfg.n)

@@ -26,6 +26,7 @@ import numpy as np
 from memlab.ictd.pretrain import Params, PretrainConfig, evaluate, make_train, rho_schedule
 from memlab.ictd.pretrain_figures import View, binned_by_dt, diagonal_share, value_row
 from memlab.ictd.transformer import theta_star
+from memlab.store import cell
 
 __all__ = ["CHECKPOINT_HEADER", "FORMS", "TRACE_FIELDS", "Setting", "evaluate_references", "first_last_dt",
            "make_view", "setting_cells", "setting_from_cells", "setting_results", "setting_tables", "stack_setting",
@@ -54,6 +55,7 @@ def _errors(config: PretrainConfig, params: Params, eval_key, eval_tasks: int) -
     return {"abs_td_error": float(e.abs_td_error), "abs_value_error": float(e.abs_value_error)}
 
 
+@cell("ictd.pretrain-seed")
 def train_seed(config: PretrainConfig, key, eval_key, eval_tasks: int) -> dict:
     """One run of Algorithm 1 (``make_train``) with its two checkpoints and held-out errors, as a JSON-able dict.
 
@@ -80,6 +82,7 @@ def train_seed(config: PretrainConfig, key, eval_key, eval_tasks: int) -> dict:
     }
 
 
+@cell("ictd.pretrain-references")
 def evaluate_references(config: PretrainConfig, eval_key, eval_tasks: int) -> dict:
     """Held-out errors of theta* (eq. 15), its mirror -theta* and the zero block, on the learned runs' tasks."""
     V, A = theta_star(config.d)

@@ -40,6 +40,7 @@ from memlab.pissm.runs import (
 )
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
+from memlab.store import cell
 
 SUMMARY = """# pissm.imputation — App. H.1
 
@@ -104,6 +105,7 @@ def run_imputation(cfg: ImputationConfig, run: Run) -> dict:
     return {"table": stats["table"]}
 
 
+@cell("pissm.imputation-train")
 def train_cell(cfg: ImputationConfig, name: str, data: Dataset, key) -> dict:
     """One cell: train ``name`` on sequences with ``cfg.train_missing`` removed; its record and the model as bytes."""
     train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, stability=default_stability(name))
@@ -111,6 +113,7 @@ def train_cell(cfg: ImputationConfig, name: str, data: Dataset, key) -> dict:
     return {**record, "model": model_bytes(model)}
 
 
+@cell("pissm.imputation-score")
 def score_cell(cfg: ImputationConfig, name: str, data: Dataset, blob: bytes, mask, key, b: int, figure_key) -> dict:
     """One cell: the mean scores of the trained ``name`` on the masked test split (``runs.evaluate``), and its
     sample-mean filtered position (T, 2) along test sequence ``b`` (the figure's)."""

@@ -64,6 +64,7 @@ from memlab.pissm.runs import (
 )
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
+from memlab.store import cell
 
 SNAPSHOTS = (15, 35, 55, 75)
 SUMMARY = """# pissm.pong-modes — Fig. 4 / Fig. 9, App. H.1
@@ -191,6 +192,7 @@ def _evaluation_cells(cfg: ModesConfig, data: Dataset, trained: dict, run: Run) 
     return cells
 
 
+@cell("pissm.modes-train")
 def train_cell(cfg: ModesConfig, data: Dataset, estimator: str, key) -> dict:
     """One cell: train ``cfg.model`` on Pong by ``estimator`` (every estimator from the same key: the same
     initial model); its training record and the model as bytes."""
@@ -199,11 +201,13 @@ def train_cell(cfg: ModesConfig, data: Dataset, estimator: str, key) -> dict:
     return {**record, "model": model_bytes(model)}
 
 
+@cell("pissm.modes-rules")
 def rules_cell(data: Dataset, key) -> dict:
     """One cell: the hand-coded switching rule and free flight everywhere on the true step maps (``rule_scores``)."""
     return {"rule": rule_scores(data, key), "free-flight": rule_scores(data, key, free_flight_only=True)}
 
 
+@cell("pissm.modes-evaluate")
 def evaluate_cell(cfg: ModesConfig, data: Dataset, estimator: str, blob: bytes, key, pf_key) -> dict:
     """One cell: one sampled path per test sequence of the model trained by ``estimator`` -> ``mode_statistics``
     and the test log-likelihood; for the test sequence with the most bounces (``b``) the arrays of Fig. 9: the

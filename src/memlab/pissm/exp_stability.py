@@ -21,6 +21,7 @@ from memlab.pissm.data import Dataset
 from memlab.pissm.runs import CHOICES, LAYOUTS, PISSM_GAINS, evaluate, fit, load_dataset, mean_scores
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
+from memlab.store import cell
 
 # Table 6, Pong column: objective (mean, std) and success rate per (model, scheme, value).
 PAPER_PONG = {
@@ -129,6 +130,7 @@ def _train_config(cfg: StabilityConfig, scheme: str, value: float) -> TrainConfi
                        iss_eps=value if scheme == "iss" else 0.1, clip_norm=value if scheme == "clip" else 10.0)
 
 
+@cell("pissm.stability-run")
 def train_cell(model: str, data: Dataset, train_cfg: TrainConfig, key, eval_key, input_noise: float,
                num_samples: int) -> dict:
     """One cell: train ``model`` on Pong; score the test split if it succeeded (``ll`` NaN otherwise)."""

@@ -38,6 +38,7 @@ from memlab.pissm.runs import (
 )
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
+from memlab.store import cell
 
 TABLE1_MODELS = tuple(m for m in MODELS if m not in ABLATIONS)  # every row we can run
 
@@ -181,6 +182,7 @@ def _cells(cfg: Table1Config, datasets: dict[str, Dataset], run: Run) -> dict:
     return cells
 
 
+@cell("pissm.table1-run")
 def train_and_score(model_name: str, data_name: str, data: Dataset, train_cfg: TrainConfig, key, eval_key,
                     estimator: str, input_noise: float, num_samples: int) -> dict:
     """One cell: train ``model_name`` on ``data`` from ``key``, score the test split with ``eval_key``."""
@@ -188,6 +190,7 @@ def train_and_score(model_name: str, data_name: str, data: Dataset, train_cfg: T
     return {**record, **mean_scores(evaluate(model, data, data.test, eval_key, num_samples))}
 
 
+@cell("pissm.particle-filter")
 def particle_cell(data_name: str, data: Dataset, key, particles: int) -> dict:
     """One cell: the true-dynamics particle filter's scores on the test split."""
     return mean_scores(particle_scores(data_name, data, key, particles))

@@ -22,6 +22,7 @@ from memlab.recall.runs import STUDENTS, deserialise, first_seed, serialise, tra
 from memlab.recall.task import RecallTask, sample
 from memlab.recall.train import TrainConfig
 from memlab.runner import Experiment, Run, atomic_write_bytes
+from memlab.store import cell
 
 SUMMARY = """# recall.context-limit — Proposition 4.2
 
@@ -94,6 +95,7 @@ def run_context_limit(cfg: ContextLimitConfig, run: Run) -> dict:
             "F_T_stderr": stats["stderr"].tolist(), "per_step_bound": stats["bounds"], "coupling_rate": stats["r_eff"]}
 
 
+@cell("recall.context-train")
 def _train_cell(cfg: ContextLimitConfig, task: RecallTask, val_key, pool_key, init_key) -> dict:
     """Train one student on ``num_train`` contexts; its record and its serialised leaves (``runs.serialise``)."""
     val_set = sample(val_key, cfg.num_val, task)
@@ -102,15 +104,18 @@ def _train_cell(cfg: ContextLimitConfig, task: RecallTask, val_key, pool_key, in
     return {"record": record, "model": serialise(first_seed(models))}
 
 
+@cell("recall.context-monte-carlo")
 def _monte_carlo_cell(model, pairs, task: RecallTask, length: int, num_mc: int, key) -> dict:
     mean, stderr = finite_context_values(model, pairs, task, length, num_mc, key)
     return {"mean": mean, "stderr": stderr}
 
 
+@cell("recall.context-coupling")
 def _coupling_cell(model, pairs, task: RecallTask, length: int, num: int, key) -> dict:
     return {"distance": coupling_distance(model, pairs, task, length, num, key)}
 
 
+@cell("recall.context-bound")
 def _bound_cell(model, pairs, task: RecallTask, key) -> dict:
     return {"r": per_step_bound(model, pairs, task, key)}
 

@@ -29,6 +29,7 @@ from memlab.recall.encoding import token_dim
 from memlab.recall.students import AttentionStudent, MambaStudent
 from memlab.recall.task import Batch, RecallTask, baseline_mse, baseline_predictions, sample
 from memlab.recall.train import TrainConfig, make_train
+from memlab.store import cell
 
 __all__ = ["STUDENTS", "compiled_train", "curve_cell", "deserialise", "first_seed", "make_student", "serialise",
            "train_cell", "training_pools"]
@@ -81,6 +82,7 @@ def training_pools(task: RecallTask, capacity: int, num_seeds: int, pool_key: Ar
     return jax.tree.map(lambda *xs: jnp.stack(xs), *pools)
 
 
+@cell("recall.train")
 def train_cell(task: RecallTask, n: int, kind: str, config: TrainConfig, val_set: Batch, num_seeds: int,
                pool_key: Array, init_key: Array, capacity: int | None = None) -> tuple[dict, eqx.Module]:
     """Train ``num_seeds`` students ``kind`` on the first n examples of each seed's pool of ``capacity`` (>= n,
@@ -110,6 +112,7 @@ def train_cell(task: RecallTask, n: int, kind: str, config: TrainConfig, val_set
     return record, result.model
 
 
+@cell("recall.curve")
 def curve_cell(task: RecallTask, n: int, kind: str, config: TrainConfig, num_val: int, num_seeds: int,
                capacity: int, val_key: Array, pool_key: Array, init_key: Array) -> dict:
     """One point of a learning curve, as a sweep cell: draws the validation set, trains, returns the record."""
