@@ -13,7 +13,7 @@ PYTEST_ARGS ?= -n 2
 # experiments run side by side by `make reproduce` (each its own process); default: every core
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install reproduce test test-slow bench lint
+.PHONY: install reproduce test test-slow bench lint docs
 
 install: $(STAMP)
 
@@ -30,6 +30,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# the documentation site, built from docs/ and the docstrings into site/ (mkdocs --strict: broken links fail)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
