@@ -226,7 +226,7 @@ def cmd_reproduce(args) -> int:
 # ---------------------------------------------------------------- report
 
 
-def _rebase(markdown: str, folder: str) -> tuple[str, set[str]]:
+def rebase_markdown(markdown: str, folder: str) -> tuple[str, set[str]]:
     """Rewrite relative link targets so they resolve from one level up, and demote headings by two levels.
 
     Returns the new text and the set of rewritten targets (to know which images are already shown).
@@ -288,7 +288,7 @@ def build_report(root: Path) -> tuple[Path, str]:
         if results.exists():
             doc = json.loads(results.read_text(encoding="utf-8"))
             title = f"{doc['experiment']} ({doc['profile']}) — {doc['paper_ref']}"
-        text, shown = _rebase(summary.read_text(encoding="utf-8"), folder)
+        text, shown = rebase_markdown(summary.read_text(encoding="utf-8"), folder)
         parts += [f"## {title}", "", text.strip(), ""]
         for png in sorted(summary.parent.rglob("*.png")):
             target = posixpath.normpath(posixpath.join(folder, png.relative_to(summary.parent).as_posix()))

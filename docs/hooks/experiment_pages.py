@@ -1,0 +1,82 @@
+"""MkDocs hook: one page per experiment, generated at build time from the catalog and from the paper-scale runs
+committed in paper-results/, so the pages cannot drift from the code or the results.
+
+Each page: what the experiment reproduces, its profiles and commands, and for every committed paper-scale run its
+claims table and its summary (figures and tables copied beside the page). The index `experiments/index.md` lists
+them by study.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mkdocs.structure.files import File, Files
+
+from memlab.catalog import EXPERIMENTS
+from memlab.cli import rebase_markdown
+from memlab.files import markdown_cell
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "paper-results"
+
+
+def _runs() -> dict[str, list[tuple[Path, dict]]]:
+    """Committed paper-scale runs by experiment: (folder, results.json)."""
+    runs: dict[str, list[tuple[Path, dict]]] = {}
+    for path in sorted(RESULTS.rglob("results.json")):
+        if "cells" in path.parts:
+            continue
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        runs.setdefault(doc["experiment"], []).append((path.parent, doc))
+    return runs
+
+
+def _claims(doc: dict) -> str:
+    rows = [f"| {markdown_cell(c['claim'])} | {markdown_cell(c['paper'])} | {markdown_cell(c['ours'])} | "
+            f"{'✓' if c['holds'] else '✗'} |" for c in doc.get("claims", [])]
+    if not rows:
+        return ""
+    return "| claim | paper | ours | holds |\n| --- | --- | --- | --- |\n" + "\n".join(rows) + "\n"
+
+
+def _page(name: str, runs: list[tuple[Path, dict]], files: Files, config) -> str:
+    exp = EXPERIMENTS[name]
+    profiles = ", ".join(f"`{p}`" for p in exp.profiles)
+    parts = [f"# {name}", "", f"**Reproduces:** {exp.paper_ref} of `{exp.paper}`.", "", exp.description + ".", "",
+             f"**Profiles:** {profiles}.", "", "```bash", f"memlab run {name}                  # quick",
+             f"memlab run {name} --profile paper  # the paper's sizes", "```", ""]
+    if not runs:
+        parts += ["No paper-scale run of this experiment is committed yet; `memlab run` writes its summary and "
+                  "figures to `out/`.", ""]
+    for folder, doc in runs:
+        where = folder.relative_to(RESULTS).as_posix()
+        target = f"experiments/{name}/{where.replace('/', '-')}"
+        for extra in sorted(folder.iterdir()):
+            if extra.suffix in (".png", ".csv", ".json"):
+                files.append(File.generated(config, f"{target}/{extra.name}", abs_src_path=str(extra)))
+        parts += [f"## Profile `{doc['profile']}` (`paper-results/{where}`)", "", _claims(doc)]
+        summary = folder / "summary.md"
+        if summary.exists():
+            text, _ = rebase_markdown(summary.read_text(encoding="utf-8"), target.split("/", 1)[1])
+            parts += [text.strip(), ""]
+    return "\n".join(parts) + "\n"
+
+
+def on_files(files: Files, config) -> Files:
+    runs = _runs()
+    index = ["# Experiment pages", "", "One page per experiment, generated from the catalog and the committed "
+             "paper-scale runs (`paper-results/`).", ""]
+    for study in ("belief", "ictd", "pissm", "recall"):
+        index += [f"## {study}", ""]
+        for name, exp in EXPERIMENTS.items():
+            if name.startswith(study + "."):
+                count = len(runs.get(name, []))
+                index.append(f"- [{name}]({name}.md): {exp.paper_ref}" + (f" — {count} paper-scale run(s)"
+                                                                            if count else ""))
+        index.append("")
+    files.append(File.generated(config, "experiments/index.md", content="\n".join(index)))
+    for name in EXPERIMENTS:
+        files.append(File.generated(config, f"experiments/{name}.md", content=_page(name, runs.get(name, []), files,
+                                                                                       config)))
+    return files
