@@ -29,10 +29,11 @@ import jax.numpy as jnp
 import numpy as np
 from timing import peer, side_by_side, timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
 
-from memlab.belief import filters
+from memlab.belief import fast_filters
 from memlab.belief.examples import example_filters, two_state_example
 from memlab.belief.exp_error import ErrorVsEpsilonConfig
-from memlab.belief.filters import LOF, lof, lof_parallel, log_belief
+from memlab.belief.fast_filters import lof, lof_parallel, log_belief
+from memlab.belief.filters import LOF
 from memlab.belief.hmm import HMM
 from memlab.belief.montecarlo import error_curves
 from memlab.devices import over_devices
@@ -87,13 +88,13 @@ def _chunked(fn, ys, chunk):
 def bare_recursion(hmm: HMM, ys: jax.Array, final_only: bool) -> jax.Array:
     """The least any exact filter with memlab's output must do: alpha_k = normalise(diag(E y_k) T alpha_{k-1}),
     log beliefs written to a (B, K, N) result; no log normaliser, no underflow check. Same layouts as the filter:
-    (N, B) below ``filters.STATE_MAJOR_BELOW`` states, (B, N) from there on."""
+    (N, B) below ``fast_filters.STATE_MAJOR_BELOW`` states, (B, N) from there on."""
     B, K = ys.shape
-    state_major = hmm.num_states < filters.STATE_MAJOR_BELOW
+    state_major = hmm.num_states < fast_filters.STATE_MAJOR_BELOW
     orient = (lambda x: x.T) if state_major else (lambda x: x)  # (B, N) <-> the layout of p
 
     def step(p, y):
-        q = filters._transition(hmm.T[None], p, None, state_major) * orient(hmm.E[y])  # the filter's T p
+        q = fast_filters._transition(hmm.T[None], p, None, state_major) * orient(hmm.E[y])  # the filter's T p
         return q / jnp.sum(q, axis=0 if state_major else 1, keepdims=True)
 
     p0 = orient(jnp.broadcast_to(hmm.pi0, (B, hmm.num_states)))
@@ -130,7 +131,7 @@ def serial_filters(N: int, K: int = 1000, B: int = 2000, final_only: bool = Fals
     memlab_log_belief = jax.jit(jax.vmap(lambda y: log_belief(hmm, y, final_only=final_only)))
     memlab_lof = jax.jit(jax.vmap(lambda y: lof(hmm, y, final_only=final_only)))
     T_all, acts, w0 = hmm.T[None], jnp.zeros_like(ys), jnp.broadcast_to(jnp.log(hmm.pi0), (B, N))
-    bare = jax.jit(lambda ys: filters._fast_filter(T_all, hmm.E, w0, ys, acts, True, final_only)[0])
+    bare = jax.jit(lambda ys: fast_filters._fast_filter(T_all, hmm.E, w0, ys, acts, True, final_only)[0])
     bound = jax.jit(lambda ys: bare_recursion(hmm, ys, final_only))
     impls = [(f"memlab log_belief (vmapped){_split_note()}", lambda: AsProbabilities(memlab_log_belief(ys))),
              ("bound: bare scaled recursion, no exactness (not an API)", lambda: AsProbabilities(bound(ys))),
@@ -138,7 +139,7 @@ def serial_filters(N: int, K: int = 1000, B: int = 2000, final_only: bool = Fals
              (f"memlab lof (vmapped){_split_note()}", lambda: AsProbabilities(memlab_lof(ys))),
              ("memlab LOF.step time-major scan", lambda: AsProbabilities(lof_step_scan(ys)))]
     if jax.local_device_count() > 1:  # what log_belief computes on one device: its batched form, unsplit
-        whole = jax.jit(lambda ys: filters._exact_filter(T_all, hmm.E, w0, ys, acts, True, final_only))
+        whole = jax.jit(lambda ys: fast_filters._exact_filter(T_all, hmm.E, w0, ys, acts, True, final_only))
         impls.insert(1, ("memlab log_belief, one device (its batched form)", lambda: AsProbabilities(whole(ys))))
         # the bound for the split public filters: the same bare recursion, its sequences split over the devices
         bound_split = jax.jit(lambda ys: over_devices(lambda y: bare_recursion(hmm, y, final_only), ys))
@@ -162,8 +163,8 @@ def parallel_filters(N: int, K: int = 1000, B: int = 2000, chunk: int = 250, fin
     memlab = jax.jit(jax.vmap(lambda s: lof_parallel(hmm, s, final_only=final_only)))
     impls = [(f"memlab lof_parallel (vmapped){_split_note()}", lambda: AsProbabilities(_chunked(memlab, ys, chunk)))]
     if jax.local_device_count() > 1:  # what lof_parallel computes on one device: its batched form, unsplit
-        T_all, w0, block = hmm.T[None], jnp.broadcast_to(jnp.log(hmm.pi0), (chunk, N)), filters.default_block(K)
-        whole = jax.jit(lambda y: filters._parallel_batch(T_all, hmm.E, w0[:len(y)], y, jnp.zeros_like(y),
+        T_all, w0, block = hmm.T[None], jnp.broadcast_to(jnp.log(hmm.pi0), (chunk, N)), fast_filters.default_block(K)
+        whole = jax.jit(lambda y: fast_filters._parallel_batch(T_all, hmm.E, w0[:len(y)], y, jnp.zeros_like(y),
                                                           final_only, block))
         impls.append(("memlab lof_parallel, one device (its batched form)",
                       lambda: AsProbabilities(_chunked(whole, ys, chunk))))

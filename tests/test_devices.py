@@ -193,7 +193,7 @@ def test_vmapped_exact_filter_is_the_same_on_two_devices():
     below float's range, one impossible observation (-inf), against one device."""
     code = """
         import json, jax, jax.numpy as jnp, numpy as np
-        from memlab.belief.filters import log_belief, lof, lof_parallel
+        from memlab.belief.fast_filters import log_belief, lof, lof_parallel
         from memlab.belief.hmm import HMM
         T = jnp.array([[0.9, 0.0, 0.2], [0.0, 1.0, 0.0], [0.1, 0.0, 0.8]])  # column j: P(. | j); 1 keeps itself
         E = jnp.array([[0.7, 1e-6, 0.2], [0.3, 0.0, 0.8], [0.0, 1 - 1e-6, 0.0]])

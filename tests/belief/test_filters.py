@@ -10,16 +10,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memlab.belief import filters
+from memlab.belief import fast_filters, filters
 from memlab.belief import random_models as cases
 from memlab.belief.filters import LOF, bayes_decode, lof_step
 from memlab.belief.hmm import HMM, ControlledHMM
 
 # Jitted once here: eager calls compile anew each time (a fresh scan body per call; an eager
 # associative_scan compiles each level's ops one by one). Input checks are tested on the eager forms.
-lof = jax.jit(filters.lof, static_argnames="normalize")
-log_belief = jax.jit(filters.log_belief)
-lof_parallel = jax.jit(filters.lof_parallel, static_argnames=("final_only", "block"))
+lof = jax.jit(fast_filters.lof, static_argnames="normalize")
+log_belief = jax.jit(fast_filters.log_belief)
+lof_parallel = jax.jit(fast_filters.lof_parallel, static_argnames=("final_only", "block"))
 
 
 
@@ -139,10 +139,10 @@ def test_unnormalised_logits_drift_but_decode_like_the_belief():
 # ------------------------------------------------------------------ serial vs parallel
 
 
-@pytest.mark.parametrize("N", [5, 12])  # products as multiply-sums (below filters.ELEMENTWISE_BELOW) and as matmuls
+@pytest.mark.parametrize("N", [5, 12])  # products as multiply-sums (below ELEMENTWISE_BELOW) and as matmuls
 @pytest.mark.parametrize("dtype, rtol, controlled", [("float64", 1e-10, False), ("float32", 1e-4, True)])
 def test_lof_parallel_equals_serial(x64, dtype, rtol, controlled, N):
-    assert 5 < filters.ELEMENTWISE_BELOW <= 12
+    assert 5 < fast_filters.ELEMENTWISE_BELOW <= 12
     rng = np.random.default_rng(11 + controlled)
     S, K, A = 4, 100, 3  # K not a power of two
     E, pi0 = cases.random_columns(rng, S, N), rng.dirichlet(np.ones(N))
@@ -174,8 +174,8 @@ def test_lof_parallel_blocks_equal_serial(x64, block):
         np.ones(N))))
     ys, acts = jnp.asarray(random_obs(rng, S, K)), jnp.asarray(rng.integers(0, A, size=K))
     w_ref = reference_filter(T, np.asarray(m.E), _log(np.asarray(m.pi0)), np.asarray(ys), np.asarray(acts))[1]
-    assert_logits_close(filters.lof_parallel(m, ys, actions=acts, block=block), w_ref, 1e-10)
-    assert_logits_close(filters.lof_parallel(m, ys, actions=acts, final_only=True, block=block), w_ref[-1], 1e-10)
+    assert_logits_close(fast_filters.lof_parallel(m, ys, actions=acts, block=block), w_ref, 1e-10)
+    assert_logits_close(fast_filters.lof_parallel(m, ys, actions=acts, final_only=True, block=block), w_ref[-1], 1e-10)
 
 
 @pytest.mark.parametrize("controlled", [False, True])
@@ -185,9 +185,9 @@ def test_vmapped_lof_parallel_runs_in_chunks_and_equals_each_sequence(x64, monke
     (one shared sequence) and over models (the single-sequence form vmapped) too."""
     rng = np.random.default_rng(41 + controlled)
     N, S, A, B, K = 3, 4, 2, 7, 23
-    block = filters.default_block(K)  # 5: 5 blocks
+    block = fast_filters.default_block(K)  # 5: 5 blocks
     num_blocks = -(-K // block)  # results and block products, float64: chunks of 3
-    monkeypatch.setattr(filters, "PARALLEL_CHUNK_BYTES", 3 * (K * N + num_blocks * N * N) * 8)
+    monkeypatch.setattr(fast_filters, "PARALLEL_CHUNK_BYTES", 3 * (K * N + num_blocks * N * N) * 8)
     E, pi0 = cases.random_columns(rng, S, N, 0.2), rng.dirichlet(np.ones(N))
     T = np.stack([cases.random_columns(rng, N, N, 0.2) for _ in range(A)])
     m = ControlledHMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0)) if controlled else \
@@ -197,7 +197,7 @@ def test_vmapped_lof_parallel_runs_in_chunks_and_equals_each_sequence(x64, monke
     acts_or_none = (lambda a: a) if controlled else (lambda a: None)
 
     def batch(y, a, w):
-        return filters.lof_parallel(m, y, w0=w, actions=acts_or_none(a), block=block)
+        return fast_filters.lof_parallel(m, y, w0=w, actions=acts_or_none(a), block=block)
 
     vmapped = jax.vmap(batch)
     assert "length=2" in str(jax.make_jaxpr(vmapped)(yss, acts, w0s))  # the two whole chunks run in a loop
@@ -207,7 +207,8 @@ def test_vmapped_lof_parallel_runs_in_chunks_and_equals_each_sequence(x64, monke
         assert_logits_close(got[b], lof(m, yss[b], w0=w0s[b], actions=acts_or_none(acts[b])), 1e-10)
         assert_logits_close(over_w0[b], lof(m, yss[0], w0=w0s[b], actions=acts_or_none(acts[0])), 1e-10)
     models = jax.tree.map(lambda x: jnp.stack([x, x]), m)
-    over_models = jax.jit(jax.vmap(lambda model: filters.lof_parallel(model, yss[1], actions=acts_or_none(acts[1]))))
+    over_models = jax.jit(jax.vmap(lambda model: fast_filters.lof_parallel(model, yss[1],
+                                                                           actions=acts_or_none(acts[1]))))
     for row in over_models(models):
         assert_logits_close(row, lof(m, yss[1], actions=acts_or_none(acts[1])), 1e-10)
 
@@ -311,8 +312,8 @@ def test_vmapped_batch_mixes_tiny_and_ordinary_rows_exactly():
     m = HMM(jnp.asarray(T, jnp.float32), jnp.asarray(E, jnp.float32), jnp.array([0.5, 0.5], jnp.float32))
     w0s = np.array([w0, [0.0, 0.0], [-3.0, 0.0], w0[::-1]])
     yss = np.stack([ys, ys[::-1], ys, 1 - ys])
-    got = np.asarray(jax.jit(jax.vmap(lambda w, y: filters.lof(m, y, w0=w)))(w0s.astype(np.float32), yss))
-    last = np.asarray(jax.jit(jax.vmap(lambda w, y: filters.lof(m, y, w0=w, normalize=True, final_only=True)))(
+    got = np.asarray(jax.jit(jax.vmap(lambda w, y: fast_filters.lof(m, y, w0=w)))(w0s.astype(np.float32), yss))
+    last = np.asarray(jax.jit(jax.vmap(lambda w, y: fast_filters.lof(m, y, w0=w, normalize=True, final_only=True)))(
         w0s.astype(np.float32), yss))
     for b in range(len(w0s)):
         ref = reference_log_filter(T, E, w0s[b], yss[b])
@@ -320,7 +321,7 @@ def test_vmapped_batch_mixes_tiny_and_ordinary_rows_exactly():
         np.testing.assert_allclose(last[b], ref[-1] - np.logaddexp.reduce(ref[-1]), rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("N", [3, filters.STATE_MAJOR_BELOW + 8])  # both layouts of the fast pass
+@pytest.mark.parametrize("N", [3, fast_filters.STATE_MAJOR_BELOW + 8])  # both layouts of the fast pass
 @pytest.mark.parametrize("zero_frac", [0.0, 0.4])  # 0.4: structural zeros and tiny beliefs, the log-space rerun
 def test_vmapped_batches_of_controlled_hmms_match_the_reference(x64, N, zero_frac):
     rng = np.random.default_rng(N + int(10 * zero_frac))
@@ -331,8 +332,8 @@ def test_vmapped_batches_of_controlled_hmms_match_the_reference(x64, N, zero_fra
     yss, acts = rng.integers(0, S, size=(B, K)), rng.integers(0, A, size=(B, K))
     refs = [reference_filter(T, E, np.log(pi0), yss[b], acts[b]) for b in range(B)]
     for normalize, which in ((False, 1), (True, 0)):
-        got = jax.jit(jax.vmap(lambda y, a, n=normalize: filters.lof(m, y, actions=a, normalize=n)))(yss, acts)
-        last = jax.jit(jax.vmap(lambda y, a, n=normalize: filters.lof(m, y, actions=a, normalize=n,
+        got = jax.jit(jax.vmap(lambda y, a, n=normalize: fast_filters.lof(m, y, actions=a, normalize=n)))(yss, acts)
+        last = jax.jit(jax.vmap(lambda y, a, n=normalize: fast_filters.lof(m, y, actions=a, normalize=n,
                                                                           final_only=True)))(yss, acts)
         for b in range(B):
             assert_logits_close(got[b], refs[b][which], 1e-10)
@@ -346,7 +347,7 @@ def test_final_only_is_the_last_row(x64, normalize):
     m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
     ys = jnp.asarray(random_obs(rng, 3, 40))
     full = lof(m, ys, normalize=normalize)
-    last = filters.lof(m, ys, normalize=normalize, final_only=True)
+    last = fast_filters.lof(m, ys, normalize=normalize, final_only=True)
     assert last.shape == (4,)
     assert_logits_close(last, full[-1], 1e-12)
 
@@ -357,7 +358,7 @@ def test_lof_parallel_short_sequences_equal_serial(x64, K):
     T, E, pi0 = random_hmm(rng, 3, 2, zero_frac=0.2)
     m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
     ys = jnp.asarray(random_obs(rng, 2, K))
-    assert_logits_close(filters.lof_parallel(m, ys), reference_filter(T, E, _log(pi0), ys)[1], 1e-10)
+    assert_logits_close(fast_filters.lof_parallel(m, ys), reference_filter(T, E, _log(pi0), ys)[1], 1e-10)
 
 
 # ------------------------------------------------------------------ 10^6 steps, eq. (47) at eps = 1e-12
@@ -458,7 +459,7 @@ def test_lof_rejects_bad_input():
     T, E, pi0 = random_hmm(rng, 3, 2)
     m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
     cm = ControlledHMM(jnp.asarray(np.stack([T, T])), jnp.asarray(E), jnp.asarray(pi0))
-    for fn in (filters.lof, filters.lof_parallel):
+    for fn in (fast_filters.lof, fast_filters.lof_parallel):
         with pytest.raises(ValueError, match=r"shape \(K,\)"):
             fn(m, jnp.zeros((2, 3), int))
         with pytest.raises(ValueError, match="fixed transitions"):
@@ -468,10 +469,10 @@ def test_lof_rejects_bad_input():
         with pytest.raises(ValueError, match="shape of ys"):
             fn(cm, jnp.zeros(3, int), actions=jnp.zeros(4, int))
     with pytest.raises(ValueError, match="actions"):
-        filters.log_belief(cm, jnp.zeros(3, int))
+        fast_filters.log_belief(cm, jnp.zeros(3, int))
     for block in (0, 2.5):
         with pytest.raises(ValueError, match="block must be an int >= 1"):
-            filters.lof_parallel(m, jnp.zeros(3, int), block=block)
+            fast_filters.lof_parallel(m, jnp.zeros(3, int), block=block)
 
 
 @pytest.mark.parametrize("bad", [2, -1])
@@ -479,7 +480,7 @@ def test_lof_rejects_out_of_range_observations(bad):
     """JAX indexing would clamp or wrap y silently and filter another symbol."""
     T = np.array([[0.9, 0.2], [0.1, 0.8]])
     m = HMM(jnp.asarray(T), jnp.asarray(T), jnp.array([0.5, 0.5]))  # S = 2
-    for fn in (filters.lof, filters.lof_parallel):
+    for fn in (fast_filters.lof, fast_filters.lof_parallel):
         with pytest.raises(ValueError, match=r"observations.*\[0, 2\)"):
             fn(m, jnp.array([0, bad, 1]))
 
@@ -487,6 +488,33 @@ def test_lof_rejects_out_of_range_observations(bad):
 def test_lof_rejects_out_of_range_actions():
     T = np.array([[0.9, 0.2], [0.1, 0.8]])
     cm = ControlledHMM(jnp.asarray(np.stack([T, np.eye(2)])), jnp.asarray(T), jnp.array([0.5, 0.5]))
-    for fn in (filters.lof, filters.lof_parallel):
+    for fn in (fast_filters.lof, fast_filters.lof_parallel):
         with pytest.raises(ValueError, match=r"actions.*\[0, 2\)"):
             fn(cm, jnp.array([0, 1, 1]), actions=jnp.array([0, 2, 1]))
+
+
+@pytest.mark.parametrize("controlled", [False, True])
+def test_the_plain_reference_equals_numpy_and_the_fast_engines_equal_the_plain_reference(controlled, x64):
+    """``filters.lof`` (one scan of ``lof_step``, what the docs show) against the float64 NumPy filter, and every
+    fast engine of ``fast_filters`` against it: serial and parallel, logits and beliefs, final only, vmapped."""
+    rng = np.random.default_rng(11)
+    N, S, K, A, B = 5, 4, 60, 3, 6
+    T = rng.dirichlet(np.ones(N), size=(A, N)).transpose(0, 2, 1) if controlled else \
+        rng.dirichlet(np.ones(N), size=N).T
+    E = rng.dirichlet(np.ones(S), size=N).T
+    pi0 = rng.dirichlet(np.ones(N))
+    m = ControlledHMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0)) if controlled else \
+        HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
+    yss, acts = rng.integers(0, S, size=(B, K)), rng.integers(0, A, size=(B, K))
+    args = (lambda i: {"actions": acts[i]}) if controlled else (lambda i: {})
+    for i in range(B):
+        plain = filters.lof(m, yss[i], **args(i))
+        _, w_ref = reference_filter(T, E, _log(pi0), yss[i], acts[i] if controlled else None)
+        np.testing.assert_allclose(plain, w_ref, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(fast_filters.lof(m, yss[i], **args(i)), plain, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(fast_filters.lof_parallel(m, yss[i], **args(i)), plain, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(fast_filters.log_belief(m, yss[i], final_only=True, **args(i)),
+                                   filters.log_belief(m, yss[i], final_only=True, **args(i)), rtol=1e-10, atol=1e-10)
+    batched = jax.vmap(lambda y, a: fast_filters.lof(m, y, actions=a if controlled else None, normalize=True))
+    plain = jax.vmap(lambda y, a: filters.lof(m, y, actions=a if controlled else None, normalize=True))
+    np.testing.assert_allclose(batched(yss, acts), plain(yss, acts), rtol=1e-10, atol=1e-10)

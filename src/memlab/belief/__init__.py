@@ -6,7 +6,8 @@ Tasks, references and models (the library; ``__all__`` below is what other code 
     examples.py       the paper's worked examples: the two-state HMMs of eq. (47) / (54), Example 1 (eq. 50)
     random_models.py  random deterministic systems, permutations and emissions (tests, experiments, benchmarks)
     structure.py      Def. 4.1, Lemma 4.2, Def. 5.1 / 5.4, Assumptions 5.6 / 5.8
-    filters.py        the reference: the logit optimal filter (LOF) eq. (7), serial and parallel, MAP decoding
+    filters.py        the reference: the logit optimal filter (LOF) eq. (7) as one scan of its step, MAP decoding
+    fast_filters.py   the same filters as fast engines (lof, log_belief, lof_parallel: what this package exports)
     exact_linear.py   exact linear filters for deterministic systems, Theorem 4.4 / Corollary 4.5
     alf.py            the Adaptive Logit Filter eq. (24) / (46) and the delta schedules eq. (48)-(49)
     theory.py         constants of the ALF error bound: xi eq. (144)-(145), W eq. (190), ...
@@ -47,7 +48,8 @@ from memlab.belief.exact_linear import (
     make_exact_linear_filter_controlled,
 )
 from memlab.belief.examples import EXAMPLE1_BAD_E, EXAMPLE1_E, EXAMPLE1_P, SWAP, example_filters, two_state_example
-from memlab.belief.filters import LOF, bayes_decode, lof, lof_parallel, lof_step, log_belief, normalize_logits
+from memlab.belief.fast_filters import lof, lof_parallel, log_belief
+from memlab.belief.filters import LOF, bayes_decode, lof_step, normalize_logits
 from memlab.belief.hmm import HMM, ControlledHMM, Trajectory, sample
 from memlab.belief.memories import LogitFilterMemory
 from memlab.belief.metrics import logit_agreement, merge_agreement, switch_lags, trend

@@ -25,7 +25,7 @@ import numpy as np
 from memlab import plots
 from memlab.belief.exact_linear import make_exact_linear_filter, make_exact_linear_filter_controlled
 from memlab.belief.examples import EXAMPLE1_BAD_E, EXAMPLE1_E, EXAMPLE1_P
-from memlab.belief.filters import lof
+from memlab.belief.fast_filters import lof
 from memlab.belief.hmm import HMM, ControlledHMM, sample
 from memlab.belief.metrics import logit_agreement, merge_agreement
 from memlab.belief.random_models import random_columns, random_deterministic, random_permutation

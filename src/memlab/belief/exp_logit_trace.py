@@ -19,7 +19,7 @@ import numpy as np
 from memlab import plots
 from memlab.belief.alf import ALF, alf_filter
 from memlab.belief.examples import two_state_example
-from memlab.belief.filters import lof
+from memlab.belief.fast_filters import lof
 from memlab.belief.hmm import sample
 from memlab.belief.metrics import switch_lags
 from memlab.belief.montecarlo import decoding_error

@@ -19,7 +19,8 @@ import numpy as np
 from memlab import plots
 from memlab.belief import ringworld as rw
 from memlab.belief.alf import ALF, alf_filter
-from memlab.belief.filters import bayes_decode, lof
+from memlab.belief.fast_filters import lof
+from memlab.belief.filters import bayes_decode
 from memlab.belief.hmm import sample
 from memlab.belief.memories import ALF_DELTA
 from memlab.belief.structure import check_observability_controlled
