@@ -10,7 +10,8 @@ import pytest
 import scipy.linalg
 
 from memlab.pissm.data.lorenz import integrate_lorenz, lorenz_transition_matrix
-from memlab.pissm.kalman import fused_matmul, fused_matvec, kalman_filter, sample_lgssm, scan_filter
+from memlab.pissm.kalman import kalman_filter, sample_lgssm, scan_filter
+from memlab.pissm.small_matmul import fused_matmul, fused_matvec
 
 
 def random_spd(rng, n, scale=1.0):

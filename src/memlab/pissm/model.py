@@ -89,9 +89,10 @@ from jax import Array
 
 from memlab.checks import check_choice, check_covariance, check_int, check_matrix, check_real
 from memlab.layers.gated_rnn import BoundedInput, GRUCell, LSTMCell
-from memlab.pissm.kalman import check_observations, fused_matmul, fused_matvec, symmetrise
+from memlab.pissm.kalman import check_observations, symmetrise
 from memlab.pissm.metrics import gaussian_log_density_from_cholesky
 from memlab.pissm.predictions import Predictions
+from memlab.pissm.small_matmul import fused_matmul, fused_matvec
 
 GAINS = ("gru", "lstm", "exact")
 # the RNN gain factor: around the exact gain and bounded, eq. (7) as printed, or around the exact gain unbounded
