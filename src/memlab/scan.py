@@ -1,5 +1,12 @@
 """Linear recurrences in sequential (``lax.scan``) and parallel (``lax.associative_scan``) form.
 
+Affine recurrences, elementwise and with a matrix (the S5/S6 layers, Deep ALF):
+
+    h_t = a_t * h_{t-1} + b_t      (``linear_scan``)        h_t = M_t h_{t-1} + b_t      (``matrix_scan``)
+
+with h_{-1} = h0 and a per-step ``reset`` flag that restarts the recurrence at t from h0, so packed sequences
+behave as separate ones. The parallel form composes affine maps.
+
 Scaled-permutation recurrence (the ALF of paper 1, eqs. 24 and 46, and the exact
 linear filters of Theorem 4.4 / Corollary 4.5 have this form):
 
@@ -20,6 +27,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax import Array
+
+from memlab.checks import check_choice
+
+METHODS = ("sequential", "parallel")
 
 
 def extended_mul(c: Array, h: Array) -> Array:
@@ -70,3 +81,77 @@ def permutation_scan_parallel(src: Array, c: Array, b: Array, h0: Array) -> Arra
     _check(src, c, b, h0)
     src_k, c_k, z_k, b_k = jax.lax.associative_scan(_compose, (src, c, c == 0, b))
     return _scaled(c_k[:, None], z_k[:, None], h0[src_k]) + b_k
+
+
+def scan_inputs(b: Array, h0, reset, state_shape, method: str):
+    """Common checks of the scans; returns (h0, reset) filled in."""
+    check_choice("method", method, METHODS)
+    L = b.shape[0]
+    h0 = jnp.zeros(state_shape, b.dtype) if h0 is None else jnp.asarray(h0)
+    if h0.shape != state_shape:
+        raise ValueError(f"h0 must have the state shape {state_shape}, got {h0.shape}")
+    reset = jnp.zeros(L, bool) if reset is None else jnp.asarray(reset)
+    if reset.shape != (L,) or reset.dtype != jnp.bool_:
+        raise ValueError(f"reset must be a boolean array of shape ({L},), got {reset.dtype} {reset.shape}")
+    return h0, reset
+
+
+def linear_scan(a: Array, b: Array, h0: Array | None = None, reset: Array | None = None,
+                method: str = "sequential") -> Array:
+    """h_t = a_t * h_{t-1} + b_t elementwise for t = 0..L-1, h_{-1} = h0; returns h (L, *S).
+
+    a, b (L, *S); h0 (*S) (default zeros); reset (L,) bool: where reset[t], h_{t-1} is replaced by h0.
+    """
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    if a.shape != b.shape or a.ndim < 1:
+        raise ValueError(f"a and b must have the same shape (L, *S), got {a.shape} and {b.shape}")
+    h0, reset = scan_inputs(b, h0, reset, b.shape[1:], method)
+    if method == "sequential":
+
+        def step(h, inputs):
+            a_t, b_t, r_t = inputs
+            h = a_t * jnp.where(r_t, h0, h) + b_t
+            return h, h
+
+        return jax.lax.scan(step, h0, (a, b, reset))[1]
+    # A reset step is the constant map h -> a_t h0 + b_t, i.e. the affine map (0, a_t h0 + b_t).
+    r = reset.reshape((-1,) + (1,) * (a.ndim - 1))
+    a, b = jnp.where(r, 0.0, a), jnp.where(r, a * h0 + b, b)
+
+    def compose(first, second):  # "first, then second"
+        a1, b1 = first
+        a2, b2 = second
+        return a1 * a2, a2 * b1 + b2
+
+    a_cum, b_cum = jax.lax.associative_scan(compose, (a, b))
+    return a_cum * h0 + b_cum
+
+
+def matrix_scan(M: Array, b: Array, h0: Array | None = None, reset: Array | None = None,
+                method: str = "sequential") -> Array:
+    """h_t = M_t h_{t-1} + b_t for t = 0..L-1, h_{-1} = h0; returns h (L, d).
+
+    M (L, d, d); b (L, d); h0 (d,) (default zeros); reset (L,) bool: where reset[t], h_{t-1} is replaced by h0.
+    """
+    M, b = jnp.asarray(M), jnp.asarray(b)
+    if M.ndim != 3 or b.ndim != 2 or M.shape != b.shape + b.shape[1:]:
+        raise ValueError(f"expected M (L, d, d) and b (L, d), got {M.shape} and {b.shape}")
+    h0, reset = scan_inputs(b, h0, reset, b.shape[1:], method)
+    if method == "sequential":
+
+        def step(h, inputs):
+            M_t, b_t, r_t = inputs
+            h = M_t @ jnp.where(r_t, h0, h) + b_t
+            return h, h
+
+        return jax.lax.scan(step, h0, (M, b, reset))[1]
+    b = jnp.where(reset[:, None], M @ h0 + b, b)
+    M = jnp.where(reset[:, None, None], 0.0, M)
+
+    def compose(first, second):
+        M1, b1 = first
+        M2, b2 = second
+        return M2 @ M1, jnp.einsum("...ij,...j->...i", M2, b1) + b2
+
+    M_cum, b_cum = jax.lax.associative_scan(compose, (M, b))
+    return M_cum @ h0 + b_cum

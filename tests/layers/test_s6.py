@@ -17,11 +17,10 @@ from memlab.layers.s6 import (
     _expm_and_integral_augmented,
     discretize,
     discretize_diagonal,
-    linear_scan,
-    matrix_scan,
     selective_scan,
     zoh_integral,
 )
+from memlab.scan import linear_scan, matrix_scan
 
 # Compiled once per shape: eager dispatch of the associative scans is slow.
 linear_scan_jit = jax.jit(linear_scan, static_argnames="method")

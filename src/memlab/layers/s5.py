@@ -40,7 +40,7 @@ instead of a complex product's four.
 
 Resets: a start flag zeroes h BEFORE the step's update, so the first observation of an episode drives the update from
 the zero state (as the public code's reset scan operator does). ``S5Memory.sequence`` runs the parallel associative
-scan of ``memlab.layers.s6.linear_scan`` with these resets; it equals scanning ``step`` (tested).
+scan of ``memlab.scan.linear_scan`` with these resets; it equals scanning ``step`` (tested).
 """
 
 from __future__ import annotations
@@ -55,8 +55,9 @@ import numpy as np
 from jax import Array
 
 from memlab.checks import check_choice, check_int, check_real
-from memlab.layers.s6 import METHODS, discretize_diagonal, linear_scan
+from memlab.layers.s6 import discretize_diagonal
 from memlab.rl.memory import Memory
+from memlab.scan import METHODS, linear_scan
 
 DT_MIN, DT_MAX = 1e-3, 1e-1  # Table 2
 ENCODER_WIDTH = 128  # App. E.2.1: encoder layer sizes [128, H]

@@ -15,10 +15,8 @@ The public Mamba code uses a different rule for B ("Euler-B"): exp(Delta A) for 
 it drops the factor expm1(Delta a) / (Delta a) = 1 + Delta a / 2 + O((Delta a)^2). Both agree to first order in
 Delta a; ``discretization="euler_b"`` selects it so results can be compared with that code.
 
-Scans: h_t = a_t h_{t-1} + b_t (elementwise) or h_t = M_t h_{t-1} + b_t (matrix), sequential (``lax.scan``) or
-parallel (``lax.associative_scan``, composing affine maps). A per-step ``reset`` flag restarts the recurrence at
-t from the initial state, so packed sequences behave as separate ones. On a CPU the sequential form is faster
-(DESIGN.md); the parallel form is the accelerator path and the cross-check.
+Scans: ``memlab.scan.linear_scan`` (h_t = a_t h_{t-1} + b_t elementwise) and ``matrix_scan`` (h_t = M_t h_{t-1} +
+b_t), sequential or parallel, with per-step resets.
 """
 
 from __future__ import annotations
@@ -31,8 +29,8 @@ import jax.numpy as jnp
 from jax import Array
 
 from memlab.checks import check_choice
+from memlab.scan import METHODS, linear_scan, matrix_scan, scan_inputs
 
-METHODS = ("sequential", "parallel")
 DISCRETIZATIONS = ("zoh", "euler_b")
 
 
@@ -269,83 +267,6 @@ def discretize_diagonal(a: Array, delta: Array, method: str = "zoh", a_nonzero: 
     return abar, jnp.broadcast_to(delta, z.shape)
 
 
-# ------------------------------------------------------------------------------------------------------ scans
-
-
-def _prepare(b: Array, h0, reset, state_shape, method: str):
-    """Common checks of the scans; returns (h0, reset) filled in."""
-    check_choice("method", method, METHODS)
-    L = b.shape[0]
-    h0 = jnp.zeros(state_shape, b.dtype) if h0 is None else jnp.asarray(h0)
-    if h0.shape != state_shape:
-        raise ValueError(f"h0 must have the state shape {state_shape}, got {h0.shape}")
-    reset = jnp.zeros(L, bool) if reset is None else jnp.asarray(reset)
-    if reset.shape != (L,) or reset.dtype != jnp.bool_:
-        raise ValueError(f"reset must be a boolean array of shape ({L},), got {reset.dtype} {reset.shape}")
-    return h0, reset
-
-
-def linear_scan(a: Array, b: Array, h0: Array | None = None, reset: Array | None = None,
-                method: str = "sequential") -> Array:
-    """h_t = a_t * h_{t-1} + b_t elementwise for t = 0..L-1, h_{-1} = h0; returns h (L, *S).
-
-    a, b (L, *S); h0 (*S) (default zeros); reset (L,) bool: where reset[t], h_{t-1} is replaced by h0.
-    """
-    a, b = jnp.asarray(a), jnp.asarray(b)
-    if a.shape != b.shape or a.ndim < 1:
-        raise ValueError(f"a and b must have the same shape (L, *S), got {a.shape} and {b.shape}")
-    h0, reset = _prepare(b, h0, reset, b.shape[1:], method)
-    if method == "sequential":
-
-        def step(h, inputs):
-            a_t, b_t, r_t = inputs
-            h = a_t * jnp.where(r_t, h0, h) + b_t
-            return h, h
-
-        return jax.lax.scan(step, h0, (a, b, reset))[1]
-    # A reset step is the constant map h -> a_t h0 + b_t, i.e. the affine map (0, a_t h0 + b_t).
-    r = reset.reshape((-1,) + (1,) * (a.ndim - 1))
-    a, b = jnp.where(r, 0.0, a), jnp.where(r, a * h0 + b, b)
-
-    def compose(first, second):  # "first, then second"
-        a1, b1 = first
-        a2, b2 = second
-        return a1 * a2, a2 * b1 + b2
-
-    a_cum, b_cum = jax.lax.associative_scan(compose, (a, b))
-    return a_cum * h0 + b_cum
-
-
-def matrix_scan(M: Array, b: Array, h0: Array | None = None, reset: Array | None = None,
-                method: str = "sequential") -> Array:
-    """h_t = M_t h_{t-1} + b_t for t = 0..L-1, h_{-1} = h0; returns h (L, d).
-
-    M (L, d, d); b (L, d); h0 (d,) (default zeros); reset (L,) bool: where reset[t], h_{t-1} is replaced by h0.
-    """
-    M, b = jnp.asarray(M), jnp.asarray(b)
-    if M.ndim != 3 or b.ndim != 2 or M.shape != b.shape + b.shape[1:]:
-        raise ValueError(f"expected M (L, d, d) and b (L, d), got {M.shape} and {b.shape}")
-    h0, reset = _prepare(b, h0, reset, b.shape[1:], method)
-    if method == "sequential":
-
-        def step(h, inputs):
-            M_t, b_t, r_t = inputs
-            h = M_t @ jnp.where(r_t, h0, h) + b_t
-            return h, h
-
-        return jax.lax.scan(step, h0, (M, b, reset))[1]
-    b = jnp.where(reset[:, None], M @ h0 + b, b)
-    M = jnp.where(reset[:, None, None], 0.0, M)
-
-    def compose(first, second):
-        M1, b1 = first
-        M2, b2 = second
-        return M2 @ M1, jnp.einsum("...ij,...j->...i", M2, b1) + b2
-
-    M_cum, b_cum = jax.lax.associative_scan(compose, (M, b))
-    return M_cum @ h0 + b_cum
-
-
 # ------------------------------------------------------------------------------------ diagonal selective scan
 
 
@@ -378,7 +299,7 @@ def selective_scan(x: Array, delta: Array, A: Array, B: Array, C: Array, D: Arra
         raise ValueError(f"B and C must be (L, N) = ({L}, {N}), got {B.shape} and {C.shape}")
     if D is not None and jnp.shape(D) != (Din,):
         raise ValueError(f"D must be (Din,) = ({Din},), got {jnp.shape(D)}")
-    h0, reset = _prepare(x, h0, reset, (Din, N), method)
+    h0, reset = scan_inputs(x, h0, reset, (Din, N), method)
 
     if method == "sequential":
 
