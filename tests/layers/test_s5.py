@@ -12,14 +12,13 @@ import scipy.linalg
 
 from memlab.layers.s5 import (
     S5Layer,
-    S5Memory,
     discretize_zoh,
-    encoder_weight_count,
     hippo_diagonal,
     hippo_legs,
     hippo_legs_normal,
 )
 from memlab.rl.memory import Memory
+from memlab.rl.s5_memory import S5Memory, encoder_weight_count
 
 # Compiled once per configuration: eager dispatch of the scans compiles every small op separately.
 ssm_jit = eqx.filter_jit(S5Layer.ssm)

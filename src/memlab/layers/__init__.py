@@ -1,6 +1,6 @@
 """Reusable sequence layers (no study imports them from another study; every study may use them).
 
-* ``s5``        the S5 layer (Smith et al. 2022) and the S5 memory of the RingWorld PPO agents (paper 1, section 6.2)
+* ``s5``        the S5 layer (Smith et al. 2022); the S5 memory of the PPO agents is ``memlab.rl.s5_memory``
 * ``s6``        the S6 layer of paper 4, section 4.2, and the diagonal selective scan (sequential / parallel)
 * ``mamba``     the Mamba block built on the selective scan
 * ``gated_rnn`` GRU and LSTM cells in GSRNN form with their ISS margins and projections (paper 3, Theorem 2),
@@ -11,9 +11,9 @@
 from memlab.layers.gated_rnn import BoundedInput, GRUCell, LSTMCell, iss_margin, project_iss, project_model_iss
 from memlab.layers.l1_ball import project_l1_ball, project_rows_l1
 from memlab.layers.mamba import MambaBlock
-from memlab.layers.s5 import S5Layer, S5Memory, encoder_weight_count, hippo_diagonal
+from memlab.layers.s5 import S5Layer, hippo_diagonal
 from memlab.layers.s6 import S6, selective_scan
 
-__all__ = ["BoundedInput", "GRUCell", "LSTMCell", "MambaBlock", "S5Layer", "S5Memory", "S6", "encoder_weight_count",
+__all__ = ["BoundedInput", "GRUCell", "LSTMCell", "MambaBlock", "S5Layer", "S6",
            "hippo_diagonal", "iss_margin", "project_iss", "project_l1_ball", "project_model_iss", "project_rows_l1",
            "selective_scan"]

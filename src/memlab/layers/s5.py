@@ -1,4 +1,5 @@
-"""The S5 layer (Smith et al. 2022) and the S5 memory of the RingWorld PPO agents (section 6.2, App. E.2.1).
+"""The S5 layer (Smith et al. 2022), as the S5 memory of the RingWorld PPO agents uses it (section 6.2, App. E.2.1;
+the memory with its encoder is ``memlab.rl.s5_memory.S5Memory``).
 
 The S5 memory is the time-invariant linear memory of eq. (1), z_k = A z_{k-1} + phi(b_k), with A diagonalised in
 complex coordinates. Following Lu et al. (2023) (public code github:luchris429/s5rl, which App. E.2.1 says the paper
@@ -28,25 +29,19 @@ D (H,) real, one step Delta = exp(log_step) per mode. Choices, each as in the pu
 * D ~ N(0, 1); the GLU's two Linear(H, H) layers lecun-normal weights, zero biases (Flax Dense defaults).
 * Activation "full_glu" with the residual and no normalisation: Lu et al.'s run_popgym.py sets S5_ACTIVATION
   "full_glu", S5_DO_NORM / S5_PRENORM / S5_DO_GTRXL_NORM False. "half_glu1", "half_glu2" and "gelu" are offered.
-* Encoder: Lu et al.'s encoder applies LeakyReLU after BOTH Dense layers (orthogonal(sqrt 2) weights, zero biases);
-  we do the same. The paper's counts 2,048 = 4*128 + 128*12 and 33,280 = 4*128 + 128*256 are the encoder's
-  weights without biases for a 4-dim observation (``encoder_weight_count``). The previous action can be appended as
-  a one-hot vector (``num_actions``; off by default, as the counts say); at an episode start it is all zeros. The
-  start flag can be appended as one more input (``start_input``; Lu et al.'s runner feeds both).
 
 Arithmetic: the state is complex, but the products with a real vector on one side (B_bar u) or of which only the real
 part is used (Re(C_tilde h)) are done as two real products each (``real_times_complex``, ``real_of_product``)
 instead of a complex product's four.
 
 Resets: a start flag zeroes h BEFORE the step's update, so the first observation of an episode drives the update from
-the zero state (as the public code's reset scan operator does). ``S5Memory.sequence`` runs the parallel associative
+the zero state (as the public code's reset scan operator does). ``S5Layer.ssm`` runs the parallel associative
 scan of ``memlab.scan.linear_scan`` with these resets; it equals scanning ``step`` (tested).
 """
 
 from __future__ import annotations
 
 import math
-from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -56,11 +51,9 @@ from jax import Array
 
 from memlab.checks import check_choice, check_int, check_real
 from memlab.layers.s6 import discretize_diagonal
-from memlab.rl.memory import Memory
 from memlab.scan import METHODS, linear_scan
 
 DT_MIN, DT_MAX = 1e-3, 1e-1  # Table 2
-ENCODER_WIDTH = 128  # App. E.2.1: encoder layer sizes [128, H]
 ACTIVATIONS = ("full_glu", "half_glu1", "half_glu2", "gelu")
 C_INITS = ("lecun_normal", "trunc_standard_normal")
 
@@ -107,13 +100,7 @@ def discretize_zoh(Lambda: Array, B_tilde: Array, delta: Array) -> tuple[Array, 
     return Lambda_bar, bscale[:, None] * B_tilde
 
 
-def encoder_weight_count(input_size: int, hidden: int, width: int = ENCODER_WIDTH) -> int:
-    """Weights (no biases) of the encoder Linear(input_size, width) -> Linear(width, hidden): the paper's 2,048 for
-    (4, 12) and 33,280 for (4, 256) (App. E.2.2)."""
-    return check_int("input_size", input_size) * check_int("width", width) + width * check_int("hidden", hidden)
-
-
-def _linear(key: Array, n_in: int, n_out: int, init) -> eqx.nn.Linear:
+def dense_linear(key: Array, n_in: int, n_out: int, init) -> eqx.nn.Linear:
     """Linear(n_in, n_out) with Flax-Dense initialisation: ``init`` on the (n_in, n_out) kernel, zero bias."""
     layer = eqx.nn.Linear(n_in, n_out, key=key)
     weight = init(key, (n_in, n_out), layer.weight.dtype).T  # equinox stores (out, in)
@@ -156,16 +143,8 @@ def _init_layer(key: Array, H: int, P: int, dt_min: float, dt_max: float, activa
                 B_re=B_tilde.real, B_im=B_tilde.imag, C_re=C_tilde.real, C_im=C_tilde.imag,
                 D=jax.random.normal(k_D, (H,)),
                 log_step=jax.random.uniform(k_step, (P // 2,), minval=math.log(dt_min), maxval=math.log(dt_max)),
-                glu_out1=_linear(k_1, H, H, dense) if activation == "full_glu" else None,
-                glu_out2=_linear(k_2, H, H, dense) if activation != "gelu" else None)
-
-
-@eqx.filter_jit
-def _init_encoder(key: Array, n_in: int, width: int, hidden: int) -> tuple[eqx.nn.Linear, eqx.nn.Linear]:
-    """Linear(n_in, width), Linear(width, hidden): orthogonal(sqrt 2) weights, zero biases (Lu et al.'s encoder)."""
-    k_in, k_out = jax.random.split(key)
-    ortho = jax.nn.initializers.orthogonal(math.sqrt(2.0))
-    return _linear(k_in, n_in, width, ortho), _linear(k_out, width, hidden, ortho)
+                glu_out1=dense_linear(k_1, H, H, dense) if activation == "full_glu" else None,
+                glu_out2=dense_linear(k_2, H, H, dense) if activation != "gelu" else None)
 
 
 # ------------------------------------------------------------------------------------------------ the layer
@@ -308,95 +287,3 @@ class S5Layer(eqx.Module):
         """The layer over a sequence u (L, H) -> (h_last (P/2,), out (L, H)); h, reset, method as in ``ssm``."""
         states, y = self.ssm(u, h, reset, method)
         return states[-1], self.mix(y, u)
-
-
-# ----------------------------------------------------------------------------------------------- the memory
-
-
-class S5Memory(Memory):
-    """The S5-based memory of section 6.2: encoder phi (Linear(O', 128), LeakyReLU, Linear(128, H), LeakyReLU)
-    then one ``S5Layer`` of width H and state size P = H. Features (H,) = the layer's output.
-
-    O' = obs_size, plus num_actions when the previous action is appended one-hot, plus 1 when the start flag is
-    appended (``start_input``). State: (H/2,) complex.
-    """
-
-    encoder_in: eqx.nn.Linear
-    encoder_out: eqx.nn.Linear
-    layer: S5Layer
-    obs_size: int = eqx.field(static=True)
-    num_actions: int | None = eqx.field(static=True)
-    start_input: bool = eqx.field(static=True)
-    method: str = eqx.field(static=True)
-    trainable: ClassVar[bool] = True
-
-    def __init__(self, obs_size: int, hidden: int = 12, *, key: Array, num_actions: int | None = None,
-                 start_input: bool = False, encoder_width: int = ENCODER_WIDTH, method: str = "parallel",
-                 **layer_options):
-        """hidden H = P (even); ``num_actions``: append the previous action one-hot; ``start_input``: append the
-        start flag; ``layer_options`` go to ``S5Layer`` (dt_min, dt_max, activation, C_init); ``method`` is the
-        scan of ``sequence`` ("parallel" or "sequential")."""
-        self.obs_size = check_int("obs_size", obs_size)
-        self.num_actions = None if num_actions is None else check_int("num_actions", num_actions)
-        if not isinstance(start_input, bool):
-            raise ValueError(f"start_input must be a bool, got {start_input!r}")
-        self.start_input = start_input
-        hidden, width = check_int("hidden", hidden, low=2), check_int("encoder_width", encoder_width)
-        if hidden % 2:
-            raise ValueError(f"hidden must be even (hidden/2 conjugate-symmetric complex modes), got {hidden}")
-        check_choice("method", method, METHODS)
-        self.method = method
-        k_encoder, k_layer = jax.random.split(key)
-        self.encoder_in, self.encoder_out = _init_encoder(k_encoder, self.input_size, width, hidden)
-        self.layer = S5Layer(hidden, hidden, key=k_layer, **layer_options)
-
-    @property
-    def input_size(self) -> int:
-        """O' = obs_size (+ num_actions with the previous action one-hot, + 1 with the start flag)."""
-        return self.obs_size + (self.num_actions or 0) + int(self.start_input)
-
-    @property
-    def num_features(self) -> int:
-        return self.layer.width
-
-    @property
-    def num_encoder_weights(self) -> int:
-        """The encoder's weights without biases (the paper's 2,048 / 33,280 for a 4-dim observation)."""
-        return self.encoder_in.weight.size + self.encoder_out.weight.size
-
-    def initial_state(self) -> Array:
-        return self.layer.initial_state()
-
-    def diagnostics(self) -> dict[str, Array]:
-        """Logged by PPO: max |Lambda_bar| (the slowest mode's decay per step; < 1 iff every mode is stable) and the
-        range of the steps Delta."""
-        delta = self.layer.delta
-        return {"max_abs_lambda_bar": jnp.max(jnp.abs(self.layer.discretize()[0])), "min_delta": jnp.min(delta),
-                "max_delta": jnp.max(delta)}
-
-    def encode(self, obs: Array, prev_action: Array, start: Array) -> Array:
-        """phi of one step's input: obs (O,), prev_action () int, start () bool -> (H,)."""
-        x = jnp.asarray(obs, self.layer.D.dtype)
-        if self.num_actions is not None:  # no previous action at an episode's start
-            one_hot = jax.nn.one_hot(prev_action, self.num_actions, dtype=x.dtype)
-            x = jnp.concatenate([x, jnp.where(start, 0.0, one_hot)])
-        if self.start_input:
-            x = jnp.concatenate([x, jnp.asarray(start, x.dtype)[None]])
-        x = jax.nn.leaky_relu(self.encoder_in(x))
-        return jax.nn.leaky_relu(self.encoder_out(x))
-
-    def step(self, h: Array, obs: Array, prev_action: Array, start: Array) -> tuple[Array, Array]:
-        """(h (H/2,), obs (O,), prev_action (), start ()) -> (h_new, features (H,)); start zeroes h first."""
-        if jnp.shape(obs) != (self.obs_size,):
-            raise ValueError(f"obs must have shape ({self.obs_size},), got {jnp.shape(obs)}")
-        return self.layer.step(h, self.encode(obs, prev_action, start), start)
-
-    def sequence(self, h: Array, obs: Array, prev_actions: Array, starts: Array) -> tuple[Array, Array]:
-        """obs (L, O), prev_actions (L,), starts (L,) -> (h_last (H/2,), features (L, H)), by ``self.method``."""
-        L = jnp.shape(obs)[0] if jnp.ndim(obs) == 2 else -1
-        if jnp.shape(obs) != (L, self.obs_size) or jnp.shape(prev_actions) != (L,) or jnp.shape(starts) != (L,):
-            raise ValueError(f"expected obs (L, {self.obs_size}), prev_actions (L,), starts (L,); got "
-                             f"{jnp.shape(obs)}, {jnp.shape(prev_actions)}, {jnp.shape(starts)}")
-        starts = jnp.asarray(starts, bool)
-        x = jax.vmap(self.encode)(obs, jnp.asarray(prev_actions, jnp.int32), starts)
-        return self.layer(x, h, starts, self.method)

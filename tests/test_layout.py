@@ -1,0 +1,31 @@
+"""The package layout's rules, read from the import statements: layers know no study and no RL (a memory adapter
+for the PPO agents lives in memlab.rl), rl knows no study, and no study imports another."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "memlab"
+STUDIES = ("belief", "ictd", "pissm", "recall")
+
+
+def _imports(package: str) -> dict[str, set[str]]:
+    found = {}
+    for path in sorted((SRC / package).rglob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+            elif isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+        found[path.relative_to(SRC).as_posix()] = {n for n in names if n.startswith("memlab.")}
+    return found
+
+
+@pytest.mark.parametrize("package, forbidden", [("layers", ("memlab.rl", *(f"memlab.{s}" for s in STUDIES))),
+                                                ("rl", tuple(f"memlab.{s}" for s in STUDIES))]
+                         + [(s, tuple(f"memlab.{t}" for t in STUDIES if t != s)) for s in STUDIES])
+def test_imports_follow_the_layout(package, forbidden):
+    bad = {f: sorted(n for n in names if n.startswith(forbidden)) for f, names in _imports(package).items()}
+    assert not {f: n for f, n in bad.items() if n}
