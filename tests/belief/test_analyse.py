@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from memlab.belief.exp_error import ErrorVsEpsilonConfig, ErrorVsTimeConfig, _analyse_epsilon, _analyse_time
-from memlab.belief.exp_exact_linear import _analyse as analyse_exact
-from memlab.belief.exp_logit_trace import LogitTraceConfig
-from memlab.belief.exp_logit_trace import _analyse as analyse_trace
+from memlab.belief.experiments.error import ErrorVsEpsilonConfig, ErrorVsTimeConfig, _analyse_epsilon, _analyse_time
+from memlab.belief.experiments.exact_linear import _analyse as analyse_exact
+from memlab.belief.experiments.logit_trace import LogitTraceConfig
+from memlab.belief.experiments.logit_trace import _analyse as analyse_trace
 from memlab.belief.metrics import trend
 
 NAMES = ["LOF", "ALF δ = √ε", "ALF δ = 0.7/log(1/ε)", "ALF δ = ε²", "ALF δ = 0", "ALF δ = 1"]

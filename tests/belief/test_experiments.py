@@ -119,8 +119,8 @@ def test_unwritable_output_folder(tmp_path, capsys):
 
 
 def test_config_validation_names_the_problem():
-    from memlab.belief.exp_error import ErrorVsEpsilonConfig
-    from memlab.belief.exp_logit_trace import LogitTraceConfig
+    from memlab.belief.experiments.error import ErrorVsEpsilonConfig
+    from memlab.belief.experiments.logit_trace import LogitTraceConfig
 
     with pytest.raises(ValueError, match="schedule"):
         ErrorVsEpsilonConfig(schedules=("sqrt", "cubic")).validate()
@@ -142,7 +142,7 @@ def test_paper_profile_reproduces_every_claim(name, tmp_path):
 
 
 def test_the_previous_action_ablation_reads_the_share_of_s5s_gap_it_closes():
-    from memlab.belief.exp_ringworld_ppo import _previous_action_ablation
+    from memlab.belief.experiments.ringworld_ppo import _previous_action_ablation
 
     def stats(**tails):
         return {"stats": {m.replace("_", "-"): {"tail_mean": v, "tail_std": 0.01} for m, v in tails.items()}}

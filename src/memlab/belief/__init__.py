@@ -19,9 +19,9 @@ Tasks, references and models (the library; ``__all__`` below is what other code 
     deep_alf.py       Deep ALF, eq. (197)-(203): the ALF in the complex diagonal basis with learnable parameters
     agents.py         RingWorld memories by name, one checkpointed PPO training run, playing a trained agent
 
-Experiments: ``exp_error.py`` (Fig. 1, Fig. 7), ``exp_logit_trace.py`` (Fig. 5), ``exp_exact_linear.py``
-(Thm 4.4, Cor 4.5, Example 1), ``exp_ringworld_env.py`` (Figs. 2, 8), ``exp_ringworld_ppo.py`` (Figs. 3, 9, 10),
-``exp_ringworld_trajectory.py`` (Fig. 6), indexed by ``experiments.py``; no library module imports an ``exp_*.py``.
+Experiments, in ``experiments/``: ``error.py`` (Fig. 1, Fig. 7), ``logit_trace.py`` (Fig. 5), ``exact_linear.py``
+(Thm 4.4, Cor 4.5, Example 1), ``ringworld_env.py`` (Figs. 2, 8), ``ringworld_ppo.py`` (Figs. 3, 9, 10),
+``ringworld_trajectory.py`` (Fig. 6), indexed by ``experiments/__init__.py``; no library module imports them.
 """
 
 from memlab.belief.agents import MEMORIES, load_agent, make_memory, play, ringworld_for, train_agent

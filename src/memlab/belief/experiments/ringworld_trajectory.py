@@ -20,7 +20,7 @@ import numpy as np
 from memlab import plots
 from memlab.belief import ringworld as rw
 from memlab.belief.agents import load_agent, play, train_agent
-from memlab.belief.exp_ringworld_ppo import QUICK_PPO, TINY_PPO
+from memlab.belief.experiments.ringworld_ppo import QUICK_PPO, TINY_PPO
 from memlab.belief.memories import LogitFilterMemory
 from memlab.checks import check_int
 from memlab.rl import PPOConfig
