@@ -51,10 +51,10 @@ def test_tiny_profile_runs_and_resumes(name, tmp_path, check_tiny_run):
 
 
 def test_every_profile_validates_and_bad_configs_are_rejected():
-    from memlab.recall.exp_compare import CompareConfig
-    from memlab.recall.exp_context import ContextLimitConfig
-    from memlab.recall.exp_rate import RateConfig
-    from memlab.recall.exp_sweep import SweepConfig
+    from memlab.recall.experiments.compare import CompareConfig
+    from memlab.recall.experiments.context import ContextLimitConfig
+    from memlab.recall.experiments.rate import RateConfig
+    from memlab.recall.experiments.sweep import SweepConfig
 
     for name in ISSUE_EXPERIMENTS:
         for config in EXPERIMENTS[name].profiles.values():
@@ -83,8 +83,8 @@ def test_curve_cells_share_the_data_streams_and_travel():
     import cloudpickle
 
     from memlab.keys import key_for
-    from memlab.recall.curves import curve_cells
-    from memlab.recall.exp_compare import CompareConfig
+    from memlab.recall.experiments.compare import CompareConfig
+    from memlab.recall.experiments.curves import curve_cells
 
     cfg = CompareConfig(context_lengths=(16,), sample_sizes=(4, 8), num_val=4, epochs=1)
     cells = curve_cells(cfg, lambda *names: key_for(0, *names))
@@ -102,7 +102,7 @@ def test_step_budget_and_well_posed_profiles():
     """The equal-step and well-posed profiles change only what they say they change; a budget adds one curve per
     student whose cells share the data streams of the default ones and train on TrainConfig(steps=budget)."""
     from memlab.keys import key_for
-    from memlab.recall.curves import curve_cells
+    from memlab.recall.experiments.curves import curve_cells
     from memlab.recall.train import TrainConfig
 
     rate = EXPERIMENTS["recall.rate"].profiles
@@ -126,7 +126,7 @@ def test_step_budget_and_well_posed_profiles():
 
 
 def test_report_lines_give_mean_and_standard_error_and_the_first_n_below_tag_only():
-    from memlab.recall.curves import CurveConfig, band_rows, budget_line, tag_only_lines
+    from memlab.recall.experiments.curves import CurveConfig, band_rows, budget_line, tag_only_lines
     from memlab.recall.metrics import learning_curves, tag_only_comparison
 
     rs = [_record("mamba-1", 1.0, 100, n, m, stderr=e, val_tag_only=0.3) | {"step_budget": b}
@@ -153,7 +153,7 @@ def _record(student, alpha, T, n, mse, mean=1.0, tag_only=0.5, stderr=float("nan
 
 
 def test_rate_analysis():
-    from memlab.recall.exp_rate import RateConfig, _analyse
+    from memlab.recall.experiments.rate import RateConfig, _analyse
 
     cfg = RateConfig(context_lengths=(100,), sample_sizes=(4, 16, 64))
     mse = {0.75: [0.8, 0.6, 0.62], 1.0: [0.5, 0.55, 0.4]}  # 0.6 -> 0.62 is +3.3 %; 0.5 -> 0.55 is +10 %
@@ -171,7 +171,7 @@ def test_rate_analysis():
 
 
 def test_rate_analysis_with_two_students_keeps_their_curves_apart():
-    from memlab.recall.exp_rate import RateConfig, _analyse
+    from memlab.recall.experiments.rate import RateConfig, _analyse
 
     cfg = RateConfig(context_lengths=(100,), sample_sizes=(4, 16), students=("mamba-1", "mamba-1-residual"))
     cells = {f"{s}-{a}-{n}": _record(s, a, 100, n, m * (1 if s == "mamba-1" else 2) * (1 if a == 1.0 else 1.5))
@@ -183,7 +183,7 @@ def test_rate_analysis_with_two_students_keeps_their_curves_apart():
 
 
 def test_sweep_analysis():
-    from memlab.recall.exp_sweep import SweepConfig, _analyse
+    from memlab.recall.experiments.sweep import SweepConfig, _analyse
 
     cfg = SweepConfig(alphas=(0.5, 2.0), context_lengths=(25, 50), sample_sizes=(4, 16, 64))
     n = np.array([4, 16, 64])
@@ -203,7 +203,7 @@ def test_sweep_analysis():
 
 
 def test_compare_analysis():
-    from memlab.recall.exp_compare import CompareConfig, _analyse
+    from memlab.recall.experiments.compare import CompareConfig, _analyse
 
     cfg = CompareConfig(context_lengths=(100,), sample_sizes=(4, 16, 64))
     mse = {"mamba-1": [0.6, 0.5, 0.45], "attention": [0.6, 0.45, 0.3]}
@@ -216,7 +216,7 @@ def test_compare_analysis():
 def test_context_limit_analysis():
     from types import SimpleNamespace
 
-    from memlab.recall.exp_context import ContextLimitConfig, _analyse
+    from memlab.recall.experiments.context import ContextLimitConfig, _analyse
 
     cfg = ContextLimitConfig(eval_lengths=(10, 100, 1000), num_pairs=2)
     cells = {"T=10": {"mean": [1.0, 2.0], "stderr": [0.1, 0.1]},

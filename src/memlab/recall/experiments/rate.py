@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from memlab import plots
-from memlab.recall.curves import (
+from memlab.recall.experiments.curves import (
     CurveConfig,
     bands,
     beats_tag_only,

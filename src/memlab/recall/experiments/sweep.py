@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 
 from memlab import plots
-from memlab.recall.curves import (
+from memlab.recall.experiments.curves import (
     CurveConfig,
     bands,
     beats_tag_only,
