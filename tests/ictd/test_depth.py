@@ -12,7 +12,7 @@ from memlab.catalog import EXPERIMENTS
 from memlab.ictd import depth as dp
 from memlab.ictd import softmax_td as st
 from memlab.ictd import transformer as tf
-from memlab.ictd.exp_depth import DepthConfig, _analyse
+from memlab.ictd.experiments.depth import DepthConfig, _analyse
 from memlab.ictd.random_tasks import random_task_batch
 from memlab.runner import run_experiment
 

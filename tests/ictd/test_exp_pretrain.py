@@ -11,13 +11,13 @@ import pytest
 
 from memlab.catalog import EXPERIMENTS
 from memlab.files import read_cell
-from memlab.ictd.exp_mask import MaskRelaxationConfig
-from memlab.ictd.exp_mask import _analyse as analyse_mask
-from memlab.ictd.exp_pretrain import PretrainExperimentConfig
-from memlab.ictd.exp_pretrain import _analyse as analyse_pretrain
+from memlab.ictd.experiments.mask import MaskRelaxationConfig
+from memlab.ictd.experiments.mask import _analyse as analyse_mask
+from memlab.ictd.experiments.pretrain import PretrainExperimentConfig
+from memlab.ictd.experiments.pretrain import _analyse as analyse_pretrain
+from memlab.ictd.experiments.pretrain_cells import TRACE_FIELDS, setting_from_cells, setting_tables
+from memlab.ictd.experiments.pretrain_report import setting_claims
 from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config
-from memlab.ictd.pretrain_report import setting_claims
-from memlab.ictd.pretrain_runs import TRACE_FIELDS, setting_from_cells, setting_tables
 from memlab.ictd.transformer import theta_star
 from memlab.runner import Experiment, run_experiment
 

@@ -17,7 +17,7 @@ import pytest
 
 from memlab.catalog import EXPERIMENTS
 from memlab.ictd import transformer
-from memlab.ictd.exp_neu import NEUConfig, _analyse
+from memlab.ictd.experiments.neu import NEUConfig, _analyse
 from memlab.ictd.mrp import sample_trajectory
 from memlab.ictd.neu import (
     POINT_LABELS,

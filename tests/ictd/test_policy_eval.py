@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from memlab.catalog import EXPERIMENTS
-from memlab.ictd.exp_msve import MsveConfig, _analyse
+from memlab.ictd.experiments.msve import MsveConfig, _analyse
 from memlab.ictd.policy_eval import (
     METHODS,
     depth_floor_values,

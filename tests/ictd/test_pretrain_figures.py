@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from memlab.ictd.emergence import a_emergence
-from memlab.ictd.pretrain_figures import (
+from memlab.ictd.experiments.pretrain_figures import (
     View,
     binned_by_dt,
     diagonal_share,

@@ -11,7 +11,7 @@ import pytest
 from memlab.catalog import EXPERIMENTS
 from memlab.ictd import softmax_td as st
 from memlab.ictd import transformer as tf
-from memlab.ictd.exp_verify import VerifyConfig, _analyse
+from memlab.ictd.experiments.verify import VerifyConfig, _analyse
 from memlab.ictd.verify import ZERO_FLOOR, log_discrepancy, trial_prompts, verify_trials
 from memlab.runner import run_experiment
 

@@ -5,8 +5,8 @@ References   softmax_td.py (weighted softmax TD eq. 11-12, batch linear / tabula
 Models       transformer.py (prompt 13, theta* 15, dual-head 14-18, single-head + TSM 21-23), pretrain.py (Algorithm 1)
 Metrics      verify.py (Theorem 1 / Lemma 1), depth.py (Theorem 2), policy_eval.py (Fig. 1 MSVE and its references),
              neu.py (NEU of eq. 31 on the looped space 32), emergence.py (V_em, A_em, d_t of App. F.4)
-Runs         pretrain_runs.py (one seed per cell, settings), pretrain_report.py / pretrain_figures.py / neu_report.py
-Experiments  exp_verify, exp_depth, exp_msve, exp_neu, exp_pretrain, exp_mask (indexed in experiments.py)
+Experiments  experiments/: verify, depth, msve, neu, pretrain, mask (indexed in experiments/__init__.py), with
+             pretrain_cells.py (one seed per cell, settings), pretrain_report.py, pretrain_figures.py, neu_report.py
 """
 
 from memlab.ictd.boyan import boyan_chain
@@ -16,7 +16,6 @@ from memlab.ictd.mrp import MRP, Task, msve, sample_trajectory, stationary_distr
 from memlab.ictd.neu import comparison_points, estimator_statistics, neu, theta_star_looped, update_samples
 from memlab.ictd.policy_eval import context_msve, make_task_set
 from memlab.ictd.pretrain import PretrainConfig, evaluate, make_train, train_seeds
-from memlab.ictd.pretrain_runs import train_seed
 from memlab.ictd.random_tasks import random_task, random_task_batch, task_margin
 from memlab.ictd.softmax_td import (
     batch_linear_td,
@@ -36,6 +35,6 @@ __all__ = [
     "iterate_operator", "kernel_diagonal_mean", "make_prompt", "make_task_set", "make_train", "msve", "neu",
     "operator_form", "operator_from_counts", "population_kernel", "random_task", "random_task_batch", "readout",
     "sample_trajectory", "stationary_distribution", "tabular_td_fixed_point", "task_margin", "theorem2_at",
-    "theta_star", "theta_star_looped", "train_seed", "train_seeds", "trial_prompts", "update_samples",
+    "theta_star", "theta_star_looped", "train_seeds", "trial_prompts", "update_samples",
     "v_emergence", "value_function", "verify_trials", "weighted_softmax_td",
 ]

@@ -2,7 +2,7 @@
 (eq. 112), rho annealed 0.68 -> 0.80 over 8000 of 9000 steps (``pretrain.mask_relaxation_config``).
 
 Both masks train from the same seed keys (same initial draws, same tasks), one cell per seed and mask plus a
-references cell per mask (``pretrain_runs``); every figure and diagnostic is made with the paper's and with the
+references cell per mask (``pretrain_cells``); every figure and diagnostic is made with the paper's and with the
 mirrored emergence scores, as in ``ictd.pretrain``. F.5 gives 9000 steps as 900 MRPs per seed: 10 mini-batches per MRP.
 """
 
@@ -14,8 +14,15 @@ import numpy as np
 
 from memlab.checks import check_int
 from memlab.ictd.boyan import chain_statistics
-from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config, rho_schedule
-from memlab.ictd.pretrain_figures import (
+from memlab.ictd.experiments.pretrain_cells import (
+    FORMS,
+    make_view,
+    setting_cells,
+    setting_from_cells,
+    setting_results,
+    setting_tables,
+)
+from memlab.ictd.experiments.pretrain_figures import (
     checkpoint_title,
     majority_pattern,
     plot_blocks,
@@ -23,7 +30,7 @@ from memlab.ictd.pretrain_figures import (
     plot_trajectories,
     value_row,
 )
-from memlab.ictd.pretrain_report import (
+from memlab.ictd.experiments.pretrain_report import (
     AMBIGUITIES,
     HIGH,
     PRESERVED,
@@ -35,14 +42,7 @@ from memlab.ictd.pretrain_report import (
     sign_sentence,
     tagged,
 )
-from memlab.ictd.pretrain_runs import (
-    FORMS,
-    make_view,
-    setting_cells,
-    setting_from_cells,
-    setting_results,
-    setting_tables,
-)
+from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config, rho_schedule
 from memlab.runner import Experiment, Run
 
 PAPER = "softmax-transformers-in-context-td"

@@ -1,7 +1,7 @@
 """``ictd.pretrain`` -- Algorithm 1 at the Table 1 settings (section 8, App. F.1-F.4): Fig. 3(a) learned V0, A0 at the
 best checkpoint, Fig. 3(b) V_em, A_em against the kernel diagonal mean d_t, Fig. 5 emergence against training step.
 
-One cell per seed (``pretrain_runs.train_seed``: ``pretrain.make_train`` one seed at a time, measured faster on the
+One cell per seed (``pretrain_cells.train_seed``: ``pretrain.make_train`` one seed at a time, measured faster on the
 2-core CPU than ``train_seeds``' vmap: 16.3 s against 18.6 s for 5 seeds x 300 epochs) and one for the held-out errors
 of theta*, -theta* and the zero block. At the Table 1 settings training converges to the mirror image (-V*, -A*) of
 theta* (see ``pretrain``): min(V_em, A_em) = 0 at every step, so every figure and diagnostic is made twice, with the
@@ -17,15 +17,23 @@ import numpy as np
 
 from memlab.checks import check_int
 from memlab.ictd.boyan import chain_statistics
-from memlab.ictd.pretrain import PretrainConfig
-from memlab.ictd.pretrain_figures import (
+from memlab.ictd.experiments.pretrain_cells import (
+    FORMS,
+    first_last_dt,
+    make_view,
+    setting_cells,
+    setting_from_cells,
+    setting_results,
+    setting_tables,
+)
+from memlab.ictd.experiments.pretrain_figures import (
     checkpoint_title,
     emergence_along_dt,
     plot_blocks,
     plot_emergence_vs_dt,
     plot_trajectories,
 )
-from memlab.ictd.pretrain_report import (
+from memlab.ictd.experiments.pretrain_report import (
     AMBIGUITIES,
     HIGH,
     claims_markdown,
@@ -36,15 +44,7 @@ from memlab.ictd.pretrain_report import (
     sign_sentence,
     tagged,
 )
-from memlab.ictd.pretrain_runs import (
-    FORMS,
-    first_last_dt,
-    make_view,
-    setting_cells,
-    setting_from_cells,
-    setting_results,
-    setting_tables,
-)
+from memlab.ictd.pretrain import PretrainConfig
 from memlab.runner import Experiment, Run
 
 PAPER = "softmax-transformers-in-context-td"

@@ -18,7 +18,7 @@ import numpy as np
 from scipy.stats import norm
 
 from memlab.checks import check_increasing_ints, check_int, check_real
-from memlab.ictd import neu_report as report
+from memlab.ictd.experiments import neu_report as report
 from memlab.ictd.neu import POINT_LABELS, STAT_FIELDS, comparison_points, estimator_statistics, sample_tasks
 from memlab.runner import Experiment, Run
 from memlab.store import cell

@@ -3,7 +3,7 @@
 Plain NumPy functions of stored traces and parameters (no training here): the sign-agnostic diagonal share of A_feat,
 the value row and its sign pattern, trailing means, seed means truncated at a checkpoint, the d_t binning of Fig. 3(b)
 and the numbers behind its claims (``emergence_along_dt``), and one plotting function per figure kind, shared by
-``ictd.pretrain`` and ``ictd.mask-relaxation`` (``exp_pretrain.py``, ``exp_mask.py``).
+``ictd.pretrain`` and ``ictd.mask-relaxation`` (``experiments/pretrain.py``, ``experiments/mask.py``).
 """
 
 from __future__ import annotations

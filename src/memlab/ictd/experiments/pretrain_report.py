@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from memlab.files import markdown_table
+from memlab.ictd.experiments.pretrain_cells import FORMS, Setting
+from memlab.ictd.experiments.pretrain_figures import diagonal_share, majority_pattern, sign_pattern, value_row
 from memlab.ictd.pretrain import PretrainConfig, masks
-from memlab.ictd.pretrain_figures import diagonal_share, majority_pattern, sign_pattern, value_row
-from memlab.ictd.pretrain_runs import FORMS, Setting
 
 __all__ = ["AMBIGUITIES", "DIAGONAL", "HIGH", "PRESERVED", "claims_markdown", "heldout_markdown", "setting_claims",
            "layout_markdown", "query_words", "setup_line", "sign_sentence", "tagged"]

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from memlab.ictd.experiments.pretrain_figures import View, binned_by_dt, diagonal_share, value_row
 from memlab.ictd.pretrain import Params, PretrainConfig, evaluate, make_train, rho_schedule
-from memlab.ictd.pretrain_figures import View, binned_by_dt, diagonal_share, value_row
 from memlab.ictd.transformer import theta_star
 from memlab.store import cell
 
