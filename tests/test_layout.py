@@ -29,3 +29,12 @@ def _imports(package: str) -> dict[str, set[str]]:
 def test_imports_follow_the_layout(package, forbidden):
     bad = {f: sorted(n for n in names if n.startswith(forbidden)) for f, names in _imports(package).items()}
     assert not {f: n for f, n in bad.items() if n}
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_no_library_module_imports_the_experiments(study):
+    """Within a study, only the experiments package (and the catalog, outside) import the experiments."""
+    experiments = f"memlab.{study}.experiments"
+    bad = {f: sorted(n for n in names if n.startswith(experiments)) for f, names in _imports(study).items()
+           if not f.startswith(f"{study}/experiments/")}
+    assert not {f: n for f, n in bad.items() if n}

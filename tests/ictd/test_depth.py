@@ -1,4 +1,4 @@
-"""Theorem 2 (depth.py) against independent references, and ictd.depth-convergence (exp_depth.py): its config,
+"""Theorem 2 (depth.py) against independent references, and ictd.depth-convergence (experiments/depth.py): its config,
 its analysis on synthetic cells, and the tiny profile end to end (contract, claims, figures, resume)."""
 
 import json

@@ -1,4 +1,4 @@
-"""NEU of the looped block (neu.py) and the ictd.neu experiment (exp_neu.py).
+"""NEU of the looped block (neu.py) and the ictd.neu experiment (experiments/neu.py).
 
 The reference for v_L is written independently of transformer.py: the layer recursion of eq. (84) on trajectory
 positions, v_{l+1}(S_j) = v_l(S_j) + sum_k [u1 R_k + u2 gamma v_l(S_k) + u3 v_l(S_{k-1})] K~(S_{k-1}, S_j) with

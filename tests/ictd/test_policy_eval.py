@@ -1,5 +1,5 @@
 """In-context policy evaluation (policy_eval.py: the query reading, the references, task padding) and
-ictd.msve-vs-context (exp_msve.py: config, analysis, the tiny profile end to end)."""
+ictd.msve-vs-context (experiments/msve.py: config, analysis, the tiny profile end to end)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Theorem 1 / Lemma 1 checks (verify.py) and ictd.verify (exp_verify.py): the trial machinery is float64 and sees a
-wrong transformer, the analysis on synthetic cells, and the tiny profile end to end (contract, claims, resume)."""
+"""Theorem 1 / Lemma 1 checks (verify.py) and ictd.verify (experiments/verify.py): the trial machinery is float64
+and sees a wrong transformer, the analysis on synthetic cells, and the tiny profile end to end (contract, claims,
+resume)."""
 
 import json
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memlab.pissm.exp_imputation import ImputationConfig
-from memlab.pissm.exp_imputation import _analyse as analyse_imputation
-from memlab.pissm.exp_modes import ModesConfig, _oracle_reading
-from memlab.pissm.exp_modes import _analyse as analyse_modes
-from memlab.pissm.exp_stability import StabilityConfig
-from memlab.pissm.exp_stability import _analyse as analyse_stability
-from memlab.pissm.exp_table1 import Table1Config, ll_ceiling
-from memlab.pissm.exp_table1 import _analyse as analyse_table1
-from memlab.pissm.exp_table1 import _claims as claims_table1
+from memlab.pissm.experiments.imputation import ImputationConfig
+from memlab.pissm.experiments.imputation import _analyse as analyse_imputation
+from memlab.pissm.experiments.modes import ModesConfig, _oracle_reading
+from memlab.pissm.experiments.modes import _analyse as analyse_modes
+from memlab.pissm.experiments.stability import StabilityConfig
+from memlab.pissm.experiments.stability import _analyse as analyse_stability
+from memlab.pissm.experiments.table1 import Table1Config, ll_ceiling
+from memlab.pissm.experiments.table1 import _analyse as analyse_table1
+from memlab.pissm.experiments.table1 import _claims as claims_table1
 
 
 def _cell(ll, mse=0.01, failed=False):

@@ -16,9 +16,9 @@ Tasks, references and models (the library; ``__all__`` below is what other code 
     pong_modes.py  Fig. 9 / App. H.1 mode analysis on Pong: eigenvalues, mode statistics, the oracle, the
                    hand-coded switching rule
 
-Experiments: ``exp_table1.py`` (Table 1, 7-8), ``exp_stability.py`` (Tables 2 and 6, Fig. 8), ``exp_modes.py``
-(Fig. 4 / 9, App. H.1), ``exp_imputation.py`` (App. H.1), indexed by ``experiments.py``; nothing outside them
-imports an ``exp_*.py``.
+Experiments: ``experiments/table1.py`` (Table 1, 7-8), ``stability.py`` (Tables 2 and 6, Fig. 8), ``modes.py``
+(Fig. 4 / 9, App. H.1), ``imputation.py`` (App. H.1), indexed by ``experiments/__init__.py``; nothing outside them
+imports them.
 """
 
 from memlab.pissm.baselines import DirectRNN, LGBaseline, ObservationOnly
