@@ -19,7 +19,7 @@ def _digests(cells: dict) -> dict[str, str]:
 
 def _ringworld(name: str, profile: str, tmp_path) -> dict[str, str]:
     cfg = catalog.get(name).profiles[profile]
-    return _digests(ringworld_ppo._cells(cfg, Run(tmp_path, cfg, profile, cfg.seed)))
+    return _digests(ringworld_ppo.sweep_cells(cfg, Run(tmp_path, cfg, profile, cfg.seed)))
 
 
 def _recall(name: str, profile: str) -> dict[str, str]:
@@ -83,7 +83,7 @@ def test_pissm_paper_core_cells_are_the_paper_profiles(tmp_path):
     for module, name, datasets in ((table1, "pissm.table1", {"pong": data}), (stability, "pissm.stability",
                                                                                    data)):
         profiles = catalog.get(name).profiles
-        cells = {p: _digests(module._cells(profiles[p], datasets, Run(tmp_path, profiles[p], p, 0)))
+        cells = {p: _digests(module.sweep_cells(profiles[p], datasets, Run(tmp_path, profiles[p], p, 0)))
                  for p in ("paper", "paper-core")}
         assert set(cells["paper-core"]) <= set(cells["paper"]), name
         assert all(cells["paper"][n] == d for n, d in cells["paper-core"].items()), name

@@ -1,12 +1,12 @@
-"""The pure ``_analyse`` step of every belief experiment, on hand-made cell results (no sampling, no files)."""
+"""The pure ``analyse`` step of every belief experiment, on hand-made cell results (no sampling, no files)."""
 
 import numpy as np
 import pytest
 
-from memlab.belief.experiments.error import ErrorVsEpsilonConfig, ErrorVsTimeConfig, _analyse_epsilon, _analyse_time
-from memlab.belief.experiments.exact_linear import _analyse as analyse_exact
+from memlab.belief.experiments.error import ErrorVsEpsilonConfig, ErrorVsTimeConfig, analyse_epsilon, analyse_time
+from memlab.belief.experiments.exact_linear import analyse as analyse_exact
 from memlab.belief.experiments.logit_trace import LogitTraceConfig
-from memlab.belief.experiments.logit_trace import _analyse as analyse_trace
+from memlab.belief.experiments.logit_trace import analyse as analyse_trace
 from memlab.belief.metrics import trend
 
 NAMES = ["LOF", "ALF δ = √ε", "ALF δ = 0.7/log(1/ε)", "ALF δ = ε²", "ALF δ = 0", "ALF δ = 1"]
@@ -19,7 +19,7 @@ def test_error_vs_epsilon_analysis():
                   [0.012, 0.05, 0.055, 0.42, 0.5, 0.09],
                   [0.010, 0.04, 0.03, 0.40, 0.5, 0.10]])
     cells = [{"names": NAMES, "p": list(row)} for row in p]  # lists, as cells come back from JSON
-    stats = _analyse_epsilon(cfg, cells)
+    stats = analyse_epsilon(cfg, cells)
     np.testing.assert_allclose(stats["inv_eps"], [50, 100, 150, 200])
     np.testing.assert_array_equal(stats["p"], p)
     np.testing.assert_allclose(stats["stderr"], np.sqrt(p * (1 - p) / 1000))
@@ -33,7 +33,7 @@ def test_error_vs_epsilon_analysis():
 
 def test_error_vs_epsilon_analysis_without_both_valid_schedules():
     cfg = ErrorVsEpsilonConfig(num_eps=2, schedules=("sqrt", "one"))
-    stats = _analyse_epsilon(cfg, [{"names": NAMES[:2] + NAMES[-1:], "p": [0.1, 0.2, 0.3]}] * 2)
+    stats = analyse_epsilon(cfg, [{"names": NAMES[:2] + NAMES[-1:], "p": [0.1, 0.2, 0.3]}] * 2)
     assert stats["log_wins"] is None and stats["column"] == {"sqrt": 1, "one": 2}
 
 
@@ -45,7 +45,7 @@ def test_error_vs_time_analysis():
                          0.1 + 0.003 * k,  # still rising: not flat
                          np.full(K, 0.5), np.full(K, 0.1)])
     p[0] = [0.1, 0.1, 0.1, 0.1, 0.5, 0.1]
-    stats = _analyse_time(cfg, {"names": NAMES, "p": p.tolist()})
+    stats = analyse_time(cfg, {"names": NAMES, "p": p.tolist()})
     np.testing.assert_array_equal(stats["k"], k)
     assert stats["tail"] == 10
     np.testing.assert_array_equal(stats["start"], [0.1] * 5)  # every filter but δ = 0

@@ -142,11 +142,11 @@ def test_paper_profile_reproduces_every_claim(name, tmp_path):
 
 
 def test_the_previous_action_ablation_reads_the_share_of_s5s_gap_it_closes():
-    from memlab.belief.experiments.ringworld_ppo import _previous_action_ablation
+    from memlab.belief.experiments.ringworld_ppo import previous_action_ablation
 
     def stats(**tails):
         return {"stats": {m.replace("_", "-"): {"tail_mean": v, "tail_std": 0.01} for m, v in tails.items()}}
 
-    line = _previous_action_ablation(stats(s5_12=0.30, s5_12_prev_action=0.40, alf=0.50, lof=0.45))
+    line = previous_action_ablation(stats(s5_12=0.30, s5_12_prev_action=0.40, alf=0.50, lof=0.45))
     assert "ends at 0.400" in line and "ALF, ends at 0.500" in line and "closes 50% of S5-12's gap" in line
-    assert _previous_action_ablation(stats(s5_12=0.30, alf=0.5)) == ""
+    assert previous_action_ablation(stats(s5_12=0.30, alf=0.5)) == ""

@@ -12,7 +12,7 @@ from memlab.catalog import EXPERIMENTS
 from memlab.ictd import depth as dp
 from memlab.ictd import softmax_td as st
 from memlab.ictd import transformer as tf
-from memlab.ictd.experiments.depth import DepthConfig, _analyse
+from memlab.ictd.experiments.depth import DepthConfig, analyse
 from memlab.ictd.random_tasks import random_task_batch
 from memlab.runner import run_experiment
 
@@ -213,7 +213,7 @@ def test_analyse_uses_only_covered_tasks():
              "crosscheck": {"transformer_vs_operator": 1e-15, "eq49_vs_eq24": 1e-16, "m": 5, "n": 30},
              "n=30": _synthetic_cell([0.4, 9.0], [True, False], [0.9, float("nan")], [-0.1, 5.0], [True, True]),
              "n=120": _synthetic_cell([0.2, 0.1], [True, True], [0.9, 0.91], [-0.2, -0.3], [True, False])}
-    s = _analyse(cfg, cells)
+    s = analyse(cfg, cells)
     np.testing.assert_allclose(s["floor_median"], [0.4, 0.15])
     assert s["floor_slope"] == pytest.approx(np.log(0.15 / 0.4) / np.log(4))
     assert s["dropped"] == {30: 1, 120: 0} and s["draws_max"] == {30: 3, 120: 3}

@@ -12,9 +12,9 @@ import pytest
 from memlab.catalog import EXPERIMENTS
 from memlab.files import read_cell
 from memlab.ictd.experiments.mask import MaskRelaxationConfig
-from memlab.ictd.experiments.mask import _analyse as analyse_mask
+from memlab.ictd.experiments.mask import analyse as analyse_mask
 from memlab.ictd.experiments.pretrain import PretrainExperimentConfig
-from memlab.ictd.experiments.pretrain import _analyse as analyse_pretrain
+from memlab.ictd.experiments.pretrain import analyse as analyse_pretrain
 from memlab.ictd.experiments.pretrain_cells import TRACE_FIELDS, setting_from_cells, setting_tables
 from memlab.ictd.experiments.pretrain_report import setting_claims
 from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config
@@ -76,14 +76,14 @@ REFERENCES = {"theta*": {"abs_td_error": 0.5, "abs_value_error": 1.0},
               "zero": {"abs_td_error": 0.6, "abs_value_error": 0.9}}
 
 
-def _cells(slug: str, config: PretrainConfig, sign: float = -1.0) -> dict:
+def sweep_cells(slug: str, config: PretrainConfig, sign: float = -1.0) -> dict:
     cells = {f"{slug}-seed={s}": _record(sign, config.num_steps, 0.8 + 0.1 * s, s) for s in range(config.num_seeds)}
     return cells | {f"{slug}-references": REFERENCES}
 
 
 def test_setting_claims_of_the_mirror_image():
     config = BY_NAME["ictd.pretrain"].profiles["tiny"].train
-    st = setting_from_cells("Table 1", config, "full", _cells("full", config), {"full-seed=0": 2.0})
+    st = setting_from_cells("Table 1", config, "full", sweep_cells("full", config), {"full-seed=0": 2.0})
     np.testing.assert_allclose(st.seconds, [2.0, np.nan])
     claims, numbers = setting_claims(st, "full")
     holds = {c["id"]: c["holds"] for c in claims}
@@ -98,12 +98,12 @@ def test_setting_claims_of_the_mirror_image():
 
 def test_analyse_pretrain_and_mask_on_synthetic_records():
     cfg = BY_NAME["ictd.pretrain"].profiles["tiny"]
-    s = analyse_pretrain(cfg, _cells("full", cfg.train))
+    s = analyse_pretrain(cfg, sweep_cells("full", cfg.train))
     assert s["d_start"] > s["d_end"] and s["along"]["mirrored"]["direction"] == -1.0
     assert s["along"]["paper"]["A_high_fraction"] == 0.0 and s["along"]["mirrored"]["V_last_third_max"] > 0.5
     assert [c["id"] for c in s["common_claims"]][0] == "best-checkpoint-emergence[paper]"
     cfg = BY_NAME["ictd.mask-relaxation"].profiles["tiny"]
-    m = analyse_mask(cfg, _cells("full", cfg.train) | _cells("relaxed", cfg.train))
+    m = analyse_mask(cfg, sweep_cells("full", cfg.train) | sweep_cells("relaxed", cfg.train))
     assert list(m["settings"]) == ["full", "relaxed"] and m["pattern"]["full"] == ("(−, −, +)", 2)
     assert len(m["common_claims"]) == 10 and len(m["grid"]) == 2 and len(m["grid"][0]) == 2
     assert m["numbers"]["relaxed"]["A_feat_diag_mean"] == -1.0

@@ -17,7 +17,7 @@ import pytest
 
 from memlab.catalog import EXPERIMENTS
 from memlab.ictd import transformer
-from memlab.ictd.experiments.neu import NEUConfig, _analyse
+from memlab.ictd.experiments.neu import NEUConfig, analyse
 from memlab.ictd.mrp import sample_trajectory
 from memlab.ictd.neu import (
     POINT_LABELS,
@@ -346,7 +346,7 @@ def test_analyse_on_synthetic_cells():
     cells = {"theta-star_n=8": _cell([0.3, 0.3, 0.3], margin=0.1), "theta-star_n=16": _cell([0.1, 0.4, 0.02])}
     cells |= {f"{p}_n=16": _cell([1.0 + i] * 3) for i, p in enumerate(POINT_LABELS) if p != "theta-star"}
     cells["theta-star_slow_gamma=0.9_n=8"] = _cell([0.1, 0.5, 0.05], floor=[0.01, 0.01, 0.2], margin=0.04)
-    s = _analyse(cfg, cells)
+    s = analyse(cfg, cells)
     assert list(s["at_max"]) == list(POINT_LABELS)  # theta* first: the figure and table order
     assert s["peak_l"] == 1 and s["depth_ratio"] == pytest.approx(20.0)
     np.testing.assert_allclose(s["J_by_n"], [0.3, 0.02])

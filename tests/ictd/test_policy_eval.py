@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from memlab.catalog import EXPERIMENTS
-from memlab.ictd.experiments.msve import MsveConfig, _analyse
+from memlab.ictd.experiments.msve import MsveConfig, analyse
 from memlab.ictd.policy_eval import (
     METHODS,
     depth_floor_values,
@@ -157,7 +157,7 @@ def test_analyse_on_synthetic_cells():
                                      "depth_limit_change": 0.1 * j}
     tasks = {"m": np.array([2, 2]), "v": np.array([[[1.0, 1.0], [-1.0, -1.0]]]), "mu": np.full((2, 2), 0.5),
              "margin": np.array([[0.01, 0.03]]), "floor": np.array([[0.2, 0.4]]), "dtype": "float32"}
-    s = _analyse(cfg, tasks, cells)
+    s = analyse(cfg, tasks, cells)
     np.testing.assert_allclose(s["mean_msve"]["transformer"], [[1.5, 0.5, 0.1875]])
     np.testing.assert_allclose(s["stderr_msve"]["transformer"][0, 0], np.std([1, 2], ddof=1) / np.sqrt(2))
     assert s["loglog_slope"]["0.9"]["mean"] == pytest.approx(-1.5)

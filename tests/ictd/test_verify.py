@@ -12,7 +12,7 @@ import pytest
 from memlab.catalog import EXPERIMENTS
 from memlab.ictd import softmax_td as st
 from memlab.ictd import transformer as tf
-from memlab.ictd.experiments.verify import VerifyConfig, _analyse
+from memlab.ictd.experiments.verify import VerifyConfig, analyse
 from memlab.ictd.verify import ZERO_FLOOR, log_discrepancy, trial_prompts, verify_trials
 from memlab.runner import run_experiment
 
@@ -55,7 +55,7 @@ def test_analyse_takes_the_worst_trial_and_both_forms():
                 "lemma1_rel": zeros.tolist(), "y_max": [1.0, 2.0 * scale], "unscaled_rel": [0.0, 1e-20],
                 "unscaled_y_max": [5.0, 6.0]}
 
-    s = _analyse(cfg, {"kernel=softmax": cell(1.0), "kernel=relu": cell(10.0)})
+    s = analyse(cfg, {"kernel=softmax": cell(1.0), "kernel=relu": cell(10.0)})
     assert s["kinds"] == ["softmax", "relu"]
     soft, relu = s["per_kernel"]["softmax"], s["per_kernel"]["relu"]
     assert soft["max_E_tsm"] == pytest.approx(-13.0) and soft["max_E_dual"] == pytest.approx(np.log10(2e-13))

@@ -1,4 +1,4 @@
-"""Each experiment's ``_analyse`` (pure: cell results in, numbers out) on hand-made cells."""
+"""Each experiment's ``analyse`` (pure: cell results in, numbers out) on hand-made cells."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from memlab.pissm.experiments.imputation import ImputationConfig
-from memlab.pissm.experiments.imputation import _analyse as analyse_imputation
-from memlab.pissm.experiments.modes import ModesConfig, _oracle_reading
-from memlab.pissm.experiments.modes import _analyse as analyse_modes
+from memlab.pissm.experiments.imputation import analyse as analyse_imputation
+from memlab.pissm.experiments.modes import ModesConfig, oracle_reading
+from memlab.pissm.experiments.modes import analyse as analyse_modes
 from memlab.pissm.experiments.stability import StabilityConfig
-from memlab.pissm.experiments.stability import _analyse as analyse_stability
+from memlab.pissm.experiments.stability import analyse as analyse_stability
 from memlab.pissm.experiments.table1 import Table1Config, ll_ceiling
-from memlab.pissm.experiments.table1 import _analyse as analyse_table1
-from memlab.pissm.experiments.table1 import _claims as claims_table1
+from memlab.pissm.experiments.table1 import add_claims as claims_table1
+from memlab.pissm.experiments.table1 import analyse as analyse_table1
 
 
 def _cell(ll, mse=0.01, failed=False):
@@ -135,9 +135,9 @@ def test_modes_reading_says_whether_the_full_model_learned_reflections():
     oracle = {"at_hits": 0.71, "in_flight": 0.98, "test_ll": 6.0}
     rules = {"rule": {"test_ll": 5.8, "at_hits": 0.76}}
     learned = {"reflecting_at_bounces": 0.32, "reflecting_next_to_bounces": 0.61, "reflecting_elsewhere": 0.04}
-    assert "learns reflecting modes too" in _oracle_reading("mixture", oracle, rules, learned)
+    assert "learns reflecting modes too" in oracle_reading("mixture", oracle, rules, learned)
     for changed in ({"reflecting_next_to_bounces": 0.4}, {"reflecting_elsewhere": 0.2}):
-        reading = _oracle_reading("mixture", oracle, rules, {**learned, **changed})
+        reading = oracle_reading("mixture", oracle, rules, {**learned, **changed})
         assert "lies in learning the modes' dynamics" in reading and "learns reflecting modes" not in reading
-    stuck = _oracle_reading("reinforce", {"at_hits": 0.0, "in_flight": 1.0, "test_ll": 4.4}, rules, learned)
+    stuck = oracle_reading("reinforce", {"at_hits": 0.0, "in_flight": 1.0, "test_ll": 4.4}, rules, learned)
     assert "does not find the reflections" in stuck

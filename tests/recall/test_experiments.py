@@ -153,13 +153,13 @@ def _record(student, alpha, T, n, mse, mean=1.0, tag_only=0.5, stderr=float("nan
 
 
 def test_rate_analysis():
-    from memlab.recall.experiments.rate import RateConfig, _analyse
+    from memlab.recall.experiments.rate import RateConfig, analyse
 
     cfg = RateConfig(context_lengths=(100,), sample_sizes=(4, 16, 64))
     mse = {0.75: [0.8, 0.6, 0.62], 1.0: [0.5, 0.55, 0.4]}  # 0.6 -> 0.62 is +3.3 %; 0.5 -> 0.55 is +10 %
     cells = {f"{a}-{n}": _record("mamba-1", a, 100, n, m, mean=2.0 if a == 0.75 else 0.9)
              for a in (0.75, 1.0) for n, m in zip((4, 16, 64), mse[a])}
-    stats = _analyse(cfg, cells)
+    stats = analyse(cfg, cells)
     assert stats["keys"] == [("mamba-1", 0.75, 100), ("mamba-1", 1.0, 100)]
     assert stats["monotone"] == [True, False]
     np.testing.assert_array_equal(stats["below"]["mamba-1"], [True, True, True])
@@ -171,19 +171,19 @@ def test_rate_analysis():
 
 
 def test_rate_analysis_with_two_students_keeps_their_curves_apart():
-    from memlab.recall.experiments.rate import RateConfig, _analyse
+    from memlab.recall.experiments.rate import RateConfig, analyse
 
     cfg = RateConfig(context_lengths=(100,), sample_sizes=(4, 16), students=("mamba-1", "mamba-1-residual"))
     cells = {f"{s}-{a}-{n}": _record(s, a, 100, n, m * (1 if s == "mamba-1" else 2) * (1 if a == 1.0 else 1.5))
              for s in cfg.students for a in cfg.alphas for n, m in zip((4, 16), (0.6, 0.4))}
-    stats = _analyse(cfg, cells)
+    stats = analyse(cfg, cells)
     assert stats["keys"] == [(s, a, 100) for s in cfg.students for a in (0.75, 1.0)]
     assert stats["curves"][("mamba-1-residual", 0.75, 100)].mse.tolist() == pytest.approx([1.8, 1.2])
     assert set(stats["below"]) == set(cfg.students) and all(b.all() for b in stats["below"].values())
 
 
 def test_sweep_analysis():
-    from memlab.recall.experiments.sweep import SweepConfig, _analyse
+    from memlab.recall.experiments.sweep import SweepConfig, analyse
 
     cfg = SweepConfig(alphas=(0.5, 2.0), context_lengths=(25, 50), sample_sizes=(4, 16, 64))
     n = np.array([4, 16, 64])
@@ -192,7 +192,7 @@ def test_sweep_analysis():
     risk = {(a, T): np.exp(A[a] - C[a, T] * np.log(n) ** (a / (a + 1))) for a, T in C}
     cells = {f"{a}-{T}-{k}": _record("mamba-2", a, T, int(k), float(m)) for a in (0.5, 2.0) for T in (25, 50)
              for k, m in zip(n, risk[a, T])}
-    stats = _analyse(cfg, cells)
+    stats = analyse(cfg, cells)
     np.testing.assert_allclose(stats["C"], [[2.0, 2.3], [0.5, 0.52]])
     np.testing.assert_allclose(stats["spread"], [0.3, 0.02], atol=1e-9)
     np.testing.assert_allclose(stats["allowed"], [0.215, 0.051])  # max(10 % of mean |C|, 0.05)
@@ -203,12 +203,12 @@ def test_sweep_analysis():
 
 
 def test_compare_analysis():
-    from memlab.recall.experiments.compare import CompareConfig, _analyse
+    from memlab.recall.experiments.compare import CompareConfig, analyse
 
     cfg = CompareConfig(context_lengths=(100,), sample_sizes=(4, 16, 64))
     mse = {"mamba-1": [0.6, 0.5, 0.45], "attention": [0.6, 0.45, 0.3]}
     cells = {f"{s}-{n}": _record(s, 1.0, 100, n, m, tag_only=0.4) for s in mse for n, m in zip((4, 16, 64), mse[s])}
-    stats = _analyse(cfg, cells)
+    stats = analyse(cfg, cells)
     assert stats["learns"] == [False, True]  # mamba-1 ends above the tag-only risk 0.4
     assert stats["ratio"] == pytest.approx(1.5)
 
@@ -216,7 +216,7 @@ def test_compare_analysis():
 def test_context_limit_analysis():
     from types import SimpleNamespace
 
-    from memlab.recall.experiments.context import ContextLimitConfig, _analyse
+    from memlab.recall.experiments.context import ContextLimitConfig, analyse
 
     cfg = ContextLimitConfig(eval_lengths=(10, 100, 1000), num_pairs=2)
     cells = {"T=10": {"mean": [1.0, 2.0], "stderr": [0.1, 0.1]},
@@ -225,7 +225,7 @@ def test_context_limit_analysis():
              "coupling": {"distance": (0.5 * 0.9 ** np.arange(1, 101)).tolist()},
              "per-step-bound": {"r": [0.99, 0.995]}}
     pairs = SimpleNamespace(y_clean=np.array([1.0, 2.1]), query=np.array([[1.0], [-1.0]]))
-    stats = _analyse(cfg, {"mse": 0.3}, cells, pairs)
+    stats = analyse(cfg, {"mse": 0.3}, cells, pairs)
     np.testing.assert_allclose(stats["dev"], [[0.02, 0.0], [0.02, 0.5], [0.0, 0.0]], atol=1e-12)
     # at T = 100: pair 0 deviates 0.02 <= 2 sqrt(0.01² + 0.01²) = 0.028; pair 1 deviates 0.5 > 2 sqrt(2) 0.1
     np.testing.assert_array_equal(stats["converged"], [True, False])

@@ -101,7 +101,7 @@ def run_error_vs_epsilon(cfg: ErrorVsEpsilonConfig, run) -> dict:
     inv_eps = _inv_eps_grid(cfg)
     cells = run.sweep({f"inv_eps={ie:.3f}": partial(_p_final_cell, cfg, 1.0 / ie, run.key_for("trajectories", i))
                        for i, ie in enumerate(inv_eps)}, f"p_{cfg.num_steps} vs 1/eps")
-    stats = _analyse_epsilon(cfg, list(cells.values()))
+    stats = analyse_epsilon(cfg, list(cells.values()))
     p, se, names = stats["p"], stats["stderr"], stats["filters"]
     run.save_csv("p_final.csv", ["inv_eps", "eps", "filter", "p", "stderr"],
                  [(ie, 1 / ie, n, p[i, f], se[i, f]) for i, ie in enumerate(inv_eps) for f, n in enumerate(names)])
@@ -111,7 +111,7 @@ def run_error_vs_epsilon(cfg: ErrorVsEpsilonConfig, run) -> dict:
     return {k: stats[k] for k in ("inv_eps", "filters", "p", "stderr", "xi")}
 
 
-def _analyse_epsilon(cfg: ErrorVsEpsilonConfig, cells: list[dict]) -> dict:
+def analyse_epsilon(cfg: ErrorVsEpsilonConfig, cells: list[dict]) -> dict:
     """Cells (one per 1/eps, in grid order) -> p (E, F), binomial stderr, trend per filter, xi of eq. (47)."""
     inv_eps = _inv_eps_grid(cfg)
     names = cells[0]["names"]
@@ -203,7 +203,7 @@ def run_error_vs_time(cfg: ErrorVsTimeConfig, run) -> dict:
     """One cell of error curves -> p_k.csv, figure, claims, summary."""
     cells = run.sweep({"curves": partial(_p_curves_cell, cfg, run.key_for("trajectories"))},
                       f"p_k, k = 1..{cfg.num_steps}")
-    stats = _analyse_time(cfg, cells["curves"])
+    stats = analyse_time(cfg, cells["curves"])
     run.save_csv("p_k.csv", ["k"] + stats["filters"], [(k, *row) for k, row in zip(stats["k"], stats["p"])])
     _figure_time(cfg, stats, run)
     _claims_time(cfg, stats, run)
@@ -211,7 +211,7 @@ def run_error_vs_time(cfg: ErrorVsTimeConfig, run) -> dict:
     return {k: stats[k] for k in ("k", "filters", "p")}
 
 
-def _analyse_time(cfg: ErrorVsTimeConfig, cell: dict) -> dict:
+def analyse_time(cfg: ErrorVsTimeConfig, cell: dict) -> dict:
     """The error curves -> p_1 of the informative filters (delta > 0) and, per filter, whether p_k is flat: the
     means of the last two windows of ``tail`` steps differ by at most 4 binomial stderrs + 0.002."""
     names, p = cell["names"], np.array(cell["p"])  # (K, F)

@@ -143,7 +143,7 @@ def _corollary45_cell(cfg: ExactLinearConfig, N: int, A: int, key) -> dict:
     return {"family": f"{FAMILIES['controlled']}, {A} actions", "N": N, "r": 0, "ell": "1", **merge_agreement(stats)}
 
 
-def _cells(cfg: ExactLinearConfig, run) -> dict:
+def sweep_cells(cfg: ExactLinearConfig, run) -> dict:
     cells = {f"thm44_N{N}_r{r}_chain{c}_{z}": partial(_theorem44_cell, cfg, N, r, c, z == "zeros",
                                                       run.key_for("thm44", z, N, r, c))
              for z in ("positive", "zeros") for N, r, c in cfg.systems}
@@ -154,15 +154,15 @@ def _cells(cfg: ExactLinearConfig, run) -> dict:
 def run_exact_linear(cfg: ExactLinearConfig, run) -> dict:
     """Cells of random systems (float64) -> exact_linear.csv, figure, claims, summary."""
     with jax.enable_x64(True):
-        rows = list(run.sweep(_cells(cfg, run), "exact linear filters vs LOF (float64)").values())
-    stats = _analyse(rows)
+        rows = list(run.sweep(sweep_cells(cfg, run), "exact linear filters vs LOF (float64)").values())
+    stats = analyse(rows)
     _figures(stats, run)
     _claims(stats, run)
     run.write_summary(_summary(cfg, stats, run))
     return {"rows": rows, "example1_holds": stats["example1"].holds, "example1_bad_reasons": stats["bad"].reasons}
 
 
-def _analyse(rows: list[dict]) -> dict:
+def analyse(rows: list[dict]) -> dict:
     """Rows (one per cell) -> per family: its rows, the largest error, the mismatch and flagged counts, whether
     it is exact; Example 1 and its failing variant checked against Assumption 5.6."""
     families = {}

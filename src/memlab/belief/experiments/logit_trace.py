@@ -88,7 +88,7 @@ def _traces_cell(cfg: LogitTraceConfig, key) -> dict:
 def run_logit_trace(cfg: LogitTraceConfig, run) -> dict:
     """One cell of traces -> trace.csv, figure, claims, summary."""
     cells = run.sweep({"traces": partial(_traces_cell, cfg, run.key_for("trajectories"))}, "logit traces")
-    stats = _analyse(cfg, cells["traces"])
+    stats = analyse(cfg, cells["traces"])
     run.save_csv("trace.csv", ["k", "true_state"] + [f"{n}: w(x2)-w(x1)" for n in stats["filters"]],
                  [(k, x + 1, *d) for k, x, d in zip(stats["k"], stats["states"], zip(*stats["diffs"]))])
     _figures(cfg, stats, run)
@@ -97,7 +97,7 @@ def run_logit_trace(cfg: LogitTraceConfig, run) -> dict:
     return {k: stats[k] for k in ("filters", "error", "roughness", "mean_lag")}
 
 
-def _analyse(cfg: LogitTraceConfig, cell: dict) -> dict:
+def analyse(cfg: LogitTraceConfig, cell: dict) -> dict:
     """The cell -> the plotted trajectory (states (K,), one logit difference (K,) per filter, switch steps) and
     the statistics per filter (LOF first)."""
     x = np.array(cell["states"])

@@ -98,14 +98,14 @@ def _uniform_action(key, y, k):
 
 def run_ringworld_env(cfg: RingWorldEnvConfig, run) -> dict:
     cells = run.sweep({"references": partial(_reference_cell, cfg, run.key_for("references"))}, "references")
-    stats = _analyse(cfg, cells["references"])
+    stats = analyse(cfg, cells["references"])
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     run.write_summary(_summary(cfg, stats, run))
     return {k: stats[k] for k in ("optimal_return", "random_return", "mc", "final_accuracy")}
 
 
-def _analyse(cfg: RingWorldEnvConfig, cell: dict) -> dict:
+def analyse(cfg: RingWorldEnvConfig, cell: dict) -> dict:
     """Exact references (DP) beside their Monte-Carlo estimates (mean, standard error), the matrices, and the
     decoding accuracy curves."""
     env = rw.RingWorld(cfg.epsilon, cfg.episode_length)

@@ -89,7 +89,7 @@ QUICK_NOTE = ("This is a reduced profile (less work per update, fewer updates an
               "it tests the paper's orderings, not its curves; `--profile paper` runs Table 1.")
 
 
-def _cells(cfg: RingWorldPPOConfig, run) -> dict:
+def sweep_cells(cfg: RingWorldPPOConfig, run) -> dict:
     """Cell '<memory>-<s>' trains seed s of ``memory`` from the key stream ('ppo', memory, s); cell 'qmdp'
     simulates the QMDP reference policy."""
     cells = {f"{m}-{s}": partial(train_agent, cfg.ppo, m, run.key_for("ppo", m, s), CHECKPOINT, cfg.chunk_updates,
@@ -105,7 +105,7 @@ def _qmdp_cell(epsilon: float, episode_length: int, episodes: int, key) -> dict:
     return {"returns": np.asarray(rw.qmdp_returns(env, env.default_params, key, episodes))}
 
 
-def _analyse(cfg: RingWorldPPOConfig, cells: dict) -> dict:
+def analyse(cfg: RingWorldPPOConfig, cells: dict) -> dict:
     """Per memory: return curves (seeds, updates), their mean and std over seeds, the tail mean per seed, the
     update at which the mean first reaches half of the ceiling, and the memory diagnostics' last values."""
     env = rw.RingWorld(cfg.epsilon, cfg.episode_length)
@@ -170,10 +170,10 @@ def _summary(cfg, analysis, run, name, figures, figure_lines) -> str:
         unroll=ppo.unroll, steps=ppo.num_updates * ppo.num_envs * ppo.unroll, epochs=ppo.epochs,
         minibatches=ppo.minibatches, learning_rate=ppo.learning_rate, scale=scale, figure_lines=figure_lines,
         ceiling=analysis["ceiling"], floor=analysis["floor"], qmdp=analysis["qmdp"], table=_table(cfg, analysis, run),
-        ablations=_previous_action_ablation(analysis))
+        ablations=previous_action_ablation(analysis))
 
 
-def _previous_action_ablation(analysis) -> str:
+def previous_action_ablation(analysis) -> str:
     """The LOF/ALF memories see the previous action (through the action-dependent transition) and S5-12 does not;
     'S5-12 + previous action' (Lu et al.'s runner) tells whether that is S5's gap. Empty unless both ran."""
     s = analysis["stats"]
@@ -214,7 +214,7 @@ def _ordering_claim(run, analysis, id, claim, paper, better, worse, margin=0.0):
 
 
 def run_ringworld_returns(cfg: RingWorldPPOConfig, run) -> dict:
-    analysis = _analyse(cfg, run.sweep(_cells(cfg, run), "PPO runs"))
+    analysis = analyse(cfg, run.sweep(sweep_cells(cfg, run), "PPO runs"))
     _figure(cfg, analysis, run, cfg.memories, "returns.png", "episodic return vs update")
     _returns_claims(cfg, analysis, run)
     run.write_summary(_summary(cfg, analysis, run, "belief.ringworld-returns", "Fig. 3",
@@ -269,7 +269,7 @@ def _fixed_filter_claims(cfg, analysis, run) -> None:
 
 
 def run_deep_alf_inits(cfg: RingWorldPPOConfig, run) -> dict:
-    analysis = _analyse(cfg, run.sweep(_cells(cfg, run), "PPO runs"))
+    analysis = analyse(cfg, run.sweep(sweep_cells(cfg, run), "PPO runs"))
     fig9 = [m for m in FIG9 if m in cfg.memories]
     fig10 = [m for m in FIG10 if m in cfg.memories]
     _figure(cfg, analysis, run, fig9, "informed.png", "informed Deep ALF vs ALF and LOF + softmax (Fig. 9)")

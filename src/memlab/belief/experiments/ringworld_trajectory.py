@@ -85,14 +85,14 @@ def run_ringworld_trajectory(cfg: TrajectoryConfig, run) -> dict:
     trained = run.sweep({"train": train},
                         "train the ALF agent")["train"]
     played = run.sweep({"play": partial(_play_cell, cfg, trained["agent"], run.key_for("play"))}, "play")["play"]
-    stats = _analyse(cfg, trained["metrics"], played)
+    stats = analyse(cfg, trained["metrics"], played)
     _figure(stats, run)
     _claims(stats, run)
     run.write_summary(_summary(cfg, stats, run))
     return {k: stats[k] for k in ("train_return", "return_mean", "error", "error_after_off_peak", "policy")}
 
 
-def _analyse(cfg: TrajectoryConfig, metrics: dict, played: dict) -> dict:
+def analyse(cfg: TrajectoryConfig, metrics: dict, played: dict) -> dict:
     """Event masks (episodes, K) and their rates: irregular transitions, off-peak observations (k >= 1), ALF/LOF
     decoding errors overall and right after an off-peak observation, and the action frequencies in states 2, 3."""
     p = {k: np.asarray(v) for k, v in played.items()}

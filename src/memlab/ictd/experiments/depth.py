@@ -145,7 +145,7 @@ def run_depth(cfg: DepthConfig, run: Run) -> dict:
                 for n in cfg.context_lengths}}
     with jax.enable_x64(True):
         cells = run.sweep(cells, "Theorem 2: operator iteration per context length")
-    stats = _analyse(cfg, cells)
+    stats = analyse(cfg, cells)
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
@@ -155,7 +155,7 @@ def run_depth(cfg: DepthConfig, run: Run) -> dict:
 # ---------------------------------------------------------------- numbers, claims, summary
 
 
-def _analyse(cfg: DepthConfig, cells: dict) -> dict:
+def analyse(cfg: DepthConfig, cells: dict) -> dict:
     """Cells -> per-n medians over the covered tasks, slopes, the Lemma 5 fraction, the eq. (70) excess."""
     ns = np.array(cfg.context_lengths)
     margin, err0 = np.asarray(cells["tasks"]["margin"]), np.asarray(cells["tasks"]["err0"])

@@ -127,14 +127,14 @@ def run_mask_relaxation(cfg: MaskRelaxationConfig, run: Run) -> dict:
     cells = {name: cell for mask, config in cfg.settings().items()
              for name, cell in setting_cells(config, mask, seed_keys, eval_key, cfg.eval_tasks).items()}
     cells = run.sweep(cells, "F.5 full and relaxed masks (one cell per seed)")
-    stats = _analyse(cfg, cells, run.cell_seconds)
+    stats = analyse(cfg, cells, run.cell_seconds)
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
     return {m: {**setting_results(st), **stats["numbers"][m]} for m, st in stats["settings"].items()}
 
 
-def _analyse(cfg: MaskRelaxationConfig, cells: dict, seconds: dict | None = None) -> dict:
+def analyse(cfg: MaskRelaxationConfig, cells: dict, seconds: dict | None = None) -> dict:
     """Cells (and their compute times) -> both settings, their views, the shared claims and the comparison numbers."""
     settings = {m: setting_from_cells(LABELS[m], c, m, cells, seconds) for m, c in cfg.settings().items()}
     shared = {m: setting_claims(st, m) for m, st in settings.items()}

@@ -148,7 +148,7 @@ def run_msve_vs_context(cfg: MsveConfig, run: Run) -> dict:
     tasks = make_tasks(cfg, run.key_for("tasks"), run.key_for("trajectories"))  # m states: stream ("tasks", m)
     cells = run.sweep({f"gamma={gamma:g},t={t}": partial(msve_cell, cfg, tasks, g, t)
                        for g, gamma in enumerate(cfg.gammas) for t in cfg.contexts()}, "MSVE vs context length")
-    stats = _analyse(cfg, _task_numbers(tasks), cells)
+    stats = analyse(cfg, _task_numbers(tasks), cells)
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
@@ -168,7 +168,7 @@ def _slope_t(log_t, log_msve):
     return slopes, scipy_stats.ttest_1samp(slopes, 0.0).statistic
 
 
-def _analyse(cfg: MsveConfig, tasks: dict, cells: dict) -> dict:
+def analyse(cfg: MsveConfig, tasks: dict, cells: dict) -> dict:
     """Task numbers and cells -> MSVE (G, T, N) per method, means, s.e., slopes, the constant predictor, margins."""
     contexts, gammas, N = cfg.contexts(), cfg.gammas, len(tasks["m"])
     grid = [[cells[f"gamma={gamma:g},t={t}"] for t in contexts] for gamma in gammas]

@@ -165,14 +165,14 @@ def run_neu(cfg: NEUConfig, run: Run) -> dict:
         cells[SLOW_CELL.format(cfg)] = partial(
             neu_cell, cfg, *points["theta-star"], run.key_for("slow-tasks"), cfg.slow_gamma, cfg.slow_context,
             cfg.slow_samples, cfg.slow_samples, cfg.slow_layers, cfg.slow_depths)
-    stats = _analyse(cfg, run.sweep(cells, "NEU cells"))
+    stats = analyse(cfg, run.sweep(cells, "NEU cells"))
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
     return {k: stats[k] for k in RESULT_KEYS}
 
 
-def _analyse(cfg: NEUConfig, cells: dict) -> dict:
+def analyse(cfg: NEUConfig, cells: dict) -> dict:
     """Cells -> J(theta*) by n, the points at the largest n, the slow run, and the numbers behind the claims."""
     L, n_max = cfg.num_layers, cfg.contexts[-1]
     main = {n: cells[f"theta-star_n={n}"] for n in cfg.contexts}

@@ -128,7 +128,7 @@ def run_pretrain(cfg: PretrainExperimentConfig, run: Run) -> dict:
     seed_keys = [run.key_for("train", s) for s in range(cfg.train.num_seeds)]
     cells = run.sweep(setting_cells(cfg.train, cfg.train.a_mask, seed_keys, run.key_for("heldout"), cfg.eval_tasks),
                       "Algorithm 1 (one cell per seed)")
-    stats = _analyse(cfg, cells, run.cell_seconds)
+    stats = analyse(cfg, cells, run.cell_seconds)
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
@@ -137,7 +137,7 @@ def run_pretrain(cfg: PretrainExperimentConfig, run: Run) -> dict:
             "emergence_along_dt": stats["along"]}
 
 
-def _analyse(cfg: PretrainExperimentConfig, cells: dict, seconds: dict | None = None) -> dict:
+def analyse(cfg: PretrainExperimentConfig, cells: dict, seconds: dict | None = None) -> dict:
     """Cells (and their compute times) -> the setting, its two views, the shared claims and the Fig. 3(b) numbers."""
     name = "Table 1" if cfg.train.query_offset == 0 else f"Table 1, query S_{{t+n+{cfg.train.query_offset}}}"
     st = setting_from_cells(name, cfg.train, cfg.train.a_mask, cells, seconds)

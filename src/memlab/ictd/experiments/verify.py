@@ -109,14 +109,14 @@ def run_verify(cfg: VerifyConfig, run: Run) -> dict:
     cells = {f"kernel={kind}": partial(verify_cell, cfg, kind, run.key_for("prompts")) for kind in cfg.kinds}
     with jax.enable_x64(True):
         cells = run.sweep(cells, "Theorem 1 / Lemma 1 per kernel (float64)")
-    stats = _analyse(cfg, cells)
+    stats = analyse(cfg, cells)
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
     return {"kinds": stats["kinds"], "per_kernel": stats["per_kernel"]}
 
 
-def _analyse(cfg: VerifyConfig, cells: dict) -> dict:
+def analyse(cfg: VerifyConfig, cells: dict) -> dict:
     """Cells -> per-kernel trial arrays (T, L+1) and the per-kernel maxima of the claims and the table."""
     trials = {kind: {k: np.asarray(v, np.float64) for k, v in cells[f"kernel={kind}"].items()} for kind in cfg.kinds}
     per_kernel = {}

@@ -98,7 +98,7 @@ def run_imputation(cfg: ImputationConfig, run: Run) -> dict:
     scored = run.sweep({f"score-{name}": partial(score_cell, cfg, name, data, trained[f"train-{name}"]["model"],
                                                  mask, run.key_for("evaluate"), b, run.key_for("figure"))
                         for name in cfg.models}, "pissm.imputation scoring")
-    stats = _analyse(cfg, scored)
+    stats = analyse(cfg, scored)
     _figures(data.test, mask, b, stats, run)
     _claims(stats, run)
     _summary(cfg, stats, run)
@@ -130,7 +130,7 @@ def _figure_sequence(test) -> int:
     return int(np.argmax(np.prod(np.ptp(positions, axis=1), axis=-1)))
 
 
-def _analyse(cfg: ImputationConfig, scored: dict[str, dict]) -> dict:
+def analyse(cfg: ImputationConfig, scored: dict[str, dict]) -> dict:
     """Scoring cells -> {"table": one row per model (HEADER), "rows", "paths": model -> (T, 2) filtered path}."""
     rows = [[name, s["imputation_mse"], s["filtered_mse"], s["ll"]]
             for name, s in ((name, scored[f"score-{name}"]) for name in cfg.models)]

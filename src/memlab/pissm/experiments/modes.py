@@ -167,7 +167,7 @@ def run_pong_modes(cfg: ModesConfig, run: Run) -> dict:
     data = load_dataset(cfg.dataset, LAYOUTS[cfg.layout][cfg.dataset], key=run.key_for("data", "pong"))
     trained = run.sweep(_train_cells(cfg, data, run), "pissm.pong-modes training")
     evaluation = run.sweep(_evaluation_cells(cfg, data, trained, run), "pissm.pong-modes evaluation")
-    stats = _analyse(cfg, trained, evaluation)
+    stats = analyse(cfg, trained, evaluation)
     run.save_csv("mode_shares.csv", ["estimator", "mode", "share"],
                  [[e, k, share] for e in cfg.estimators for k, share in enumerate(evaluation[e]["shares"])])
     figures = [_figure(data.test, evaluation[e], e, run) for e in cfg.estimators]
@@ -226,7 +226,7 @@ def evaluate_cell(cfg: ModesConfig, data: Dataset, estimator: str, blob: bytes, 
             "pf_obs_covs": pf.obs_covs}
 
 
-def _analyse(cfg: ModesConfig, trained: dict[str, dict], evaluation: dict) -> dict:
+def analyse(cfg: ModesConfig, trained: dict[str, dict], evaluation: dict) -> dict:
     """Per estimator: the statistics of its evaluation cell and the best validation log-likelihood of its training;
     the oracles' and the hand-coded rules' scores."""
     stats = {e: {**{name: evaluation[e][name] for name in STATISTICS}, "best_val": trained[f"train-{e}"]["best_val"]}
@@ -326,7 +326,7 @@ def _learns_reflections(st: dict) -> bool:
     return bool(st["reflecting_next_to_bounces"] >= 0.5 and st["reflecting_elsewhere"] <= 0.1)
 
 
-def _oracle_reading(estimator: str, oracle: dict, rules: dict, st: dict) -> str:
+def oracle_reading(estimator: str, oracle: dict, rules: dict, st: dict) -> str:
     """The READINGS sentence the oracle's and the rule's scores (and the full model's statistics ``st``) support."""
     if _selects(oracle):
         kind = "learnable-and-learned" if _learns_reflections(st) else "learnable"
@@ -351,7 +351,7 @@ def _summary(cfg: ModesConfig, stats: dict, figures: list[str], run: Run) -> Non
                 *([f"q(z | x) trained by `{e}`", *_selection_row(oracles[e])] for e in cfg.estimators)]
         oracle_table = run.save_table("oracle.csv", ["mode selection", "at hits", "in flight", "test ll"], rows,
                                       ".3f")
-        reading = " ".join(_oracle_reading(e, oracles[e], rules, stats[e]) for e in cfg.estimators)
+        reading = " ".join(oracle_reading(e, oracles[e], rules, stats[e]) for e in cfg.estimators)
     run.write_summary(SUMMARY.format(
         model=cfg.model, dataset=cfg.dataset, noise=PONG_NOISE[cfg.dataset], layout=cfg.layout, epochs=cfg.epochs,
         input_noise=cfg.input_noise, estimators=", ".join(f"`{e}`" for e in cfg.estimators), table=table,

@@ -99,8 +99,8 @@ class StabilityConfig:
 def run_stability(cfg: StabilityConfig, run: Run) -> dict:
     """Pong (driver) -> one sweep of (model, scheme, value, seed) training cells -> table, Fig. 8, claims."""
     data = load_dataset("pong", LAYOUTS[cfg.layout]["pong"], key=run.key_for("data", "pong"))
-    cells = run.sweep(_cells(cfg, data, run), "pissm.stability")
-    stats = _analyse(cfg, cells)
+    cells = run.sweep(sweep_cells(cfg, data, run), "pissm.stability")
+    stats = analyse(cfg, cells)
     _figures(cfg, cells, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
@@ -115,7 +115,7 @@ def _name(model: str, scheme: str, value: float, s: int) -> str:
     return f"{model}-{scheme}-{value:g}-{s}"
 
 
-def _cells(cfg: StabilityConfig, data: Dataset, run: Run) -> dict:
+def sweep_cells(cfg: StabilityConfig, data: Dataset, run: Run) -> dict:
     """Seed s trains from the key stream ("train", s) and scores with ("evaluate", s), whatever the scheme. A cell's
     arguments are what its result depends on (not the whole config), so profiles share their common cells."""
     return {_name(model, scheme, value, s): partial(train_cell, model, data, _train_config(cfg, scheme, value),
@@ -141,7 +141,7 @@ def train_cell(model: str, data: Dataset, train_cfg: TrainConfig, key, eval_key,
     return {**record, "ll": ll}
 
 
-def _analyse(cfg: StabilityConfig, cells: dict[str, dict]) -> dict:
+def analyse(cfg: StabilityConfig, cells: dict[str, dict]) -> dict:
     """Cells -> {"table": one row per (model, scheme, value) (HEADER), "rows": the same as lists}: the success
     rate over seeds and the objective's mean and std over the successful runs, beside Table 6."""
     rows = []

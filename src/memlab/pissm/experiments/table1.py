@@ -141,10 +141,10 @@ class Table1Config:
 def run_table1(cfg: Table1Config, run: Run) -> dict:
     """Data sets (driver) -> one sweep of (data set, model, seed) cells and PF cells -> table, figure, claims."""
     datasets, notes = _datasets(cfg, run)
-    cells = run.sweep(_cells(cfg, datasets, run), "pissm.table1")
-    stats = _analyse(cfg, {name: ll_ceiling(data.R) for name, data in datasets.items()}, cells)
+    cells = run.sweep(sweep_cells(cfg, datasets, run), "pissm.table1")
+    stats = analyse(cfg, {name: ll_ceiling(data.R) for name, data in datasets.items()}, cells)
     _figures(stats, run)
-    _claims(stats, run)
+    add_claims(stats, run)
     _summary(cfg, stats, notes, run)
     return {"table": stats["table"], "notes": notes}
 
@@ -164,7 +164,7 @@ def _datasets(cfg: Table1Config, run: Run) -> tuple[dict[str, Dataset], list[str
     return datasets, notes
 
 
-def _cells(cfg: Table1Config, datasets: dict[str, Dataset], run: Run) -> dict:
+def sweep_cells(cfg: Table1Config, datasets: dict[str, Dataset], run: Run) -> dict:
     """Seed s trains every model from the key stream ("train", s) and scores it with ("evaluate", s). A cell's
     arguments are what its result depends on (not the whole config), so profiles share their common cells."""
     cells = {}
@@ -204,7 +204,7 @@ def ll_ceiling(R, average: bool = True) -> float:
     return float(-0.5 * np.linalg.slogdet(2 * np.pi * (np.e if average else 1.0) * R)[1])
 
 
-def _analyse(cfg: Table1Config, ceilings: dict[str, float], cells: dict[str, dict]) -> dict:
+def analyse(cfg: Table1Config, ceilings: dict[str, float], cells: dict[str, dict]) -> dict:
     """Cells -> {"table": one row per (data set, model) with the mean and std over seeds, "ll": {data set: {model:
     mean ll}}} (models of the config in order, then ``pf``); ``ceilings``: ``ll_ceiling`` per data set run."""
     table = []
@@ -259,7 +259,7 @@ def _figures(stats: dict, run: Run) -> None:
 GAIN_FORMS = {"": ("pissm-gru", "pissm-lstm"), "[bounded]": ("pissm-gru-bounded", "pissm-lstm-bounded")}
 
 
-def _claims(stats: dict, run: Run) -> None:
+def add_claims(stats: dict, run: Run) -> None:
     """Per data set with ground truth (Pong at both noises, Lorenz), three orderings of Table 1, each where both sides
     ran: with the gain of eq. (7) as printed (the paper's model), and again with the bounded gain (``[bounded]``),
     which separates a gain that fails to train from a model that loses to the baselines."""

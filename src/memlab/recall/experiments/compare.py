@@ -58,14 +58,14 @@ class CompareConfig(CurveConfig):
 def run_compare(cfg: CompareConfig, run: Run) -> dict:
     """Sweep the grid -> one curve per student -> attention_vs_s6.png, claims, risk.csv, fits.csv, summary.md."""
     cells = run.sweep(curve_cells(cfg, run.key_for), "train students")
-    stats = _analyse(cfg, cells)
+    stats = analyse(cfg, cells)
     _figures(cfg, stats, run)
     _claims(stats, run)
     run.write_summary(_summary(cfg, stats, run))
     return {"records": stats["records"]}
 
 
-def _analyse(cfg: CompareConfig, cells: dict) -> dict:
+def analyse(cfg: CompareConfig, cells: dict) -> dict:
     """Cell records -> one curve per student; whether each learns (C > 0 and the MSE at the largest n below the
     tag-only risk); the MSE ratio of the first S6 student to attention at the largest n."""
     records = list(cells.values())

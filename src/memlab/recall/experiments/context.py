@@ -87,7 +87,7 @@ def run_context_limit(cfg: ContextLimitConfig, run: Run) -> dict:
     cells["coupling"] = partial(_coupling_cell, model, pairs, task, cfg.coupling_length, cfg.num_couplings,
                                 run.key_for("coupling"))
     cells["per-step-bound"] = partial(_bound_cell, model, pairs, task, run.key_for("per-step-bound"))
-    stats = _analyse(cfg, trained["record"], run.sweep(cells, "evaluate the student"), pairs)
+    stats = analyse(cfg, trained["record"], run.sweep(cells, "evaluate the student"), pairs)
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     run.write_summary(_summary(cfg, stats, run))
@@ -120,7 +120,7 @@ def _bound_cell(model, pairs, task: RecallTask, key) -> dict:
     return {"r": per_step_bound(model, pairs, task, key)}
 
 
-def _analyse(cfg: ContextLimitConfig, record: dict, cells: dict, pairs) -> dict:
+def analyse(cfg: ContextLimitConfig, record: dict, cells: dict, pairs) -> dict:
     """Cell results -> F^(T) mean and s.e. (len, P), |F^(T) - F^(T_max)|, which pairs converged at the second-largest
     T (within 2 combined standard errors), the coupling distance and its rate, the per-step bounds."""
     mean = np.array([cells[f"T={T}"]["mean"] for T in cfg.eval_lengths])  # (len, P)

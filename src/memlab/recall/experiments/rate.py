@@ -58,14 +58,14 @@ class RateConfig(CurveConfig):
 def run_rate(cfg: RateConfig, run: Run) -> dict:
     """Sweep the grid -> curves and their fits -> rate.png, claims, risk.csv, fits.csv, summary.md."""
     cells = run.sweep(curve_cells(cfg, run.key_for), "train students")
-    stats = _analyse(cfg, cells)
+    stats = analyse(cfg, cells)
     _figures(cfg, stats, run)
     _claims(stats, run)
     run.write_summary(_summary(cfg, stats, run))
     return {"records": stats["records"], "fits": {f"{k[1]:g}": stats["curves"][k].fit._asdict() for k in stats["keys"]}}
 
 
-def _analyse(cfg: RateConfig, cells: dict) -> dict:
+def analyse(cfg: RateConfig, cells: dict) -> dict:
     """Cell records -> one learning curve per (student, alpha), the monotonicity rule and the tag-only comparison
     per curve and, per student with two or more alphas, where the smoothest curve lies below the roughest (raw and
     relative to the mean predictor)."""

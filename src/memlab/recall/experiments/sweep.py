@@ -63,7 +63,7 @@ class SweepConfig(CurveConfig):
 def run_sweep(cfg: SweepConfig, run: Run) -> dict:
     """Sweep the grid -> curves, C per (alpha, T) -> sweep.png, claims, risk.csv, fits.csv, summary.md."""
     cells = run.sweep(curve_cells(cfg, run.key_for), "train students")
-    stats = _analyse(cfg, cells)
+    stats = analyse(cfg, cells)
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     run.write_summary(_summary(cfg, stats, run))
@@ -72,7 +72,7 @@ def run_sweep(cfg: SweepConfig, run: Run) -> dict:
                                                for i, a in enumerate(cfg.alphas)}}
 
 
-def _analyse(cfg: SweepConfig, cells: dict) -> dict:
+def analyse(cfg: SweepConfig, cells: dict) -> dict:
     """Cell records -> curves; which are monotone in n; at how many (T, n) the risk strictly falls with alpha;
     C (alphas, Ts); and the spread of C over T against its allowance max(10 % of mean |C|, 0.05) per alpha."""
     records = list(cells.values())
