@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -67,7 +68,7 @@ def print_rows(name: str, rows: list[dict]) -> None:
 
 
 def write_rows(name: str, rows: list[dict], machine: dict) -> None:
-    doc = {"benchmark": name, "machine": machine, "rows": rows}
+    doc = {"benchmark": name, "date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": machine, "rows": rows}
     out = atomic_write_text(HERE / "results" / f"{name}.json", json.dumps(to_jsonable(doc), indent=2) + "\n")
     CONSOLE.print(f"wrote {out.relative_to(HERE.parent)}", markup=False)
 

@@ -1,5 +1,6 @@
 """MkDocs hook: one page per experiment, generated at build time from the catalog and from the paper-scale runs
-committed in paper-results/, so the pages cannot drift from the code or the results.
+committed in paper-results/, so the pages cannot drift from the code or the results; and the benchmark tables,
+generated from benchmarks/results/ with the date and machine of each measurement.
 
 Each page: what the experiment reproduces, its profiles and commands, and for every committed paper-scale run its
 claims table and its summary (figures and tables copied beside the page). The index `experiments/index.md` lists
@@ -79,4 +80,48 @@ def on_files(files: Files, config) -> Files:
     for name in EXPERIMENTS:
         files.append(File.generated(config, f"experiments/{name}.md", content=_page(name, runs.get(name, []), files,
                                                                                        config)))
+    files.append(File.generated(config, "benchmark-tables.md", content=benchmark_page()))
     return files
+
+
+# ------------------------------------------------------------------------------------------------ benchmark tables
+
+
+def _benchmark_date(path: Path, doc: dict) -> str:
+    """The date the results were measured (recorded since issue 30), else the date git last changed the file."""
+    if doc.get("date"):
+        return doc["date"]
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%cs", "--", str(path)], capture_output=True, text=True,
+                             cwd=ROOT, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    return f"{out} (committed)" if out else "not recorded"
+
+
+def benchmark_page() -> str:
+    """Every benchmark's side-by-side ratios (``benchmarks/ratios.py``) with the date and the machine they were
+    measured on, from benchmarks/results/*.json."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ratios", ROOT / "benchmarks" / "ratios.py")
+    ratios = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ratios)
+    parts = ["# Benchmark tables", "", "Generated from `benchmarks/results/*.json` (written by `make bench`): every "
+             "implementation's speed-up over its reference and the largest difference of their outputs, with the "
+             "date and the machine of the measurement. Ratios carry over between machines far better than seconds.",
+             ""]
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        rows = ratios.ratio_rows(doc) if "rows" in doc else []
+        if not rows:
+            continue
+        m = doc.get("machine", {})
+        versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items())
+        parts += [f"## {doc.get('benchmark', path.stem)}", "",
+                  f"Measured {_benchmark_date(path, doc)} on {m.get('cpus', '?')} CPUs ({m.get('platform', '?')}); "
+                  f"{versions}.", "", "| workload | sizes | implementation | reference | speed-up | max output diff |",
+                  "|" + " --- |" * 6, *("| " + " | ".join(markdown_cell(c) for c in r) + " |" for r in rows), ""]
+    return "\n".join(parts) + "\n"
