@@ -15,58 +15,10 @@ Inference, Algorithm "Inference in pi-SSM" (App. E.1), one step from q(x_{t-1} |
     7  L_t = RNN([Sigma_{t|t-1}, r_t])
     8  K_t = Sigma_{t|t-1} C_z^T L_t L_t^T
     9  mu_{t|t} = mu_{t|t-1} + K_t r_t,  r_t = y_t - C_z mu_{t|t-1}            eq. (7)
-Decisions the paper leaves open or gets wrong, each forced by the mathematics:
-- Step 6 predicts from the moments (mu, Sigma), not from the sample x_{t-1} (App. E.2's code passes x_tm1): from a
-  point the predictive covariance loses A Sigma A^T, and with the exact gain the filter would not be the Kalman
-  filter. The sample feeds only q(z_t | x_{t-1}); with K = 1 and the exact gain this IS the Kalman filter (tested).
-- Eq. (7) prints Sigma_{t|t} = Sigma + K S K^T, which grows with every observation. The covariance of the error of
-  ANY gain K applied to a correct prior is the Joseph form (I - K C) Sigma (I - K C)^T + K R K^T, positive
-  semi-definite by construction (the paper's claim) and equal to Sigma - K S K^T at the exact gain. We use it.
-- Covariances are full by default. The paper's diagonal covariances (``covariance="diagonal"``) make K_t =
-  Sigma C^T L L^T zero in every row of a coordinate C does not observe, e.g. Pong's velocities never learn from the
-  positions; we keep the option, not the default.
-- Gain factor: S_t = C Sigma_{t|t-1} C^T + R = G G^T (Cholesky) is known before y_t. The RNN reads
-  [log diag Sigma_{t|t-1}, log diag S_t, G^{-1} r_t] (a scale-free encoding of the paper's [Sigma, r]) through
-  ``layers.gated_rnn.BoundedInput`` (learned feature-wise affine + tanh, so ||u_t||_inf < 1: Theorem 2 assumes
-  bounded inputs and the ISS margin is certified for u_max = 1; raw, these features reach |u| ~ 8 on Pong) and its
-  layer-normalised state (App. F.1) gives a lower-triangular Ltilde; L_t = G^{-T} Ltilde. So L L^T = S^{-1} (the
-  exact gain) when Ltilde = I, which is where it starts, and the RNN learns corrections in the units of S^{-1}.
-  Ltilde's diagonal is squashed into (0, sqrt 2) and its off-diagonal into (-1/2, 1/2): in one dimension the error
-  update is 1 - rho l^2 with rho = C Sigma C / S in (0, 1), contractive for every rho iff l^2 < 2. In N
-  dimensions the error map in the whitened observation space is I - H Ltilde Ltilde^T with eig(H) in (0, 1),
-  contractive for every such H iff eig(Ltilde Ltilde^T) <= 2; the entry bounds alone allow ~2.8 (a test found the
-  filter diverging there), so Ltilde is also scaled down until the Hoelder bound sqrt(||Ltilde||_1 ||Ltilde||_inf)
-  of its spectral norm is <= sqrt 2 (Ltilde = I is untouched). The learned gain may trust the observation less
-  or up to twice as much as the Kalman gain but cannot make the filter blow up.
-  Measured reason: with L_t read out in absolute units, scaled by diag(S) only, or with an unbounded (exp)
-  diagonal, Adam at the paper's learning rate 0.011 drove the covariance to overflow within 5-25 steps on Pong.
-- A missing y_t (``mask`` False) skips steps 7-9 (the RNN state is kept): the filter predicts through the gap,
-  which is the imputation of App. H.1 (eq. 208-209).
-- The first observation sees x_0 itself (our data sets record y_0 = C x_0 + r_0): step 1 updates the learned prior
-  N(m_0, P_0) directly, with the sampled mode choosing C_z.
-
-``gain="exact"`` replaces 7-8 by the Kalman gain Sigma C^T S^{-1}: the pi-SSM(LG) ablation of section 7.
-
-``gain_form="paper"`` reads L_t from the RNN as eq. (7) and App. E.1 print it, with nothing around it: the cell
-reads u_t = [the lower triangle of Sigma_{t|t-1}, r_t] (raw, no input squashing), its layer-normalised state gives
-a lower-triangular L_t of any size (diagonal of any sign), K_t = Sigma_{t|t-1} C^T L_t L_t^T. Nothing keeps this
-filter contractive: an L_t with eig(S^{1/2} L L^T S^{1/2}) > 2 makes the error grow, and the covariance with it,
-which is the divergence that Tables 2 and 6 compare stabilisers on. The readout's bias starts at the Cholesky
-factor of S_0^{-1}, S_0 = C P_0 C^T + R (the exact gain of the first step; later, as Sigma shrinks, a gain below
-Kalman's), its weights at 0.01 x their default, so training starts from a filter that is stable.
-``gain_form="unbounded"`` is the ablation between the two: the bounded form's features and units (L_t = G^{-T}
-Ltilde, starting at the exact gain) with Ltilde = tril(raw, -1) + diag(exp(diag raw)), nothing bounding it. It
-separates what the bound does from what the scale-free inputs and the exact-gain units do (``pissm.stability``).
-
-Modes. ``mode_sampling="prior"`` draws z_t ~ q(z_t | x_{t-1}) (App. E.1's algorithm box and App. E.2's code);
-``"posterior"`` draws it from eq. (6), q(z_t = k | y_{1:t}) ∝ q(k | x_{t-1}) N(y_t; C_k mu_k, C_k Sigma_k C_k^T + R)
-with (mu_k, Sigma_k) step 6 under mode k (section 5's text: "sampling z_t ~ q(z_t | y_{1:t}) using eq. (6)").
-Symmetry breaking (the paper says nothing): identical modes receive identical gradients and stay copies, so
-(i) each A_z starts at I + N(0, ``mode_spread``^2) independently, and (ii) q(z | x) starts as a random partition
-of the state space rather than near-uniform: its first layer standardises x by ``mode_input_mean`` /
-``mode_input_std`` (a fixed reparameterisation of the initial weights) and its output layer is multiplied by
-``mode_net_gain``, so different steps are routed to different modes from the start (also during the warm-up,
-when q is frozen). Every C_z starts at the given C (the data set's sensor model, when known).
+The choices the paper leaves open or gets wrong (moments vs the sample in step 6, the Joseph form instead of eq.
+(7)'s covariance, full covariances, the bounded gain factor, missing steps, the first observation, ``gain="exact"``,
+``gain_form="paper"`` / ``"unbounded"``, mode sampling and symmetry breaking), each with the reason the mathematics
+or a measurement gives, are on the study's documentation page (docs/studies/pissm.md, "The π-SSM model").
 
 Returned per step (``Predictions``): ``log_likelihoods`` = log q(y_t | y_{1:t-1}) = log sum_k q(k | x_{t-1})
 N(y_t; C_k mu_k, S_k), the normaliser of eq. (6): the predictive density of section 6 with z_t summed out exactly
