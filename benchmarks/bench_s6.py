@@ -16,7 +16,7 @@ d_inner 32, N = 32, float32; beside mambapy (pure-PyTorch Mamba with a Blelloch 
   default exact ZOH (that row's max_abs_diff is the discretisation's effect, not an error);
 * the paper-form S6 layer with a general A, d_in = d_h = d_out = 32, L = 50: exp(delta A) and its integral per token
   by jax.scipy.linalg.expm of the 2 d_h x 2 d_h augmented matrix (the previous algorithm) vs the batched Taylor
-  scaling and squaring of ``memlab.layers.s6._expm_and_integral``, forward and forward+backward (w.r.t. the layer).
+  scaling and squaring of ``memlab.layers.zoh.expm_and_integral``, forward and forward+backward (w.r.t. the layer).
 
 Every output (y, or the concatenated gradients) is compared with the reference row's: max_abs_diff.
 """
@@ -163,8 +163,8 @@ def mamba_block_rows() -> list[dict]:
 class S6AugmentedExpm(S6):
     """The S6 layer with the previous discretisation: jax.scipy.linalg.expm of the augmented matrix per token."""
 
-    def _expm_and_integral(self, delta):
-        return s6._expm_and_integral_augmented(self.A, delta)
+    def expm_and_integral(self, delta):
+        return s6.expm_and_integral_reference(self.A, delta)
 
 
 def general_s6_rows() -> list[dict]:

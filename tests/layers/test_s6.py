@@ -11,15 +11,14 @@ import scipy.integrate
 import scipy.linalg
 
 from memlab.layers.s6 import (
-    MAX_SQUARINGS,
     S6,
-    _expm_and_integral,
-    _expm_and_integral_augmented,
     discretize,
     discretize_diagonal,
+    expm_and_integral_reference,
     selective_scan,
     zoh_integral,
 )
+from memlab.layers.zoh import MAX_SQUARINGS, expm_and_integral
 from memlab.scan import linear_scan, matrix_scan
 
 # Compiled once per shape: eager dispatch of the associative scans is slow.
@@ -476,7 +475,7 @@ def test_expm_and_integral_match_scipy_over_norms_needing_0_to_17_squarings(case
     deltas, refs = expm_inputs(A, top)
     with jax.enable_x64(use_x64):
         dtype = jnp.float64 if use_x64 else jnp.float32
-        M, integral = jax.jit(_expm_and_integral)(jnp.asarray(A, dtype), jnp.asarray(deltas, dtype))
+        M, integral = jax.jit(expm_and_integral)(jnp.asarray(A, dtype), jnp.asarray(deltas, dtype))
     assert M.shape == integral.shape == (len(deltas), 4, 4) and M.dtype == dtype
     for M_l, integral_l, (M_ref, integral_ref) in zip(M, integral, refs):
         close(M_l, M_ref, tol)
@@ -485,7 +484,7 @@ def test_expm_and_integral_match_scipy_over_norms_needing_0_to_17_squarings(case
 
 def test_expm_and_integral_beyond_the_squaring_reach_is_nan_not_wrong(x64):
     A = -jnp.eye(3)
-    M, integral = _expm_and_integral(A, jnp.array([2.0**MAX_SQUARINGS, 2.0**MAX_SQUARINGS * 1.01]))
+    M, integral = expm_and_integral(A, jnp.array([2.0**MAX_SQUARINGS, 2.0**MAX_SQUARINGS * 1.01]))
     close(M[0], np.zeros((3, 3)), 0)
     close(integral[0], np.eye(3), 1e-15)
     assert np.isnan(M[1]).all() and np.isnan(integral[1]).all()
@@ -504,16 +503,16 @@ def test_expm_and_integral_gradients_match_jax_scipy_expm_and_finite_differences
     deltas = jnp.array([1e-3, 0.3, 2.0, 40.0, 400.0, 7e3, 1.1e5]) / jnp.linalg.norm(A, 1)
     weights = jax.random.normal(jax.random.key(0), (2, len(deltas), 4, 4))
     grad = jax.jit(jax.grad(_expm_loss, argnums=(1, 2)), static_argnums=0)
-    g_A, g_delta = grad(_expm_and_integral, A, deltas, weights)
-    ref_A, ref_delta = grad(_expm_and_integral_augmented, A, deltas, weights)
+    g_A, g_delta = grad(expm_and_integral, A, deltas, weights)
+    ref_A, ref_delta = grad(expm_and_integral_reference, A, deltas, weights)
     close(g_A, ref_A, 1e-10 * float(jnp.max(jnp.abs(ref_A))))
     close(g_delta, ref_delta, 1e-10 * float(jnp.max(jnp.abs(ref_delta))))
     direction = jax.random.normal(jax.random.key(1), A.shape)
     eps = 1e-6
     few = slice(0, 5)  # central differences need a loss of moderate size
-    central = (_expm_loss(_expm_and_integral, A + eps * direction, deltas[few], weights[:, few])
-               - _expm_loss(_expm_and_integral, A - eps * direction, deltas[few], weights[:, few])) / (2 * eps)
-    g_few = jax.grad(_expm_loss, argnums=1)(_expm_and_integral, A, deltas[few], weights[:, few])
+    central = (_expm_loss(expm_and_integral, A + eps * direction, deltas[few], weights[:, few])
+               - _expm_loss(expm_and_integral, A - eps * direction, deltas[few], weights[:, few])) / (2 * eps)
+    g_few = jax.grad(_expm_loss, argnums=1)(expm_and_integral, A, deltas[few], weights[:, few])
     close(jnp.sum(g_few * direction), central, 1e-8)
 
 
@@ -528,7 +527,7 @@ def test_expm_and_integral_gradients_under_vmap_with_different_squaring_counts(x
         return jnp.sum(jax.vmap(lambda d: _expm_loss(expm_and_integral, A, d, weights))(deltas))
 
     grad = jax.jit(jax.grad(batch_loss, argnums=(1, 2)), static_argnums=0)
-    for got, ref in zip(grad(_expm_and_integral, A, deltas), grad(_expm_and_integral_augmented, A, deltas),
+    for got, ref in zip(grad(expm_and_integral, A, deltas), grad(expm_and_integral_reference, A, deltas),
                         strict=True):
         close(got, ref, 1e-10 * float(jnp.max(jnp.abs(ref))))
 
@@ -537,15 +536,15 @@ def test_expm_and_integral_has_no_forward_mode():
     """The squarings' derivative is a hand-written reverse-mode adjoint (a while loop has none of its own), so forward
     mode is refused loudly rather than computed wrongly."""
     with pytest.raises(TypeError, match="forward-mode"):
-        jax.jvp(lambda A: _expm_and_integral(A, jnp.array([0.5, 3.0]))[0], (-jnp.eye(2),), (jnp.eye(2),))
+        jax.jvp(lambda A: expm_and_integral(A, jnp.array([0.5, 3.0]))[0], (-jnp.eye(2),), (jnp.eye(2),))
 
 
 def test_expm_and_integral_under_vmap_equals_separate_calls(x64):
     """The squaring loop stops at the largest count of the batch: smaller counts are masked, not over-squared."""
     A = jnp.asarray(EXPM_CASES["defective"][0])
     deltas = jnp.array([[1e-3, 5.0, 0.2], [3e3, 1e-5, 0.0]])
-    M, integral = jax.jit(jax.vmap(_expm_and_integral, (None, 0)))(A, deltas)
+    M, integral = jax.jit(jax.vmap(expm_and_integral, (None, 0)))(A, deltas)
     for i, j in np.ndindex(deltas.shape):
-        M_ij, integral_ij = _expm_and_integral(A, deltas[i, j])
+        M_ij, integral_ij = expm_and_integral(A, deltas[i, j])
         close(M[i, j], M_ij, 1e-15)
         close(integral[i, j], integral_ij, 1e-15)

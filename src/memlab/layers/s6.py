@@ -6,10 +6,11 @@ Discretisation of dh/dt = A h + B u over a step Delta with the input held fixed 
     M = exp(Delta A),      N = (int_0^Delta exp(s A) ds) B                                   # section 4.2
 
 Both come from phi1(Delta A) = sum_k (Delta A)^k / (k+1)! (exp(Delta A) = I + Delta A phi1, integral = Delta phi1),
-i.e. the blocks of expm(Delta [[A, I], [0, 0]]), by scaling and squaring with a Taylor polynomial
-(``_expm_and_integral``), so they are accurate for any square A, including singular and non-diagonalisable ones,
-where the textbook form (Delta A)^{-1} (exp(Delta A) - I) Delta B does not exist. For diagonal A (entries a) the
-integral is expm1(Delta a) / a, whose a -> 0 limit is Delta.
+i.e. the blocks of expm(Delta [[A, I], [0, 0]]): plainly ``expm_and_integral_reference`` (jax.scipy's expm of that
+2d x 2d matrix), and fast by scaling and squaring with a Taylor polynomial (``memlab.layers.zoh``, the engine the
+layer uses, tested equal to the reference), so they are accurate for any square A, including singular and
+non-diagonalisable ones, where the textbook form (Delta A)^{-1} (exp(Delta A) - I) Delta B does not exist. For
+diagonal A (entries a) the integral is expm1(Delta a) / a, whose a -> 0 limit is Delta.
 
 The public Mamba code uses a different rule for B ("Euler-B"): exp(Delta A) for A but plain Delta B for B, i.e.
 it drops the factor expm1(Delta a) / (Delta a) = 1 + Delta a / 2 + O((Delta a)^2). Both agree to first order in
@@ -29,6 +30,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from memlab.checks import check_choice
+from memlab.layers.zoh import expm_and_integral
 from memlab.scan import METHODS, linear_scan, matrix_scan, scan_inputs
 
 DISCRETIZATIONS = ("zoh", "euler_b")
@@ -37,158 +39,9 @@ DISCRETIZATIONS = ("zoh", "euler_b")
 # ---------------------------------------------------------------------------------------------- discretisation
 
 
-# Scaling and squaring (below): after scaling, ||2^-s delta A||_1 <= 1; the most squarings per step, as in
-# jax.scipy.linalg.expm's reach (||delta A||_1 up to 2^19 ~ 5e5 here, 5.4 * 2^16 ~ 3.5e5 there); beyond it: NaN.
-MAX_SQUARINGS = 19
-_HIGHEST = jax.lax.Precision.HIGHEST  # full float32 products on accelerators too (no bfloat16 passes)
-
-
-def _phi1_taylor_degree(dtype) -> int:
-    """Smallest degree m whose Taylor remainder of phi1(Y) = sum_k Y^k / (k+1)! is below eps/8 for ||Y|| <= 1:
-    sum_{k>m} 1/(k+1)! <= (m+3) / ((m+2) (m+2)!). float64: 17, float32: 10."""
-    eps, m = float(jnp.finfo(dtype).eps), 1
-    while (m + 3) / ((m + 2) * math.factorial(m + 2)) > eps / 8:
-        m += 1
-    return m
-
-
-def _phi1_taylor(Y: Array, degree: int) -> Array:
-    """sum_{k=0..degree} Y^k / (k+1)! for Y (..., d, d), by Paterson-Stockmeyer: the polynomial in Y is a polynomial
-    in Y^p (p ~ sqrt(degree)) with matrix coefficients of degree < p, so ~2 sqrt(degree) products, not degree."""
-    p = math.isqrt(degree - 1) + 1  # ceil(sqrt(degree))
-    powers = [jnp.broadcast_to(jnp.eye(Y.shape[-1], dtype=Y.dtype), Y.shape), Y]  # Y^0 .. Y^p
-    for _ in range(p - 1):
-        powers.append(jnp.matmul(powers[-1], Y, precision=_HIGHEST))
-    coeffs = [1 / math.factorial(k + 1) for k in range(degree + 1)]
-
-    def chunk(j):  # sum_{i<p} c_{jp+i} Y^i
-        return sum(coeffs[j * p + i] * powers[i] for i in range(min(p, degree + 1 - j * p)))
-
-    acc = chunk(degree // p)
-    for j in range(degree // p - 1, -1, -1):  # Horner in Y^p
-        acc = jnp.matmul(acc, powers[p], precision=_HIGHEST) + chunk(j)
-    return acc
-
-
-def _double(M: Array, integral: Array, active: Array) -> tuple[Array, Array]:
-    """One squaring where ``active`` (...): (M, integral) for step h -> (M^2, M integral + integral) for step 2h."""
-    d = M.shape[-1]
-    products = jnp.matmul(M, jnp.concatenate([M, integral], axis=-1), precision=_HIGHEST)  # [M^2, M integral]
-    active = active[..., None, None]
-    return jnp.where(active, products[..., :d], M), jnp.where(active, products[..., d:] + integral, integral)
-
-
-def _square_up_loop(step, carry, largest):
-    """Run ``step(k, carry)`` for k = 0 .. largest - 1 (a while loop: as many squarings as the batch needs)."""
-    def body(state):
-        k, carry = state
-        return k + 1, step(k, carry)
-
-    largest = jnp.asarray(largest).astype(jnp.int32)  # squaring counts are floats (from the ceil of a log2)
-    return jax.lax.while_loop(lambda state: state[0] < largest, body, (jnp.int32(0), carry))[1]
-
-
-# reverse mode keeps every CHECKPOINT_EVERY-th level of the squarings and recomputes the levels between them
-CHECKPOINT_EVERY = 4
-
-
-def _square_up_forward(M: Array, integral: Array, squarings: Array):
-    """``_square_up`` for reverse mode, keeping the levels (M_k, I_k) at k = 0, 4, 8, ... (before squaring k) as
-    (ceil(MAX_SQUARINGS / 4), ..., d, 2d); slots past the batch's largest count stay zero."""
-    def step(k, carry):
-        M, integral, checkpoints = carry
-        slot = k // CHECKPOINT_EVERY
-        kept = jax.lax.dynamic_index_in_dim(checkpoints, slot, 0, keepdims=False)
-        level = jnp.where(k % CHECKPOINT_EVERY == 0, jnp.concatenate([M, integral], axis=-1), kept)
-        checkpoints = jax.lax.dynamic_update_index_in_dim(checkpoints, level, slot, 0)
-        return (*_double(M, integral, k < squarings), checkpoints)
-
-    slots = -(-MAX_SQUARINGS // CHECKPOINT_EVERY)
-    checkpoints = jnp.zeros((slots, *M.shape[:-1], 2 * M.shape[-1]), M.dtype)
-    M, integral, checkpoints = _square_up_loop(step, (M, integral, checkpoints), jnp.max(squarings, initial=0))
-    return (M, integral), (checkpoints, squarings)
-
-
-@jax.custom_vjp
-def _square_up(M: Array, integral: Array, squarings: Array) -> tuple[Array, Array]:
-    """Apply ``_double`` squarings (...) <= MAX_SQUARINGS times to each (M, integral) (..., d, d): a loop that stops
-    after the largest count (typically a few, not MAX_SQUARINGS).
-
-    Reverse mode runs the adjoint (``_square_up_adjoint``) over the same number of levels. A while loop has no
-    reverse-mode derivative of its own, and a fixed MAX_SQUARINGS-step scan, which has one, squares every matrix 19
-    times where typically 0-3 squarings are needed (the S6 layer's backward pass was ~30x slower that way,
-    benchmarks/bench_s6.py). Being a ``custom_vjp``, it has no forward mode (``jax.jvp`` raises a TypeError).
-    """
-    largest = jnp.max(squarings, initial=0)
-    return _square_up_loop(lambda k, carry: _double(*carry, k < squarings), (M, integral), largest)
-
-
-def _square_up_adjoint(residuals, cotangents):
-    """The adjoint of the squarings, from the last level down. One squaring (M, I) -> (M^2, M I + I) has the
-    tangent map dM' = dM M + M dM, dI' = dM I + M dI + dI, whose transpose is
-        cM = cM' M^T + M^T cM' + cI' I^T,      cI = M^T cI' + cI'.
-    The level (M_k, I_k) before squaring k is recomputed from the checkpoint below it by at most 3 squarings:
-    keeping all MAX_SQUARINGS possible levels (a static shape) costs more memory traffic than recomputing, when the
-    batch needs the typical 0-6 squarings (~2x slower backward at 1 squaring, bench_s6.py), and recomputing every
-    level from the inputs costs ~s^2/2 squarings (slower than storing past ~8)."""
-    checkpoints, squarings = residuals
-    d = checkpoints.shape[-1] // 2
-    largest = jnp.max(squarings, initial=0).astype(jnp.int32)
-    # squarings base*4 .. k-1 are redone unmasked: where squaring k applies so did they; elsewhere it is masked below
-    unmasked = jnp.asarray(True)
-
-    def step(j, carry):
-        cM, cI = carry
-        k = largest - 1 - j
-        base = k // CHECKPOINT_EVERY
-        MI = jax.lax.dynamic_index_in_dim(checkpoints, base, 0, keepdims=False)
-        M, integral = _square_up_loop(lambda i, c: _double(*c, unmasked), (MI[..., :d], MI[..., d:]),
-                                      k % CHECKPOINT_EVERY)
-        active = (k < squarings)[..., None, None]
-        stacked = jnp.concatenate([cM, cI], axis=-1)  # [cM', cI']
-        left = jnp.matmul(stacked, jnp.concatenate([M, integral], axis=-1).mT, precision=_HIGHEST)  # cM' M^T + cI' I^T
-        right = jnp.matmul(M.mT, stacked, precision=_HIGHEST)  # M^T [cM', cI']
-        return jnp.where(active, left + right[..., :d], cM), jnp.where(active, right[..., d:] + cI, cI)
-
-    cM, cI = _square_up_loop(step, tuple(cotangents), largest)
-    return cM, cI, jnp.zeros_like(squarings)
-
-
-_square_up.defvjp(_square_up_forward, _square_up_adjoint)
-
-
-def _expm_and_integral(A: Array, delta: Array) -> tuple[Array, Array]:
-    """(exp(delta A), int_0^delta exp(sA) ds) for A (d, d) and steps delta (...): two (..., d, d).
-
-    Both are blocks of expm(delta [[A, I], [0, 0]]), computed here without forming that 2d x 2d matrix. For a step
-    h = delta / 2^s with ||h A||_1 <= 1, phi1(hA) = sum_k (hA)^k / (k+1)! by its Taylor polynomial (remainder
-    < eps/8, ``_phi1_taylor_degree``) gives both blocks: exp(hA) = I + hA phi1(hA), int_0^h exp(sA) ds = h phi1(hA)
-    (exact for singular and defective A). Each squaring doubles the step, by the semigroup property:
-        exp(2hA) = exp(hA)^2,      int_0^2h exp(sA) ds = (exp(hA) + I) int_0^h exp(sA) ds.
-    Each step has its own s = ceil(log2 ||delta A||_1) (no step is over-scaled, which would cost accuracy); all
-    steps square together, masked per step (``_square_up``): batched products, no per-matrix branch, so it
-    vectorises (jax.scipy.linalg.expm under vmap instead evaluates all five of its Pade branches and 16 squarings
-    of the 2d x 2d matrix).
-    """
-    d = A.shape[0]
-    delta = jnp.asarray(delta, A.dtype)
-    norm = jnp.abs(jax.lax.stop_gradient(delta)) * jnp.linalg.norm(jax.lax.stop_gradient(A), 1)
-    needed = jnp.ceil(jnp.log2(jnp.where(norm > 1, norm, 1.0)))  # 0 when ||delta A||_1 <= 1
-    squarings = jnp.minimum(needed, MAX_SQUARINGS)
-    h = delta * jnp.exp2(-squarings)  # exact: a power of two
-    hA = h[..., None, None] * A
-    phi = _phi1_taylor(hA, _phi1_taylor_degree(A.dtype))
-    M = jnp.eye(d, dtype=A.dtype) + jnp.matmul(hA, phi, precision=_HIGHEST)
-    integral = h[..., None, None] * phi
-
-    M, integral = _square_up(M, integral, squarings)
-    out_of_reach = (needed > MAX_SQUARINGS)[..., None, None]
-    return jnp.where(out_of_reach, jnp.nan, M), jnp.where(out_of_reach, jnp.nan, integral)
-
-
-def _expm_and_integral_augmented(A: Array, delta: Array) -> tuple[Array, Array]:
-    """``_expm_and_integral`` the previous way, kept as the reference of tests and benchmarks/bench_s6.py:
-    jax.scipy.linalg.expm(delta [[A, I], [0, 0]]) = [[exp(delta A), integral], [0, I]] per step."""
+def expm_and_integral_reference(A: Array, delta: Array) -> tuple[Array, Array]:
+    """(exp(delta A), int_0^delta exp(sA) ds) plainly, the reference the engine (``zoh.expm_and_integral``) is tested
+    against: jax.scipy.linalg.expm(delta [[A, I], [0, 0]]) = [[exp(delta A), integral], [0, I]] per step."""
     d = A.shape[0]
     augmented = jnp.zeros((2 * d, 2 * d), A.dtype).at[:d, :d].set(A).at[:d, d:].set(jnp.eye(d, dtype=A.dtype))
     E = jax.scipy.linalg.expm(jnp.asarray(delta, A.dtype)[..., None, None] * augmented)
@@ -210,7 +63,7 @@ def zoh_integral(A: Array, delta: Array) -> Array:
     A = jnp.asarray(A)
     _check_square(A)
     _check_scalar_delta(delta)
-    return _expm_and_integral(A, delta)[1]
+    return expm_and_integral(A, delta)[1]
 
 
 def discretize(A: Array, delta: Array, B: Array) -> tuple[Array, Array]:
@@ -223,7 +76,7 @@ def discretize(A: Array, delta: Array, B: Array) -> tuple[Array, Array]:
     _check_scalar_delta(delta)
     if B.ndim != 2 or B.shape[0] != A.shape[0]:
         raise ValueError(f"B must be (d, k) with d = {A.shape[0]} rows (A is {A.shape}), got shape {B.shape}")
-    M, integral = _expm_and_integral(A, delta)
+    M, integral = expm_and_integral(A, delta)
     return M, integral @ B
 
 
@@ -373,13 +226,13 @@ class S6(eqx.Module):
 
         B_u = self.B[0] + jnp.tensordot(u, self.B[1:], axes=1)  # (L, d_h, d_in)
         delta = jax.nn.softplus(u @ self.a_delta + self.b_delta)  # (L,)
-        M, integral = self._expm_and_integral(delta)  # (L, d_h, d_h) each
+        M, integral = self.expm_and_integral(delta)  # (L, d_h, d_h) each
         return M, jnp.einsum("lij,lj->li", integral, jnp.einsum("lhi,li->lh", B_u, u))
 
-    def _expm_and_integral(self, delta: Array) -> tuple[Array, Array]:
+    def expm_and_integral(self, delta: Array) -> tuple[Array, Array]:
         """exp(delta A) and int_0^delta exp(sA) ds for the steps delta (L,); benchmarks/bench_s6.py overrides it to
         time the layer with the previous algorithm."""
-        return _expm_and_integral(self.A, delta)
+        return expm_and_integral(self.A, delta)
 
     def __call__(self, u: Array, reset: Array | None = None, method: str = "sequential") -> Array:
         """o (L, d_out) for u (L, d_in); reset (L,) bool restarts the state from h_init at those tokens."""
