@@ -17,6 +17,7 @@ import numpy as np
 
 from memlab import plots
 from memlab.checks import check_choice, check_choices, check_int, check_real
+from memlab.files import markdown_table
 from memlab.pissm.data import Dataset
 from memlab.pissm.runs import CHOICES, LAYOUTS, PISSM_GAINS, evaluate, fit, load_dataset, mean_scores
 from memlab.pissm.train import TrainConfig
@@ -173,6 +174,9 @@ def _figures(cfg: StabilityConfig, cells: dict[str, dict], run: Run) -> None:
         twin.axhline(1.0, color="k", ls=":", lw=1)
         twin.set_ylabel("||U||_inf / l1 radius", color="C3")
         ax.set_title(f"{model}, {label} = {value:g}{FAILED[cell['failed']]}")
+        if cell.get("failed_epoch", -1) >= 0:  # training stopped there: say so where the loss curve ends
+            ax.text(0.02, 0.86, f"stopped after epoch {cell['failed_epoch'] + 1}: a non-finite value",
+                    transform=ax.transAxes, va="top", fontsize=7)
     run.save_figure(fig, "fig8_stability.png")
 
 
@@ -194,13 +198,22 @@ def _claims(cfg: StabilityConfig, stats: dict, run: Run) -> None:
         lo = by[(m, "iss", min(cfg.iss_eps))]["objective_mean"]
         hi = by[(m, "iss", max(cfg.iss_eps))]["objective_mean"]
         run.claim(f"{m}-smaller-eps-better", f"{m}: a smaller ISS buffer gives a higher objective",
-                  "5.40 (eps 0.1) > 4.89 (eps 0.25) for GRU", f"{lo:.3f} vs {hi:.3f}",
+                  "5.40 (eps 0.1) > 4.89 (eps 0.25) for GRU", f"{_objective(lo)} vs {_objective(hi)}",
                   bool(np.isfinite(lo) and np.isfinite(hi) and lo > hi))
+
+
+def _objective(value: float) -> str:
+    """An objective for the reader: NaN means that no run of the setting trained, and says so."""
+    return f"{value:.3f}" if np.isfinite(value) else "no run trained"
 
 
 def _summary(cfg: StabilityConfig, stats: dict, run: Run) -> None:
     rows = [["" if v is None else v for v in row] for row in stats["rows"]]
-    table = run.save_table("stability.csv", HEADER, rows, FORMATS)
+    run.save_csv("stability.csv", HEADER, rows)  # exact values, NaN where no run trained
+    mean, std = HEADER.index("objective_mean"), HEADER.index("objective_std")
+    shown = [[*row[:mean], *((row[mean], row[std]) if np.isfinite(row[mean]) else ("no run trained", "—")),
+              *row[std + 1:]] for row in rows]
+    table = markdown_table(HEADER, shown, FORMATS)
     run.write_summary(SUMMARY.format(**dataclasses.asdict(cfg), table=table, choices=CHOICES,
                                      gains=_gain_forms(cfg, stats)))
 
