@@ -22,15 +22,19 @@ class SleepyConfig:
     num_cells: int = 8
 
 
-def sleepy_cell(key, seconds: float) -> dict:
-    time.sleep(seconds)
+SLEEP = {"seconds": 0.0}  # not an argument: a resumed run sleeps less, and its cells stay the same cells
+
+
+def sleepy_cell(key) -> dict:
+    time.sleep(SLEEP["seconds"])
     x = jax.random.normal(key, (200, 30))
     return {"trace": jnp.trace(x @ x.T)}
 
 
 def main(executor: str, out_dir: str, num_cells: int, seconds: float, address: str | None = None) -> None:
     def run(cfg, run):
-        cells = run.sweep({f"cell-{i}": partial(sleepy_cell, run.key_for("cell", i), seconds)
+        SLEEP["seconds"] = seconds
+        cells = run.sweep({f"cell-{i}": partial(sleepy_cell, run.key_for("cell", i))
                            for i in range(cfg.num_cells)}, "sleepy cells")
         run.write_summary("# sleepy\n")
         return {"traces": [c["trace"] for c in cells.values()]}

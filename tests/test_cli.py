@@ -83,7 +83,7 @@ def test_interrupt_then_resume(state, fake_lab, tmp_path, capsys):
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 130
     err = capsys.readouterr().err
     assert err == f"memlab: interrupted; finished cells are kept in {out}; rerun the same command to resume\n"
-    assert len(list((out / "cells").iterdir())) == 3
+    assert len(list((out / "cells").glob("*.json"))) == 3
 
     state["interrupt_after"] = None
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0

@@ -70,7 +70,7 @@ def test_a_failing_cell_is_reported_with_the_workers_traceback(exp, fake_lab, ex
         run_experiment(exp, "tiny", out_dir=out, progress=False, executor=executor)
     assert "fake_cell" in failure.value.failures["cell-2"] and "told to fail" in failure.value.failures["cell-2"]
     assert "memlab: cell 'cell-2' failed:" in capsys.readouterr().err
-    assert sorted(p.name for p in (out / "cells").iterdir()) == ["cell-0.json", "cell-1.json", "cell-3.json"]
+    assert sorted(p.name for p in (out / "cells").glob("*.json")) == ["cell-0.json", "cell-1.json", "cell-3.json"]
     fake_lab.STATE["fail_cell"] = None
     run_experiment(exp, "tiny", out_dir=out, progress=False, executor=executor)
     assert _numbers(out) == _numbers(run_experiment(exp, "tiny", out_dir=tmp_path / "local", progress=False))
@@ -92,7 +92,7 @@ def test_a_lost_worker_process_loses_only_unfinished_cells(fake_lab, tmp_path):
         with pytest.raises(CellsFailed) as failure:
             run.sweep(cells, "crashing")
         assert "worker process was lost" in failure.value.failures["crash"]
-        kept = {p.stem for p in (tmp_path / "cells").iterdir()}
+        kept = {p.stem for p in (tmp_path / "cells").glob("*.json")}
         assert kept | set(failure.value.failures) == set(cells) and not kept & set(failure.value.failures)
         cells["crash"] = partial(dict, i=3)  # the pool starts again for the next sweep
         again = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False, executor=executor)

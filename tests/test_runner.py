@@ -48,7 +48,7 @@ def test_run_writes_every_file(exp, fake_lab, tmp_path):
     assert out == tmp_path / "o"
     for name in ["config.json", "results.json", "summary.md", "means.png", "figs/hist.png", "means.csv"]:
         assert (out / name).is_file(), name
-    assert sorted(p.name for p in (out / "cells").iterdir()) == [f"cell-{i}.json" for i in range(4)]
+    assert sorted(p.name for p in (out / "cells").glob("*.json")) == [f"cell-{i}.json" for i in range(4)]
     assert (out / "means.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     doc = _strict_load(out / "results.json")
@@ -91,7 +91,7 @@ def test_interrupt_then_resume_matches_uninterrupted_run(exp, fake_lab, tmp_path
     fake_lab.STATE["interrupt_after"] = 2
     with pytest.raises(KeyboardInterrupt):
         run_experiment(exp, "tiny", out_dir=out, progress=False)
-    assert sorted(p.name for p in (out / "cells").iterdir()) == ["cell-0.json", "cell-1.json"]
+    assert sorted(p.name for p in (out / "cells").glob("*.json")) == ["cell-0.json", "cell-1.json"]
     assert not (out / "results.json").exists()
     assert not list(out.rglob("*.tmp"))
 
@@ -116,7 +116,7 @@ def test_ctrl_c_swallowed_by_a_callback_still_stops_the_run(exp, fake_lab, tmp_p
     finally:
         signal.signal(signal.SIGINT, previous)
     assert fake_lab.STATE["computed"] == 2, "stopped right after the cell that got the signal"
-    assert sorted(p.name for p in (out / "cells").iterdir()) == ["cell-0.json", "cell-1.json"]
+    assert sorted(p.name for p in (out / "cells").glob("*.json")) == ["cell-0.json", "cell-1.json"]
     assert not (out / "results.json").exists()
     err = capfd.readouterr().err
     assert "Exception ignored" not in err and "Traceback" not in err
@@ -244,7 +244,7 @@ def test_a_failing_cell_is_reported_and_the_others_are_kept(exp, fake_lab, tmp_p
     assert "RuntimeError: cell 1 was told to fail" in failure.value.failures["cell-1"]
     err = capsys.readouterr().err
     assert "memlab: cell 'cell-1' failed:" in err and "Traceback" in err and "told to fail" in err
-    assert sorted(p.name for p in (out / "cells").iterdir()) == ["cell-0.json", "cell-2.json", "cell-3.json"]
+    assert sorted(p.name for p in (out / "cells").glob("*.json")) == ["cell-0.json", "cell-2.json", "cell-3.json"]
     assert not (out / "results.json").exists()
     fake_lab.STATE["fail_cell"] = None
     run_experiment(exp, "tiny", out_dir=out, progress=False)

@@ -85,15 +85,48 @@ def test_identical_cells_are_computed_once_across_experiments_and_profiles(fake_
     assert set(quick["cells"]["store"]) == {f"cell-{i}" for i in range(6)}
 
 
-def test_a_run_folder_from_before_the_store_joins_it(fake_lab, tmp_path):
-    exp = fake_lab.experiments["fake.means"]
+def test_a_run_folder_copy_resumes_only_the_digest_it_was_made_for(fake_lab, tmp_path, capsys):
+    exp, other = fake_lab.experiments["fake.means"], fake_lab.experiments["fake.other"]
+    # from before the store: it resumes its own run, but nothing vouches for it, so it is not filed for others
     run_experiment(exp, "tiny", out_dir=tmp_path / "old", progress=False, store=False)
-    assert not (tmp_path / "cells").exists()
-    run_experiment(exp, "tiny", out_dir=tmp_path / "old", progress=False)  # resumed, and now in the store
-    run_experiment(fake_lab.experiments["fake.other"], "tiny", out_dir=tmp_path / "new", progress=False)
-    assert fake_lab.STATE["computed"] == 4
-    doc = json.loads((tmp_path / "new" / "results.json").read_text())
-    assert doc["cells"]["reused"] == 4 and doc["cells"]["reused_from"]["cell-0"] == "fake.means/tiny/cell-0"
+    run_experiment(exp, "tiny", out_dir=tmp_path / "old", progress=False)
+    assert fake_lab.STATE["computed"] == 4 and not list((tmp_path / "cells").rglob("*.json"))
+    # made under the store: a copy whose digest no longer matches (here: another version of the cell's code) is
+    # stale, recomputed, and the new result filed
+    run_experiment(exp, "tiny", out_dir=tmp_path / "new", progress=False)
+    assert fake_lab.STATE["computed"] == 8
+    fake_cell = fake_lab.make_experiment.__globals__["fake_cell"]  # conftest's cell function
+    fake_cell.cell_name, fake_cell.cell_version = "fake.cell", 1
+    try:
+        for entry in (tmp_path / "cells").rglob("*.json"):  # the store lost, the run folder kept
+            entry.unlink()
+        run_experiment(exp, "tiny", out_dir=tmp_path / "new", progress=False)
+        assert fake_lab.STATE["computed"] == 12 and "was computed for other code" in capsys.readouterr().err
+        run_experiment(other, "tiny", out_dir=tmp_path / "other", progress=False)
+        assert fake_lab.STATE["computed"] == 12  # from the store, filed under the new digest
+    finally:
+        del fake_cell.cell_name, fake_cell.cell_version
+
+
+def test_a_damaged_store_record_is_one_error_line(fake_lab, tmp_path, capsys):
+    out = tmp_path / "o"
+    assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(out), "--no-progress"]) == 0
+    next((tmp_path / "cells").rglob("*.json")).write_text("{not json")
+    (out / "cells" / "cell-0.json").unlink()
+    for p in (out / "cells").glob("*.json"):
+        p.unlink()
+    capsys.readouterr()
+    assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memlab: error: cell store file") and "delete it" in err and err.count("\n") == 1
+
+
+def test_a_checkpoint_in_use_by_another_process_is_not_shared(tmp_path):
+    from memlab.rl.checkpoint import _owned
+
+    path = tmp_path / "cells" / "checkpoints" / "abc" / "checkpoint"
+    with _owned(path) as first, _owned(path) as second:  # a second lock on the same file is refused, as in another
+        assert first == path and second != path and second.parent == path.parent
 
 
 def test_the_time_limit_starts_no_cell_that_would_not_finish(fake_lab, tmp_path, capsys):
@@ -103,7 +136,7 @@ def test_the_time_limit_starts_no_cell_that_would_not_finish(fake_lab, tmp_path,
     # cell-0 starts at once, cell-1 at 0.5 s (0.5 s of work, 0.75 s left), cell-2 at 1.0 s would end at 1.5 s
     with pytest.raises(TimeLimitReached, match="2 of 4 cells finished; the same command resumes"):
         run_experiment(exp, "tiny", out_dir=out, progress=False, time_limit=1.25)
-    assert sorted(p.name for p in (out / "cells").iterdir()) == ["cell-0.json", "cell-1.json"]
+    assert sorted(p.name for p in (out / "cells").glob("*.json")) == ["cell-0.json", "cell-1.json"]
     assert fake_lab.STATE["computed"] == 2 and not (out / "results.json").exists()
     # the command line: exit 0, one line saying what finished
     assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(out), "--no-progress",

@@ -33,6 +33,7 @@ from memlab.runner import (
     default_out_dir,
     run_experiment,
 )
+from memlab.store import StoreError
 
 _LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")  # [text](target "title")
 _ABSOLUTE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|/|#)")  # URL scheme, absolute path or anchor
@@ -104,7 +105,7 @@ def cmd_run(args) -> int:
         with executor:
             run_experiment(exp, profile=args.profile, seed=args.seed, out_dir=out, progress=not args.no_progress,
                            data_dir=args.data_dir, executor=executor, store=args.store, time_limit=args.time_limit)
-    except SetupError as e:  # errors inside the experiment itself keep their traceback
+    except (SetupError, StoreError) as e:  # errors inside the experiment itself keep their traceback
         return _error(str(e))
     except TimeLimitReached as e:
         print(f"memlab: {e}", file=sys.stderr)

@@ -228,22 +228,36 @@ class ProcessExecutor(Executor):
         return self._pool
 
     def run(self, cells, settings):
+        """Cells go to the workers one at a time as workers come free (``workers`` in flight), so each is pickled
+        when it starts, with what the driver knows then (``Scheduled``: the times of the cells finished so far)."""
         pool = self._ensure_pool()
-        submitted = {}
-        for name, blob, why in _pickled(cells):
-            if why:
-                yield Outcome(name, error=why)
-            else:
-                submitted[pool.submit(_compute_pickled, blob, settings)] = name
+        waiting, running, done = _pickled(cells), {}, []
         healthy = False
         try:
-            for future in futures.as_completed(submitted):
-                try:
-                    text, error = future.result()
-                except futures.process.BrokenProcessPool as e:  # a worker died (killed, out of memory)
-                    text, error = None, f"the worker process was lost ({e})"
-                yield Outcome(submitted[future], text, error)
-            healthy = all(f.exception() is None for f in submitted)
+            while True:
+                while len(running) < self.workers:
+                    name, blob, why = next(waiting, (None, None, None))
+                    if name is None:
+                        break
+                    if why:
+                        yield Outcome(name, error=why)
+                        continue
+                    try:
+                        running[pool.submit(_compute_pickled, blob, settings)] = name
+                    except futures.process.BrokenProcessPool as e:  # a worker died before: the pool is gone
+                        yield Outcome(name, error=f"the worker process was lost ({e})")
+                if not running:
+                    break
+                finished, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+                for future in finished:
+                    name = running.pop(future)
+                    done.append(future)
+                    try:
+                        text, error = future.result()
+                    except futures.process.BrokenProcessPool as e:  # a worker died (killed, out of memory)
+                        text, error = None, f"the worker process was lost ({e})"
+                    yield Outcome(name, text, error)
+            healthy = all(f.exception() is None for f in done)
         finally:
             if not healthy:  # interrupted, or a pool that lost a worker: stop it (a new one starts on demand)
                 self._terminate()

@@ -8,7 +8,7 @@ An :class:`Experiment` names a frozen config dataclass per profile and a ``run(c
         results.json       {"experiment", "profile", "paper_ref", "config", "results", "claims",
                             "elapsed_s", "executor", "cell_store", "cells"}
         summary.md, *.png, *.csv   whatever the experiment writes
-        cells/<name>.json  finished sweep cells
+        cells/<name>.json  finished sweep cells, and <name>.digest: the store digest each was computed for
     out/cells/             the cell store (``memlab.store``): finished cells of every experiment and profile,
                            keyed by function, arguments and key, so a cell computed for one figure serves another
 
@@ -50,7 +50,7 @@ from memlab.files import (
 )
 from memlab.interrupt import StickyInterrupt
 from memlab.keys import key_for
-from memlab.store import CellStore, cell_digest, takes_checkpoint, with_checkpoint
+from memlab.store import CellStore, StoreError, cell_digest, takes_checkpoint, with_checkpoint
 
 __all__ = [
     "CellsFailed",
@@ -253,28 +253,44 @@ class Run:
         return f"{self.experiment}/{self.profile}/{name}"
 
     def _find(self, name: str, compute: Callable, digest: str | None) -> CellRecord | None:
-        """A finished cell from the run folder, else from the store (then copied into the run folder); noted as
-        resumed (computed by this run) or reused (first computed for another experiment or profile)."""
+        """A finished cell: from the store under its digest (then copied into the run folder), else from the run
+        folder's copy if that copy was made for the same digest (its ``<name>.digest`` beside it) or the cell has
+        no digest; noted as resumed (computed by this run) or reused (first computed for another experiment or
+        profile). A run-folder copy made for another digest (the cell's code version, arguments or jax changed) is
+        stale and ignored; one from before the store (no digest beside it) resumes this run but is not filed."""
         path = self._cell_path(name)
-        if path.exists():
-            record = self._read_cell(path)
-            if digest is not None:  # folders of older memlab join the store
-                if self.store.get(compute, digest) is None:
-                    self.store.put(compute, digest, path.read_text(encoding="utf-8"), self._origin(name))
-                self.cell_store[name] = digest
-            self.cells_skipped += 1
-            return record
         entry = self.store.get(compute, digest) if digest is not None else None
-        if entry is None:
+        if entry is not None:
+            self.cell_store[name] = digest
+            if entry["origin"] == self._origin(name):
+                self.cells_skipped += 1
+            else:
+                self.cells_reused[name] = entry["origin"]
+            text = json.dumps(entry["record"])
+            if not (path.exists() and self._made_for(name) == digest):  # a copy for this digest stays untouched
+                atomic_write_text(path, text)
+                atomic_write_text(self._digest_path(name), digest + "\n")
+            return read_cell(text)
+        if not path.exists():
             return None
-        self.cell_store[name] = digest
-        if entry["origin"] == self._origin(name):
-            self.cells_skipped += 1
-        else:
-            self.cells_reused[name] = entry["origin"]
-        text = json.dumps(entry["record"])
-        atomic_write_text(path, text)
-        return read_cell(text)
+        made_for = self._made_for(name)
+        if digest is not None and made_for is not None:
+            if made_for != digest:
+                print(f"memlab: cell {name!r}: {path} was computed for other code, arguments or jax; recomputing",
+                      file=sys.stderr)
+                return None
+            self.store.put(compute, digest, path.read_text(encoding="utf-8"), self._origin(name))  # store was lost
+            self.cell_store[name] = digest
+        self.cells_skipped += 1
+        return self._read_cell(path)
+
+    def _digest_path(self, name: str) -> Path:
+        return self.out_dir / "cells" / f"{name}.digest"
+
+    def _made_for(self, name: str) -> str | None:
+        """The digest the run folder's copy of a cell was computed for (None: no record of it)."""
+        path = self._digest_path(name)
+        return path.read_text(encoding="utf-8").strip() if path.exists() else None
 
     def _located(self, name: str, compute: Callable, digest: str | None) -> Callable:
         """The cell with its CHECKPOINT argument made a path: in the store (shared) or in the run folder."""
@@ -285,6 +301,7 @@ class Run:
         """The run folder's copy first: it is what resumes this run; then the store's, which others reuse."""
         atomic_write_text(self._cell_path(name), text)
         if digest is not None:
+            atomic_write_text(self._digest_path(name), digest + "\n")
             self.store.put(compute, digest, text, self._origin(name))
             self.cell_store[name] = digest
 
@@ -319,7 +336,7 @@ class Run:
         try:
             return read_cell(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
-            raise ValueError(f"cell file {path} is not valid JSON ({e}); delete it to read the cell from the cell "
+            raise StoreError(f"cell file {path} is not valid JSON ({e}); delete it to read the cell from the cell "
                              "store or recompute it") from e
 
     @contextlib.contextmanager

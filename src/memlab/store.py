@@ -24,6 +24,11 @@ in its place, and the path is not part of the digest, so a cell started for one 
 
 A cell that cannot be described (a lambda, a closure, an argument of an unknown type) is not stored here; the
 runner keeps it in its run folder only, as before.
+
+Not in the digest: the jax/jaxlib/numpy patch versions (recorded in each record's ``software``; a sweep that mixes
+them says so), float64 (an experiment's own setting around its sweep), and the CPU device count of the cell's
+process (results.json's ``cpu_devices``), which moves the float rounding of passes split over devices (recall's
+validation, the vmapped exact filters).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import hashlib
 import inspect
 import json
 import math
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -44,7 +50,8 @@ import numpy as np
 
 from memlab.files import atomic_write_text
 
-__all__ = ["CHECKPOINT", "CellStore", "NotDescribable", "cell", "cell_digest", "describe", "with_checkpoint"]
+__all__ = ["CHECKPOINT", "CellStore", "NotDescribable", "StoreError", "cell", "cell_digest", "describe",
+           "with_checkpoint"]
 
 
 class _Checkpoint:
@@ -58,6 +65,10 @@ class _Checkpoint:
 
 
 CHECKPOINT = _Checkpoint()
+
+
+class StoreError(ValueError):
+    """The cell store cannot be read or written (a damaged record, a folder that is not writable)."""
 
 
 class NotDescribable(TypeError):
@@ -205,17 +216,16 @@ class CellStore:
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
-            raise ValueError(f"cell store file {path} is not valid JSON ({e}); delete it to recompute the cell") from e
+            raise StoreError(f"cell store file {path} is not valid JSON ({e}); delete it to recompute the cell") from e
 
     def put(self, cell: Callable, digest: str, record: str, origin: str) -> Path:
         """Store the record ``record`` (``files.cell_text``) first computed as ``origin`` ('experiment/profile/cell');
         removes the cell's checkpoint folder, which a finished cell no longer needs."""
         entry = json.dumps({"digest": digest, "origin": origin, "function": _function_name(cell.func),
                             "record": json.loads(record)})
-        path = atomic_write_text(self.path(cell, digest), entry + "\n")
-        folder = self.checkpoint_dir(digest)
-        if folder.is_dir():
-            for file in folder.iterdir():
-                file.unlink()
-            folder.rmdir()
+        try:
+            path = atomic_write_text(self.path(cell, digest), entry + "\n")
+        except OSError as e:
+            raise StoreError(f"cannot write to the cell store {self.root}: {e.strerror or e}") from e
+        shutil.rmtree(self.checkpoint_dir(digest), ignore_errors=True)  # best effort: the result is safe
         return path

@@ -13,9 +13,12 @@ uninterrupted ones with the same ``chunk_updates`` (same compiled programs, same
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import io
 import json
+import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -64,7 +67,25 @@ def load_checkpoint(path: str | Path, like: TrainState, identity: str) -> tuple[
     if str(metrics.pop(_IDENTITY)) != identity:
         raise ValueError(f"checkpoint {path} belongs to another run (config or key differ); move it away to restart")
     done = int(np.ravel(state.update)[0])
+    if any(value.shape[-1] < done for value in metrics.values()):
+        raise ValueError(f"checkpoint {path}: its metrics cover fewer updates than its state ({done}); move it away "
+                         "to restart")
     return state, {name: value[..., :done] for name, value in metrics.items()}
+
+
+@contextlib.contextmanager
+def _owned(path: Path):
+    """``path`` while this process holds its lock file; if another process is training the same checkpoint (two
+    experiments of ``memlab reproduce`` asking for one cell), a private path beside it, so neither overwrites the
+    other's files."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield path.with_name(f"{path.name}.{os.getpid()}")
+            return
+        yield path
 
 
 def _identity(config: PPOConfig, key: Array) -> str:
@@ -90,7 +111,11 @@ def train_with_checkpoints(config: PPOConfig, env, env_params, make_memory: Call
     batched = raw_key.ndim == 2
     init = jax.vmap(ppo.init) if batched else ppo.init
     identity = _identity(config, key)
-    path = Path(path)
+    with _owned(Path(path)) as path:
+        return _train_chunks(ppo, config, raw_key, batched, init, identity, path, chunk_updates, progress)
+
+
+def _train_chunks(ppo, config, raw_key, batched, init, identity, path, chunk_updates, progress):
     if path.exists():
         state, metrics = load_checkpoint(path, jax.eval_shape(init, raw_key), identity)
     else:
