@@ -16,7 +16,7 @@ from mkdocs.structure.files import File, Files
 
 from memlab.catalog import EXPERIMENTS
 from memlab.cli import rebase_markdown
-from memlab.files import markdown_cell
+from memlab.files import markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "paper-results"
@@ -34,11 +34,8 @@ def _runs() -> dict[str, list[tuple[Path, dict]]]:
 
 
 def _claims(doc: dict) -> str:
-    rows = [f"| {markdown_cell(c['claim'])} | {markdown_cell(c['paper'])} | {markdown_cell(c['ours'])} | "
-            f"{'✓' if c['holds'] else '✗'} |" for c in doc.get("claims", [])]
-    if not rows:
-        return ""
-    return "| claim | paper | ours | holds |\n| --- | --- | --- | --- |\n" + "\n".join(rows) + "\n"
+    rows = [(c["claim"], c["paper"], c["ours"], "✓" if c["holds"] else "✗") for c in doc.get("claims", [])]
+    return markdown_table(["claim", "paper", "ours", "holds"], rows) if rows else ""
 
 
 def _page(name: str, runs: list[tuple[Path, dict]], files: Files, config) -> str:
@@ -122,6 +119,6 @@ def benchmark_page() -> str:
         versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items())
         parts += [f"## {doc.get('benchmark', path.stem)}", "",
                   f"Measured {_benchmark_date(path, doc)} on {m.get('cpus', '?')} CPUs ({m.get('platform', '?')}); "
-                  f"{versions}.", "", "| workload | sizes | implementation | reference | speed-up | max output diff |",
-                  "|" + " --- |" * 6, *("| " + " | ".join(markdown_cell(c) for c in r) + " |" for r in rows), ""]
+                  f"{versions}.", "", markdown_table(["workload", "sizes", "implementation", "reference", "speed-up",
+                                                      "max output diff"], rows)]
     return "\n".join(parts) + "\n"

@@ -198,12 +198,12 @@ class Run:
         the config and a named key, since it may run in another process or on another machine. Build it as
         ``functools.partial(f, *args)`` of a module-level ``f`` and it also goes to the cell store
         (``memlab.store``), where any experiment asking for the same function and arguments finds it. A
-        finished cell is read from the run folder's ``cells/<name>.json``, else from the store. Unfinished cells
-        go to the run's executor and each is written (atomically) as it arrives. Results are JSON round-tripped
-        (arrays come back as lists), so fresh and resumed runs see the same values. Ctrl-C stops the sweep and
-        keeps the finished cells; cells that raise are reported with their traceback while the others finish,
-        then :class:`CellsFailed` is raised; at the run's time limit :class:`TimeLimitReached` is raised once
-        the running cells have finished or stopped.
+        finished cell is read from the store, else from the run folder's ``cells/<name>.json`` (``_find``).
+        Unfinished cells go to the run's executor and each is written (atomically) as it arrives. Results are
+        JSON round-tripped (arrays come back as lists), so fresh and resumed runs see the same values. Ctrl-C
+        stops the sweep and keeps the finished cells; cells that raise are reported with their traceback while the
+        others finish, then :class:`CellsFailed` is raised; at the run's time limit :class:`TimeLimitReached` is
+        raised once the running cells have finished or stopped.
         """
         if not isinstance(cells, Mapping):
             raise ValueError(f"sweep '{label}': cells must map names to functions, got {type(cells).__name__}")
@@ -268,8 +268,7 @@ class Run:
                 self.cells_reused[name] = entry["origin"]
             text = json.dumps(entry["record"])
             if not (path.exists() and self._made_for(name) == digest):  # a copy for this digest stays untouched
-                atomic_write_text(path, text)
-                atomic_write_text(self._digest_path(name), digest + "\n")
+                self._write_copy(name, text, digest)
             return read_cell(text)
         if not path.exists():
             return None
@@ -283,6 +282,12 @@ class Run:
             self.cell_store[name] = digest
         self.cells_skipped += 1
         return self._read_cell(path)
+
+    def _write_copy(self, name: str, text: str, digest: str | None) -> None:
+        """The run folder's copy of a cell record and, for a stored cell, the digest it was computed for."""
+        atomic_write_text(self._cell_path(name), text)
+        if digest is not None:
+            atomic_write_text(self._digest_path(name), digest + "\n")
 
     def _digest_path(self, name: str) -> Path:
         return self.out_dir / "cells" / f"{name}.digest"
@@ -299,9 +304,8 @@ class Run:
 
     def _save(self, name: str, compute: Callable, digest: str | None, text: str) -> None:
         """The run folder's copy first: it is what resumes this run; then the store's, which others reuse."""
-        atomic_write_text(self._cell_path(name), text)
+        self._write_copy(name, text, digest)
         if digest is not None:
-            atomic_write_text(self._digest_path(name), digest + "\n")
             self.store.put(compute, digest, text, self._origin(name))
             self.cell_store[name] = digest
 
