@@ -253,14 +253,14 @@ def _stop_after_first_chunk(done, total, metrics):
 
 def test_resume_is_bit_identical(tmp_path, two_seeds):
     """Stopped after the first chunk, then resumed by a fresh train_with_checkpoints: the same bits as the
-    uninterrupted run."""
+    uninterrupted run. The path has no suffix, as the cell store's checkpoints do."""
     keys, whole_state, whole_metrics = two_seeds
     with pytest.raises(Interrupt):
-        _resume_run(tmp_path / "cut.eqx", keys, chunk_updates=2, progress=_stop_after_first_chunk)
-    with np.load(metrics_path(tmp_path / "cut.eqx")) as saved:
+        _resume_run(tmp_path / "checkpoint", keys, chunk_updates=2, progress=_stop_after_first_chunk)
+    with np.load(metrics_path(tmp_path / "checkpoint")) as saved:
         assert saved["loss"].shape == (2, 2)  # the first chunk's checkpoint
     calls = []
-    state, metrics = _resume_run(tmp_path / "cut.eqx", keys, chunk_updates=2,
+    state, metrics = _resume_run(tmp_path / "checkpoint", keys, chunk_updates=2,
                                  progress=lambda done, total, m: calls.append((done, total)))
     assert calls == [(4, 5), (5, 5)]
     for a, b in zip(jax.tree.leaves(whole_state), jax.tree.leaves(state), strict=True):

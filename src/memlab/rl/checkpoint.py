@@ -59,7 +59,8 @@ def save_checkpoint(path: str | Path, state: TrainState, metrics: dict[str, np.n
 def load_checkpoint(path: str | Path, like: TrainState, identity: str) -> tuple[TrainState, dict[str, np.ndarray]]:
     """The state and metrics saved at ``path``; ``like`` gives the state's structure (e.g. ``jax.eval_shape`` of
     ``init``). ValueError if the checkpoint belongs to another run (``identity``) or its metrics are missing."""
-    state = eqx.tree_deserialise_leaves(path, like)
+    with open(path, "rb") as f:  # a file object: given a path without a suffix, equinox would read path + ".eqx"
+        state = eqx.tree_deserialise_leaves(f, like)
     if not metrics_path(path).exists():
         raise ValueError(f"checkpoint {path} has no metrics file {metrics_path(path)}")
     with np.load(metrics_path(path), allow_pickle=False) as saved:
