@@ -318,3 +318,22 @@ def test_cells_record_their_software_and_a_resume_from_other_versions_is_flagged
     err = capsys.readouterr().err
     assert "1 of 2 cells were computed with jax 0.10.2, jaxlib 0.10.2" in err and str(tmp_path / "cells") in err
     assert again.cell_software["b"]["jax"] == "0.10.2"
+
+
+@dataclasses.dataclass(frozen=True)
+class _TypedResults:
+    means: list
+    label: str
+
+
+@pytest.mark.parametrize("returned, written", [(_TypedResults([0.5, 1.5], "x"), {"means": [0.5, 1.5], "label": "x"}),
+                                               ([1, 2], None)])
+def test_run_returns_a_dict_or_a_dataclass(fake_lab, tmp_path, returned, written):
+    """An experiment's run() may return its typed results (a dataclass instance): results.json holds its fields."""
+    exp = dataclasses.replace(fake_lab.experiments["fake.means"], run=lambda cfg, run: returned)
+    if written is None:
+        with pytest.raises(TypeError, match="dict or a dataclass instance, got list"):
+            run_experiment(exp, "tiny", out_dir=tmp_path / "o", progress=False)
+        return
+    out = run_experiment(exp, "tiny", out_dir=tmp_path / "o", progress=False)
+    assert json.loads((out / "results.json").read_text())["results"] == written

@@ -523,8 +523,9 @@ def run_experiment(
         start = time.perf_counter()
         results = exp.run(config, run)
         interrupt.check()
-        if not isinstance(results, Mapping):
-            raise TypeError(f"{exp.name}: run() must return a dict of results, got {type(results).__name__}")
+        if not (isinstance(results, Mapping) or dataclasses.is_dataclass(results) and not isinstance(results, type)):
+            raise TypeError(f"{exp.name}: run() must return its results as a dict or a dataclass instance, got "
+                            f"{type(results).__name__}")
         document = {
             "experiment": exp.name,
             "profile": profile,
