@@ -6,14 +6,20 @@
 * ``gated_rnn`` GRU and LSTM cells in GSRNN form with their ISS margins and projections (paper 3, Theorem 2),
                 and the bounded-input layer that makes the margins cover the cell's real inputs
 * ``l1_ball``   Euclidean projection onto the l1 ball (Duchi et al. 2008)
+* ``lru``       the Linear Recurrent Unit (Orvieto et al. 2023)
+* ``attention`` causal softmax and linear attention, multi-head
+* ``deltanet``  gated DeltaNet (Yang et al. 2024), the gated delta rule as one scan
 """
 
+from memlab.layers.attention import CausalLinearAttention, CausalSoftmaxAttention
+from memlab.layers.deltanet import GatedDeltaNet, gated_delta_rule
 from memlab.layers.gated_rnn import BoundedInput, GRUCell, LSTMCell, iss_margin, project_iss, project_model_iss
 from memlab.layers.l1_ball import project_l1_ball, project_rows_l1
+from memlab.layers.lru import LRU
 from memlab.layers.mamba import MambaBlock
 from memlab.layers.s5 import S5Layer, hippo_diagonal
 from memlab.layers.s6 import S6, selective_scan
 
-__all__ = ["BoundedInput", "GRUCell", "LSTMCell", "MambaBlock", "S5Layer", "S6",
-           "hippo_diagonal", "iss_margin", "project_iss", "project_l1_ball", "project_model_iss", "project_rows_l1",
-           "selective_scan"]
+__all__ = ["LRU", "BoundedInput", "CausalLinearAttention", "CausalSoftmaxAttention", "GRUCell", "GatedDeltaNet",
+           "LSTMCell", "MambaBlock", "S5Layer", "S6", "gated_delta_rule", "hippo_diagonal", "iss_margin",
+           "project_iss", "project_l1_ball", "project_model_iss", "project_rows_l1", "selective_scan"]

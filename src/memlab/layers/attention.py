@@ -1,0 +1,91 @@
+"""Causal self-attention over one sequence: softmax attention (Vaswani et al. 2017) and linear attention
+(Katharopoulos et al. 2020), multi-head, x (L, d) -> (L, d).
+
+Softmax: o_t = sum_{s <= t} softmax_s(q_t . k_s / sqrt(d_h)) v_s per head. Its state at step t is the key-value
+cache, 2 d t numbers. Linear: o_t = S_t phi(q_t) / (z_t . phi(q_t)) with S_t = sum_{s <= t} v_s phi(k_s)^T and
+z_t = sum_{s <= t} phi(k_s), phi = elu + 1; a recurrence with a (d_h x d_h) state per head, computed here by a
+cumulative sum (the same numbers as the recurrence, which the tests run step by step).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from memlab.checks import check_int
+
+__all__ = ["CausalLinearAttention", "CausalSoftmaxAttention"]
+
+
+class HeadProjections(eqx.Module):
+    """The query, key and value projections split into heads, and the output projection (shared by the
+    attention layers and ``memlab.layers.deltanet``)."""
+
+    qkv: eqx.nn.Linear
+    out: eqx.nn.Linear
+    heads: int = eqx.field(static=True)
+
+    def __init__(self, width: int, heads: int, key: Array):
+        check_int("width", width)
+        check_int("heads", heads)
+        if width % heads:
+            raise ValueError(f"width ({width}) must be a multiple of heads ({heads})")
+        k_qkv, k_out = jax.random.split(key)
+        self.qkv = eqx.nn.Linear(width, 3 * width, use_bias=False, key=k_qkv)
+        self.out = eqx.nn.Linear(width, width, use_bias=False, key=k_out)
+        self.heads = heads
+
+    def split(self, x: Array) -> tuple[Array, Array, Array]:
+        """q, k, v, each (heads, L, d_h)."""
+        L, d = x.shape
+        qkv = jax.vmap(self.qkv)(x).reshape(L, 3, self.heads, d // self.heads)
+        return tuple(jnp.moveaxis(qkv[:, i], 1, 0) for i in range(3))
+
+    def merge(self, o: Array) -> Array:
+        """(heads, L, d_h) -> out-projected (L, d)."""
+        return jax.vmap(self.out)(jnp.moveaxis(o, 0, 1).reshape(o.shape[1], -1))
+
+
+class CausalSoftmaxAttention(eqx.Module):
+    proj: HeadProjections
+
+    def __init__(self, width: int, heads: int = 1, *, key: Array):
+        self.proj = HeadProjections(width, heads, key)
+
+    def state_size(self, length: int) -> int:
+        """The key-value cache at the last step: 2 d L."""
+        return 2 * self.proj.out.in_features * length
+
+    def __call__(self, x: Array) -> Array:
+        q, k, v = self.proj.split(x)
+        scores = q @ jnp.swapaxes(k, -1, -2) / jnp.sqrt(q.shape[-1])  # (heads, L, L)
+        causal = jnp.tril(jnp.ones(scores.shape[-2:], bool))
+        weights = jax.nn.softmax(jnp.where(causal, scores, -jnp.inf), axis=-1)
+        return self.proj.merge(weights @ v)
+
+
+def feature_map(x: Array) -> Array:
+    """phi(x) = elu(x) + 1 > 0 (Katharopoulos et al. 2020)."""
+    return jax.nn.elu(x) + 1.0
+
+
+class CausalLinearAttention(eqx.Module):
+    proj: HeadProjections
+
+    def __init__(self, width: int, heads: int = 1, *, key: Array):
+        self.proj = HeadProjections(width, heads, key)
+
+    def state_size(self, length: int | None = None) -> int:
+        """S and z per head: heads (d_h^2 + d_h)."""
+        d_h = self.proj.out.in_features // self.proj.heads
+        return self.proj.heads * (d_h * d_h + d_h)
+
+    def __call__(self, x: Array) -> Array:
+        q, k, v = self.proj.split(x)
+        q, k = feature_map(q), feature_map(k)
+        S = jnp.cumsum(v[..., :, None] * k[..., None, :], axis=-3)  # (heads, L, d_h, d_h): S_t
+        z = jnp.cumsum(k, axis=-2)  # (heads, L, d_h): z_t
+        o = jnp.einsum("hlij,hlj->hli", S, q) / jnp.einsum("hlj,hlj->hl", z, q)[..., None]
+        return self.proj.merge(o)

@@ -1,0 +1,116 @@
+"""LRU, causal softmax / linear attention and gated DeltaNet against plain step-by-step loops in float64 NumPy."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memlab.layers.attention import CausalLinearAttention, CausalSoftmaxAttention, feature_map
+from memlab.layers.deltanet import GatedDeltaNet
+from memlab.layers.lru import LRU
+
+L, D = 7, 8
+
+
+def _x(seed=0):
+    return jax.random.normal(jax.random.key(seed), (L, D))
+
+
+def _np(a):
+    return np.asarray(a, np.float64)
+
+
+def _heads(layer, x):
+    """q, k, v (heads, L, d_h) in float64 from the layer's own projection weights."""
+    proj = layer.proj
+    qkv = _np(x) @ _np(proj.qkv.weight).T
+    h = proj.heads
+    return [np.moveaxis(qkv[:, i * D:(i + 1) * D].reshape(L, h, D // h), 1, 0) for i in range(3)]
+
+
+def _merge(layer, o):
+    return np.moveaxis(o, 0, 1).reshape(L, D) @ _np(layer.proj.out.weight).T
+
+
+@pytest.mark.parametrize("method", ["sequential", "parallel"])
+def test_lru_is_its_recurrence(method):
+    layer = LRU(D, 5, key=jax.random.key(1), r_min=0.5)
+    x = _x()
+    lam = np.exp(-np.exp(_np(layer.nu_log)) + 1j * np.exp(_np(layer.theta_log)))
+    B = (_np(layer.B_re) + 1j * _np(layer.B_im)) * np.exp(_np(layer.gamma_log))[:, None]
+    C = _np(layer.C_re) + 1j * _np(layer.C_im)
+    h, ys = np.zeros(5, complex), []
+    for u in _np(x):
+        h = lam * h + B @ u
+        ys.append((C @ h).real + _np(layer.D) * u)
+    np.testing.assert_allclose(layer(x, method=method), np.array(ys), rtol=1e-4, atol=1e-5)
+    assert np.all(np.abs(lam) < 0.99 + 1e-6) and np.all(np.abs(lam) >= 0.5 - 1e-6)
+    assert layer.state_size() == 10
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_softmax_attention_is_causal_softmax_attention(heads):
+    layer = CausalSoftmaxAttention(D, heads, key=jax.random.key(2))
+    x = _x(1)
+    q, k, v = _heads(layer, x)
+    o = np.zeros_like(q)
+    for h in range(heads):
+        for t in range(L):
+            s = q[h, t] @ k[h, :t + 1].T / np.sqrt(q.shape[-1])
+            w = np.exp(s - s.max())
+            o[h, t] = (w / w.sum()) @ v[h, :t + 1]
+    np.testing.assert_allclose(layer(x), _merge(layer, o), rtol=1e-4, atol=1e-5)
+    assert layer.state_size(10) == 2 * D * 10
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_linear_attention_is_its_recurrence(heads):
+    layer = CausalLinearAttention(D, heads, key=jax.random.key(3))
+    x = _x(2)
+    q, k, v = _heads(layer, x)
+    q, k = _np(feature_map(q)), _np(feature_map(k))
+    o = np.zeros_like(v)
+    for h in range(heads):
+        S, z = np.zeros((D // heads, D // heads)), np.zeros(D // heads)
+        for t in range(L):
+            S, z = S + np.outer(v[h, t], k[h, t]), z + k[h, t]
+            o[h, t] = S @ q[h, t] / (z @ q[h, t])
+    np.testing.assert_allclose(layer(x), _merge(layer, o), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_gated_deltanet_is_the_gated_delta_rule(heads):
+    layer = GatedDeltaNet(D, heads, key=jax.random.key(4))
+    x = _x(3)
+    q, k, v = _heads(layer, x)
+    unit = lambda a: a / (np.linalg.norm(a, axis=-1, keepdims=True) + 1e-6)  # noqa: E731
+    q, k = unit(q), unit(k)
+    gates = _np(x) @ _np(layer.gates.weight).T + _np(layer.gates.bias)
+    alpha, beta = np.exp(-np.logaddexp(0.0, gates[:, :heads])), 1 / (1 + np.exp(-gates[:, heads:]))
+    o = np.zeros_like(v)
+    for h in range(heads):
+        S = np.zeros((D // heads, D // heads))
+        for t in range(L):
+            k_t = k[h, t]
+            S = alpha[t, h] * S @ (np.eye(len(k_t)) - beta[t, h] * np.outer(k_t, k_t)) + beta[t, h] * np.outer(
+                v[h, t], k_t)
+            o[h, t] = S @ q[h, t]
+    np.testing.assert_allclose(layer(x), _merge(layer, o), rtol=1e-4, atol=1e-5)
+    assert layer.state_size() == heads * (D // heads) ** 2
+
+
+def test_delta_rule_writes_a_value_it_can_read_back():
+    """With beta = 1 and alpha = 1, reading with the key just written returns its value exactly."""
+    from memlab.layers.deltanet import gated_delta_rule
+
+    keys = jnp.eye(4)[jnp.array([0, 1, 0])]
+    values = jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    o = gated_delta_rule(keys, keys, values, jnp.ones(3), jnp.ones(3))
+    np.testing.assert_allclose(o, values, atol=1e-6)  # the third write replaces the first, not adds to it
+
+
+def test_bad_sizes_are_named():
+    with pytest.raises(ValueError, match="multiple of heads"):
+        CausalSoftmaxAttention(6, 4, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="r_max must be a finite number"):
+        LRU(4, 4, key=jax.random.key(0), r_max=1.0)
