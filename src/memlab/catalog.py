@@ -9,13 +9,14 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from memlab.arena import experiments as arena
 from memlab.belief import experiments as belief
 from memlab.ictd import experiments as ictd
 from memlab.pissm import experiments as pissm
 from memlab.recall import experiments as recall
 from memlab.runner import Experiment
 
-_STUDIES = (belief, ictd, recall, pissm)
+_STUDIES = (belief, ictd, recall, pissm, arena)
 
 
 def _build(experiments: Iterable[Experiment]) -> dict[str, Experiment]:

@@ -25,6 +25,7 @@ from memlab import __version__, catalog
 from memlab.devices import cores_for_run, use_host_devices
 from memlab.executors import EXECUTORS, make_executor
 from memlab.files import markdown_cell, markdown_table
+from memlab.plugins import add_plugins
 from memlab.runner import (
     CellsFailed,
     SetupError,
@@ -90,6 +91,7 @@ def use_compile_cache() -> None:
 
 def cmd_run(args) -> int:
     try:
+        add_plugins(args.plugin)
         exp = catalog.get(args.name)
         executor = make_executor(*_executor_choice(args, exp), args.address, args.cpus_per_cell)
         # before any array exists: a --devices given here wins; else a count already in XLA_FLAGS (the user's, or
@@ -104,7 +106,8 @@ def cmd_run(args) -> int:
     try:
         with executor:
             run_experiment(exp, profile=args.profile, seed=args.seed, out_dir=out, progress=not args.no_progress,
-                           data_dir=args.data_dir, executor=executor, store=args.store, time_limit=args.time_limit)
+                           data_dir=args.data_dir, executor=executor, store=args.store, time_limit=args.time_limit,
+                           overrides=args.overrides)
     except (SetupError, StoreError) as e:  # errors inside the experiment itself keep their traceback
         return _error(str(e))
     except TimeLimitReached as e:
@@ -342,6 +345,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--store", default=None,
                    help="the cell store, finished cells shared by every experiment and profile (default: cells/ "
                         "beside the experiment folders, e.g. out/cells)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
+                   help="change a field of the profile's config, e.g. --set layers=gru,lru or --set train.steps=200 "
+                        "(repeatable; give a new --out)")
+    p.add_argument("--plugin", action="append", default=[], metavar="FILE.py|MODULE",
+                   help="import your code first (e.g. it registers a layer: memlab.arena.register_layer); repeatable")
     p.add_argument("--time-limit", type=parse_duration, default=None, metavar="DURATION",
                    help="start no cell that would not finish within DURATION (2h30m, 90m, 45s); cells that "
                         "checkpoint stop at a checkpoint; exits 0 saying how many cells finished")

@@ -50,6 +50,7 @@ from memlab.files import (
 )
 from memlab.interrupt import StickyInterrupt
 from memlab.keys import key_for
+from memlab.overrides import apply_overrides
 from memlab.store import CellStore, StoreError, cell_digest, takes_checkpoint, with_checkpoint
 
 __all__ = [
@@ -436,10 +437,13 @@ def default_store(exp: Experiment, out_dir: str | Path) -> Path:
     return root / "cells"
 
 
-def _resolve_config(exp: Experiment, profile: str, seed: int | None) -> Any:
+def _resolve_config(exp: Experiment, profile: str, seed: int | None, overrides: Sequence[str] = ()) -> Any:
     if profile not in exp.profiles:
         raise SetupError(f"unknown profile {profile!r} for experiment {exp.name!r}; known: {', '.join(exp.profiles)}")
-    config = exp.profiles[profile]
+    try:
+        config = apply_overrides(exp.profiles[profile], overrides)
+    except ValueError as e:
+        raise SetupError(str(e)) from e
     if seed is not None:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise SetupError(f"seed must be a non-negative int, got {seed!r}")
@@ -488,6 +492,7 @@ def run_experiment(
     executor: Executor | None = None,
     store: str | Path | None | bool = None,
     time_limit: float | None = None,
+    overrides: Sequence[str] = (),
 ) -> Path:
     """Run ``exp`` with the config of ``profile`` (``seed`` replaces its seed) and return the output folder.
 
@@ -496,14 +501,15 @@ def run_experiment(
     process); the caller owns it (``close()`` it when done). ``store``: the cell store's folder (None: the
     default, :func:`default_store`; False: no store, every cell in the run folder). ``time_limit``: seconds from
     now after which no cell starts that would not finish in time (cells that checkpoint stop at a checkpoint);
-    :class:`TimeLimitReached` then says how many cells finished.
+    :class:`TimeLimitReached` then says how many cells finished. ``overrides``: ``field=value`` changes to the
+    profile's config (``memlab.overrides``).
 
     Raises :class:`SetupError` (a ValueError naming the problem) for an unknown profile, an invalid config,
     an unusable output folder, or a folder that holds a run of a different config; :class:`CellsFailed` when
     cells raised. Finished cells of an interrupted run (KeyboardInterrupt propagates) are skipped when the
     same command is run again.
     """
-    config = _resolve_config(exp, profile, seed)
+    config = _resolve_config(exp, profile, seed, overrides)
     if data_dir is not None:
         if "data_dir" not in {f.name for f in dataclasses.fields(config)}:
             raise SetupError(f"experiment {exp.name!r} reads no external data; drop --data-dir")

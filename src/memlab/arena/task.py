@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-__all__ = ["Batch", "Task", "categorical_kl", "cross_entropy", "normalised_gap", "squared_error"]
+__all__ = ["Batch", "Task", "categorical_kl", "cross_entropy", "masked_mean", "normalised_gap", "squared_error"]
 
 
 class Batch(NamedTuple):
@@ -81,8 +81,10 @@ def squared_error(outputs: Array, targets: Array) -> Array:
 
 def normalised_gap(model_loss: Array, reference_loss: Array, trivial_loss: Array, mask: Array) -> Array:
     """g = (L_model - L_ref) / (L_trivial - L_ref), each L the mean over the scored steps (mask) of a (B, L) loss."""
-    def mean(x):
-        return jnp.sum(jnp.where(mask, x, 0.0)) / jnp.sum(mask)
+    ref = masked_mean(reference_loss, mask)
+    return (masked_mean(model_loss, mask) - ref) / (masked_mean(trivial_loss, mask) - ref)
 
-    ref = mean(reference_loss)
-    return (mean(model_loss) - ref) / (mean(trivial_loss) - ref)
+
+def masked_mean(x: Array, mask: Array) -> Array:
+    """The mean of ``x`` over the entries where ``mask`` is True (same shapes)."""
+    return jnp.sum(jnp.where(mask, x, 0.0)) / jnp.sum(mask)

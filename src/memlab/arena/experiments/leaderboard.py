@@ -1,0 +1,202 @@
+"""``arena.leaderboard`` -- every layer trained on every task, scored by its normalised gap to the optimal
+predictor: g = (L_model - L_ref) / (L_trivial - L_ref) on held-out sequences (0 = optimal, 1 = no memory).
+
+One cell per (task, layer) trains all seeds at once (vmapped: one compile per cell) and scores them on the same
+held-out batch. Outputs: a tasks x layers heat map, the budget curves (gap against training steps), the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from memlab import plots
+from memlab.arena.layers import LAYERS, state_size
+from memlab.arena.model import parameter_count
+from memlab.arena.tasks import TASKS, make_task
+from memlab.arena.train import TrainConfig, make_model, make_train, score
+from memlab.checks import check_choices, check_int
+from memlab.runner import Experiment, Run
+from memlab.store import cell
+
+ALL_LAYERS = ("lru", "s5", "mamba", "gru", "lstm", "attention", "linear-attention", "gated-deltanet")
+
+SUMMARY = """# arena.leaderboard
+
+Every layer in the same model (embed, {depth} pre-norm block(s) of width {width}: the layer, then an MLP; a linear
+head), trained on sequences drawn afresh at every step ({steps} Adam steps, batch {batch}, length {length}, peak
+learning rate {lr:g}), {seeds} seed(s), scored on {test_batch} held-out sequences by the normalised gap
+g = (L_model − L_ref) / (L_trivial − L_ref): 0 is the optimal predictor (the exact filter, the Kalman filter), 1 is
+the best predictor without memory.
+
+![gaps](gaps.png)
+
+![budget](budget.png)
+
+{closest}
+
+{table}
+
+Tasks: {tasks}
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderboardConfig:
+    """Which tasks and layers, the model's size, the training run and the held-out batch."""
+
+    seed: int = 0
+    tasks: tuple[str, ...] = tuple(TASKS)
+    layers: tuple[str, ...] = ALL_LAYERS
+    width: int = 32
+    depth: int = 1
+    seeds: int = 3
+    train: TrainConfig = TrainConfig()
+    test_batch: int = 1024
+
+    def validate(self) -> None:
+        check_choices("tasks", self.tasks, TASKS)
+        check_choices("layers", self.layers, LAYERS)
+        for name in ("width", "depth", "seeds", "test_batch"):
+            check_int(name, getattr(self, name))
+        self.train.validate()
+
+
+class GapStats(NamedTuple):
+    """One (task, layer): ``gap`` mean and ``se`` (standard error over seeds) of the held-out normalised gap,
+    ``per_seed`` (seeds,), ``budget`` (evaluations,) the mean gap after every ``eval_every`` steps, ``parameters``
+    and ``state`` (numbers carried per step at the training length)."""
+
+    gap: float
+    se: float
+    per_seed: list[float]
+    budget: list[float]
+    parameters: int
+    state: int
+
+
+class Leaderboard(NamedTuple):
+    """``stats[task][layer]``: :class:`GapStats`; ``steps`` (evaluations,): training steps of the budget curves;
+    ``closest[task]``: the layer with the smallest mean gap."""
+
+    stats: dict[str, dict[str, GapStats]]
+    steps: list[int]
+    closest: dict[str, str]
+
+
+@cell("arena.train-and-score")
+def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainConfig, keys, test_key,
+                    test_batch: int) -> dict:
+    """Train one model per key (vmapped) and score each on one held-out batch."""
+    spec = make_task(task)
+    result = jax.jit(jax.vmap(make_train(spec, layer, width, depth, train)))(keys)
+    static = eqx.partition(make_model(spec, layer, width, depth, keys[0]), eqx.is_inexact_array)[1]
+    test = spec.sample(test_key, test_batch, train.length)
+    scores = eqx.filter_jit(eqx.filter_vmap(lambda p: score(spec, eqx.combine(p, static), test)))(result.params)
+    per_seed = {f"{n}_loss": np.asarray(getattr(scores, n).mean(-1)) for n in ("model", "reference", "trivial")}
+    return {"gap": np.asarray(scores.gap), **per_seed,
+            "distance": np.asarray(scores.distance.mean(-1)), "eval_gap": np.asarray(result.eval_gap),
+            "parameters": parameter_count(eqx.combine(jax.tree.map(lambda a: a[0], result.params), static)),
+            "state": state_size(layer, width, train.length) * depth}
+
+
+def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict:
+    """Cell '<task>.<layer>': all seeds of one layer on one task (keys from ('train', task, layer)); every cell of
+    a task is scored on the same held-out batch (key ('test', task))."""
+    return {f"{t}.{m}": partial(train_and_score, t, m, cfg.width, cfg.depth, cfg.train,
+                                jax.random.split(run.key_for("train", t, m), cfg.seeds), run.key_for("test", t),
+                                cfg.test_batch)
+            for t in cfg.tasks for m in cfg.layers}
+
+
+def analyse(cfg: LeaderboardConfig, cells: dict) -> Leaderboard:
+    stats = {}
+    for t in cfg.tasks:
+        stats[t] = {}
+        for m in cfg.layers:
+            c = cells[f"{t}.{m}"]
+            gaps = np.asarray(c["gap"], float)
+            stats[t][m] = GapStats(float(gaps.mean()), float(gaps.std(ddof=1) / np.sqrt(len(gaps))) if len(gaps) > 1
+                                   else float("nan"), gaps.tolist(), np.asarray(c["eval_gap"]).mean(0).tolist(),
+                                   int(c["parameters"]), int(c["state"]))
+    steps = [cfg.train.eval_every * (i + 1) for i in range(cfg.train.steps // cfg.train.eval_every)]
+    closest = {t: min(stats[t], key=lambda m: stats[t][m].gap) for t in cfg.tasks}
+    return Leaderboard(stats, steps, closest)
+
+
+def _figures(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
+    gaps = np.array([[board.stats[t][m].gap for m in cfg.layers] for t in cfg.tasks])
+    fig, ax = plots.figure(width=1.0 + 0.9 * len(cfg.layers), height=1.0 + 0.6 * len(cfg.tasks))
+    image = ax.imshow(np.clip(gaps, 0.0, 1.0), cmap="viridis_r", vmin=0.0, vmax=1.0, aspect="auto")
+    for (i, j), g in np.ndenumerate(gaps):
+        ax.text(j, i, f"{g:.2f}", ha="center", va="center", color="white" if g > 0.5 else "black", fontsize=8)
+    ax.set_xticks(range(len(cfg.layers)), cfg.layers, rotation=30, ha="right")
+    ax.set_yticks(range(len(cfg.tasks)), cfg.tasks)
+    ax.set_title("normalised gap to the optimal predictor (0 = optimal, 1 = no memory)")
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    run.save_figure(fig, "gaps.png")
+
+    fig, axes = plots.figure(1, len(cfg.tasks), width=3.2 * len(cfg.tasks), height=3.0, squeeze=False)
+    for ax, t in zip(axes[0], cfg.tasks, strict=True):
+        for m in cfg.layers:
+            ax.plot(board.steps, board.stats[t][m].budget, marker="o", ms=3, label=m)
+        ax.axhline(0.0, color="black", lw=0.8)
+        ax.set(title=t, xlabel="training steps", ylim=(min(-0.05, ax.get_ylim()[0]), 1.1))
+    axes[0][0].set_ylabel("held-out gap")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    run.save_figure(fig, "budget.png")
+
+
+def _claims(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
+    worst = min(((t, m) for t in cfg.tasks for m in cfg.layers), key=lambda k: board.stats[k[0]][k[1]].gap)
+    s = board.stats[worst[0]][worst[1]]
+    tolerance = max(3 * s.se, 0.02) if np.isfinite(s.se) else 0.02
+    run.claim("no-layer-beats-the-reference", "no trained layer beats the optimal predictor (a check of the "
+              "references and the harness)", "arena", f"lowest gap: {worst[1]} on {worst[0]} {s.gap:.3f} ± {s.se:.3f}",
+              bool(s.gap > -tolerance))
+    memoryless = [(t, m) for t in cfg.tasks for m in cfg.layers if board.stats[t][m].gap >= 1.0]
+    run.claim("every-layer-uses-memory", "every layer beats the best predictor without memory on every task",
+              "arena", "all below 1" if not memoryless else "not below 1: " + ", ".join(f"{m} on {t}"
+                                                                                       for t, m in memoryless),
+              not memoryless)
+
+
+def _table(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> str:
+    rows = [(t, m, s.gap, s.se, s.parameters, s.state) for t in cfg.tasks for m, s in board.stats[t].items()]
+    return run.save_table("leaderboard.csv", ["task", "layer", "gap", "se", "parameters", "state"], rows,
+                          {"gap": ".3f", "se": ".3f"})
+
+
+def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
+    board = analyse(cfg, run.sweep(sweep_cells(cfg, run), "train layers"))
+    _figures(cfg, board, run)
+    _claims(cfg, board, run)
+    closest = "Closest to the optimum: " + "; ".join(f"{t}: {m} ({board.stats[t][m].gap:.3f})"
+                                                     for t, m in board.closest.items()) + "."
+    tasks = "; ".join(f"`{t}` {TASKS[t].description}" for t in cfg.tasks)
+    tc = cfg.train
+    run.write_summary(SUMMARY.format(depth=cfg.depth, width=cfg.width, steps=tc.steps, batch=tc.batch,
+                                     length=tc.length, lr=tc.learning_rate, seeds=cfg.seeds, test_batch=cfg.test_batch,
+                                     closest=closest, table=_table(cfg, board, run), tasks=tasks))
+    return board
+
+
+QUICK_TRAIN = TrainConfig(steps=600, batch=32, length=64, learning_rate=3e-3, eval_every=100, eval_batch=256)
+
+EXPERIMENTS = [
+    Experiment(
+        "arena.leaderboard", "arena", "arena", "every layer against the optimal predictor on every task",
+        {"tiny": LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=("gru", "lru"), width=8, seeds=2,
+                                   train=TrainConfig(steps=20, batch=8, length=16, eval_every=10, eval_batch=32),
+                                   test_batch=64),
+         "quick": LeaderboardConfig(seeds=2, train=QUICK_TRAIN, test_batch=512),
+         "paper": LeaderboardConfig(seeds=3, train=TrainConfig(steps=5000, eval_every=250), width=64, depth=2)},
+        run_leaderboard),
+]

@@ -1,0 +1,115 @@
+"""The arena's sequence layers by name: one interface, ``layer(x)`` with x (L, width) -> (L, width), causal.
+
+Every entry makes a layer of a given width and says how many numbers it carries from one step to the next after
+L steps (its recurrent state; attention's is its key-value cache, which grows with L), so results can be compared
+at equal state. A researcher's own layer joins with :func:`register_layer`::
+
+    def make_mine(width, key):
+        return MyLayer(width, key=key)           # any callable module: (L, width) -> (L, width)
+
+    register_layer("mine", make_mine, state_size=lambda width, length: width)
+
+and then runs in every arena experiment by name:
+``memlab run arena.leaderboard --plugin mine.py --set layers=mine,gru --out out/mine``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+from jax import Array
+
+from memlab.layers import (
+    LRU,
+    CausalLinearAttention,
+    CausalSoftmaxAttention,
+    GatedDeltaNet,
+    GRUCell,
+    LSTMCell,
+    MambaBlock,
+    S5Layer,
+)
+from memlab.plugins import load_plugins
+
+__all__ = ["LAYERS", "LayerSpec", "make_layer", "register_layer", "state_size"]
+
+MAMBA_STATE = 16  # d_state of the Mamba block (expand 2): its state is 2 width x 16 numbers
+
+
+class LayerSpec(NamedTuple):
+    """``make(width, key)`` -> a causal module (L, width) -> (L, width); ``state_size(width, length)`` -> numbers
+    carried from step to step after ``length`` steps."""
+
+    make: Callable[[int, Array], Callable[[Array], Array]]
+    state_size: Callable[[int, int], int]
+    description: str = ""
+
+
+class GatedRNN(eqx.Module):
+    """A GRU or LSTM cell (``memlab.layers.gated_rnn``) run over the sequence; its hidden state is the output."""
+
+    cell: GRUCell | LSTMCell
+
+    def __call__(self, x: Array) -> Array:
+        def step(state, u):
+            state = self.cell(state, u)
+            return state, state[0] if isinstance(state, tuple) else state
+
+        return jax.lax.scan(step, self.cell.init_state(), x)[1]
+
+
+class S5(eqx.Module):
+    """``memlab.layers.S5Layer`` (GLU mixing and residual inside), sequential scan: the fast form on a CPU."""
+
+    layer: S5Layer
+
+    def __call__(self, x: Array) -> Array:
+        return self.layer(x, method="sequential")[1]
+
+
+LAYERS: dict[str, LayerSpec] = {
+    "lru": LayerSpec(lambda d, key: LRU(d, d, key=key), lambda d, L: 2 * d, "LRU, width complex modes"),
+    "s5": LayerSpec(lambda d, key: S5(S5Layer(d, 2 * (d // 2 + d % 2), key=key)), lambda d, L: 2 * (d // 2 + d % 2),
+                    "S5, state size = width (rounded up to even)"),
+    "mamba": LayerSpec(lambda d, key: MambaBlock(d, MAMBA_STATE, key=key), lambda d, L: 2 * d * MAMBA_STATE,
+                       "Mamba block (S6), d_state 16, expand 2"),
+    "gru": LayerSpec(lambda d, key: GatedRNN(GRUCell(d, d, key=key)), lambda d, L: d, "GRU, hidden = width"),
+    "lstm": LayerSpec(lambda d, key: GatedRNN(LSTMCell(d, d, key=key)), lambda d, L: 2 * d, "LSTM, hidden = width"),
+    "attention": LayerSpec(lambda d, key: CausalSoftmaxAttention(d, 1, key=key), lambda d, L: 2 * d * L,
+                           "causal softmax attention, one head, no positional encoding"),
+    "linear-attention": LayerSpec(lambda d, key: CausalLinearAttention(d, 1, key=key), lambda d, L: d * d + d,
+                                  "causal linear attention (elu + 1), one head"),
+    "gated-deltanet": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key), lambda d, L: d * d,
+                                "gated DeltaNet, one head"),
+}
+
+
+def register_layer(name: str, make: Callable[[int, Array], Callable[[Array], Array]],
+                   state_size: Callable[[int, int], int], description: str = "") -> None:
+    """Add a layer to :data:`LAYERS` (ValueError if the name is taken or not a plain lower-case word)."""
+    if not name or not all(c.isalnum() or c in "-_" for c in name) or name != name.lower():
+        raise ValueError(f"layer name must be lower-case letters, digits, '-' or '_', got {name!r}")
+    if name in LAYERS:
+        raise ValueError(f"layer {name!r} is already registered")
+    LAYERS[name] = LayerSpec(make, state_size, description)
+
+
+def _spec(name: str) -> LayerSpec:
+    if name not in LAYERS:
+        load_plugins()  # a worker process meets a user's layer: import the plugins its driver was given
+    if name not in LAYERS:
+        raise ValueError(f"unknown layer {name!r}; known: {', '.join(sorted(LAYERS))}")
+    return LAYERS[name]
+
+
+def make_layer(name: str, width: int, key: Array) -> Callable[[Array], Array]:
+    """The layer ``name`` of ``width`` channels, initialised from ``key``."""
+    return _spec(name).make(width, key)
+
+
+def state_size(name: str, width: int, length: int) -> int:
+    """Numbers the layer ``name`` of ``width`` channels carries to the next step after ``length`` steps."""
+    return int(_spec(name).state_size(width, length))

@@ -1,0 +1,49 @@
+"""The arena's tasks by name (each a fixed process, so a name means the same sequences everywhere)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from memlab.arena.hmm import HMMTask, mess3, random_hmm, two_state
+from memlab.arena.lgssm import random_lgssm
+from memlab.arena.task import Task
+from memlab.plugins import load_plugins
+
+__all__ = ["TASKS", "TaskSpec", "make_task", "register_task"]
+
+
+class TaskSpec(NamedTuple):
+    make: Callable[[], Task]
+    description: str
+    paper: str  # the paper whose reference algorithm this task's optimum is
+
+
+TASKS: dict[str, TaskSpec] = {
+    "hmm-mess3": TaskSpec(lambda: HMMTask(mess3(), name="hmm-mess3"),
+                          "Mess3 (x = 0.05, alpha = 0.85): 3 states, 3 symbols", "linear-recurrent-memory-pomdp"),
+    "hmm-random": TaskSpec(lambda: HMMTask(random_hmm(0, 8, 4, concentration=0.5), name="hmm-random"),
+                           "random HMM, 8 states, 4 symbols, Dirichlet(0.5) columns (seed 0)",
+                           "linear-recurrent-memory-pomdp"),
+    "hmm-two-state": TaskSpec(lambda: HMMTask(two_state(0.05, 0.8), name="hmm-two-state"),
+                              "paper 1's two-state example, eq. (47), eps = 0.05, e = 0.8",
+                              "linear-recurrent-memory-pomdp"),
+    "lgssm": TaskSpec(lambda: random_lgssm(0, 4, 2), "random stable linear-Gaussian model, 4 states, 2 outputs, "
+                      "spectral radius 0.95, observation noise 0.1 (seed 0)", "pi-ssm-hybrid-state-space"),
+}
+
+
+def register_task(name: str, make: Callable[[], Task], description: str, paper: str = "") -> None:
+    """Add a task to :data:`TASKS` (ValueError if the name is taken)."""
+    if name in TASKS:
+        raise ValueError(f"task {name!r} is already registered")
+    TASKS[name] = TaskSpec(make, description, paper)
+
+
+def make_task(name: str) -> Task:
+    """The task called ``name``; ValueError naming the known ones otherwise."""
+    if name not in TASKS:
+        load_plugins()
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; known: {', '.join(TASKS)}")
+    return TASKS[name].make()

@@ -1,0 +1,59 @@
+"""``memlab run NAME --set field=value``: change fields of a profile's config from the command line.
+
+A value is read by the type of the field's current value: ints, floats, bools (true/false), strings, and tuples as
+comma-separated items (``--set layers=gru,lru``); a nested config's field by a dotted path
+(``--set train.steps=200``). Any other field, or a value of the wrong type, is a ValueError naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["apply_overrides"]
+
+
+def _parse(path: str, text: str, current: Any) -> Any:
+    if isinstance(current, bool):
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"--set {path}: expected true or false, got {text!r}")
+        return text.lower() == "true"
+    if isinstance(current, tuple):
+        items = [s.strip() for s in text.split(",") if s.strip()]
+        like = current[0] if current else ""
+        return tuple(_parse(path, item, like) for item in items)
+    for kind in (int, float, str):
+        if isinstance(current, kind):
+            try:
+                return kind(text)
+            except ValueError:
+                raise ValueError(f"--set {path}: expected {kind.__name__}, got {text!r}") from None
+    raise ValueError(f"--set {path}: a field holding {type(current).__name__} cannot be set from the command line")
+
+
+def _set(config: Any, names: list[str], text: str, path: str) -> Any:
+    fields = {f.name for f in dataclasses.fields(config)}
+    if names[0] not in fields:
+        raise ValueError(f"--set {path}: {type(config).__name__} has no field {names[0]!r}; fields: "
+                         f"{', '.join(sorted(fields))}")
+    current = getattr(config, names[0])
+    if len(names) > 1:
+        if not dataclasses.is_dataclass(current):
+            raise ValueError(f"--set {path}: {names[0]!r} is not a nested config")
+        value = _set(current, names[1:], text, path)
+    elif dataclasses.is_dataclass(current):
+        raise ValueError(f"--set {path}: {names[0]!r} is a nested config; set its fields, e.g. {path}.FIELD=VALUE")
+    else:
+        value = _parse(path, text, current)
+    return dataclasses.replace(config, **{names[0]: value})
+
+
+def apply_overrides(config: Any, assignments: Iterable[str]) -> Any:
+    """``config`` with every ``path=value`` of ``assignments`` applied (module docstring)."""
+    for assignment in assignments:
+        path, sep, text = assignment.partition("=")
+        if not sep or not path.strip():
+            raise ValueError(f"--set expects FIELD=VALUE, got {assignment!r}")
+        config = _set(config, path.strip().split("."), text.strip(), path.strip())
+    return config

@@ -1,0 +1,90 @@
+"""memlab run --set FIELD=VALUE and --plugin: config overrides by the field's type, and a user's layer registered
+from a file, run by name in the arena."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+from memlab import cli
+from memlab.overrides import apply_overrides
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    steps: int = 10
+    rate: float = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class Outer:
+    seed: int = 0
+    names: tuple[str, ...] = ("a", "b")
+    sizes: tuple[int, ...] = (1, 2)
+    flag: bool = False
+    inner: Inner = Inner()
+
+
+def test_values_are_read_by_the_fields_type():
+    cfg = apply_overrides(Outer(), ["names=x,y,z", "sizes=3", "flag=true", "inner.steps=7", "inner.rate=1e-3"])
+    assert cfg == Outer(names=("x", "y", "z"), sizes=(3,), flag=True, inner=Inner(steps=7, rate=1e-3))
+
+
+@pytest.mark.parametrize("assignment, match", [
+    ("nope=1", "Outer has no field 'nope'; fields: flag, inner, names, seed, sizes"),
+    ("seed=x", "expected int, got 'x'"),
+    ("flag=yes", "expected true or false"),
+    ("inner=3", "'inner' is a nested config"),
+    ("seed.x=3", "'seed' is not a nested config"),
+    ("names", "expects FIELD=VALUE"),
+])
+def test_bad_assignments_are_one_clear_error(assignment, match):
+    with pytest.raises(ValueError, match=match):
+        apply_overrides(Outer(), [assignment])
+
+
+PLUGIN = '''
+import equinox as eqx
+import jax
+from memlab.arena import register_layer
+
+
+class Cumulative(eqx.Module):
+    """The running mean of a linear map of the inputs: a memory with no parameters in its recurrence."""
+    proj: eqx.nn.Linear
+
+    def __call__(self, x):
+        h = jax.vmap(self.proj)(x)
+        return jax.numpy.cumsum(h, 0) / jax.numpy.arange(1, x.shape[0] + 1)[:, None]
+
+
+register_layer("running-mean", lambda width, key: Cumulative(eqx.nn.Linear(width, width, key=key)),
+               state_size=lambda width, length: width)
+'''
+
+
+def test_a_plugin_layer_runs_in_the_leaderboard(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MEMLAB_PLUGINS", "")
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(PLUGIN)
+    out = tmp_path / "out"
+    code = cli.main(["run", "arena.leaderboard", "--profile", "tiny", "--plugin", str(plugin), "--set",
+                     "layers=running-mean,gru", "--set", "tasks=lgssm", "--out", str(out), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["config"]["layers"] == ["running-mean", "gru"] and set(doc["results"]["stats"]["lgssm"]) == {
+        "running-mean", "gru"}
+    assert str(plugin) in os.environ["MEMLAB_PLUGINS"]
+
+
+def test_bad_set_and_missing_plugin_exit_2(tmp_path, capsys):
+    assert cli.main(["run", "arena.leaderboard", "--profile", "tiny", "--set", "layers=nope",
+                     "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "invalid config for arena.leaderboard (tiny): layer" in err and "'nope'" in err and len(
+        err.strip().splitlines()) == 1
+    assert cli.main(["run", "arena.leaderboard", "--plugin", str(tmp_path / "missing.py")]) == 2
+    assert "plugin file" in capsys.readouterr().err
