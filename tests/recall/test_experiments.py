@@ -126,6 +126,7 @@ def test_step_budget_and_well_posed_profiles():
 
 
 def test_report_lines_give_mean_and_standard_error_and_the_first_n_below_tag_only():
+    from memlab.recall.band import AchievableBand
     from memlab.recall.experiments.curves import CurveConfig, band_rows, budget_line, tag_only_lines
     from memlab.recall.metrics import learning_curves, tag_only_comparison
 
@@ -141,8 +142,8 @@ def test_report_lines_give_mean_and_standard_error_and_the_first_n_below_tag_onl
     line = budget_line(CurveConfig(step_budget=120), learning_curves(rs), keys, lambda k: k[0])
     C = [learning_curves(rs)[k].fit.C for k in keys]
     assert line.endswith(f"mamba-1: {C[0]:.2f} → {C[1]:.2f}.\n\n") and budget_line(CurveConfig(), {}, keys, str) == ""
-    band = {(1.0, 100): {"tag_only": 0.31, "context": 0.28, "context_stderr": 0.003, "measure": 0.17,
-                         "measure_stderr": 0.002, "floor": 0.077}}
+    band = {(1.0, 100): AchievableBand(tag_only=0.31, context=0.28, context_stderr=0.003, measure=0.17,
+                                       measure_stderr=0.002, floor=0.077)}
     assert band_rows(band, rs) == [[1.0, 100, "0.31", "0.3", "0.28 ± 0.003", "0.17 ± 0.002", "0.077"]]
 
 

@@ -19,7 +19,7 @@ from jax import Array
 from matplotlib import ticker
 
 from memlab.checks import check_choice, check_choices, check_increasing_ints, check_int, check_real
-from memlab.recall.band import achievable_band
+from memlab.recall.band import AchievableBand, achievable_band
 from memlab.recall.metrics import LearningCurve, TagOnlyComparison, curve_label, learning_curves, tag_only_comparison
 from memlab.recall.runs import STUDENTS, curve_cell
 from memlab.recall.task import TARGETS, RecallTask
@@ -159,7 +159,7 @@ def schedule(cfg: CurveConfig) -> str:
                                                    f"budget of {cfg.step_budget} Adam steps at every n")
 
 
-def bands(cfg: CurveConfig) -> dict[tuple[float, int], dict]:
+def bands(cfg: CurveConfig) -> dict[tuple[float, int], AchievableBand]:
     """The achievable band (``band.achievable_band``) of every (alpha, T) of the grid."""
     return {(float(a), int(T)): achievable_band(cfg.task(a, T), cfg.band_draws, cfg.band_draws)
             for a in cfg.alphas for T in cfg.context_lengths}
@@ -201,11 +201,11 @@ def fit_rows(curves: Mapping[tuple, LearningCurve], comparisons: Mapping[tuple, 
              curves[k].fit.C, paper_c(k), curves[k].fit.r_squared, beats_tag_only(comparisons[k])] for k in keys]
 
 
-def band_rows(band: Mapping[tuple, dict], records: Sequence[Mapping]) -> list:
+def band_rows(band: Mapping[tuple, AchievableBand], records: Sequence[Mapping]) -> list:
     """Rows of band.csv (``BAND_HEADER``), one per (alpha, T); the validation-set tag-only risk from the records."""
     on_val = {(float(r["alpha"]), int(r["T"])): r["val_baseline_tag_only"] for r in records}
-    return [[a, T, f"{b['tag_only']:.4g}", f"{on_val[a, T]:.4g}", _pm(b["context"], b["context_stderr"]),
-             _pm(b["measure"], b["measure_stderr"]), f"{b['floor']:.4g}"] for (a, T), b in band.items()]
+    return [[a, T, f"{b.tag_only:.4g}", f"{on_val[a, T]:.4g}", _pm(b.context, b.context_stderr),
+             _pm(b.measure, b.measure_stderr), f"{b.floor:.4g}"] for (a, T), b in band.items()]
 
 
 def budget_line(cfg: CurveConfig, curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple],
@@ -246,7 +246,7 @@ def recall_claims(run, comparisons: Mapping[tuple, TagOnlyComparison], keys: Seq
 
 
 def plot_curves(ax, curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple], label: Callable,
-                band: Mapping[tuple, dict] | None = None) -> None:
+                band: Mapping[tuple, AchievableBand] | None = None) -> None:
     """Measured risk (solid), the eq. (1) fit (dashed) per curve; ``label(key, curve)`` names each curve. With
     ``band``: per (alpha, T) the tag-only risk (dotted) and the context predictor's (dash-dot), in the colour of its
     first curve (grey, with a legend entry, when every curve shares one (alpha, T))."""
@@ -261,8 +261,8 @@ def plot_curves(ax, curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple]
     for alpha, T in tasks if band else ():
         one = len(tasks) == 1
         color = "0.4" if one else curve_color(next(k for k in keys if k[1:] == (alpha, T)), keys)
-        ax.axhline(band[alpha, T]["tag_only"], color=color, ls=":", lw=0.9, label="tag-only risk" if one else None)
-        ax.axhline(band[alpha, T]["context"], color=color, ls="-.", lw=0.9,
+        ax.axhline(band[alpha, T].tag_only, color=color, ls=":", lw=0.9, label="tag-only risk" if one else None)
+        ax.axhline(band[alpha, T].context, color=color, ls="-.", lw=0.9,
                    label=f"context predictor (T = {T})" if one else None)
     ax.set(xscale="log", yscale="log", xlabel="training examples n", ylabel="best validation MSE")
     n_ticks(ax, curves[keys[0]].n)
