@@ -1,6 +1,6 @@
 """Risk-vs-n grids, shared by ``recall.rate``, ``recall.sweep`` and ``recall.attention-vs-s6``: the grid's config,
-its sweep cells, its tables, its summary sections (fit table, tag-only comparison, achievable band, choices) and its
-figure panel.
+its sweep cells, the typed result their analyses extend (``CurveStats``), its tables, its summary sections (fit
+table, tag-only comparison, achievable band, choices) and its figure panel.
 
 Every (schedule, student, alpha, T, n) is one cell (``runs.curve_cell``) with three named key streams:
 ``"validation"`` (one validation set per task, shared by every n, student and schedule), ``"training-pool"`` (nested
@@ -20,14 +20,14 @@ from matplotlib import ticker
 
 from memlab.checks import check_choice, check_choices, check_increasing_ints, check_int, check_real
 from memlab.recall.band import AchievableBand, achievable_band
-from memlab.recall.metrics import LearningCurve, TagOnlyComparison, curve_label, learning_curves, tag_only_comparison
+from memlab.recall.metrics import LearningCurve, TagOnlyComparison, curve_label
 from memlab.recall.runs import STUDENTS, curve_cell
 from memlab.recall.task import TARGETS, RecallTask
 from memlab.recall.train import TrainConfig
 
-__all__ = ["BAND", "BAND_HEADER", "CHOICES", "FIT_FORMAT", "FIT_HEADER", "RISK_HEADER", "CurveConfig", "band_rows",
-           "bands", "beats_tag_only", "curve_cells", "curve_color", "fit_rows", "n_ticks", "plot_curves",
-           "recall_claims", "report", "risk_rows", "schedule", "tag_only_lines"]
+__all__ = ["BAND", "BAND_HEADER", "CHOICES", "FIT_FORMAT", "FIT_HEADER", "RISK_HEADER", "CurveConfig", "CurveStats",
+           "band_rows", "bands", "beats_tag_only", "budget_line", "curve_cells", "curve_color", "fit_rows", "n_ticks",
+           "plot_curves", "recall_claims", "report", "risk_rows", "schedule", "tag_only_lines"]
 
 CHOICES = """## Choices the paper leaves open, and where memlab departs from its text
 
@@ -141,6 +141,23 @@ class CurveConfig:
         return RecallTask(alpha=float(alpha), context_length=int(T), target=self.target)
 
 
+@dataclasses.dataclass(frozen=True)
+class CurveStats:
+    """What every risk-vs-n analysis returns (the typed results of ``rate``, ``sweep`` and ``compare`` extend it);
+    a curve's key is (``metrics.curve_label``, alpha, T).
+
+    records: the cell records (``runs.curve_cell``, JSON as stored), in sweep order.
+    curves: key -> ``LearningCurve``: sizes n (k,), best validation MSE (k,) (mean over seeds), its eq. (1) fit and
+        the exact mean and tag-only risks.
+    tag_only: key -> ``TagOnlyComparison``: the MSE against the tag-only risk of the same validation set per n (k,)
+        and the first n where it is below by more than 2 s.e. (None: never).
+    """
+
+    records: list[dict]
+    curves: dict[tuple[str, float, int], LearningCurve]
+    tag_only: dict[tuple[str, float, int], TagOnlyComparison]
+
+
 def curve_cells(cfg: CurveConfig, key_for: Callable[..., Array]) -> dict[str, partial]:
     """The sweep cells of the grid, in (schedule, student, alpha, T, n) loop order; ``key_for(*names)`` gives the
     named key streams (``run.key_for``). A budget's cells share the data and keys of the default ones."""
@@ -219,14 +236,14 @@ def budget_line(cfg: CurveConfig, curves: Mapping[tuple, LearningCurve], keys: S
                                            for k, b in pairs if b in curves) + ".\n\n")
 
 
-def report(cfg: CurveConfig, records: Sequence[Mapping], keys: Sequence[tuple], paper_c: Callable[[tuple], str],
+def report(cfg: CurveConfig, stats: CurveStats, keys: Sequence[tuple], paper_c: Callable[[tuple], str],
            name: Callable[[tuple], str], run) -> str:
     """risk.csv, fits.csv, band.csv and the summary's shared Markdown: the fit table, whether each curve beats the
     tag-only risk and from which n, the achievable band, the choices."""
-    curves, comparisons = learning_curves(records), tag_only_comparison(records)
-    run.save_csv("risk.csv", RISK_HEADER, risk_rows(records))
+    curves, comparisons = stats.curves, stats.tag_only
+    run.save_csv("risk.csv", RISK_HEADER, risk_rows(stats.records))
     fits = run.save_table("fits.csv", FIT_HEADER, fit_rows(curves, comparisons, keys, paper_c), FIT_FORMAT)
-    band = run.save_table("band.csv", BAND_HEADER, band_rows(bands(cfg), records))
+    band = run.save_table("band.csv", BAND_HEADER, band_rows(bands(cfg), stats.records))
     return (f"{fits}\n{budget_line(cfg, curves, keys, name)}Does the student recall? Best validation MSE (mean ± s.e. "
             "over seeds) / the tag-only risk on the same validation set, per n (a student not below it has learnt the "
             f"tag and nothing of the content, whatever its fitted C):\n\n{tag_only_lines(comparisons, keys, name)}\n\n"
