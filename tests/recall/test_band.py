@@ -70,12 +70,12 @@ def test_band_is_ordered_and_the_context_predictor_improves_with_t():
     measured), so only the order is asserted."""
     task = RecallTask(alpha=1.0, context_length=5000)
     band = achievable_band(task, num_fit=10_000, num_eval=10_000)
-    se = band["context_stderr"] + band["measure_stderr"]
-    assert band["floor"] < band["measure"] < band["context"] < band["tag_only"]
+    se = band.context_stderr + band.measure_stderr
+    assert band.floor < band.measure < band.context < band.tag_only
     one_token = predictor_risk(RecallTask(alpha=1.0, context_length=1), 1, 10_000, 10_000)[0]
     huge = predictor_risk(RecallTask(alpha=1.0, context_length=10**7), 10**7, 10_000, 10_000)[0]
-    assert one_token > 0.95 * band["tag_only"]  # one token, half the time of the other tag: nearly nothing
-    assert band["measure"] - 3 * se < huge < band["context"] - 3 * se
+    assert one_token > 0.95 * band.tag_only  # one token, half the time of the other tag: nearly nothing
+    assert band.measure - 3 * se < huge < band.context - 3 * se
 
 
 def test_empirical_pmf_counts_the_queried_tokens():
@@ -103,16 +103,16 @@ def test_linear_target_oracle_is_the_noise_and_the_context_predictor_beats_the_p
     T = 60
     task = RecallTask(alpha=1.0, target="linear", context_length=T)
     band = achievable_band(task, num_fit=10_000, num_eval=10_000)
-    assert band["measure"] == pytest.approx(task.noise_std**2, rel=1e-4) and band["floor"] == task.noise_std**2
+    assert band.measure == pytest.approx(task.noise_std**2, rel=1e-4) and band.floor == task.noise_std**2
     Z = sample_coeffs64(200_000, task, 9)
     p, h = content_pmf(Z, task), task.eigenvalues[1:] @ task.basis[1:]
     var_h = (p * h**2).sum(1) - (p @ h) ** 2
     N = np.arange(1, T + 1)
     inv_n = (stats.binom.pmf(N, T, 0.5) / N).sum()
     plug_in = task.noise_std**2 + var_h.mean() * inv_n + 0.5**T * (p @ h).var()
-    assert band["context"] < plug_in + 3 * band["context_stderr"]
-    assert band["context"] > 2 * task.noise_std**2  # 30 tokens do not reveal mu (measured: 0.6 of the plug-in)
-    assert band["context"] < 0.1 * band["tag_only"]
+    assert band.context < plug_in + 3 * band.context_stderr
+    assert band.context > 2 * task.noise_std**2  # 30 tokens do not reveal mu (measured: 0.6 of the plug-in)
+    assert band.context < 0.1 * band.tag_only
 
 
 def test_linear_target_is_the_measure_functional_and_its_baselines_match_monte_carlo():

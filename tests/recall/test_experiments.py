@@ -126,6 +126,7 @@ def test_step_budget_and_well_posed_profiles():
 
 
 def test_report_lines_give_mean_and_standard_error_and_the_first_n_below_tag_only():
+    from memlab.recall.band import AchievableBand
     from memlab.recall.experiments.curves import CurveConfig, band_rows, budget_line, tag_only_lines
     from memlab.recall.metrics import learning_curves, tag_only_comparison
 
@@ -141,8 +142,8 @@ def test_report_lines_give_mean_and_standard_error_and_the_first_n_below_tag_onl
     line = budget_line(CurveConfig(step_budget=120), learning_curves(rs), keys, lambda k: k[0])
     C = [learning_curves(rs)[k].fit.C for k in keys]
     assert line.endswith(f"mamba-1: {C[0]:.2f} → {C[1]:.2f}.\n\n") and budget_line(CurveConfig(), {}, keys, str) == ""
-    band = {(1.0, 100): {"tag_only": 0.31, "context": 0.28, "context_stderr": 0.003, "measure": 0.17,
-                         "measure_stderr": 0.002, "floor": 0.077}}
+    band = {(1.0, 100): AchievableBand(tag_only=0.31, context=0.28, context_stderr=0.003, measure=0.17,
+                                       measure_stderr=0.002, floor=0.077)}
     assert band_rows(band, rs) == [[1.0, 100, "0.31", "0.3", "0.28 ± 0.003", "0.17 ± 0.002", "0.077"]]
 
 
@@ -160,14 +161,14 @@ def test_rate_analysis():
     cells = {f"{a}-{n}": _record("mamba-1", a, 100, n, m, mean=2.0 if a == 0.75 else 0.9)
              for a in (0.75, 1.0) for n, m in zip((4, 16, 64), mse[a])}
     stats = analyse(cfg, cells)
-    assert stats["keys"] == [("mamba-1", 0.75, 100), ("mamba-1", 1.0, 100)]
-    assert stats["monotone"] == [True, False]
-    np.testing.assert_array_equal(stats["below"]["mamba-1"], [True, True, True])
-    np.testing.assert_array_equal(stats["below_relative"]["mamba-1"],
+    assert stats.keys == [("mamba-1", 0.75, 100), ("mamba-1", 1.0, 100)]
+    assert stats.monotone == [True, False]
+    np.testing.assert_array_equal(stats.smoother["mamba-1"].raw, [True, True, True])
+    np.testing.assert_array_equal(stats.smoother["mamba-1"].relative,
                                   [0.5 / 0.9 < 0.4, 0.55 / 0.9 < 0.3, 0.4 / 0.9 < 0.31])
-    assert stats["curves"][("mamba-1", 0.75, 100)].fit.C > 0
-    assert stats["tag_only"][("mamba-1", 1.0, 100)].first_n == 64  # 0.4 < the tag-only risk 0.5
-    assert stats["tag_only"][("mamba-1", 0.75, 100)].first_n is None
+    assert stats.curves[("mamba-1", 0.75, 100)].fit.C > 0
+    assert stats.tag_only[("mamba-1", 1.0, 100)].first_n == 64  # 0.4 < the tag-only risk 0.5
+    assert stats.tag_only[("mamba-1", 0.75, 100)].first_n is None
 
 
 def test_rate_analysis_with_two_students_keeps_their_curves_apart():
@@ -177,9 +178,9 @@ def test_rate_analysis_with_two_students_keeps_their_curves_apart():
     cells = {f"{s}-{a}-{n}": _record(s, a, 100, n, m * (1 if s == "mamba-1" else 2) * (1 if a == 1.0 else 1.5))
              for s in cfg.students for a in cfg.alphas for n, m in zip((4, 16), (0.6, 0.4))}
     stats = analyse(cfg, cells)
-    assert stats["keys"] == [(s, a, 100) for s in cfg.students for a in (0.75, 1.0)]
-    assert stats["curves"][("mamba-1-residual", 0.75, 100)].mse.tolist() == pytest.approx([1.8, 1.2])
-    assert set(stats["below"]) == set(cfg.students) and all(b.all() for b in stats["below"].values())
+    assert stats.keys == [(s, a, 100) for s in cfg.students for a in (0.75, 1.0)]
+    assert stats.curves[("mamba-1-residual", 0.75, 100)].mse.tolist() == pytest.approx([1.8, 1.2])
+    assert set(stats.smoother) == set(cfg.students) and all(b.raw.all() for b in stats.smoother.values())
 
 
 def test_sweep_analysis():
@@ -193,13 +194,13 @@ def test_sweep_analysis():
     cells = {f"{a}-{T}-{k}": _record("mamba-2", a, T, int(k), float(m)) for a in (0.5, 2.0) for T in (25, 50)
              for k, m in zip(n, risk[a, T])}
     stats = analyse(cfg, cells)
-    np.testing.assert_allclose(stats["C"], [[2.0, 2.3], [0.5, 0.52]])
-    np.testing.assert_allclose(stats["spread"], [0.3, 0.02], atol=1e-9)
-    np.testing.assert_allclose(stats["allowed"], [0.215, 0.051])  # max(10 % of mean |C|, 0.05)
-    assert stats["monotone"] == [True] * 4
+    np.testing.assert_allclose(stats.C, [[2.0, 2.3], [0.5, 0.52]])
+    np.testing.assert_allclose(stats.spread, [0.3, 0.02], atol=1e-9)
+    np.testing.assert_allclose(stats.allowed, [0.215, 0.051])  # max(10 % of mean |C|, 0.05)
+    assert stats.monotone == [True] * 4
     # log risk at T = 25, n = 4: alpha = 2: -0.7 - 0.5 (log 4)^(2/3) = -1.32 < alpha = 0.5: 1 - 2 (log 4)^(1/3) = -1.23;
     # at n = 16 and 64, and everywhere at T = 50 (C = 2.3 for alpha = 0.5), the smoother alpha has the higher risk
-    np.testing.assert_array_equal(stats["ordered"], [[True, False, False], [False, False, False]])
+    np.testing.assert_array_equal(stats.ordered, [[True, False, False], [False, False, False]])
 
 
 def test_compare_analysis():
@@ -209,8 +210,8 @@ def test_compare_analysis():
     mse = {"mamba-1": [0.6, 0.5, 0.45], "attention": [0.6, 0.45, 0.3]}
     cells = {f"{s}-{n}": _record(s, 1.0, 100, n, m, tag_only=0.4) for s in mse for n, m in zip((4, 16, 64), mse[s])}
     stats = analyse(cfg, cells)
-    assert stats["learns"] == [False, True]  # mamba-1 ends above the tag-only risk 0.4
-    assert stats["ratio"] == pytest.approx(1.5)
+    assert stats.learns == [False, True]  # mamba-1 ends above the tag-only risk 0.4
+    assert stats.ratio == pytest.approx(1.5)
 
 
 def test_context_limit_analysis():
@@ -226,8 +227,8 @@ def test_context_limit_analysis():
              "per-step-bound": {"r": [0.99, 0.995]}}
     pairs = SimpleNamespace(y_clean=np.array([1.0, 2.1]), query=np.array([[1.0], [-1.0]]))
     stats = analyse(cfg, {"mse": 0.3}, cells, pairs)
-    np.testing.assert_allclose(stats["dev"], [[0.02, 0.0], [0.02, 0.5], [0.0, 0.0]], atol=1e-12)
+    np.testing.assert_allclose(stats.dev, [[0.02, 0.0], [0.02, 0.5], [0.0, 0.0]], atol=1e-12)
     # at T = 100: pair 0 deviates 0.02 <= 2 sqrt(0.01² + 0.01²) = 0.028; pair 1 deviates 0.5 > 2 sqrt(2) 0.1
-    np.testing.assert_array_equal(stats["converged"], [True, False])
-    assert stats["r_eff"] == pytest.approx(0.9) and stats["bounds"] == [0.99, 0.995]
-    np.testing.assert_array_equal(stats["query_tag"], [1.0, -1.0])
+    np.testing.assert_array_equal(stats.converged, [True, False])
+    assert stats.r_eff == pytest.approx(0.9) and stats.bounds == [0.99, 0.995]
+    np.testing.assert_array_equal(stats.query_tag, [1.0, -1.0])

@@ -14,7 +14,7 @@ experiments/  the experiments (rate, sweep, compare, context) and curves.py, the
               share, indexed in experiments/__init__.py
 """
 
-from memlab.recall.band import achievable_band, predictor_risk
+from memlab.recall.band import AchievableBand, achievable_band, predictor_risk
 from memlab.recall.encoding import encode, token_dim
 from memlab.recall.limit import coupling_distance, finite_context_values, per_step_bound
 from memlab.recall.metrics import LearningCurve, coupling_rate, is_monotone, learning_curves
@@ -37,6 +37,7 @@ from memlab.recall.train import TrainConfig, TrainResult, make_train, mse, predi
 
 __all__ = [
     "STUDENTS",
+    "AchievableBand",
     "AttentionStudent",
     "Batch",
     "LearningCurve",

@@ -34,6 +34,7 @@ degenerate density puts mass at x = 0 or 1, where every e_j vanishes); at least 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -49,8 +50,8 @@ from memlab.recall.task import (
     scale_floor_mse,
 )
 
-__all__ = ["RCONDS", "achievable_band", "excess_risk", "fit_predictor", "pmf_features", "predictor_risk",
-           "recallable_value", "seen_pmf"]
+__all__ = ["RCONDS", "AchievableBand", "achievable_band", "excess_risk", "fit_predictor", "pmf_features",
+           "predictor_risk", "recallable_value", "seen_pmf"]
 
 RCONDS = (1e-12, 1e-9, 1e-6, 1e-4, 1e-3, 1e-2, 3e-2, 0.1, 0.3)  # truncations tried by ``_fit``
 
@@ -162,10 +163,28 @@ def predictor_risk(task: RecallTask, context_length: int | None, num_fit: int = 
     return float(scale_floor_mse(task) + err.mean()), float(err.std(ddof=1) / np.sqrt(num_eval))
 
 
+@dataclasses.dataclass(frozen=True)
+class AchievableBand:
+    """The four references of one task at its context length T, each a risk (MSE, label noise included):
+
+    tag_only: E[Y | q], no recall (``task.baseline_mse``), exact.
+    context, context_stderr: the predictor that sees a length-T context's empirical pmf; its Monte-Carlo s.e.
+    measure, measure_stderr: the same predictor seeing the recalled pmf itself (T = infinity); its s.e.
+    floor: no predictor of the pmf goes lower (``task.scale_floor_mse``).
+    """
+
+    tag_only: float
+    context: float
+    context_stderr: float
+    measure: float
+    measure_stderr: float
+    floor: float
+
+
 @functools.cache
-def achievable_band(task: RecallTask, num_fit: int = 20_000, num_eval: int = 20_000, seed: int = 0) -> dict:
-    """{tag_only, context, context_stderr, measure, measure_stderr, floor} for ``task`` at its context length T."""
+def achievable_band(task: RecallTask, num_fit: int = 20_000, num_eval: int = 20_000, seed: int = 0) -> AchievableBand:
+    """The achievable band of ``task`` at its context length T."""
     context, context_se = predictor_risk(task, task.context_length, num_fit, num_eval, seed)
     measure, measure_se = predictor_risk(task, None, num_fit, num_eval, seed)
-    return {"tag_only": baseline_mse(task)["tag_only"], "context": context, "context_stderr": context_se,
-            "measure": measure, "measure_stderr": measure_se, "floor": scale_floor_mse(task)}
+    return AchievableBand(baseline_mse(task)["tag_only"], context, context_se, measure, measure_se,
+                          scale_floor_mse(task))

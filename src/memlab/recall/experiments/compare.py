@@ -13,6 +13,7 @@ import dataclasses
 from memlab import plots
 from memlab.recall.experiments.curves import (
     CurveConfig,
+    CurveStats,
     bands,
     beats_tag_only,
     curve_cells,
@@ -55,6 +56,20 @@ class CompareConfig(CurveConfig):
                              f"context_lengths {self.context_lengths!r}")
 
 
+@dataclasses.dataclass(frozen=True)
+class CompareStats(CurveStats):
+    """The comparison: ``CurveStats`` (records, curves, tag_only) and
+
+    keys: one curve per student label, (curve label, alpha, T), in the config's order.
+    learns: (len(keys),) bool, fitted C > 0 and the MSE at the largest n below the tag-only risk.
+    ratio: MSE of the first S6 student / MSE of attention, at the largest n.
+    """
+
+    keys: list[tuple[str, float, int]]
+    learns: list[bool]
+    ratio: float
+
+
 def run_compare(cfg: CompareConfig, run: Run) -> dict:
     """Sweep the grid -> one curve per student -> attention_vs_s6.png, claims, risk.csv, fits.csv, summary.md."""
     cells = run.sweep(curve_cells(cfg, run.key_for), "train students")
@@ -62,10 +77,10 @@ def run_compare(cfg: CompareConfig, run: Run) -> dict:
     _figures(cfg, stats, run)
     _claims(stats, run)
     run.write_summary(_summary(cfg, stats, run))
-    return {"records": stats["records"]}
+    return _results(stats)
 
 
-def analyse(cfg: CompareConfig, cells: dict) -> dict:
+def analyse(cfg: CompareConfig, cells: dict) -> CompareStats:
     """Cell records -> one curve per student; whether each learns (C > 0 and the MSE at the largest n below the
     tag-only risk); the MSE ratio of the first S6 student to attention at the largest n."""
     records = list(cells.values())
@@ -73,13 +88,18 @@ def analyse(cfg: CompareConfig, cells: dict) -> dict:
     keys = [(label, float(cfg.alphas[0]), cfg.context_lengths[0]) for label in cfg.labels()]
     mamba = next(k for k in keys if k[0].startswith("mamba"))
     attention = curves[("attention", *keys[0][1:])]
-    return {"records": records, "curves": curves, "keys": keys, "tag_only": tag_only_comparison(records),
-            "learns": [bool(curves[k].fit.C > 0 and curves[k].mse[-1] < curves[k].baseline_tag_only) for k in keys],
-            "ratio": float(curves[mamba].mse[-1] / attention.mse[-1])}
+    return CompareStats(records, curves, tag_only_comparison(records), keys,
+                        [bool(curves[k].fit.C > 0 and curves[k].mse[-1] < curves[k].baseline_tag_only) for k in keys],
+                        float(curves[mamba].mse[-1] / attention.mse[-1]))
 
 
-def _figures(cfg: CompareConfig, stats: dict, run: Run) -> None:
-    curves, keys = stats["curves"], stats["keys"]
+def _results(stats: CompareStats) -> dict:
+    """results.json's "results": the cell records (the curves' statistics are in the claims and tables)."""
+    return {"records": stats.records}
+
+
+def _figures(cfg: CompareConfig, stats: CompareStats, run: Run) -> None:
+    curves, keys = stats.curves, stats.keys
     fig, ax = plots.figure(1, 1, width=5.0, height=3.6)
     plot_curves(ax, curves, keys, lambda k, c: f"{k[0]} (C = {c.fit.C:.2f})", bands(cfg))
     ax.set_title(f"α = {keys[0][1]:g}, T = {keys[0][2]}, target {cfg.target}: same data, same training", fontsize=9)
@@ -87,25 +107,25 @@ def _figures(cfg: CompareConfig, stats: dict, run: Run) -> None:
     run.save_figure(fig, "attention_vs_s6.png")
 
 
-def _claims(stats: dict, run: Run) -> None:
-    for k, learns in zip(stats["keys"], stats["learns"]):
-        c = stats["curves"][k]
+def _claims(stats: CompareStats, run: Run) -> None:
+    for k, learns in zip(stats.keys, stats.learns):
+        c = stats.curves[k]
         run.claim(f"learns[{k[0]}]", f"{k[0]} learns at the rate of eq. (1); rule: fitted C > 0 and the MSE at the "
                   "largest n is below the tag-only risk (it recalls content)", "Thm. 6.1 / Kawata & Suzuki",
                   f"C = {c.fit.C:.2f}; MSE(n={int(c.n[-1])}) = {c.mse[-1]:.3g} vs tag-only {c.baseline_tag_only:.3g}",
                   learns)
-    recall_claims(run, stats["tag_only"], stats["keys"], lambda k: k[0], lambda k: k[0])
+    recall_claims(run, stats.tag_only, stats.keys, lambda k: k[0], lambda k: k[0])
     run.claim("s6-matches-attention", "the S6 student reaches the attention comparator's risk (§7: the same "
               "statistical rate without attention); rule: MSE ratio S6/attention at the largest n ≤ 1.25",
-              "§7", f"ratio {stats['ratio']:.2f}", stats["ratio"] <= 1.25)
+              "§7", f"ratio {stats.ratio:.2f}", stats.ratio <= 1.25)
 
 
-def _summary(cfg: CompareConfig, stats: dict, run: Run) -> str:
-    keys = stats["keys"]
+def _summary(cfg: CompareConfig, stats: CompareStats, run: Run) -> str:
+    keys = stats.keys
     return SUMMARY.format(alpha=cfg.alphas[0], T=cfg.context_lengths[0], target=cfg.target,
                           n_max=max(cfg.sample_sizes), schedule=schedule(cfg), num_seeds=cfg.num_seeds,
-                          verdict="; ".join(f"{k[0]}: {beats_tag_only(stats['tag_only'][k])}" for k in keys),
-                          report=report(cfg, stats["records"], keys, lambda k: "—", lambda k: k[0], run))
+                          verdict="; ".join(f"{k[0]}: {beats_tag_only(stats.tag_only[k])}" for k in keys),
+                          report=report(cfg, stats, keys, lambda k: "—", lambda k: k[0], run))
 
 
 EXPERIMENTS = [

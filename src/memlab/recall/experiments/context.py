@@ -91,8 +91,7 @@ def run_context_limit(cfg: ContextLimitConfig, run: Run) -> dict:
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     run.write_summary(_summary(cfg, stats, run))
-    return {"train": stats["record"], "lengths": list(cfg.eval_lengths), "F_T_mean": stats["mean"].tolist(),
-            "F_T_stderr": stats["stderr"].tolist(), "per_step_bound": stats["bounds"], "coupling_rate": stats["r_eff"]}
+    return _results(cfg, stats)
 
 
 @cell("recall.context-train")
@@ -120,7 +119,35 @@ def _bound_cell(model, pairs, task: RecallTask, key) -> dict:
     return {"r": per_step_bound(model, pairs, task, key)}
 
 
-def analyse(cfg: ContextLimitConfig, record: dict, cells: dict, pairs) -> dict:
+@dataclasses.dataclass(frozen=True)
+class ContextLimitStats:
+    """The context-limit analysis; ``len`` context lengths T (``eval_lengths``), P test pairs (nu, q).
+
+    record: the training cell's record (``runs.train_cell``, JSON as stored): best validation MSE, baselines, curves.
+    mean, stderr: (len, P), the Monte-Carlo F^(T)(nu, q) and its standard error.
+    dev: (len, P), |F^(T) - F^(T_max)|.
+    converged: (P,) bool, dev at the second-largest T within 2 combined standard errors of the last two T.
+    target: (P,), F*(nu, q) of each pair (its noiseless target); query_tag: (P,), the query's first tag coordinate.
+    distance: (t,), the mean distance of two coupled chains after 1..t shared tokens.
+    r_eff, intercept: the coupling rate and the intercept of its fit log d_t = intercept + t log r_eff (nan, nan when
+        too few steps are above float32 noise; ``metrics.coupling_rate``).
+    bounds: (layers,), the per-step contraction bound max exp(Delta A) of each S6 layer.
+    """
+
+    record: dict
+    mean: np.ndarray
+    stderr: np.ndarray
+    dev: np.ndarray
+    converged: np.ndarray
+    target: np.ndarray
+    query_tag: np.ndarray
+    distance: np.ndarray
+    r_eff: float
+    intercept: float
+    bounds: list[float]
+
+
+def analyse(cfg: ContextLimitConfig, record: dict, cells: dict, pairs) -> ContextLimitStats:
     """Cell results -> F^(T) mean and s.e. (len, P), |F^(T) - F^(T_max)|, which pairs converged at the second-largest
     T (within 2 combined standard errors), the coupling distance and its rate, the per-step bounds."""
     mean = np.array([cells[f"T={T}"]["mean"] for T in cfg.eval_lengths])  # (len, P)
@@ -128,18 +155,24 @@ def analyse(cfg: ContextLimitConfig, record: dict, cells: dict, pairs) -> dict:
     distance = np.array(cells["coupling"]["distance"])
     r_eff, intercept = coupling_rate(distance)
     dev = np.abs(mean - mean[-1])  # |F^(T) - F^(T_max)|
-    return {"record": record, "mean": mean, "stderr": stderr, "dev": dev, "distance": distance, "r_eff": r_eff,
-            "intercept": intercept, "bounds": cells["per-step-bound"]["r"],
-            "converged": dev[-2] <= 2 * np.sqrt(stderr[-2] ** 2 + stderr[-1] ** 2),
-            "target": np.asarray(pairs.y_clean, float), "query_tag": np.asarray(pairs.query[:, 0], float)}
+    return ContextLimitStats(record, mean, stderr, dev,
+                             converged=dev[-2] <= 2 * np.sqrt(stderr[-2] ** 2 + stderr[-1] ** 2),
+                             target=np.asarray(pairs.y_clean, float), query_tag=np.asarray(pairs.query[:, 0], float),
+                             distance=distance, r_eff=r_eff, intercept=intercept, bounds=cells["per-step-bound"]["r"])
 
 
-def _figures(cfg: ContextLimitConfig, stats: dict, run: Run) -> None:
-    lengths, mean, stderr, dev = list(cfg.eval_lengths), stats["mean"], stats["stderr"], stats["dev"]
+def _results(cfg: ContextLimitConfig, stats: ContextLimitStats) -> dict:
+    """results.json's "results": the training record, F^(T) per length and pair, the contraction numbers."""
+    return {"train": stats.record, "lengths": list(cfg.eval_lengths), "F_T_mean": stats.mean.tolist(),
+            "F_T_stderr": stats.stderr.tolist(), "per_step_bound": stats.bounds, "coupling_rate": stats.r_eff}
+
+
+def _figures(cfg: ContextLimitConfig, stats: ContextLimitStats, run: Run) -> None:
+    lengths, mean, stderr, dev = list(cfg.eval_lengths), stats.mean, stats.stderr, stats.dev
     fig, axes = plots.figure(1, 3, width=13.0, height=3.6)
     for p in range(cfg.num_pairs):
         axes[0].errorbar(lengths, mean[:, p], yerr=2 * stderr[:, p], marker="o", ms=3, color=f"C{p}", capsize=2)
-        axes[0].axhline(stats["target"][p], color=f"C{p}", ls=":", lw=0.8)
+        axes[0].axhline(stats.target[p], color=f"C{p}", ls=":", lw=0.8)
     axes[0].set(xscale="log", xlabel="context length T", ylabel="F^(T)(ν, q)",
                 title="Monte-Carlo F^(T) per test pair (± 2 s.e.);\ndotted: target F*(ν, q)")
     axes[1].plot(lengths[:-1], dev[:-1].mean(1), "o-", label="mean over pairs")
@@ -148,27 +181,27 @@ def _figures(cfg: ContextLimitConfig, stats: dict, run: Run) -> None:
     axes[1].set(xscale="log", yscale="log", xlabel="context length T", ylabel=f"|F^(T) − F^(T={lengths[-1]})|",
                 title="convergence in T (Prop. 4.2)")
     axes[1].legend()
-    t, r_eff = np.arange(1, len(stats["distance"]) + 1), stats["r_eff"]
-    axes[2].plot(t, stats["distance"], label="mean distance")
+    t, r_eff = np.arange(1, len(stats.distance) + 1), stats.r_eff
+    axes[2].plot(t, stats.distance, label="mean distance")
     if np.isfinite(r_eff):
-        axes[2].plot(t, np.exp(stats["intercept"]) * r_eff**t, "k--", lw=0.8,
+        axes[2].plot(t, np.exp(stats.intercept) * r_eff**t, "k--", lw=0.8,
                      label=f"least-squares fit, r_eff = {r_eff:.4f}")
     axes[2].set(yscale="log", xlabel="shared tokens t", ylabel="‖features − features′‖",
-                title=f"coupling of two chains; per-step bound\nr ≤ {', '.join(f'{b:.4f}' for b in stats['bounds'])} "
+                title=f"coupling of two chains; per-step bound\nr ≤ {', '.join(f'{b:.4f}' for b in stats.bounds)} "
                       "(per layer)")
     axes[2].legend()
     run.save_figure(fig, "context_limit.png")
 
 
-def _claims(cfg: ContextLimitConfig, stats: dict, run: Run) -> None:
-    r, distance, dev, converged = max(stats["bounds"]), stats["distance"], stats["dev"], stats["converged"]
+def _claims(cfg: ContextLimitConfig, stats: ContextLimitStats, run: Run) -> None:
+    r, distance, dev, converged = max(stats.bounds), stats.distance, stats.dev, stats.converged
     lengths = cfg.eval_lengths
     run.claim("assumption-4.1", "the trained student's context-processing state map is a contraction "
               "(Assumption 4.1); rule: per-step bound max exp(ΔA) < 1 in every S6 layer", "Assumption 4.1",
               f"r ≤ {r:.6f} (1/(1−r) = {1 / max(1e-12, 1 - r):.0f} tokens)", bool(r < 1))
     run.claim("coupling-contracts", "two chains driven by the same tokens forget their initial states; rule: mean "
               "distance after all shared tokens < 1% of the first", "Prop. 4.2 proof (App. B)",
-              f"{distance[0]:.3g} → {distance[-1]:.3g}, r_eff = {stats['r_eff']:.4f}",
+              f"{distance[0]:.3g} → {distance[-1]:.3g}, r_eff = {stats.r_eff:.4f}",
               bool(distance[-1] < 0.01 * distance[0]))
     run.claim("finite-context-converges", f"F^(T)(ν, q) converges as T grows; rule: |F^(T) − F^(T_max)| at "
               f"T = {lengths[-2]} within 2 combined MC standard errors for every test pair", "Prop. 4.2",
@@ -176,19 +209,19 @@ def _claims(cfg: ContextLimitConfig, stats: dict, run: Run) -> None:
               f"{dev[-2].mean():.3g} (T={lengths[-2]})", bool(converged.all()))
 
 
-def _summary(cfg: ContextLimitConfig, stats: dict, run: Run) -> str:
-    mean, stderr, lengths = stats["mean"], stats["stderr"], cfg.eval_lengths
+def _summary(cfg: ContextLimitConfig, stats: ContextLimitStats, run: Run) -> str:
+    mean, stderr, lengths = stats.mean, stats.stderr, cfg.eval_lengths
     run.save_csv("finite_context.csv", ["T", "pair", "F_T", "stderr", "target_F_star", "query_tag"],
-                 [(T, p, mean[i, p], stderr[i, p], stats["target"][p], stats["query_tag"][p])
+                 [(T, p, mean[i, p], stderr[i, p], stats.target[p], stats.query_tag[p])
                   for i, T in enumerate(lengths) for p in range(cfg.num_pairs)])
-    run.save_csv("coupling.csv", ["t", "mean_distance"], enumerate(stats["distance"].tolist(), start=1))
+    run.save_csv("coupling.csv", ["t", "mean_distance"], enumerate(stats.distance.tolist(), start=1))
     header = ["T", "mean over pairs of |F^(T) − F^(T_max)|", "mean MC standard error"]
-    table = run.save_table("convergence.csv", header, zip(lengths, stats["dev"].mean(1), stderr.mean(1)),
+    table = run.save_table("convergence.csv", header, zip(lengths, stats.dev.mean(1), stderr.mean(1)),
                            {header[1]: ".3g", header[2]: ".2g"})
     return SUMMARY.format(student=STUDENTS[cfg.student], num_train=cfg.num_train, train_T=cfg.train_context_length,
-                          alpha=cfg.alpha, epochs=cfg.epochs, mse=stats["record"]["mse"],
-                          tag_only=stats["record"]["baseline_tag_only"], num_pairs=cfg.num_pairs, num_mc=cfg.num_mc,
-                          table=table, bounds=", ".join(f"{b:.6f}" for b in stats["bounds"]), r_eff=stats["r_eff"],
+                          alpha=cfg.alpha, epochs=cfg.epochs, mse=stats.record["mse"],
+                          tag_only=stats.record["baseline_tag_only"], num_pairs=cfg.num_pairs, num_mc=cfg.num_mc,
+                          table=table, bounds=", ".join(f"{b:.6f}" for b in stats.bounds), r_eff=stats.r_eff,
                           choices=CHOICES)
 
 

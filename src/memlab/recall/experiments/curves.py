@@ -1,6 +1,6 @@
 """Risk-vs-n grids, shared by ``recall.rate``, ``recall.sweep`` and ``recall.attention-vs-s6``: the grid's config,
-its sweep cells, its tables, its summary sections (fit table, tag-only comparison, achievable band, choices) and its
-figure panel.
+its sweep cells, the typed result their analyses extend (``CurveStats``), its tables, its summary sections (fit
+table, tag-only comparison, achievable band, choices) and its figure panel.
 
 Every (schedule, student, alpha, T, n) is one cell (``runs.curve_cell``) with three named key streams:
 ``"validation"`` (one validation set per task, shared by every n, student and schedule), ``"training-pool"`` (nested
@@ -19,15 +19,15 @@ from jax import Array
 from matplotlib import ticker
 
 from memlab.checks import check_choice, check_choices, check_increasing_ints, check_int, check_real
-from memlab.recall.band import achievable_band
-from memlab.recall.metrics import LearningCurve, TagOnlyComparison, curve_label, learning_curves, tag_only_comparison
+from memlab.recall.band import AchievableBand, achievable_band
+from memlab.recall.metrics import LearningCurve, TagOnlyComparison, curve_label
 from memlab.recall.runs import STUDENTS, curve_cell
 from memlab.recall.task import TARGETS, RecallTask
 from memlab.recall.train import TrainConfig
 
-__all__ = ["BAND", "BAND_HEADER", "CHOICES", "FIT_FORMAT", "FIT_HEADER", "RISK_HEADER", "CurveConfig", "band_rows",
-           "bands", "beats_tag_only", "curve_cells", "curve_color", "fit_rows", "n_ticks", "plot_curves",
-           "recall_claims", "report", "risk_rows", "schedule", "tag_only_lines"]
+__all__ = ["BAND", "BAND_HEADER", "CHOICES", "FIT_FORMAT", "FIT_HEADER", "RISK_HEADER", "CurveConfig", "CurveStats",
+           "band_rows", "bands", "beats_tag_only", "budget_line", "curve_cells", "curve_color", "fit_rows", "n_ticks",
+           "plot_curves", "recall_claims", "report", "risk_rows", "schedule", "tag_only_lines"]
 
 CHOICES = """## Choices the paper leaves open, and where memlab departs from its text
 
@@ -141,6 +141,23 @@ class CurveConfig:
         return RecallTask(alpha=float(alpha), context_length=int(T), target=self.target)
 
 
+@dataclasses.dataclass(frozen=True)
+class CurveStats:
+    """What every risk-vs-n analysis returns (the typed results of ``rate``, ``sweep`` and ``compare`` extend it);
+    a curve's key is (``metrics.curve_label``, alpha, T).
+
+    records: the cell records (``runs.curve_cell``, JSON as stored), in sweep order.
+    curves: key -> ``LearningCurve``: sizes n (k,), best validation MSE (k,) (mean over seeds), its eq. (1) fit and
+        the exact mean and tag-only risks.
+    tag_only: key -> ``TagOnlyComparison``: the MSE against the tag-only risk of the same validation set per n (k,)
+        and the first n where it is below by more than 2 s.e. (None: never).
+    """
+
+    records: list[dict]
+    curves: dict[tuple[str, float, int], LearningCurve]
+    tag_only: dict[tuple[str, float, int], TagOnlyComparison]
+
+
 def curve_cells(cfg: CurveConfig, key_for: Callable[..., Array]) -> dict[str, partial]:
     """The sweep cells of the grid, in (schedule, student, alpha, T, n) loop order; ``key_for(*names)`` gives the
     named key streams (``run.key_for``). A budget's cells share the data and keys of the default ones."""
@@ -159,7 +176,7 @@ def schedule(cfg: CurveConfig) -> str:
                                                    f"budget of {cfg.step_budget} Adam steps at every n")
 
 
-def bands(cfg: CurveConfig) -> dict[tuple[float, int], dict]:
+def bands(cfg: CurveConfig) -> dict[tuple[float, int], AchievableBand]:
     """The achievable band (``band.achievable_band``) of every (alpha, T) of the grid."""
     return {(float(a), int(T)): achievable_band(cfg.task(a, T), cfg.band_draws, cfg.band_draws)
             for a in cfg.alphas for T in cfg.context_lengths}
@@ -201,11 +218,11 @@ def fit_rows(curves: Mapping[tuple, LearningCurve], comparisons: Mapping[tuple, 
              curves[k].fit.C, paper_c(k), curves[k].fit.r_squared, beats_tag_only(comparisons[k])] for k in keys]
 
 
-def band_rows(band: Mapping[tuple, dict], records: Sequence[Mapping]) -> list:
+def band_rows(band: Mapping[tuple, AchievableBand], records: Sequence[Mapping]) -> list:
     """Rows of band.csv (``BAND_HEADER``), one per (alpha, T); the validation-set tag-only risk from the records."""
     on_val = {(float(r["alpha"]), int(r["T"])): r["val_baseline_tag_only"] for r in records}
-    return [[a, T, f"{b['tag_only']:.4g}", f"{on_val[a, T]:.4g}", _pm(b["context"], b["context_stderr"]),
-             _pm(b["measure"], b["measure_stderr"]), f"{b['floor']:.4g}"] for (a, T), b in band.items()]
+    return [[a, T, f"{b.tag_only:.4g}", f"{on_val[a, T]:.4g}", _pm(b.context, b.context_stderr),
+             _pm(b.measure, b.measure_stderr), f"{b.floor:.4g}"] for (a, T), b in band.items()]
 
 
 def budget_line(cfg: CurveConfig, curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple],
@@ -219,14 +236,14 @@ def budget_line(cfg: CurveConfig, curves: Mapping[tuple, LearningCurve], keys: S
                                            for k, b in pairs if b in curves) + ".\n\n")
 
 
-def report(cfg: CurveConfig, records: Sequence[Mapping], keys: Sequence[tuple], paper_c: Callable[[tuple], str],
+def report(cfg: CurveConfig, stats: CurveStats, keys: Sequence[tuple], paper_c: Callable[[tuple], str],
            name: Callable[[tuple], str], run) -> str:
     """risk.csv, fits.csv, band.csv and the summary's shared Markdown: the fit table, whether each curve beats the
     tag-only risk and from which n, the achievable band, the choices."""
-    curves, comparisons = learning_curves(records), tag_only_comparison(records)
-    run.save_csv("risk.csv", RISK_HEADER, risk_rows(records))
+    curves, comparisons = stats.curves, stats.tag_only
+    run.save_csv("risk.csv", RISK_HEADER, risk_rows(stats.records))
     fits = run.save_table("fits.csv", FIT_HEADER, fit_rows(curves, comparisons, keys, paper_c), FIT_FORMAT)
-    band = run.save_table("band.csv", BAND_HEADER, band_rows(bands(cfg), records))
+    band = run.save_table("band.csv", BAND_HEADER, band_rows(bands(cfg), stats.records))
     return (f"{fits}\n{budget_line(cfg, curves, keys, name)}Does the student recall? Best validation MSE (mean ± s.e. "
             "over seeds) / the tag-only risk on the same validation set, per n (a student not below it has learnt the "
             f"tag and nothing of the content, whatever its fitted C):\n\n{tag_only_lines(comparisons, keys, name)}\n\n"
@@ -246,7 +263,7 @@ def recall_claims(run, comparisons: Mapping[tuple, TagOnlyComparison], keys: Seq
 
 
 def plot_curves(ax, curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple], label: Callable,
-                band: Mapping[tuple, dict] | None = None) -> None:
+                band: Mapping[tuple, AchievableBand] | None = None) -> None:
     """Measured risk (solid), the eq. (1) fit (dashed) per curve; ``label(key, curve)`` names each curve. With
     ``band``: per (alpha, T) the tag-only risk (dotted) and the context predictor's (dash-dot), in the colour of its
     first curve (grey, with a legend entry, when every curve shares one (alpha, T))."""
@@ -261,8 +278,8 @@ def plot_curves(ax, curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple]
     for alpha, T in tasks if band else ():
         one = len(tasks) == 1
         color = "0.4" if one else curve_color(next(k for k in keys if k[1:] == (alpha, T)), keys)
-        ax.axhline(band[alpha, T]["tag_only"], color=color, ls=":", lw=0.9, label="tag-only risk" if one else None)
-        ax.axhline(band[alpha, T]["context"], color=color, ls="-.", lw=0.9,
+        ax.axhline(band[alpha, T].tag_only, color=color, ls=":", lw=0.9, label="tag-only risk" if one else None)
+        ax.axhline(band[alpha, T].context, color=color, ls="-.", lw=0.9,
                    label=f"context predictor (T = {T})" if one else None)
     ax.set(xscale="log", yscale="log", xlabel="training examples n", ylabel="best validation MSE")
     n_ticks(ax, curves[keys[0]].n)

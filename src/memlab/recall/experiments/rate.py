@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from memlab import plots
 from memlab.recall.experiments.curves import (
     CurveConfig,
+    CurveStats,
     bands,
     beats_tag_only,
     curve_cells,
@@ -55,6 +58,29 @@ class RateConfig(CurveConfig):
             raise ValueError(f"recall.rate draws one T; got context_lengths {self.context_lengths!r}")
 
 
+@dataclasses.dataclass(frozen=True)
+class SmootherBelow:
+    """Where the smoothest alpha's curve of one student lies below its roughest, per n (k,) bool: ``raw`` by MSE,
+    ``relative`` by MSE / the risk of the mean predictor (which removes the target scale)."""
+
+    raw: np.ndarray
+    relative: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class RateStats(CurveStats):
+    """The rate analysis: ``CurveStats`` (records, curves, tag_only) and
+
+    keys: the curves in figure order, (curve label, alpha, T) for every label, then every alpha.
+    monotone: (len(keys),) bool, whether each curve decreases in n (``metrics.is_monotone``: at most +5 % a step).
+    smoother: curve label -> ``SmootherBelow`` (smoothest vs roughest alpha); empty with one alpha.
+    """
+
+    keys: list[tuple[str, float, int]]
+    monotone: list[bool]
+    smoother: dict[str, SmootherBelow]
+
+
 def run_rate(cfg: RateConfig, run: Run) -> dict:
     """Sweep the grid -> curves and their fits -> rate.png, claims, risk.csv, fits.csv, summary.md."""
     cells = run.sweep(curve_cells(cfg, run.key_for), "train students")
@@ -62,28 +88,33 @@ def run_rate(cfg: RateConfig, run: Run) -> dict:
     _figures(cfg, stats, run)
     _claims(stats, run)
     run.write_summary(_summary(cfg, stats, run))
-    return {"records": stats["records"], "fits": {f"{k[1]:g}": stats["curves"][k].fit._asdict() for k in stats["keys"]}}
+    return _results(stats)
 
 
-def analyse(cfg: RateConfig, cells: dict) -> dict:
+def analyse(cfg: RateConfig, cells: dict) -> RateStats:
     """Cell records -> one learning curve per (student, alpha), the monotonicity rule and the tag-only comparison
     per curve and, per student with two or more alphas, where the smoothest curve lies below the roughest (raw and
     relative to the mean predictor)."""
     records = list(cells.values())
     curves = learning_curves(records)
     keys = [(label, float(a), cfg.context_lengths[0]) for label in cfg.labels() for a in cfg.alphas]
-    stats = {"records": records, "curves": curves, "keys": keys, "tag_only": tag_only_comparison(records),
-             "monotone": [is_monotone(curves[k].mse) for k in keys], "below": {}, "below_relative": {}}
+    smoother = {}
     if len(cfg.alphas) >= 2:
         for label in cfg.labels():
             rough, smooth = (curves[(label, float(a), cfg.context_lengths[0])] for a in (cfg.alphas[0], cfg.alphas[-1]))
-            stats["below"][label] = smooth.mse < rough.mse  # alphas ascend (validate)
-            stats["below_relative"][label] = smooth.mse / smooth.baseline_mean < rough.mse / rough.baseline_mean
-    return stats
+            smoother[label] = SmootherBelow(smooth.mse < rough.mse,  # alphas ascend (validate)
+                                            smooth.mse / smooth.baseline_mean < rough.mse / rough.baseline_mean)
+    return RateStats(records, curves, tag_only_comparison(records), keys,
+                     [is_monotone(curves[k].mse) for k in keys], smoother)
 
 
-def _figures(cfg: RateConfig, stats: dict, run: Run) -> None:
-    curves, keys = stats["curves"], stats["keys"]
+def _results(stats: RateStats) -> dict:
+    """results.json's "results": the cell records and the eq. (1) fit per alpha."""
+    return {"records": stats.records, "fits": {f"{k[1]:g}": stats.curves[k].fit._asdict() for k in stats.keys}}
+
+
+def _figures(cfg: RateConfig, stats: RateStats, run: Run) -> None:
+    curves, keys = stats.curves, stats.keys
     fig, axes = plots.figure(1, 2, width=9.0, height=3.6)
     plot_curves(axes[0], curves, keys, lambda k, c: f"{_name(k, keys)} (C = {c.fit.C:.2f})", bands(cfg))
     axes[0].set_title(f"T = {keys[0][2]}: solid measured, dashed fit of eq. (1),\ndotted tag-only risk, dash-dot "
@@ -113,10 +144,10 @@ def _tag(key: tuple, several: bool) -> str:
     return f"student={key[0]},alpha={key[1]:g}" if several else f"alpha={key[1]:g}"
 
 
-def _claims(stats: dict, run: Run) -> None:
-    curves, keys = stats["curves"], stats["keys"]
+def _claims(stats: RateStats, run: Run) -> None:
+    curves, keys = stats.curves, stats.keys
     several = len({k[0] for k in keys}) > 1
-    for k, monotone in zip(keys, stats["monotone"]):
+    for k, monotone in zip(keys, stats.monotone):
         c, tag = curves[k], _tag(k, several)
         run.claim(f"risk-decreases[{tag}]", f"validation MSE decreases monotonically in n ({_name(k, keys)}); "
                   "rule: each step in n raises it by at most 5%", "App. A.2, Fig. 1",
@@ -124,10 +155,10 @@ def _claims(stats: dict, run: Run) -> None:
         paper = f"C ≈ {PAPER_C[k[1]]}" if k[1] in PAPER_C else "C > 0"
         run.claim(f"rate-fit[{tag}]", f"log L(n) = A − C (log n)^(α/(α+1)) with C > 0 ({_name(k, keys)}); rule: "
                   "fitted C > 0", f"App. A.2 ({paper})", f"C = {c.fit.C:.2f}, R² = {c.fit.r_squared:.2f}", c.fit.C > 0)
-    recall_claims(run, stats["tag_only"], keys, lambda k: _tag(k, several), lambda k: _name(k, keys))
-    for kind, below in stats["below"].items():
+    recall_claims(run, stats.tag_only, keys, lambda k: _tag(k, several), lambda k: _name(k, keys))
+    for kind, order in stats.smoother.items():
         rough, smooth = (f"{a:g}" for a in (keys[0][1], keys[-1][1]))
-        relative = stats["below_relative"][kind]
+        below, relative = order.raw, order.relative
         suffix = f"[{kind}]" if several else ""
         run.claim(f"smoother-is-easier{suffix}", f"the α = {smooth} curve lies below α = {rough} at every n; rule: "
                   "raw MSE lower at every n", "App. A.2, Fig. 1", f"lower at {int(below.sum())}/{len(below)} n",
@@ -137,13 +168,13 @@ def _claims(stats: dict, run: Run) -> None:
                   f"lower at {int(relative.sum())}/{len(relative)} n", bool(relative.all()))
 
 
-def _summary(cfg: RateConfig, stats: dict, run: Run) -> str:
-    keys = stats["keys"]
+def _summary(cfg: RateConfig, stats: RateStats, run: Run) -> str:
+    keys = stats.keys
     return SUMMARY.format(num_val=cfg.num_val, T=cfg.context_lengths[0], schedule=schedule(cfg),
                           num_seeds=cfg.num_seeds, target=cfg.target,
                           students="; ".join(f"`{s}` = {STUDENTS[s]}" for s in cfg.students),
-                          verdict="; ".join(f"{_name(k, keys)}: {beats_tag_only(stats['tag_only'][k])}" for k in keys),
-                          report=report(cfg, stats["records"], keys, lambda k: PAPER_C.get(k[1], "—"),
+                          verdict="; ".join(f"{_name(k, keys)}: {beats_tag_only(stats.tag_only[k])}" for k in keys),
+                          report=report(cfg, stats, keys, lambda k: PAPER_C.get(k[1], "—"),
                                         lambda k: _name(k, keys), run))
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from memlab import plots
 from memlab.recall.experiments.curves import (
     CurveConfig,
+    CurveStats,
     bands,
     beats_tag_only,
     curve_cells,
@@ -60,6 +61,24 @@ class SweepConfig(CurveConfig):
                              f"{self.students!r}, alphas {self.alphas!r}")
 
 
+@dataclasses.dataclass(frozen=True)
+class SweepStats(CurveStats):
+    """The sweep analysis: ``CurveStats`` (records, curves, tag_only) and, for the student on A.1's schedule,
+
+    C: (alphas, Ts), the fitted rate constant of eq. (1) per (alpha, T).
+    monotone: (Ts * alphas,) bool, T-major: whether each curve decreases in n (at most +5 % a step).
+    ordered: (Ts, ns) bool, whether the MSE strictly falls with alpha at that (T, n).
+    spread: (alphas,), max - min of C over T.
+    allowed: (alphas,), the spread allowed: max(10 % of the mean |C| over T, 0.05).
+    """
+
+    C: np.ndarray
+    monotone: list[bool]
+    ordered: np.ndarray
+    spread: np.ndarray
+    allowed: np.ndarray
+
+
 def run_sweep(cfg: SweepConfig, run: Run) -> dict:
     """Sweep the grid -> curves, C per (alpha, T) -> sweep.png, claims, risk.csv, fits.csv, summary.md."""
     cells = run.sweep(curve_cells(cfg, run.key_for), "train students")
@@ -67,12 +86,10 @@ def run_sweep(cfg: SweepConfig, run: Run) -> dict:
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     run.write_summary(_summary(cfg, stats, run))
-    C = stats["C"]
-    return {"records": stats["records"], "C": {f"alpha={a:g}": dict(zip(map(str, cfg.context_lengths), C[i].tolist()))
-                                               for i, a in enumerate(cfg.alphas)}}
+    return _results(cfg, stats)
 
 
-def analyse(cfg: SweepConfig, cells: dict) -> dict:
+def analyse(cfg: SweepConfig, cells: dict) -> SweepStats:
     """Cell records -> curves; which are monotone in n; at how many (T, n) the risk strictly falls with alpha;
     C (alphas, Ts); and the spread of C over T against its allowance max(10 % of mean |C|, 0.05) per alpha."""
     records = list(cells.values())
@@ -80,20 +97,25 @@ def analyse(cfg: SweepConfig, cells: dict) -> dict:
     kind, alphas, Ts = cfg.students[0], [float(a) for a in cfg.alphas], list(cfg.context_lengths)
     mse = np.array([[curves[(kind, a, T)].mse for a in alphas] for T in Ts])  # (Ts, alphas, ns)
     C = np.array([[curves[(kind, a, T)].fit.C for T in Ts] for a in alphas])  # (alphas, Ts)
-    return {"records": records, "curves": curves, "C": C, "tag_only": tag_only_comparison(records),
-            "monotone": [is_monotone(curves[(kind, a, T)].mse) for T in Ts for a in alphas],  # A.1's schedule
-            "ordered": np.all(np.diff(mse, axis=1) < 0, axis=1),  # (Ts, ns): risk strictly falls with alpha
-            "spread": C.max(1) - C.min(1),
-            # an absolute floor: a relative spread of C ≈ 0 is noise
-            "allowed": np.maximum(0.10 * np.abs(C).mean(1), 0.05)}
+    return SweepStats(records, curves, tag_only_comparison(records), C,
+                      monotone=[is_monotone(curves[(kind, a, T)].mse) for T in Ts for a in alphas],  # A.1's schedule
+                      ordered=np.all(np.diff(mse, axis=1) < 0, axis=1),
+                      spread=C.max(1) - C.min(1),
+                      allowed=np.maximum(0.10 * np.abs(C).mean(1), 0.05))  # a floor: a spread of C ≈ 0 is noise
 
 
-def _figures(cfg: SweepConfig, stats: dict, run: Run) -> None:
+def _results(cfg: SweepConfig, stats: SweepStats) -> dict:
+    """results.json's "results": the cell records and C by alpha, then T."""
+    return {"records": stats.records, "C": {f"alpha={a:g}": dict(zip(map(str, cfg.context_lengths), C.tolist()))
+                                            for a, C in zip(cfg.alphas, stats.C)}}
+
+
+def _figures(cfg: SweepConfig, stats: SweepStats, run: Run) -> None:
     Ts = cfg.context_lengths
     fig, axes = plots.figure(1, len(Ts), width=3.8 * len(Ts), height=3.4, squeeze=False, sharey=True)
     for j, T in enumerate(Ts):
         keys = [(label, float(a), T) for label in cfg.labels() for a in cfg.alphas]
-        plot_curves(axes[0, j], stats["curves"], keys, lambda k, c: f"{_name(k, cfg)}, C = {c.fit.C:.2f}", bands(cfg))
+        plot_curves(axes[0, j], stats.curves, keys, lambda k, c: f"{_name(k, cfg)}, C = {c.fit.C:.2f}", bands(cfg))
         axes[0, j].set_title(f"T = {T}")
         axes[0, j].legend()
     fig.suptitle(f"{cfg.students[0]}: risk vs n per (α, T); dashed: OLS fit of eq. (1); dotted: tag-only risk; "
@@ -110,15 +132,15 @@ def _keys(cfg: SweepConfig) -> list[tuple]:
     return [(label, float(a), T) for label in cfg.labels() for T in cfg.context_lengths for a in cfg.alphas]
 
 
-def _claims(cfg: SweepConfig, stats: dict, run: Run) -> None:
-    monotone, C, Ts = stats["monotone"], stats["C"], cfg.context_lengths
-    recall_claims(run, stats["tag_only"], _keys(cfg), lambda k: f"{k[0]},alpha={k[1]:g},T={k[2]}",
+def _claims(cfg: SweepConfig, stats: SweepStats, run: Run) -> None:
+    monotone, C, Ts = stats.monotone, stats.C, cfg.context_lengths
+    recall_claims(run, stats.tag_only, _keys(cfg), lambda k: f"{k[0]},alpha={k[1]:g},T={k[2]}",
                   lambda k: f"{_name(k, cfg)}, T = {k[2]}")
     run.claim("risk-decreases", "every (α, T) curve decreases in n; rule: each step raises MSE by at most 5%",
               "App. A.4", f"{sum(monotone)}/{len(monotone)} curves", all(monotone))
     run.claim("alpha-orders-curves", f"at fixed n the MSE is monotone in α ({' > '.join(f'{a:g}' for a in cfg.alphas)} "
               "in risk); rule: strictly decreasing in α at every (T, n)", "App. A.4",
-              f"ordered at {int(stats['ordered'].sum())}/{stats['ordered'].size} (T, n)", bool(stats["ordered"].all()))
+              f"ordered at {int(stats.ordered.sum())}/{stats.ordered.size} (T, n)", bool(stats.ordered.all()))
     run.claim("C-decreases-with-alpha", "the fitted C decreases with α; rule: at every T, C strictly decreasing in α",
               "App. A.4 (C ≈ 3.3, 2.1, 1.1, 0.5)",
               "; ".join(f"T={T}: " + ", ".join(f"{c:.2f}" for c in C[:, j]) for j, T in enumerate(Ts)),
@@ -127,17 +149,17 @@ def _claims(cfg: SweepConfig, stats: dict, run: Run) -> None:
         run.claim("stable-across-T", "the fitted C is stable across T; rule: max − min of C over T ≤ max(10% of its "
                   "mean |C|, 0.05) for every α", "App. A.4 (\"within a few percent\")",
                   ", ".join(f"α={a:g}: spread {d:.2f} (allowed {t:.2f})"
-                            for a, d, t in zip(cfg.alphas, stats["spread"], stats["allowed"])),
-                  bool(np.all(stats["spread"] <= stats["allowed"])))
+                            for a, d, t in zip(cfg.alphas, stats.spread, stats.allowed)),
+                  bool(np.all(stats.spread <= stats.allowed)))
 
 
-def _summary(cfg: SweepConfig, stats: dict, run: Run) -> str:
+def _summary(cfg: SweepConfig, stats: SweepStats, run: Run) -> str:
     keys, name = _keys(cfg), lambda k: f"{_name(k, cfg)}, T = {k[2]}"
     return SUMMARY.format(student=STUDENTS[cfg.students[0]], alphas=[float(a) for a in cfg.alphas],
                           Ts=list(cfg.context_lengths), ns=list(cfg.sample_sizes), schedule=schedule(cfg),
                           num_val=cfg.num_val, num_seeds=cfg.num_seeds, target=cfg.target,
-                          verdict="; ".join(f"{name(k)}: {beats_tag_only(stats['tag_only'][k])}" for k in keys),
-                          report=report(cfg, stats["records"], keys, lambda k: PAPER_SWEEP_C.get(k[1], "—"), name,
+                          verdict="; ".join(f"{name(k)}: {beats_tag_only(stats.tag_only[k])}" for k in keys),
+                          report=report(cfg, stats, keys, lambda k: PAPER_SWEEP_C.get(k[1], "—"), name,
                                         run))
 
 
