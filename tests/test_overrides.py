@@ -84,7 +84,7 @@ def test_bad_set_and_missing_plugin_exit_2(tmp_path, capsys):
     assert cli.main(["run", "arena.leaderboard", "--profile", "tiny", "--set", "layers=nope",
                      "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "invalid config for arena.leaderboard (tiny): layer" in err and "'nope'" in err and len(
+    assert "invalid config for arena.leaderboard (tiny): unknown layer 'nope'" in err and len(
         err.strip().splitlines()) == 1
     assert cli.main(["run", "arena.leaderboard", "--plugin", str(tmp_path / "missing.py")]) == 2
     assert "plugin file" in capsys.readouterr().err

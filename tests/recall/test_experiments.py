@@ -232,3 +232,15 @@ def test_context_limit_analysis():
     np.testing.assert_array_equal(stats.converged, [True, False])
     assert stats.r_eff == pytest.approx(0.9) and stats.bounds == [0.99, 0.995]
     np.testing.assert_array_equal(stats.query_tag, [1.0, -1.0])
+
+
+def test_rate_results_keep_one_fit_per_student_and_alpha(tmp_path):
+    """With two students, results.json has a fit for each (student, alpha), none replacing another."""
+    from memlab.runner import run_experiment
+
+    exp = EXPERIMENTS["recall.rate"]
+    cfg = dataclasses.replace(exp.profiles["tiny"], students=("mamba-1", "mamba-1-residual"))
+    exp = dataclasses.replace(exp, profiles={**exp.profiles, "tiny": cfg})
+    out = run_experiment(exp, "tiny", out_dir=tmp_path / "o", progress=False)
+    fits = json.loads((out / "results.json").read_text())["results"]["fits"]
+    assert set(fits) == {f"{label} alpha={a:g}" for label in cfg.labels() for a in cfg.alphas} and len(fits) == 4

@@ -109,8 +109,10 @@ def analyse(cfg: RateConfig, cells: dict) -> RateStats:
 
 
 def _results(stats: RateStats) -> dict:
-    """results.json's "results": the cell records and the eq. (1) fit per alpha."""
-    return {"records": stats.records, "fits": {f"{k[1]:g}": stats.curves[k].fit._asdict() for k in stats.keys}}
+    """results.json's "results": the cell records and the eq. (1) fit per curve, keyed '<student> alpha=<a>' (keyed
+    by alpha alone, a second student's fits replaced the first's)."""
+    return {"records": stats.records,
+            "fits": {f"{k[0]} alpha={k[1]:g}": stats.curves[k].fit._asdict() for k in stats.keys}}
 
 
 def _figures(cfg: RateConfig, stats: RateStats, run: Run) -> None:
