@@ -20,21 +20,21 @@ def test_error_vs_epsilon_analysis():
                   [0.010, 0.04, 0.03, 0.40, 0.5, 0.10]])
     cells = [{"names": NAMES, "p": list(row)} for row in p]  # lists, as cells come back from JSON
     stats = analyse_epsilon(cfg, cells)
-    np.testing.assert_allclose(stats["inv_eps"], [50, 100, 150, 200])
-    np.testing.assert_array_equal(stats["p"], p)
-    np.testing.assert_allclose(stats["stderr"], np.sqrt(p * (1 - p) / 1000))
-    assert stats["filters"] == NAMES
-    assert stats["column"] == {"sqrt": 1, "log": 2, "eps2": 3, "zero": 4, "one": 5}
-    assert stats["log_wins"] == 0.75  # log below sqrt at 3 of the 4 grid points
+    np.testing.assert_allclose(stats.inv_eps, [50, 100, 150, 200])
+    np.testing.assert_array_equal(stats.p, p)
+    np.testing.assert_allclose(stats.stderr, np.sqrt(p * (1 - p) / 1000))
+    assert stats.filters == NAMES
+    assert stats.column == {"sqrt": 1, "log": 2, "eps2": 3, "zero": 4, "one": 5}
+    assert stats.log_wins == 0.75  # log below sqrt at 3 of the 4 grid points
     for f in range(len(NAMES)):
-        assert stats["trend"][f] == trend(stats["inv_eps"], p[:, f])
-    assert stats["xi"] == pytest.approx(0.7206, abs=1e-4)  # eq. (150)
+        assert stats.trend[f] == trend(stats.inv_eps, p[:, f])
+    assert stats.xi == pytest.approx(0.7206, abs=1e-4)  # eq. (150)
 
 
 def test_error_vs_epsilon_analysis_without_both_valid_schedules():
     cfg = ErrorVsEpsilonConfig(num_eps=2, schedules=("sqrt", "one"))
     stats = analyse_epsilon(cfg, [{"names": NAMES[:2] + NAMES[-1:], "p": [0.1, 0.2, 0.3]}] * 2)
-    assert stats["log_wins"] is None and stats["column"] == {"sqrt": 1, "one": 2}
+    assert stats.log_wins is None and stats.column == {"sqrt": 1, "one": 2}
 
 
 def test_error_vs_time_analysis():
@@ -46,14 +46,13 @@ def test_error_vs_time_analysis():
                          np.full(K, 0.5), np.full(K, 0.1)])
     p[0] = [0.1, 0.1, 0.1, 0.1, 0.5, 0.1]
     stats = analyse_time(cfg, {"names": NAMES, "p": p.tolist()})
-    np.testing.assert_array_equal(stats["k"], k)
-    assert stats["tail"] == 10
-    np.testing.assert_array_equal(stats["start"], [0.1] * 5)  # every filter but δ = 0
-    assert stats["valid"] == [0, 1, 2]  # LOF, √ε, 0.7/log(1/ε)
-    flat = [ok for _, _, ok in stats["stable"]]
-    assert flat == [True, True, True, False, True, True]
-    a, b, _ = stats["stable"][3]
-    assert a == pytest.approx(p[-20:-10, 3].mean()) and b == pytest.approx(p[-10:, 3].mean())
+    np.testing.assert_array_equal(stats.k, k)
+    assert stats.tail == 10
+    np.testing.assert_array_equal(stats.start, [0.1] * 5)  # every filter but δ = 0
+    assert stats.valid == [0, 1, 2]  # LOF, √ε, 0.7/log(1/ε)
+    assert [f.flat for f in stats.flatness] == [True, True, True, False, True, True]
+    rising = stats.flatness[3]
+    assert rising.earlier == pytest.approx(p[-20:-10, 3].mean()) and rising.later == pytest.approx(p[-10:, 3].mean())
 
 
 def test_logit_trace_analysis():
