@@ -61,11 +61,11 @@ def test_logit_trace_analysis():
     cell = {"states": states, "diffs": [[0.0] * 8, [1.0] * 8, [2.0] * 8], "error": [0.03, 0.04, 0.035],
             "roughness": [0.1, 0.05, 0.2], "mean_lag": [1.0, 7.0, 2.0], "num_switches": 3}
     stats = analyse_trace(cfg, cell)
-    assert stats["filters"] == ["LOF", "ALF δ = 0.07", "ALF δ = 0.19"]
-    np.testing.assert_array_equal(stats["k"], np.arange(1, 9))
-    np.testing.assert_array_equal(stats["switches"], [3, 6, 8])  # k of x_k != x_{k-1}
-    assert [d.tolist() for d in stats["diffs"]] == cell["diffs"]
-    assert stats["mean_lag"] == [1.0, 7.0, 2.0] and stats["num_switches"] == 3
+    assert stats.filters == ["LOF", "ALF δ = 0.07", "ALF δ = 0.19"]
+    np.testing.assert_array_equal(stats.k, np.arange(1, 9))
+    np.testing.assert_array_equal(stats.switches, [3, 6, 8])  # k of x_k != x_{k-1}
+    assert [d.tolist() for d in stats.diffs] == cell["diffs"]
+    assert stats.mean_lag == [1.0, 7.0, 2.0] and stats.num_switches == 3
 
 
 def _row(family, N, r, ell, error, mismatches=0, flagged=0):
