@@ -79,8 +79,8 @@ def test_exact_linear_analysis():
             _row(zeros, 4, 0, "1–1", 1e-15, flagged=3), _row(zeros, 6, 3, "3–3", 1e-9),
             _row("Cor 4.5, 2 actions", 4, 0, "1", 2e-15, mismatches=1)]
     stats = analyse_exact(rows)
-    pos, zer, cor = (stats["families"][k] for k in ("positive", "zeros", "controlled"))
-    assert len(pos["rows"]) == 2 and pos["exact"] and pos["max_error"] == 3e-14 and pos["max_ell"] == 9
-    assert not zer["exact"] and zer["flagged"] == 3  # 1e-9 exceeds the tolerance
-    assert not cor["exact"] and cor["mismatches"] == 1
-    assert stats["example1"].holds and not stats["bad"].holds and stats["x1_x3_alike"]
+    pos, zer, cor = stats.positive, stats.zeros, stats.controlled
+    assert len(pos.rows) == 2 and pos.exact and pos.max_error == 3e-14 and pos.max_ell == 9
+    assert not zer.exact and zer.flagged == 3  # 1e-9 exceeds the tolerance
+    assert not cor.exact and cor.mismatches == 1
+    assert stats.example1.holds and not stats.bad.holds and stats.x1_x3_alike
