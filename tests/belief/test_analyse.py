@@ -3,11 +3,15 @@
 import numpy as np
 import pytest
 
+from memlab.belief import ringworld as rw
 from memlab.belief.experiments.error import ErrorVsEpsilonConfig, ErrorVsTimeConfig, analyse_epsilon, analyse_time
 from memlab.belief.experiments.exact_linear import analyse as analyse_exact
 from memlab.belief.experiments.logit_trace import LogitTraceConfig
 from memlab.belief.experiments.logit_trace import analyse as analyse_trace
+from memlab.belief.experiments.ringworld_env import RingWorldEnvConfig
+from memlab.belief.experiments.ringworld_env import analyse as analyse_env
 from memlab.belief.metrics import trend
+from memlab.files import to_jsonable
 
 NAMES = ["LOF", "ALF δ = √ε", "ALF δ = 0.7/log(1/ε)", "ALF δ = ε²", "ALF δ = 0", "ALF δ = 1"]
 
@@ -84,3 +88,18 @@ def test_exact_linear_analysis():
     assert not zer.exact and zer.flagged == 3  # 1e-9 exceeds the tolerance
     assert not cor.exact and cor.mismatches == 1
     assert stats.example1.holds and not stats.bad.holds and stats.x1_x3_alike
+
+
+def test_ringworld_env_analysis():
+    cfg = RingWorldEnvConfig(episode_length=4)
+    cell = {"returns": {"optimal": [0.1, 0.3], "random": [-0.2, 0.0, 0.2], "qmdp": [0.1, 0.1]},
+            "accuracy": {"LOF": [0.5, 0.7, 0.9, 1.0], "ALF": [0.5, 0.6, 0.7, 0.8]}}
+    stats = analyse_env(cfg, cell)
+    env = rw.RingWorld(cfg.epsilon, cfg.episode_length)
+    assert stats.optimal_return == rw.optimal_return(env, env.default_params)
+    optimal = stats.mc["optimal"]
+    assert optimal.mean == pytest.approx(0.2) and optimal.stderr == pytest.approx(0.1)  # std 0.1414 / sqrt(2)
+    assert (optimal.low, optimal.high) == (0.1, 0.3) and stats.mc["random"].low == -0.2
+    assert stats.final_accuracy == {"LOF": pytest.approx(0.95), "ALF": pytest.approx(0.75)}  # the second half
+    assert stats.E.shape == (4, 12) and stats.assumption_5_8
+    assert to_jsonable(stats.mc)["qmdp"] == [0.1, 0.0, 0.1, 0.1]  # results.json: a list per policy, as before
