@@ -10,6 +10,8 @@ from memlab.belief.experiments.logit_trace import LogitTraceConfig
 from memlab.belief.experiments.logit_trace import analyse as analyse_trace
 from memlab.belief.experiments.ringworld_env import RingWorldEnvConfig
 from memlab.belief.experiments.ringworld_env import analyse as analyse_env
+from memlab.belief.experiments.ringworld_ppo import RingWorldPPOConfig
+from memlab.belief.experiments.ringworld_ppo import analyse as analyse_returns
 from memlab.belief.metrics import trend
 from memlab.files import to_jsonable
 
@@ -88,6 +90,26 @@ def test_exact_linear_analysis():
     assert not zer.exact and zer.flagged == 3  # 1e-9 exceeds the tolerance
     assert not cor.exact and cor.mismatches == 1
     assert stats.example1.holds and not stats.bad.holds and stats.x1_x3_alike
+
+
+def test_ringworld_returns_analysis():
+    cfg = RingWorldPPOConfig(memories=("alf", "s5-12"), seeds=2, seed_counts=(("s5-12", 1),), tail=2,
+                             episode_length=20)
+    env = rw.RingWorld(cfg.epsilon, cfg.episode_length)
+    f, c = rw.random_return(env, env.default_params), rw.optimal_return(env, env.default_params)
+    cells = {"alf-0": {"metrics": {"episode_return": [f, f, c, c - 0.2], "memory_delta": [0.5, 0.1]}},
+             "alf-1": {"metrics": {"episode_return": [f, c + 0.1 * (c - f), c, c], "memory_delta": [0.5, 0.3]}},
+             "s5-12-0": {"metrics": {"episode_return": [f, f, f, f]}}, "qmdp": {"returns": [0.4, 0.6]}}
+    analysis = analyse_returns(cfg, cells)
+    assert (analysis.ceiling, analysis.floor, analysis.qmdp) == (c, f, 0.5)
+    assert analysis.curves["alf"].shape == (2, 4) and analysis.curves["s5-12"].shape == (1, 4)
+    alf, s5 = analysis.stats["alf"], analysis.stats["s5-12"]
+    np.testing.assert_allclose(alf.tail_per_seed, [c - 0.1, c])  # the last 2 updates of each seed
+    assert alf.tail_mean == pytest.approx(c - 0.05) and alf.tail_std == pytest.approx(0.05)
+    assert alf.half_ceiling_update == 2 and s5.half_ceiling_update is None  # 1-based; never reached: None
+    assert alf.diagnostics == {"delta": pytest.approx(0.2)} and s5.diagnostics == {}
+    # results.json holds MemoryStats under these names (committed results are read by them)
+    assert list(to_jsonable(alf)) == ["tail_mean", "tail_std", "tail_per_seed", "half_ceiling_update", "diagnostics"]
 
 
 def test_ringworld_env_analysis():
