@@ -12,6 +12,8 @@ from memlab.belief.experiments.ringworld_env import RingWorldEnvConfig
 from memlab.belief.experiments.ringworld_env import analyse as analyse_env
 from memlab.belief.experiments.ringworld_ppo import RingWorldPPOConfig
 from memlab.belief.experiments.ringworld_ppo import analyse as analyse_returns
+from memlab.belief.experiments.ringworld_trajectory import TrajectoryConfig
+from memlab.belief.experiments.ringworld_trajectory import analyse as analyse_trajectory
 from memlab.belief.metrics import trend
 from memlab.files import to_jsonable
 
@@ -110,6 +112,27 @@ def test_ringworld_returns_analysis():
     assert alf.diagnostics == {"delta": pytest.approx(0.2)} and s5.diagnostics == {}
     # results.json holds MemoryStats under these names (committed results are read by them)
     assert list(to_jsonable(alf)) == ["tail_mean", "tail_std", "tail_per_seed", "half_ceiling_update", "diagnostics"]
+
+
+def test_ringworld_trajectory_analysis():
+    state = np.array([[1, 2, 2, 3]])  # paper states 2, 3, 3, 4
+    peak = rw.beacon_emissions().argmax(axis=0)
+    obs = peak[state]
+    obs[0, 0] = (obs[0, 0] + 1) % 4  # k = 0 is the null observation: never off-peak
+    obs[0, 2] = (obs[0, 2] + 1) % 4  # off-peak at k = 2
+    cw1, cw2, ccw1 = (rw.ACTION_NAMES.index(a) for a in ("CW1", "CW2", "CCW1"))
+    played = {"state": state, "action": [[cw1, ccw1, cw1, cw2]], "next_state": [[2, 2, 3, 5]],  # slip at k = 1
+              "obs": obs, "reward": [[0.0, 0.05, 0.05, 0.0]], "alf_decoded": [[0, 2, 1, 3]], "lof_decoded": state}
+    stats = analyse_trajectory(TrajectoryConfig(), {"episode_return": list(range(12))}, played)
+    np.testing.assert_array_equal(stats.irregular_mask, [[False, True, False, False]])
+    np.testing.assert_array_equal(stats.off_peak_mask, [[False, False, True, False]])
+    np.testing.assert_array_equal(stats.error_masks["alf"], [[False, False, True, False]])  # k = 0 not counted
+    assert stats.irregular == 0.25 and stats.off_peak == pytest.approx(1 / 3)
+    assert stats.error == {"alf": pytest.approx(1 / 3), "lof": 0.0}
+    assert stats.error_after_off_peak == {"alf": 1.0, "lof": 0.0}
+    assert stats.train_return == 6.5 and stats.return_mean == pytest.approx(0.1)  # the last 10 of 0..11
+    assert stats.policy["state 2"] == {"CW1": 1.0, "CW2": 0.0, "CCW1": 0.0, "CCW2": 0.0}
+    assert stats.policy["state 3"] == {"CW1": 0.5, "CW2": 0.0, "CCW1": 0.5, "CCW2": 0.0}
 
 
 def test_ringworld_env_analysis():
