@@ -142,10 +142,11 @@ def test_paper_profile_reproduces_every_claim(name, tmp_path):
 
 
 def test_the_previous_action_ablation_reads_the_share_of_s5s_gap_it_closes():
-    from memlab.belief.experiments.ringworld_ppo import previous_action_ablation
+    from memlab.belief.experiments.ringworld_ppo import MemoryStats, previous_action_ablation
 
     def stats(**tails):
-        return {"stats": {m.replace("_", "-"): {"tail_mean": v, "tail_std": 0.01} for m, v in tails.items()}}
+        return {m.replace("_", "-"): MemoryStats(tail_mean=v, tail_std=0.01, tail_per_seed=[v],
+                                                 half_ceiling_update=None, diagnostics={}) for m, v in tails.items()}
 
     line = previous_action_ablation(stats(s5_12=0.30, s5_12_prev_action=0.40, alf=0.50, lof=0.45))
     assert "ends at 0.400" in line and "ALF, ends at 0.500" in line and "closes 50% of S5-12's gap" in line

@@ -102,29 +102,55 @@ def run_error_vs_epsilon(cfg: ErrorVsEpsilonConfig, run) -> dict:
     cells = run.sweep({f"inv_eps={ie:.3f}": partial(_p_final_cell, cfg, 1.0 / ie, run.key_for("trajectories", i))
                        for i, ie in enumerate(inv_eps)}, f"p_{cfg.num_steps} vs 1/eps")
     stats = analyse_epsilon(cfg, list(cells.values()))
-    p, se, names = stats["p"], stats["stderr"], stats["filters"]
+    p, se, names = stats.p, stats.stderr, stats.filters
     run.save_csv("p_final.csv", ["inv_eps", "eps", "filter", "p", "stderr"],
                  [(ie, 1 / ie, n, p[i, f], se[i, f]) for i, ie in enumerate(inv_eps) for f, n in enumerate(names)])
     _figure_epsilon(cfg, stats, run)
     _claims_epsilon(cfg, stats, run)
     run.write_summary(_summary_epsilon(cfg, stats, run))
-    return {k: stats[k] for k in ("inv_eps", "filters", "p", "stderr", "xi")}
+    return {"inv_eps": stats.inv_eps, "filters": stats.filters, "p": stats.p, "stderr": stats.stderr, "xi": stats.xi}
 
 
-def analyse_epsilon(cfg: ErrorVsEpsilonConfig, cells: list[dict]) -> dict:
+@dataclasses.dataclass(frozen=True)
+class EpsilonAnalysis:
+    """Fig. 1's numbers on E = ``cfg.num_eps`` values of 1/eps and F filters (the LOF, then ``cfg.schedules``).
+
+    **Fields:**
+    - ``inv_eps``: (E,) the 1/eps grid, increasing.
+    - ``filters``: list of the F filter names.
+    - ``p``: (E, F) the decoding error p_K at K = ``cfg.num_steps`` (eq. 19).
+    - ``stderr``: (E, F) its binomial standard error over ``cfg.num_runs`` runs.
+    - ``trend``: list of F (slope, t): the least-squares slope of p_K on 1/eps and its t-statistic.
+    - ``column``: dict, schedule -> its column in ``p``.
+    - ``log_wins``: float, the fraction of the grid where delta = 0.7/log(1/eps) has a lower p_K than delta =
+      sqrt(eps); None unless both schedules ran.
+    - ``xi``: float, xi of the HMM of eq. (47) (eq. 144-145; the bound of eq. (34) on lambda).
+    """
+
+    inv_eps: np.ndarray
+    filters: list[str]
+    p: np.ndarray
+    stderr: np.ndarray
+    trend: list[tuple[float, float]]
+    column: dict[str, int]
+    log_wins: float | None
+    xi: float
+
+
+def analyse_epsilon(cfg: ErrorVsEpsilonConfig, cells: list[dict]) -> EpsilonAnalysis:
     """Cells (one per 1/eps, in grid order) -> p (E, F), binomial stderr, trend per filter, xi of eq. (47)."""
     inv_eps = _inv_eps_grid(cfg)
     names = cells[0]["names"]
     p = np.array([c["p"] for c in cells])  # (num_eps, F)
     column = {s: f for f, s in enumerate(cfg.schedules, start=1)}
     log_wins = float(np.mean(p[:, column["log"]] < p[:, column["sqrt"]])) if {"log", "sqrt"} <= set(column) else None
-    return {"inv_eps": inv_eps, "filters": names, "p": p, "stderr": np.sqrt(p * (1 - p) / cfg.num_runs),
-            "trend": [trend(inv_eps, p[:, f]) for f in range(len(names))], "column": column, "log_wins": log_wins,
-            "xi": xi(SWAP, _emission_matrix(cfg.emission))}
+    return EpsilonAnalysis(inv_eps=inv_eps, filters=names, p=p, stderr=np.sqrt(p * (1 - p) / cfg.num_runs),
+                           trend=[trend(inv_eps, p[:, f]) for f in range(len(names))], column=column,
+                           log_wins=log_wins, xi=xi(SWAP, _emission_matrix(cfg.emission)))
 
 
-def _figure_epsilon(cfg: ErrorVsEpsilonConfig, stats: dict, run) -> None:
-    inv_eps, p, se, names = stats["inv_eps"], stats["p"], stats["stderr"], stats["filters"]
+def _figure_epsilon(cfg: ErrorVsEpsilonConfig, stats: EpsilonAnalysis, run) -> None:
+    inv_eps, p, se, names = stats.inv_eps, stats.p, stats.stderr, stats.filters
     fig, ax = plots.figure(width=7.0, height=3.6)
     ax.errorbar(inv_eps, p[:, 0], yerr=se[:, 0], color="k", marker="o", label="LOF (Bayes-optimal)")
     for f, s in enumerate(cfg.schedules, start=1):
@@ -135,33 +161,33 @@ def _figure_epsilon(cfg: ErrorVsEpsilonConfig, stats: dict, run) -> None:
     run.save_figure(fig, "error_vs_epsilon.png")
 
 
-def _claims_epsilon(cfg: ErrorVsEpsilonConfig, stats: dict, run) -> None:
-    p, names, column, K = stats["p"], stats["filters"], stats["column"], cfg.num_steps
+def _claims_epsilon(cfg: ErrorVsEpsilonConfig, stats: EpsilonAnalysis, run) -> None:
+    p, names, column, K = stats.p, stats.filters, stats.column, cfg.num_steps
     for s in ("sqrt", "log"):
         if s in column:
             f = column[s]
-            (slope, t), a, b = stats["trend"][f], p[0, f], p[-1, f]
+            (slope, t), a, b = stats.trend[f], p[0, f], p[-1, f]
             run.claim(f"valid-delta-vanishes[{s}]", f"p_{K} decreases as 1/ε grows for {names[f]}", "Fig. 1",
                       f"{a:.4f} → {b:.4f} (slope {slope:.2e}, t = {t:.1f})", bool(t < -3 and b < 0.5 * a))
-    if stats["log_wins"] is not None:
+    if stats.log_wins is not None:
         run.claim("log-beats-sqrt", "δ = 0.7/log(1/ε) gives lower p than δ = √ε", "Fig. 1 (§6.1)",
-                  f"lower at {stats['log_wins']:.0%} of the 1/ε grid", stats["log_wins"] >= 0.8)
+                  f"lower at {stats.log_wins:.0%} of the 1/ε grid", stats.log_wins >= 0.8)
     for s in ("eps2", "zero", "one"):
         if s in column:
             a, b = p[0, column[s]], p[-1, column[s]]
             run.claim(f"invalid-delta-persists[{s}]", f"p_{K} does not vanish for {names[column[s]]}", "Fig. 1",
                       f"{a:.4f} → {b:.4f}", bool(b >= 0.5 * a))
     run.claim("lambda-below-xi", "λ = 0.7 satisfies λ < ξ (eq. 34), ξ ≈ 0.7206 (eq. 150)", "App. D.2",
-              f"ξ = {stats['xi']:.4f}", bool(cfg.lam < stats["xi"]))
+              f"ξ = {stats.xi:.4f}", bool(cfg.lam < stats.xi))
 
 
-def _summary_epsilon(cfg: ErrorVsEpsilonConfig, stats: dict, run) -> str:
-    inv_eps, p = stats["inv_eps"], stats["p"]
+def _summary_epsilon(cfg: ErrorVsEpsilonConfig, stats: EpsilonAnalysis, run) -> str:
+    inv_eps, p = stats.inv_eps, stats.p
     shown = [0, len(p) // 2, len(p) - 1]
     header = ["filter", *(f"p at 1/ε = {inv_eps[i]:g}" for i in shown), "slope per unit 1/ε"]
-    rows = [[n, *p[shown, f], stats["trend"][f][0]] for f, n in enumerate(stats["filters"])]
+    rows = [[n, *p[shown, f], stats.trend[f][0]] for f, n in enumerate(stats.filters)]
     table = run.save_table("p_final_table.csv", header, rows, {**{h: ".4f" for h in header}, header[-1]: "+.2e"})
-    return EPSILON_SUMMARY.format(**dataclasses.asdict(cfg), emission_c=1 - cfg.emission, xi=stats["xi"],
+    return EPSILON_SUMMARY.format(**dataclasses.asdict(cfg), emission_c=1 - cfg.emission, xi=stats.xi,
                                   table=table)
 
 
@@ -204,31 +230,67 @@ def run_error_vs_time(cfg: ErrorVsTimeConfig, run) -> dict:
     cells = run.sweep({"curves": partial(_p_curves_cell, cfg, run.key_for("trajectories"))},
                       f"p_k, k = 1..{cfg.num_steps}")
     stats = analyse_time(cfg, cells["curves"])
-    run.save_csv("p_k.csv", ["k"] + stats["filters"], [(k, *row) for k, row in zip(stats["k"], stats["p"])])
+    run.save_csv("p_k.csv", ["k"] + stats.filters, [(k, *row) for k, row in zip(stats.k, stats.p)])
     _figure_time(cfg, stats, run)
     _claims_time(cfg, stats, run)
     run.write_summary(_summary_time(cfg, stats, run))
-    return {k: stats[k] for k in ("k", "filters", "p")}
+    return {"k": stats.k, "filters": stats.filters, "p": stats.p}
 
 
-def analyse_time(cfg: ErrorVsTimeConfig, cell: dict) -> dict:
-    """The error curves -> p_1 of the informative filters (delta > 0) and, per filter, whether p_k is flat: the
-    means of the last two windows of ``tail`` steps differ by at most 4 binomial stderrs + 0.002."""
+@dataclasses.dataclass(frozen=True)
+class Flatness:
+    """Whether one filter's p_k has stopped moving: the means of p_k over the last two windows of ``tail`` steps.
+
+    **Fields:** ``earlier`` (float, the window before the last), ``later`` (float, the last window), ``flat``
+    (bool: they differ by at most 4 binomial standard errors + 0.002).
+    """
+
+    earlier: float
+    later: float
+    flat: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class TimeAnalysis:
+    """Fig. 7's numbers on K = ``cfg.num_steps`` steps and F filters (the LOF, then ``cfg.schedules``).
+
+    **Fields:**
+    - ``k``: (K,) the steps 1..K.
+    - ``filters``: list of the F filter names.
+    - ``p``: (K, F) the decoding error p_k (eq. 19).
+    - ``tail``: int, the window length (steps) of the flatness test.
+    - ``flatness``: list of F :class:`Flatness`.
+    - ``start``: (n,) p_1 of the n informative filters (all but delta = 0), in column order.
+    - ``valid``: list of the columns of the LOF and the valid schedules (sqrt, log) that ran.
+    """
+
+    k: np.ndarray
+    filters: list[str]
+    p: np.ndarray
+    tail: int
+    flatness: list[Flatness]
+    start: np.ndarray
+    valid: list[int]
+
+
+def analyse_time(cfg: ErrorVsTimeConfig, cell: dict) -> TimeAnalysis:
+    """The error curves -> p_1 of the informative filters (delta > 0) and, per filter, whether p_k is flat
+    (:class:`Flatness`)."""
     names, p = cell["names"], np.array(cell["p"])  # (K, F)
     kinds = ["lof", *cfg.schedules]
     tail = max(cfg.num_steps // 10, 10)
-    stable = []
+    flatness = []
     for f in range(len(names)):
         a, b = p[-2 * tail:-tail, f].mean(), p[-tail:, f].mean()
         se = np.sqrt(max(b * (1 - b), 1e-4) / (cfg.num_runs * tail) * 4)
-        stable.append((a, b, bool(abs(a - b) <= 4 * se + 0.002)))
-    return {"k": np.arange(1, cfg.num_steps + 1), "filters": names, "p": p, "tail": tail, "stable": stable,
-            "start": p[0, [f for f, s in enumerate(kinds) if s != "zero"]],
-            "valid": [f for f, s in enumerate(kinds) if s in ("lof", "sqrt", "log")]}
+        flatness.append(Flatness(float(a), float(b), bool(abs(a - b) <= 4 * se + 0.002)))
+    return TimeAnalysis(k=np.arange(1, cfg.num_steps + 1), filters=names, p=p, tail=tail, flatness=flatness,
+                        start=p[0, [f for f, s in enumerate(kinds) if s != "zero"]],
+                        valid=[f for f, s in enumerate(kinds) if s in ("lof", "sqrt", "log")])
 
 
-def _figure_time(cfg: ErrorVsTimeConfig, stats: dict, run) -> None:
-    k, p, names = stats["k"], stats["p"], stats["filters"]
+def _figure_time(cfg: ErrorVsTimeConfig, stats: TimeAnalysis, run) -> None:
+    k, p, names = stats.k, stats.p, stats.filters
     fig, ax = plots.figure(width=7.0, height=3.6)
     ax.plot(k, p[:, 0], color="k", label="LOF (Bayes-optimal)")
     for f, s in enumerate(cfg.schedules, start=1):
@@ -238,23 +300,23 @@ def _figure_time(cfg: ErrorVsTimeConfig, stats: dict, run) -> None:
     run.save_figure(fig, "error_vs_time.png")
 
 
-def _claims_time(cfg: ErrorVsTimeConfig, stats: dict, run) -> None:
-    p1, start, valid, stable = 1 - cfg.emission, stats["start"], stats["valid"], stats["stable"]
+def _claims_time(cfg: ErrorVsTimeConfig, stats: TimeAnalysis, run) -> None:
+    p1, start, valid, flatness = 1 - cfg.emission, stats.start, stats.valid, stats.flatness
     se1 = np.sqrt(p1 * (1 - p1) / cfg.num_runs)
     run.claim("start-near-0.1", f"p_1 ≈ {p1:.2g} for LOF and every ALF with δ > 0 (decision on y_1 alone)",
               "App. E.1", f"p_1 ∈ [{start.min():.4f}, {start.max():.4f}]",
               bool(np.all(np.abs(start - p1) <= 4 * se1)))
     run.claim("stable-by-1000", f"p_k has stabilised by k = {cfg.num_steps} for LOF and valid δ", "App. E.1",
-              "; ".join(f"{stats['filters'][f]}: {stable[f][0]:.4f}/{stable[f][1]:.4f}" for f in valid),
-              all(stable[f][2] for f in valid))
+              "; ".join(f"{stats.filters[f]}: {flatness[f].earlier:.4f}/{flatness[f].later:.4f}" for f in valid),
+              all(flatness[f].flat for f in valid))
 
 
-def _summary_time(cfg: ErrorVsTimeConfig, stats: dict, run) -> str:
-    p = stats["p"]
+def _summary_time(cfg: ErrorVsTimeConfig, stats: TimeAnalysis, run) -> str:
+    p = stats.p
     shown = sorted({k for k in (1, 10, 100, cfg.num_steps) if k <= cfg.num_steps})
-    header = ["filter", *(f"p_{k}" for k in shown), f"flat over the last {2 * stats['tail']} steps"]
-    rows = [[n, *p[[k - 1 for k in shown], f], ("no", "yes")[st[2]]]
-            for f, (n, st) in enumerate(zip(stats["filters"], stats["stable"]))]
+    header = ["filter", *(f"p_{k}" for k in shown), f"flat over the last {2 * stats.tail} steps"]
+    rows = [[n, *p[[k - 1 for k in shown], f], ("no", "yes")[fl.flat]]
+            for f, (n, fl) in enumerate(zip(stats.filters, stats.flatness))]
     table = run.save_table("p_k_table.csv", header, rows, ".4f")
     return TIME_SUMMARY.format(**dataclasses.asdict(cfg), emission_c=1 - cfg.emission, forget=1 / cfg.eps ** 2,
                                table=table)

@@ -29,7 +29,7 @@ from memlab.belief.fast_filters import lof
 from memlab.belief.hmm import HMM, ControlledHMM, sample
 from memlab.belief.metrics import logit_agreement, merge_agreement
 from memlab.belief.random_models import random_columns, random_deterministic, random_permutation
-from memlab.belief.structure import check_observability
+from memlab.belief.structure import ObservabilityReport, check_observability
 from memlab.checks import check_int, check_real
 from memlab.runner import Experiment
 from memlab.store import cell
@@ -159,28 +159,74 @@ def run_exact_linear(cfg: ExactLinearConfig, run) -> dict:
     _figures(stats, run)
     _claims(stats, run)
     run.write_summary(_summary(cfg, stats, run))
-    return {"rows": rows, "example1_holds": stats["example1"].holds, "example1_bad_reasons": stats["bad"].reasons}
+    return {"rows": rows, "example1_holds": stats.example1.holds, "example1_bad_reasons": stats.bad.reasons}
 
 
-def analyse(rows: list[dict]) -> dict:
-    """Rows (one per cell) -> per family: its rows, the largest error, the mismatch and flagged counts, whether
-    it is exact; Example 1 and its failing variant checked against Assumption 5.6."""
-    families = {}
-    for kind, name in FAMILIES.items():
-        sel = [row for row in rows if row["family"].startswith(name)]
-        families[kind] = {
-            "rows": sel, "max_error": max((row["max_abs_error"] for row in sel), default=0.0),
-            "mismatches": sum(row["pattern_mismatches"] for row in sel),
-            "flagged": sum(row["flagged_rows"] for row in sel),
-            "max_ell": max((int(row["ell"].split("–")[-1]) for row in sel), default=0),
-            "exact": all(row["max_abs_error"] <= TOLERANCE and row["pattern_mismatches"] == 0 for row in sel)}
-    return {"rows": rows, "families": families, "example1": check_observability(EXAMPLE1_E, EXAMPLE1_P),
-            "bad": check_observability(EXAMPLE1_BAD_E, EXAMPLE1_P),
-            "x1_x3_alike": bool(np.array_equal(EXAMPLE1_E[:, 0], EXAMPLE1_E[:, 2]))}
+@dataclasses.dataclass(frozen=True)
+class FamilyStats:
+    """The cells of one family of systems (``FAMILIES``) taken together.
+
+    **Fields:**
+    - ``rows``: list of its cell records (dicts with the keys of ``HEADER``).
+    - ``max_error``: float, the largest |w - w_LOF| over finite entries (0 without rows).
+    - ``mismatches``: int, the entries whose -inf pattern differs from the LOF's.
+    - ``flagged``: int, the rows the filter flags as not exactly linear.
+    - ``max_ell``: int, the largest nilpotent index ell among its systems (0 without rows).
+    - ``exact``: bool, every row within ``TOLERANCE`` and without mismatches.
+    """
+
+    rows: list[dict]
+    max_error: float
+    mismatches: int
+    flagged: int
+    max_ell: int
+    exact: bool
 
 
-def _figures(stats: dict, run) -> None:
-    rows = stats["rows"]
+@dataclasses.dataclass(frozen=True)
+class ExactLinearAnalysis:
+    """Theorem 4.4 and Corollary 4.5 against the LOF, and Example 1 against Assumption 5.6.
+
+    **Fields:**
+    - ``rows``: list of every cell record, in sweep order.
+    - ``positive``, ``zeros``, ``controlled``: :class:`FamilyStats` of the three families (Thm 4.4 with pi0, E > 0;
+      Thm 4.4 with zeros in pi0 and E; Cor 4.5).
+    - ``example1``: ``structure.ObservabilityReport`` of Example 1 (App. A.1).
+    - ``bad``: the same for its variant with x2, x4 also alike (it fails).
+    - ``x1_x3_alike``: bool, whether x1 and x3 of Example 1 have identical emission columns.
+    """
+
+    rows: list[dict]
+    positive: FamilyStats
+    zeros: FamilyStats
+    controlled: FamilyStats
+    example1: ObservabilityReport
+    bad: ObservabilityReport
+    x1_x3_alike: bool
+
+
+def _family(rows: list[dict], name: str) -> FamilyStats:
+    """The rows of the family whose description (``FAMILIES``) is ``name`` -> their :class:`FamilyStats`."""
+    sel = [row for row in rows if row["family"].startswith(name)]
+    return FamilyStats(
+        rows=sel, max_error=max((row["max_abs_error"] for row in sel), default=0.0),
+        mismatches=sum(row["pattern_mismatches"] for row in sel), flagged=sum(row["flagged_rows"] for row in sel),
+        max_ell=max((int(row["ell"].split("–")[-1]) for row in sel), default=0),
+        exact=all(row["max_abs_error"] <= TOLERANCE and row["pattern_mismatches"] == 0 for row in sel))
+
+
+def analyse(rows: list[dict]) -> ExactLinearAnalysis:
+    """Rows (one cell record each) -> per family (``FAMILIES``) its :class:`FamilyStats`; Example 1 and its
+    failing variant checked against Assumption 5.6."""
+    families = {kind: _family(rows, name) for kind, name in FAMILIES.items()}  # FAMILIES' keys are field names
+    return ExactLinearAnalysis(rows=rows, **families,
+                               example1=check_observability(EXAMPLE1_E, EXAMPLE1_P),
+                               bad=check_observability(EXAMPLE1_BAD_E, EXAMPLE1_P),
+                               x1_x3_alike=bool(np.array_equal(EXAMPLE1_E[:, 0], EXAMPLE1_E[:, 2])))
+
+
+def _figures(stats: ExactLinearAnalysis, run) -> None:
+    rows = stats.rows
     color = {FAMILIES["positive"]: "tab:blue", FAMILIES["zeros"]: "tab:orange"}
     labels = [f"{row['family'].split(',')[0]} N={row['N']} r={row['r']}"
               + (" (zeros)" if row["family"] == FAMILIES["zeros"] else "") for row in rows]
@@ -195,25 +241,24 @@ def _figures(stats: dict, run) -> None:
     run.save_figure(fig, "exact_linear.png")
 
 
-def _claims(stats: dict, run) -> None:
-    pos, cor, ex1 = stats["families"]["positive"], stats["families"]["controlled"], stats["example1"]
+def _claims(stats: ExactLinearAnalysis, run) -> None:
+    pos, cor, ex1 = stats.positive, stats.controlled, stats.example1
     run.claim("thm44-exact", "Theorem 4.4: the linear filter eq. (14) reproduces the optimal logits for any w0",
-              "Thm 4.4", f"max error {pos['max_error']:.1e}, {pos['mismatches']} −∞ mismatches, {pos['flagged']} "
-              f"flagged rows, ell up to {pos['max_ell']}", bool(pos["exact"] and pos["flagged"] == 0))
+              "Thm 4.4", f"max error {pos.max_error:.1e}, {pos.mismatches} −∞ mismatches, {pos.flagged} "
+              f"flagged rows, ell up to {pos.max_ell}", bool(pos.exact and pos.flagged == 0))
     run.claim("cor45-exact", "Corollary 4.5: the time-varying filter eq. (18) reproduces the optimal logits",
-              "Cor 4.5", f"max error {cor['max_error']:.1e}, {cor['mismatches']} −∞ mismatches", bool(cor["exact"]))
+              "Cor 4.5", f"max error {cor.max_error:.1e}, {cor.mismatches} −∞ mismatches", bool(cor.exact))
     run.claim("example1-observable", "Example 1 satisfies Assumption 5.6 although x1 and x3 emit alike",
-              "App. A.1, eq. (50)-(51)", f"5.6 holds: {ex1.holds}; x1, x3 alike: {stats['x1_x3_alike']}",
-              bool(ex1.holds and stats["x1_x3_alike"]))
+              "App. A.1, eq. (50)-(51)", f"5.6 holds: {ex1.holds}; x1, x3 alike: {stats.x1_x3_alike}",
+              bool(ex1.holds and stats.x1_x3_alike))
 
 
-def _summary(cfg: ExactLinearConfig, stats: dict, run) -> str:
-    table = run.save_table("exact_linear.csv", HEADER, [[row[h] for h in HEADER] for row in stats["rows"]],
+def _summary(cfg: ExactLinearConfig, stats: ExactLinearAnalysis, run) -> str:
+    table = run.save_table("exact_linear.csv", HEADER, [[row[h] for h in HEADER] for row in stats.rows],
                            {"max_abs_error": ".1e"})
-    return SUMMARY.format(**dataclasses.asdict(cfg), table=table,
-                          zeros_exact=("NO", "yes")[stats["families"]["zeros"]["exact"]],
-                          example1_holds=stats["example1"].holds, example1_M=stats["example1"].M,
-                          example1_bad="; ".join(stats["bad"].reasons))
+    return SUMMARY.format(**dataclasses.asdict(cfg), table=table, zeros_exact=("NO", "yes")[stats.zeros.exact],
+                          example1_holds=stats.example1.holds, example1_M=stats.example1.M,
+                          example1_bad="; ".join(stats.bad.reasons))
 
 
 EXPERIMENTS = [

@@ -89,33 +89,62 @@ def run_logit_trace(cfg: LogitTraceConfig, run) -> dict:
     """One cell of traces -> trace.csv, figure, claims, summary."""
     cells = run.sweep({"traces": partial(_traces_cell, cfg, run.key_for("trajectories"))}, "logit traces")
     stats = analyse(cfg, cells["traces"])
-    run.save_csv("trace.csv", ["k", "true_state"] + [f"{n}: w(x2)-w(x1)" for n in stats["filters"]],
-                 [(k, x + 1, *d) for k, x, d in zip(stats["k"], stats["states"], zip(*stats["diffs"]))])
+    run.save_csv("trace.csv", ["k", "true_state"] + [f"{n}: w(x2)-w(x1)" for n in stats.filters],
+                 [(k, x + 1, *d) for k, x, d in zip(stats.k, stats.states, zip(*stats.diffs))])
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     run.write_summary(_summary(cfg, stats, run))
-    return {k: stats[k] for k in ("filters", "error", "roughness", "mean_lag")}
+    return {"filters": stats.filters, "error": stats.error, "roughness": stats.roughness, "mean_lag": stats.mean_lag}
 
 
-def analyse(cfg: LogitTraceConfig, cell: dict) -> dict:
-    """The cell -> the plotted trajectory (states (K,), one logit difference (K,) per filter, switch steps) and
-    the statistics per filter (LOF first)."""
+@dataclasses.dataclass(frozen=True)
+class TraceAnalysis:
+    """Fig. 5's trajectory and the statistics over ``cfg.num_runs`` trajectories; K = ``cfg.num_steps``, F = 3
+    filters (the LOF, then the ALFs of ``cfg.deltas``).
+
+    **Fields:**
+    - ``filters``: list of the F filter names.
+    - ``k``: (K,) the steps 1..K.
+    - ``states``: int (K,), the plotted trajectory's states x_1..x_K (0: x1, 1: x2).
+    - ``diffs``: list of F arrays (K,), each filter's logit difference w_k(x2) - w_k(x1) on that trajectory.
+    - ``switches``: int (n,), the steps k at which x_k != x_{k-1} on that trajectory.
+    - ``error``: list of F floats, the decoding error (eq. 19, ties at random) over all steps and trajectories.
+    - ``roughness``: list of F floats, the mean |step| of the logit difference.
+    - ``mean_lag``: list of F floats, the mean number of steps after a switch until the sign of the logit
+      difference agrees with the new state (NaN without switches).
+    - ``num_switches``: int, the switches behind ``mean_lag`` (over all trajectories).
+    """
+
+    filters: list[str]
+    k: np.ndarray
+    states: np.ndarray
+    diffs: list[np.ndarray]
+    switches: np.ndarray
+    error: list[float]
+    roughness: list[float]
+    mean_lag: list[float]
+    num_switches: int
+
+
+def analyse(cfg: LogitTraceConfig, cell: dict) -> TraceAnalysis:
+    """The cell -> the plotted trajectory (states, one logit difference per filter, switch steps) and the
+    statistics per filter (LOF first)."""
     x = np.array(cell["states"])
     k = np.arange(1, cfg.num_steps + 1)
-    return {"filters": ["LOF"] + [f"ALF δ = {d}" for d in cfg.deltas], "k": k, "states": x,
-            "diffs": [np.array(d) for d in cell["diffs"]], "switches": k[np.flatnonzero(np.diff(x)) + 1],
-            "error": cell["error"], "roughness": cell["roughness"], "mean_lag": cell["mean_lag"],
-            "num_switches": cell["num_switches"]}
+    return TraceAnalysis(filters=["LOF"] + [f"ALF δ = {d}" for d in cfg.deltas], k=k, states=x,
+                         diffs=[np.array(d) for d in cell["diffs"]], switches=k[np.flatnonzero(np.diff(x)) + 1],
+                         error=cell["error"], roughness=cell["roughness"], mean_lag=cell["mean_lag"],
+                         num_switches=cell["num_switches"])
 
 
-def _figures(cfg: LogitTraceConfig, stats: dict, run) -> None:
-    k, x = stats["k"], stats["states"]
+def _figures(cfg: LogitTraceConfig, stats: TraceAnalysis, run) -> None:
+    k, x = stats.k, stats.states
     fig, ax = plots.figure(width=7.0, height=3.6)
-    for d, n, c in zip(stats["diffs"], stats["filters"], ["k", "tab:blue", "tab:orange"]):
+    for d, n, c in zip(stats.diffs, stats.filters, ["k", "tab:blue", "tab:orange"]):
         ax.plot(k, d, color=c, lw=1.0 if n == "LOF" else 1.2, label=n)
     ax.fill_between(k, 0, 1, where=x == 1, transform=ax.get_xaxis_transform(), color="0.9", step="mid",
                     label="true state x2")
-    for s in stats["switches"]:
+    for s in stats.switches:
         ax.axvline(s, color="r", ls=":", lw=0.8)
     ax.axhline(0, color="0.5", lw=0.5)
     ax.set(xlabel="k", ylabel="$w_k(x_2) - w_k(x_1)$", title=f"Logit difference, ε = {cfg.eps} (switches dotted red)")
@@ -123,8 +152,8 @@ def _figures(cfg: LogitTraceConfig, stats: dict, run) -> None:
     run.save_figure(fig, "logit_trace.png")
 
 
-def _claims(cfg: LogitTraceConfig, stats: dict, run) -> None:
-    err, rough, lag = stats["error"], stats["roughness"], stats["mean_lag"]
+def _claims(cfg: LogitTraceConfig, stats: TraceAnalysis, run) -> None:
+    err, rough, lag = stats.error, stats.roughness, stats.mean_lag
     small, large = cfg.deltas
     run.claim("alf-decodes-well", "ALF decodes the state well despite differing from LOF", "App. B.1, Fig. 5",
               f"error LOF {err[0]:.3f}, ALF {err[1]:.3f} / {err[2]:.3f}", bool(max(err[1:]) <= 2.5 * err[0]))
@@ -134,13 +163,12 @@ def _claims(cfg: LogitTraceConfig, stats: dict, run) -> None:
               "App. B.1", f"mean lag {lag[1]:.1f} vs {lag[2]:.1f} steps", bool(lag[1] > lag[2]))
 
 
-def _summary(cfg: LogitTraceConfig, stats: dict, run) -> str:
+def _summary(cfg: LogitTraceConfig, stats: TraceAnalysis, run) -> str:
     header = ["filter", "decoding error", "mean abs. step of the trace", "mean lag after a switch (steps)"]
-    rows = zip(stats["filters"], stats["error"], stats["roughness"], stats["mean_lag"])
+    rows = zip(stats.filters, stats.error, stats.roughness, stats.mean_lag)
     table = run.save_table("trace_stats.csv", header, rows, dict(zip(header[1:], (".4f", ".3f", ".2f"))))
     return SUMMARY.format(**dataclasses.asdict(cfg), emission_c=1 - cfg.emission, table=table,
-                          switches=", ".join(str(int(s)) for s in stats["switches"]),
-                          num_switches=stats["num_switches"])
+                          switches=", ".join(str(int(s)) for s in stats.switches), num_switches=stats.num_switches)
 
 
 EXPERIMENTS = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -102,40 +103,75 @@ def run_ringworld_env(cfg: RingWorldEnvConfig, run) -> dict:
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     run.write_summary(_summary(cfg, stats, run))
-    return {k: stats[k] for k in ("optimal_return", "random_return", "mc", "final_accuracy")}
+    return {"optimal_return": stats.optimal_return, "random_return": stats.random_return, "mc": stats.mc,
+            "final_accuracy": stats.final_accuracy}
 
 
-def analyse(cfg: RingWorldEnvConfig, cell: dict) -> dict:
-    """Exact references (DP) beside their Monte-Carlo estimates (mean, standard error), the matrices, and the
-    decoding accuracy curves."""
+class SimulatedReturn(NamedTuple):
+    """A policy's episode returns over the Monte-Carlo episodes (a tuple: results.json holds it as a list
+    [mean, stderr, low, high])."""
+
+    mean: float
+    stderr: float  # of the mean
+    low: float  # the smallest episode return
+    high: float  # the largest
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvAnalysis:
+    """RingWorld's references and what its beacons reveal (K = ``cfg.episode_length``).
+
+    **Fields:**
+    - ``optimal_return``: float, the fully informed optimum's expected return (finite-horizon DP): the ceiling.
+    - ``random_return``: float, uniformly random actions' expected return (DP): the floor.
+    - ``mc``: dict, policy ("optimal", "random", "qmdp") -> :class:`SimulatedReturn`.
+    - ``E``: (4, 12) the observation model eq. (195), P(beacon | state).
+    - ``accuracy``: dict, filter ("LOF", "ALF") -> (K,) the MAP decoding accuracy at k = 1..K.
+    - ``final_accuracy``: dict, filter -> its accuracy averaged over the second half of the episode.
+    - ``assumption_5_8``: bool, whether E satisfies Assumption 5.8.
+    """
+
+    optimal_return: float
+    random_return: float
+    mc: dict[str, SimulatedReturn]
+    E: np.ndarray
+    accuracy: dict[str, np.ndarray]
+    final_accuracy: dict[str, float]
+    assumption_5_8: bool
+
+
+def analyse(cfg: RingWorldEnvConfig, cell: dict) -> EnvAnalysis:
+    """Exact references (DP) beside their Monte-Carlo estimates, the observation model, and the decoding accuracy
+    curves."""
     env = rw.RingWorld(cfg.epsilon, cfg.episode_length)
     params = env.default_params
-    mc = {name: (float(np.mean(r)), float(np.std(r, ddof=1) / np.sqrt(len(r))), float(np.min(r)), float(np.max(r)))
+    mc = {name: SimulatedReturn(float(np.mean(r)), float(np.std(r, ddof=1) / np.sqrt(len(r))), float(np.min(r)),
+                                float(np.max(r)))
           for name, r in cell["returns"].items()}
     accuracy = {name: np.asarray(a) for name, a in cell["accuracy"].items()}
     E = np.asarray(params.E)
-    return {"optimal_return": rw.optimal_return(env, params), "random_return": rw.random_return(env, params),
-            "mc": mc, "E": E, "accuracy": accuracy,
-            "final_accuracy": {n: float(np.mean(a[len(a) // 2:])) for n, a in accuracy.items()},
-            "assumption_5_8": bool(check_observability_controlled(E, np.zeros(E.shape[1])).holds)}
+    return EnvAnalysis(optimal_return=rw.optimal_return(env, params), random_return=rw.random_return(env, params),
+                       mc=mc, E=E, accuracy=accuracy,
+                       final_accuracy={n: float(np.mean(a[len(a) // 2:])) for n, a in accuracy.items()},
+                       assumption_5_8=bool(check_observability_controlled(E, np.zeros(E.shape[1])).holds))
 
 
-def _figures(cfg: RingWorldEnvConfig, stats: dict, run) -> None:
+def _figures(cfg: RingWorldEnvConfig, stats: EnvAnalysis, run) -> None:
     run.save_figure(_ring_figure(), "ring.png")
     fig, (ax, ax_heat) = plots.figure(1, 2, width=8.5, height=3.2)
     states = np.arange(1, rw.NUM_STATES + 1)
-    for i, row in enumerate(stats["E"]):
+    for i, row in enumerate(stats.E):
         ax.plot(states, row, marker="o", label=f"$B_{i + 1}$ (state {rw.BEACON_STATES[i] + 1})")
     ax.set(xlabel="true state $x^*$", ylabel="$P(y = u_i \\mid x^*)$", xticks=states, title="eq. (195)")
     ax.legend(fontsize=7)
-    image = ax_heat.imshow(stats["E"], aspect="auto", cmap="viridis")
+    image = ax_heat.imshow(stats.E, aspect="auto", cmap="viridis")
     ax_heat.set(xticks=states - 1, xticklabels=states, yticks=range(4), yticklabels=[f"$B_{i}$" for i in range(1, 5)],
                 xlabel="true state", title="E")
     ax_heat.grid(False)
     fig.colorbar(image, ax=ax_heat)
     run.save_figure(fig, "observation_model.png")
     fig, ax = plots.figure(width=5.5, height=3.2)
-    for name, acc in stats["accuracy"].items():
+    for name, acc in stats.accuracy.items():
         ax.plot(np.arange(1, len(acc) + 1), acc, label=name)
     ax.axhline(1 / rw.NUM_STATES, color="0.5", ls=":", label="chance")
     ax.set(xlabel="k", ylabel="P(MAP state = true state)", ylim=(0, 1), title="Decoding under random actions")
@@ -163,15 +199,15 @@ def _ring_figure():
     return fig
 
 
-def _claims(cfg: RingWorldEnvConfig, stats: dict, run) -> None:
-    E, mc = stats["E"], stats["mc"]
+def _claims(cfg: RingWorldEnvConfig, stats: EnvAnalysis, run) -> None:
+    E, mc = stats.E, stats.mc
     state3 = E[:, 2]
     run.claim("state-3-beacons-3-4-unlikely", "At state 3 the beacons B3 and B4 are unlikely observations",
               "App. B.2, Fig. 6", f"P(B1..B4 | x = 3) = {', '.join(f'{p:.3f}' for p in state3)}",
               bool(set(np.argsort(state3)[:2]) == {2, 3}))
     run.claim("assumption-5-8", "E is strictly positive with pairwise distinct columns (Assumption 5.8)", "sec. 5.2",
-              f"min E = {E.min():.3f}", stats["assumption_5_8"])
-    for name, exact in (("optimal", stats["optimal_return"]), ("random", stats["random_return"])):
+              f"min E = {E.min():.3f}", stats.assumption_5_8)
+    for name, exact in (("optimal", stats.optimal_return), ("random", stats.random_return)):
         mean, se, low, high = mc[name]
         run.claim(f"{name}-return-matches-simulation", f"the {name} policy's return from DP equals the simulated one "
                   "(within 4 standard errors), all episode returns in [-1, 1]", "eq. (196)",
@@ -179,14 +215,15 @@ def _claims(cfg: RingWorldEnvConfig, stats: dict, run) -> None:
                   bool(abs(mean - exact) <= 4 * se + 1e-6 and -1 <= low and high <= 1))
 
 
-def _summary(cfg: RingWorldEnvConfig, stats: dict, run) -> str:
+def _summary(cfg: RingWorldEnvConfig, stats: EnvAnalysis, run) -> str:
     header = ["policy", "expected return (DP)", "simulated mean", "standard error"]
-    rows = [("fully informed optimal (ceiling)", stats["optimal_return"], *stats["mc"]["optimal"][:2]),
-            ("QMDP on the exact belief (a POMDP policy)", "—", *stats["mc"]["qmdp"][:2]),
-            ("uniformly random (floor)", stats["random_return"], *stats["mc"]["random"][:2])]
+    rows = [(label, exact, stats.mc[name].mean, stats.mc[name].stderr) for label, exact, name in (
+        ("fully informed optimal (ceiling)", stats.optimal_return, "optimal"),
+        ("QMDP on the exact belief (a POMDP policy)", "—", "qmdp"),
+        ("uniformly random (floor)", stats.random_return, "random"))]
     returns = run.save_table("reference_returns.csv", header, rows, dict.fromkeys(header[1:], ".4f"))
     column = "accuracy over the second half of the episode"
-    decoding = run.save_table("decoding_accuracy.csv", ["filter", column], list(stats["final_accuracy"].items()),
+    decoding = run.save_table("decoding_accuracy.csv", ["filter", column], list(stats.final_accuracy.items()),
                               {column: ".3f"})
     return SUMMARY.format(**dataclasses.asdict(cfg), returns=returns, decoding=decoding)
 

@@ -105,9 +105,50 @@ def _qmdp_cell(epsilon: float, episode_length: int, episodes: int, key) -> dict:
     return {"returns": np.asarray(rw.qmdp_returns(env, env.default_params, key, episodes))}
 
 
-def analyse(cfg: RingWorldPPOConfig, cells: dict) -> dict:
-    """Per memory: return curves (seeds, updates), their mean and std over seeds, the tail mean per seed, the
-    update at which the mean first reaches half of the ceiling, and the memory diagnostics' last values."""
+@dataclasses.dataclass(frozen=True)
+class MemoryStats:
+    """One memory's returns over its seeds (results.json: one entry of ``memories``).
+
+    **Fields:**
+    - ``tail_mean``: float, the mean over seeds of each seed's mean episodic return over the last ``cfg.tail``
+      updates (the "final return" of the claims).
+    - ``tail_std``: float, the standard deviation over seeds of those per-seed means.
+    - ``tail_per_seed``: list of floats (seeds,), the per-seed means.
+    - ``half_ceiling_update``: int or None, the first update (1-based) at which the mean curve over seeds reaches
+      floor + (ceiling - floor) / 2; None if it never does.
+    - ``diagnostics``: dict, memory diagnostic name (``memory_`` prefix removed) -> its value at the last update,
+      mean over seeds; empty for memories that report none.
+    """
+
+    tail_mean: float
+    tail_std: float
+    tail_per_seed: list[float]
+    half_ceiling_update: int | None
+    diagnostics: dict[str, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReturnsAnalysis:
+    """What the PPO runs of ``belief.ringworld-returns`` / ``belief.deep-alf-inits`` show.
+
+    **Fields:**
+    - ``curves``: dict, memory -> episodic return (seeds, updates), one row per seed.
+    - ``stats``: dict, memory -> :class:`MemoryStats`.
+    - ``ceiling``: float, expected return of the fully informed optimal policy (DP with the true state).
+    - ``floor``: float, expected return of uniformly random actions.
+    - ``qmdp``: float, mean Monte-Carlo return of QMDP on the exact belief.
+    """
+
+    curves: dict[str, np.ndarray]
+    stats: dict[str, MemoryStats]
+    ceiling: float
+    floor: float
+    qmdp: float
+
+
+def analyse(cfg: RingWorldPPOConfig, cells: dict) -> ReturnsAnalysis:
+    """Cells '<memory>-<s>' and 'qmdp' -> per memory its return curves and :class:`MemoryStats`, and the
+    reference returns."""
     env = rw.RingWorld(cfg.epsilon, cfg.episode_length)
     ceiling, floor = rw.optimal_return(env, env.default_params), rw.random_return(env, env.default_params)
     curves, stats = {}, {}
@@ -119,15 +160,15 @@ def analyse(cfg: RingWorldPPOConfig, cells: dict) -> dict:
         diag = {k.removeprefix("memory_"): float(np.mean([r[k][-1] for r in runs])) for k in runs[0]
                 if k.startswith("memory_")}
         curves[m] = R
-        stats[m] = {"tail_mean": float(tail.mean()), "tail_std": float(tail.std()), "tail_per_seed": tail.tolist(),
-                    "half_ceiling_update": int(half[0]) + 1 if half.size else None, "diagnostics": diag}
-    return {"curves": curves, "stats": stats, "ceiling": ceiling, "floor": floor,
-            "qmdp": float(np.mean(cells["qmdp"]["returns"]))}
+        stats[m] = MemoryStats(tail_mean=float(tail.mean()), tail_std=float(tail.std()),
+                               tail_per_seed=tail.tolist(),
+                               half_ceiling_update=int(half[0]) + 1 if half.size else None, diagnostics=diag)
+    return ReturnsAnalysis(curves, stats, ceiling, floor, float(np.mean(cells["qmdp"]["returns"])))
 
 
-def _plot(ax, cfg, analysis, memories, tail=False):
+def _plot(ax, cfg, analysis: ReturnsAnalysis, memories, tail=False):
     for m in memories:
-        R = analysis["curves"][m]
+        R = analysis.curves[m]
         updates = np.arange(1, R.shape[1] + 1)
         if tail:
             updates, R = updates[-cfg.tail:], R[:, -cfg.tail:]
@@ -135,31 +176,31 @@ def _plot(ax, cfg, analysis, memories, tail=False):
         (line,) = ax.plot(updates, mean, lw=1.2, label=LABELS[m])
         ax.fill_between(updates, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
     if not tail:  # the zoomed panel shows the curves only
-        ax.axhline(analysis["ceiling"], color="k", ls="--", lw=0.8, label="fully informed optimum")
-        ax.axhline(analysis["qmdp"], color="0.4", ls=":", lw=1.0, label="QMDP on the exact belief")
+        ax.axhline(analysis.ceiling, color="k", ls="--", lw=0.8, label="fully informed optimum")
+        ax.axhline(analysis.qmdp, color="0.4", ls=":", lw=1.0, label="QMDP on the exact belief")
     ax.set(xlabel="update", ylabel="episodic return")
 
 
-def _figure(cfg, analysis, run, memories, filename, title):
+def _figure(cfg, analysis: ReturnsAnalysis, run, memories, filename, title):
     fig, axes = plots.figure(1, 2, width=10.0, height=3.6)
     _plot(axes[0], cfg, analysis, memories)
     axes[0].set_title(f"(a) {title}")
     _plot(axes[1], cfg, analysis, memories, tail=True)
-    axes[1].set_title(f"(b) last {min(cfg.tail, analysis['curves'][memories[0]].shape[1])} updates")
+    axes[1].set_title(f"(b) last {min(cfg.tail, analysis.curves[memories[0]].shape[1])} updates")
     axes[0].legend(fontsize=7, loc="lower right")
     run.save_figure(fig, filename)
 
 
-def _table(cfg, analysis, run) -> str:
+def _table(cfg, analysis: ReturnsAnalysis, run) -> str:
     header = ["memory", "return, last updates (mean)", "std over seeds", "first update at half the ceiling",
               "memory diagnostics (last update)"]
-    rows = [(LABELS[m], s["tail_mean"], s["tail_std"], s["half_ceiling_update"] or "never",
-             ", ".join(f"{k} = {v:.3f}" for k, v in s["diagnostics"].items()))
-            for m, s in analysis["stats"].items()]
+    rows = [(LABELS[m], s.tail_mean, s.tail_std, s.half_ceiling_update or "never",
+             ", ".join(f"{k} = {v:.3f}" for k, v in s.diagnostics.items()))
+            for m, s in analysis.stats.items()]
     return run.save_table("returns.csv", header, rows, {header[1]: ".3f", header[2]: ".3f"})
 
 
-def _summary(cfg, analysis, run, name, figures, figure_lines) -> str:
+def _summary(cfg, analysis: ReturnsAnalysis, run, name, figures, figure_lines) -> str:
     ppo = cfg.ppo
     scale = {"paper": "", "paper-core": PAPER_CORE_NOTE}.get(run.profile, QUICK_NOTE)
     counts = sorted({cfg.seeds_of(m) for m in cfg.memories}, reverse=True)
@@ -169,44 +210,46 @@ def _summary(cfg, analysis, run, name, figures, figure_lines) -> str:
         "epsilon", "episode_length", "tail")}, updates=ppo.num_updates, num_envs=ppo.num_envs,
         unroll=ppo.unroll, steps=ppo.num_updates * ppo.num_envs * ppo.unroll, epochs=ppo.epochs,
         minibatches=ppo.minibatches, learning_rate=ppo.learning_rate, scale=scale, figure_lines=figure_lines,
-        ceiling=analysis["ceiling"], floor=analysis["floor"], qmdp=analysis["qmdp"], table=_table(cfg, analysis, run),
-        ablations=previous_action_ablation(analysis))
+        ceiling=analysis.ceiling, floor=analysis.floor, qmdp=analysis.qmdp, table=_table(cfg, analysis, run),
+        ablations=previous_action_ablation(analysis.stats))
 
 
-def previous_action_ablation(analysis) -> str:
+def previous_action_ablation(stats: dict[str, MemoryStats]) -> str:
     """The LOF/ALF memories see the previous action (through the action-dependent transition) and S5-12 does not;
-    'S5-12 + previous action' (Lu et al.'s runner) tells whether that is S5's gap. Empty unless both ran."""
-    s = analysis["stats"]
-    if not {"s5-12", "s5-12-prev-action"} <= set(s):
+    'S5-12 + previous action' (Lu et al.'s runner) tells whether that is S5's gap. ``stats``: memory ->
+    :class:`MemoryStats`. Empty unless both ran."""
+    if not {"s5-12", "s5-12-prev-action"} <= set(stats):
         return ""
-    plain, fed = s["s5-12"], s["s5-12-prev-action"]
-    best = max((m for m in ("alf", "lof-softmax", "lof") if m in s), key=lambda m: s[m]["tail_mean"], default=None)
-    gap = "" if best is None else (f" The best fixed filter, {LABELS[best]}, ends at {s[best]['tail_mean']:.3f}: "
-                                   f"the previous action closes {_share(plain, fed, s[best]):.0%} of S5-12's gap.")
-    return (f"\nAblation: S5-12 fed the previous action and the start flag ends at {fed['tail_mean']:.3f} ± "
-            f"{fed['tail_std']:.3f}, S5-12 at {plain['tail_mean']:.3f} ± {plain['tail_std']:.3f}.{gap}\n")
+    plain, fed = stats["s5-12"], stats["s5-12-prev-action"]
+    best = max((m for m in ("alf", "lof-softmax", "lof") if m in stats), key=lambda m: stats[m].tail_mean,
+               default=None)
+    gap = "" if best is None else (f" The best fixed filter, {LABELS[best]}, ends at {stats[best].tail_mean:.3f}: "
+                                   f"the previous action closes {_share(plain, fed, stats[best]):.0%} of S5-12's gap.")
+    return (f"\nAblation: S5-12 fed the previous action and the start flag ends at {fed.tail_mean:.3f} ± "
+            f"{fed.tail_std:.3f}, S5-12 at {plain.tail_mean:.3f} ± {plain.tail_std:.3f}.{gap}\n")
 
 
-def _share(plain: dict, fed: dict, best: dict) -> float:
+def _share(plain: MemoryStats, fed: MemoryStats, best: MemoryStats) -> float:
     """The part of the gap from ``plain`` to ``best`` (tail means) that ``fed`` closes (may be < 0 or > 1)."""
-    gap = best["tail_mean"] - plain["tail_mean"]
-    return (fed["tail_mean"] - plain["tail_mean"]) / gap if gap != 0 else float("nan")
+    gap = best.tail_mean - plain.tail_mean
+    return (fed.tail_mean - plain.tail_mean) / gap if gap != 0 else float("nan")
 
 
-def _results(analysis) -> dict:
-    return {"ceiling": analysis["ceiling"], "floor": analysis["floor"], "qmdp": analysis["qmdp"],
-            "memories": analysis["stats"]}
+def _results(analysis: ReturnsAnalysis) -> dict:
+    """results.json: the references and every memory's :class:`MemoryStats` (not the curves: they are in the
+    cells)."""
+    return {"ceiling": analysis.ceiling, "floor": analysis.floor, "qmdp": analysis.qmdp, "memories": analysis.stats}
 
 
-def _ordering_claim(run, analysis, id, claim, paper, better, worse, margin=0.0):
+def _ordering_claim(run, analysis: ReturnsAnalysis, id, claim, paper, better, worse, margin=0.0):
     """Claim: every memory in ``better`` ends above every memory in ``worse`` (tail means, by ``margin``);
     skipped unless all of them were run."""
-    s = analysis["stats"]
+    s = analysis.stats
     if not set(better) | set(worse) <= set(s):
         return
-    low = min(s[m]["tail_mean"] for m in better)
-    high = max(s[m]["tail_mean"] for m in worse)
-    ours = "; ".join(f"{LABELS[m]} {s[m]['tail_mean']:.3f}" for m in (*better, *worse))
+    low = min(s[m].tail_mean for m in better)
+    high = max(s[m].tail_mean for m in worse)
+    ours = "; ".join(f"{LABELS[m]} {s[m].tail_mean:.3f}" for m in (*better, *worse))
     run.claim(id, claim, paper, ours, bool(low > high + margin))
 
 
@@ -222,25 +265,25 @@ def run_ringworld_returns(cfg: RingWorldPPOConfig, run) -> dict:
     return _results(analysis)
 
 
-def _above_random_claim(run, analysis) -> None:
-    s, floor = analysis["stats"], analysis["floor"]
-    worst = min(s, key=lambda m: s[m]["tail_mean"])
+def _above_random_claim(run, analysis: ReturnsAnalysis) -> None:
+    s, floor = analysis.stats, analysis.floor
+    worst = min(s, key=lambda m: s[m].tail_mean)
     run.claim("all-above-random", "every agent ends well above random actions", "Figs. 3, 9, 10",
-              f"lowest: {LABELS[worst]} {s[worst]['tail_mean']:.3f}; random {floor:.3f}",
-              bool(s[worst]["tail_mean"] > floor + 0.25 * (analysis["ceiling"] - floor)))
+              f"lowest: {LABELS[worst]} {s[worst].tail_mean:.3f}; random {floor:.3f}",
+              bool(s[worst].tail_mean > floor + 0.25 * (analysis.ceiling - floor)))
 
 
-def _returns_claims(cfg, analysis, run) -> None:
+def _returns_claims(cfg, analysis: ReturnsAnalysis, run) -> None:
     _above_random_claim(run, analysis)
-    s = analysis["stats"]
+    s = analysis.stats
     if {"lof", "lof-softmax", "alf"} <= set(s):
         _fixed_filter_claims(cfg, analysis, run)
     if {"s5-256", "deep-alf-all-random"} <= set(s):
         a, b = s["s5-256"], s["deep-alf-all-random"]
-        close = abs(a["tail_mean"] - b["tail_mean"]) <= max(a["tail_std"] + b["tail_std"], 0.05)
+        close = abs(a.tail_mean - b.tail_mean) <= max(a.tail_std + b.tail_std, 0.05)
         run.claim("s5-256-matches-deep-alf", "S5-256 ends about where Deep ALF (all random) does", "Fig. 3, Fig. 10a",
-                  f"S5-256 {a['tail_mean']:.3f} ± {a['tail_std']:.3f}, Deep ALF {b['tail_mean']:.3f} ± "
-                  f"{b['tail_std']:.3f}", bool(close))
+                  f"S5-256 {a.tail_mean:.3f} ± {a.tail_std:.3f}, Deep ALF {b.tail_mean:.3f} ± {b.tail_std:.3f}",
+                  bool(close))
     _ordering_claim(run, analysis, "s5-256-and-deep-alf-above-s5-12",
                     "S5-256 and Deep ALF (all random) end above S5-12", "Fig. 3, Fig. 10a",
                     ("s5-256", "deep-alf-all-random"), ("s5-12",))
@@ -249,20 +292,19 @@ def _returns_claims(cfg, analysis, run) -> None:
                     ("alf", "lof-softmax"), ("s5-12", "s5-256", "deep-alf-all-random"))
 
 
-def _fixed_filter_claims(cfg, analysis, run) -> None:
-    s = analysis["stats"]
-    fastest = {m: s[m]["half_ceiling_update"] or np.inf for m in s}
+def _fixed_filter_claims(cfg, analysis: ReturnsAnalysis, run) -> None:
+    s = analysis.stats
+    lof, lof_softmax, alf = s["lof"], s["lof-softmax"], s["alf"]
+    alf_half, lof_half = (m.half_ceiling_update or np.inf for m in (alf, lof))  # never: inf
     run.claim("alf-learns-fast", "ALF (direct) reaches a strong return before LOF (direct) does", "Fig. 3",
-              f"first update at half the ceiling: ALF {fastest['alf']}, LOF {fastest['lof']}",
-              bool(fastest["alf"] < fastest["lof"]))
-    best = max(s, key=lambda m: s[m]["tail_mean"])
+              f"first update at half the ceiling: ALF {alf_half}, LOF {lof_half}", bool(alf_half < lof_half))
+    best = max(s, key=lambda m: s[m].tail_mean)
     run.claim("lof-softmax-best", "LOF + softmax gives the best final return", "Fig. 3, sec. 6.2",
-              f"best: {LABELS[best]} ({s[best]['tail_mean']:.3f}); LOF + softmax {s['lof-softmax']['tail_mean']:.3f}",
-              bool(s["lof-softmax"]["tail_mean"] >= s[best]["tail_mean"] - s[best]["tail_std"]))
+              f"best: {LABELS[best]} ({s[best].tail_mean:.3f}); LOF + softmax {lof_softmax.tail_mean:.3f}",
+              bool(lof_softmax.tail_mean >= s[best].tail_mean - s[best].tail_std))
     run.claim("lof-seed-variable", "LOF (direct) varies more across seeds than LOF + softmax and ALF", "Fig. 3",
-              f"std over seeds: LOF {s['lof']['tail_std']:.3f}, LOF + softmax {s['lof-softmax']['tail_std']:.3f}, "
-              f"ALF {s['alf']['tail_std']:.3f}",
-              bool(s["lof"]["tail_std"] > max(s["lof-softmax"]["tail_std"], s["alf"]["tail_std"])))
+              f"std over seeds: LOF {lof.tail_std:.3f}, LOF + softmax {lof_softmax.tail_std:.3f}, "
+              f"ALF {alf.tail_std:.3f}", bool(lof.tail_std > max(lof_softmax.tail_std, alf.tail_std)))
 
 
 # ------------------------------------------------------------------------------------------- Figs. 9, 10
@@ -280,28 +322,27 @@ def run_deep_alf_inits(cfg: RingWorldPPOConfig, run) -> dict:
     return _results(analysis)
 
 
-def _inits_claims(cfg, analysis, run) -> None:
+def _inits_claims(cfg, analysis: ReturnsAnalysis, run) -> None:
     _above_random_claim(run, analysis)
-    s = analysis["stats"]
+    s = analysis.stats
     informed = s.get("deep-alf-informed")
     if informed is None:
         return
     if "alf" in s:
         alf = s["alf"]
         run.claim("informed-deep-alf-at-least-alf", "informed Deep ALF ends at least as high as ALF", "Fig. 9",
-                  f"{informed['tail_mean']:.3f} vs {alf['tail_mean']:.3f} (std {alf['tail_std']:.3f})",
-                  bool(informed["tail_mean"] >= alf["tail_mean"] - alf["tail_std"]))
+                  f"{informed.tail_mean:.3f} vs {alf.tail_mean:.3f} (std {alf.tail_std:.3f})",
+                  bool(informed.tail_mean >= alf.tail_mean - alf.tail_std))
     for m in ("deep-alf-random-e", "deep-alf-random-delta"):
         if m in s:
             run.claim(f"{m.removeprefix('deep-alf-')}-close-to-informed",
                       f"{LABELS[m]} ends close to informed Deep ALF", "Fig. 10",
-                      f"{s[m]['tail_mean']:.3f} vs {informed['tail_mean']:.3f}",
-                      bool(abs(s[m]["tail_mean"] - informed["tail_mean"]) <= max(2 * informed["tail_std"], 0.05)))
+                      f"{s[m].tail_mean:.3f} vs {informed.tail_mean:.3f}",
+                      bool(abs(s[m].tail_mean - informed.tail_mean) <= max(2 * informed.tail_std, 0.05)))
     if "deep-alf-random-lambda" in s:
         lam = s["deep-alf-random-lambda"]
         run.claim("random-lambda-slightly-worse", "random Λ ends below informed Deep ALF", "Fig. 10",
-                  f"{lam['tail_mean']:.3f} vs {informed['tail_mean']:.3f}",
-                  bool(lam["tail_mean"] < informed["tail_mean"]))
+                  f"{lam.tail_mean:.3f} vs {informed.tail_mean:.3f}", bool(lam.tail_mean < informed.tail_mean))
     _ordering_claim(run, analysis, "all-random-deep-alf-above-s5-12", "Deep ALF (all random) ends above S5-12",
                     "Fig. 10a", ("deep-alf-all-random",), ("s5-12",))
 

@@ -89,87 +89,133 @@ def run_ringworld_trajectory(cfg: TrajectoryConfig, run) -> dict:
     _figure(stats, run)
     _claims(stats, run)
     run.write_summary(_summary(cfg, stats, run))
-    return {k: stats[k] for k in ("train_return", "return_mean", "error", "error_after_off_peak", "policy")}
+    return _results(stats)
 
 
-def analyse(cfg: TrajectoryConfig, metrics: dict, played: dict) -> dict:
-    """Event masks (episodes, K) and their rates: irregular transitions, off-peak observations (k >= 1), ALF/LOF
-    decoding errors overall and right after an off-peak observation, and the action frequencies in states 2, 3."""
-    p = {k: np.asarray(v) for k, v in played.items()}
-    E = rw.beacon_emissions()
+@dataclasses.dataclass(frozen=True)
+class TrajectoryAnalysis:
+    """The played episodes of the trained ALF agent and what they show. Arrays are (episodes, K) with
+    episodes = ``cfg.num_episodes`` and K = ``cfg.episode_length``; states, actions and beacons are 0-based.
+
+    **Fields:**
+    - ``state``, ``next_state``: int arrays, the true state before and after the step's action.
+    - ``action``: int array, the action taken; ``reward``: float array, the reward received.
+    - ``obs``: int array, the beacon observed (at k = 0 the null observation, not a beacon).
+    - ``decoded``: dict, filter ("alf", "lof") -> int array, the argmax state of its logits.
+    - ``irregular_mask``: bool array, the transition off the permutation backbone.
+    - ``off_peak_mask``: bool array, an observation (k >= 1) other than the most likely beacon of the true state.
+    - ``error_masks``: dict, filter -> bool array, its decoding errors (k >= 1).
+    - ``train_return``: float, the training return averaged over the last 10 updates.
+    - ``return_mean``: float, the mean episode return of the played episodes.
+    - ``irregular``: float, the fraction of steps with an irregular transition.
+    - ``off_peak``: float, the fraction of observations (k >= 1) that are off-peak.
+    - ``error``: dict, filter -> its decoding error rate over k >= 1.
+    - ``error_after_off_peak``: dict, filter -> its decoding error rate at off-peak observations (0 if none).
+    - ``policy``: dict, "state 2", "state 3" (the paper's 1-based states) -> action name -> frequency there.
+    """
+
+    state: np.ndarray
+    next_state: np.ndarray
+    action: np.ndarray
+    reward: np.ndarray
+    obs: np.ndarray
+    decoded: dict[str, np.ndarray]
+    irregular_mask: np.ndarray
+    off_peak_mask: np.ndarray
+    error_masks: dict[str, np.ndarray]
+    train_return: float
+    return_mean: float
+    irregular: float
+    off_peak: float
+    error: dict[str, float]
+    error_after_off_peak: dict[str, float]
+    policy: dict[str, dict[str, float]]
+
+
+def analyse(cfg: TrajectoryConfig, metrics: dict, played: dict) -> TrajectoryAnalysis:
+    """The training metrics and the 'play' cell -> event masks and their rates: irregular transitions, off-peak
+    observations, ALF/LOF decoding errors overall and at off-peak observations, the action frequencies in states
+    2 and 3."""
+    state, next_state, action, reward, obs = (np.asarray(played[k]) for k in ("state", "next_state", "action",
+                                                                             "reward", "obs"))
+    decoded = {name: np.asarray(played[f"{name}_decoded"]) for name in ("alf", "lof")}
     shifts = np.asarray(rw.ACTION_SHIFTS)
-    irregular = p["next_state"] != (p["state"] + shifts[p["action"]]) % rw.NUM_STATES
-    seen = np.ones_like(p["state"], bool)
+    irregular = next_state != (state + shifts[action]) % rw.NUM_STATES
+    seen = np.ones_like(state, bool)
     seen[:, 0] = False  # the null observation at k = 0
-    off_peak = seen & (p["obs"] != E.argmax(axis=0)[p["state"]])
-    errors = {name: seen & (p[f"{name}_decoded"] != p["state"]) for name in ("alf", "lof")}
+    off_peak = seen & (obs != rw.beacon_emissions().argmax(axis=0)[state])
+    errors = {name: seen & (d != state) for name, d in decoded.items()}
     policy = {}
     for paper_state, x in ((2, 1), (3, 2)):
-        acts = p["action"][p["state"] == x]
+        acts = action[state == x]
         policy[f"state {paper_state}"] = {a: float(np.mean(acts == i)) if acts.size else 0.0
                                          for i, a in enumerate(rw.ACTION_NAMES)}
-    return {**p, "irregular_mask": irregular, "off_peak_mask": off_peak, "error_masks": errors,
-            "train_return": float(np.mean(np.asarray(metrics["episode_return"])[-10:])),
-            "return_mean": float(p["reward"].sum(axis=1).mean()),
-            "irregular": float(irregular.mean()), "off_peak": float(off_peak[seen].mean()),
-            "error": {n: float(m[seen].mean()) for n, m in errors.items()},
-            "error_after_off_peak": {n: float(m[off_peak].mean()) if off_peak.any() else 0.0
-                                     for n, m in errors.items()},
-            "policy": policy}
+    return TrajectoryAnalysis(
+        state=state, next_state=next_state, action=action, reward=reward, obs=obs, decoded=decoded,
+        irregular_mask=irregular, off_peak_mask=off_peak, error_masks=errors,
+        train_return=float(np.mean(np.asarray(metrics["episode_return"])[-10:])),
+        return_mean=float(reward.sum(axis=1).mean()), irregular=float(irregular.mean()),
+        off_peak=float(off_peak[seen].mean()), error={n: float(m[seen].mean()) for n, m in errors.items()},
+        error_after_off_peak={n: float(m[off_peak].mean()) if off_peak.any() else 0.0 for n, m in errors.items()},
+        policy=policy)
 
 
-def _figure(stats: dict, run) -> None:
+def _results(stats: TrajectoryAnalysis) -> dict:
+    """results.json: the returns, the decoding errors and the policy (not the episodes: they are in the cell)."""
+    return {"train_return": stats.train_return, "return_mean": stats.return_mean, "error": stats.error,
+            "error_after_off_peak": stats.error_after_off_peak, "policy": stats.policy}
+
+
+def _figure(stats: TrajectoryAnalysis, run) -> None:
     """Fig. 6 for the first episode: states (true, ALF-, LOF-decoded) above, actions and observations below."""
-    k = np.arange(stats["state"].shape[1])
+    k = np.arange(stats.state.shape[1])
     fig, (ax, ax_act) = plots.figure(2, 1, width=10.0, height=6.0, sharex=True, height_ratios=[2.2, 1])
-    first = {name: stats[name][0] for name in ("state", "alf_decoded", "lof_decoded", "action", "obs")}
-    ax.step(k, first["state"] + 1, where="mid", color="k", lw=1.4, label="true state")
-    ax.plot(k[1:], first["alf_decoded"][1:] + 1, "o", ms=3.5, color="tab:blue", label="ALF decoded")
-    ax.plot(k[1:], first["lof_decoded"][1:] + 1, "x", ms=3.5, color="tab:orange", label="LOF decoded")
-    irregular = np.flatnonzero(stats["irregular_mask"][0]) + 1  # the transition into step k+1
+    state, action, obs = stats.state[0], stats.action[0], stats.obs[0]
+    ax.step(k, state + 1, where="mid", color="k", lw=1.4, label="true state")
+    ax.plot(k[1:], stats.decoded["alf"][0][1:] + 1, "o", ms=3.5, color="tab:blue", label="ALF decoded")
+    ax.plot(k[1:], stats.decoded["lof"][0][1:] + 1, "x", ms=3.5, color="tab:orange", label="LOF decoded")
+    irregular = np.flatnonzero(stats.irregular_mask[0]) + 1  # the transition into step k+1
     ax.vlines(irregular, 0.5, 12.5, color="tab:purple", lw=0.8, ls=":", label="irregular transition")
     for name, marker, colour in (("alf", "v", "tab:blue"), ("lof", "^", "tab:orange")):
-        bad = np.flatnonzero(stats["error_masks"][name][0])
+        bad = np.flatnonzero(stats.error_masks[name][0])
         ax.plot(bad, np.full(bad.size, 12.9 if name == "alf" else 13.3), marker, color=colour, ms=4,
                 label=f"{name.upper()} decoding error")
     ax.set(ylabel="state", yticks=range(1, 13), ylim=(0.3, 13.7), title="Trajectory of the trained ALF agent")
     ax.legend(fontsize=7, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.02), frameon=True)
-    ax_act.plot(k, first["action"], ".", color="k", label="action")
+    ax_act.plot(k, action, ".", color="k", label="action")
     obs_k = k[1:]
-    off = stats["off_peak_mask"][0][1:]
-    ax_act.plot(obs_k[~off], first["obs"][1:][~off] + 4.5, "s", ms=3, color="tab:green", label="observation")
-    ax_act.plot(obs_k[off], first["obs"][1:][off] + 4.5, "s", ms=4, color="tab:red", label="off-peak observation")
+    off = stats.off_peak_mask[0][1:]
+    ax_act.plot(obs_k[~off], obs[1:][~off] + 4.5, "s", ms=3, color="tab:green", label="observation")
+    ax_act.plot(obs_k[off], obs[1:][off] + 4.5, "s", ms=4, color="tab:red", label="off-peak observation")
     ax_act.set(xlabel="k", yticks=list(range(4)) + [4.5 + i for i in range(4)],
                yticklabels=list(rw.ACTION_NAMES) + [f"$B_{i}$" for i in range(1, 5)])
     ax_act.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.3))
     run.save_figure(fig, "trajectory.png")
 
 
-def _claims(stats: dict, run) -> None:
-    err, after = stats["error"], stats["error_after_off_peak"]
+def _claims(stats: TrajectoryAnalysis, run) -> None:
+    err, after = stats.error, stats.error_after_off_peak
     run.claim("alf-more-sensitive-to-off-peak", "ALF is more sensitive to off-peak observations than LOF: more "
               "decoding errors right after them", "App. B.2, Fig. 6",
               f"error after an off-peak observation: ALF {after['alf']:.3f}, LOF {after['lof']:.3f} "
               f"(overall {err['alf']:.3f} / {err['lof']:.3f})", bool(after["alf"] > after["lof"]))
-    pol = stats["policy"]
+    cw1_in_2, ccw1_in_3 = stats.policy["state 2"]["CW1"], stats.policy["state 3"]["CCW1"]
     run.claim("policy-cw1-in-2-ccw1-in-3", "the learned policy takes CW1 in state 2 and CCW1 in state 3 most of "
-              "the time", "App. B.2, Fig. 6",
-              f"P(CW1 | 2) = {pol['state 2']['CW1']:.2f}, P(CCW1 | 3) = {pol['state 3']['CCW1']:.2f}",
-              bool(pol["state 2"]["CW1"] > 0.5 and pol["state 3"]["CCW1"] > 0.5))
+              "the time", "App. B.2, Fig. 6", f"P(CW1 | 2) = {cw1_in_2:.2f}, P(CCW1 | 3) = {ccw1_in_3:.2f}",
+              bool(cw1_in_2 > 0.5 and ccw1_in_3 > 0.5))
 
 
-def _summary(cfg: TrajectoryConfig, stats: dict, run) -> str:
+def _summary(cfg: TrajectoryConfig, stats: TrajectoryAnalysis, run) -> str:
     header = ["filter", "decoding error", "error right after an off-peak observation"]
-    rows = [(n.upper(), stats["error"][n], stats["error_after_off_peak"][n]) for n in ("alf", "lof")]
+    rows = [(n.upper(), stats.error[n], stats.error_after_off_peak[n]) for n in ("alf", "lof")]
     table = run.save_table("decoding.csv", header, rows, dict.fromkeys(header[1:], ".3f"))
     header = ["true state", *rw.ACTION_NAMES]
-    rows = [(s, *freq.values()) for s, freq in stats["policy"].items()]
+    rows = [(s, *freq.values()) for s, freq in stats.policy.items()]
     table += "\nAction frequencies of the policy:\n\n" + run.save_table("policy.csv", header, rows,
                                                                      dict.fromkeys(rw.ACTION_NAMES, ".2f"))
     return SUMMARY.format(**dataclasses.asdict(cfg), updates=cfg.ppo.num_updates, num_envs=cfg.ppo.num_envs,
-                          unroll=cfg.ppo.unroll, train_return=stats["train_return"],
-                          return_mean=stats["return_mean"], table=table, irregular=stats["irregular"],
-                          off_peak=stats["off_peak"])
+                          unroll=cfg.ppo.unroll, train_return=stats.train_return, return_mean=stats.return_mean,
+                          table=table, irregular=stats.irregular, off_peak=stats.off_peak)
 
 
 EXPERIMENTS = [
