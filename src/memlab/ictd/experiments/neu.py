@@ -238,10 +238,10 @@ class NEUStats:
     depths (L,) = 1..L; contexts (K,); gamma; theta_star n -> ``NEUCell`` of theta*; points name -> ``NEUCell`` at
     the largest n (``POINT_LABELS`` order, theta* first); slow_cell / slow: the slow-discount ``NEUCell`` and its
     ``SlowRun`` (None when switched off); margin_min: over every cell but the slow run's; margin_median: median of
-    the theta* cells' medians; peak_l: index of the peak of J(theta*) over depth at the largest n, depth_ratio J there / J at L;
-    min_non_td, argmin_non_td: the smallest J of ``NON_TD_POINTS`` and its point; z_threshold: the Bonferroni bound
-    of |z| (1 % family-wise); tower_vs_plain_max_z: max |z| over the theta* cells; variance_ratio_at_L_max n -> plain
-    / tower variance; figures: the PNG files written.
+    the theta* cells' medians; peak_l: index of the peak of J(theta*) over depth at the largest n, depth_ratio: J
+    there / J at L; min_non_td, argmin_non_td: the smallest J of ``NON_TD_POINTS`` and its point; z_threshold: the
+    Bonferroni bound of |z| (1 % family-wise); tower_vs_plain_max_z: max |z| over the theta* cells;
+    variance_ratio_at_L_max n -> plain / tower variance; figures: the PNG files written.
     """
 
     depths: np.ndarray
