@@ -12,7 +12,7 @@ from memlab.catalog import EXPERIMENTS
 from memlab.ictd import depth as dp
 from memlab.ictd import softmax_td as st
 from memlab.ictd import transformer as tf
-from memlab.ictd.experiments.depth import DepthConfig, analyse
+from memlab.ictd.experiments.depth import DepthConfig, Margins, analyse
 from memlab.ictd.random_tasks import random_task_batch
 from memlab.runner import run_experiment
 
@@ -210,16 +210,18 @@ def test_analyse_uses_only_covered_tasks():
     """The second task is uncovered at n = 30: its (huge) floor, NaN rate and positive excess must not count."""
     cfg = DepthConfig(context_lengths=(30, 120), num_layers=2, state_counts=(5,), tasks_per_m=2, d=5)
     cells = {"tasks": {"margin": [0.05, 0.04], "err0": [1.0, 2.0]},
-             "crosscheck": {"transformer_vs_operator": 1e-15, "eq49_vs_eq24": 1e-16, "m": 5, "n": 30},
+             "crosscheck": {"transformer_vs_operator": 1e-15, "readout_vs_operator": 1e-15, "eq49_vs_eq24": 1e-16,
+                            "max_abs_value": 1.5, "n": 30, "m": 5},
              "n=30": _synthetic_cell([0.4, 9.0], [True, False], [0.9, float("nan")], [-0.1, 5.0], [True, True]),
              "n=120": _synthetic_cell([0.2, 0.1], [True, True], [0.9, 0.91], [-0.2, -0.3], [True, False])}
     s = analyse(cfg, cells)
-    np.testing.assert_allclose(s["floor_median"], [0.4, 0.15])
-    assert s["floor_slope"] == pytest.approx(np.log(0.15 / 0.4) / np.log(4))
-    assert s["dropped"] == {30: 1, 120: 0} and s["draws_max"] == {30: 3, 120: 3}
-    assert s["rate_nan"] == 0  # the NaN rate belongs to the uncovered task
-    np.testing.assert_allclose(s["rate_minus_bound_max"], [0.9 - 0.95, 0.91 - 0.96])
-    np.testing.assert_allclose(s["bound70_max_excess"], [-0.1, -0.2])  # on the Lemma 5 event, covered tasks only
-    np.testing.assert_allclose(s["frac_lemma5"], [1.0, 0.5])
-    np.testing.assert_allclose(s["bound_curve"], [[1.0, 0.95, 0.95 ** 2], [2.0, 2 * 0.96, 2 * 0.96 ** 2]])
-    assert s["num_tasks"] == 2 and s["margin"] == {"min": 0.04, "median": 0.045}
+    np.testing.assert_allclose(s.floor_median, [0.4, 0.15])
+    assert s.floor_slope == pytest.approx(np.log(0.15 / 0.4) / np.log(4))
+    assert s.dropped == {30: 1, 120: 0} and s.draws_max == {30: 3, 120: 3}
+    assert s.rate_nan == 0  # the NaN rate belongs to the uncovered task
+    np.testing.assert_allclose(s.rate_minus_bound_max, [0.9 - 0.95, 0.91 - 0.96])
+    np.testing.assert_allclose(s.bound70_max_excess, [-0.1, -0.2])  # on the Lemma 5 event, covered tasks only
+    np.testing.assert_allclose(s.frac_lemma5, [1.0, 0.5])
+    np.testing.assert_allclose(s.bound_curve, [[1.0, 0.95, 0.95 ** 2], [2.0, 2 * 0.96, 2 * 0.96 ** 2]])
+    assert s.num_tasks == 2 and s.margin == Margins(min=0.04, median=0.045)
+    assert list(s.per_n) == [30, 120] and s.per_n[30].covered.dtype == bool and s.crosscheck.m == 5

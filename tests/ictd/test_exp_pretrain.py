@@ -1,5 +1,6 @@
 """The ictd.pretrain and ictd.mask-relaxation experiments: configs, the shared reporting of a trained setting
-(pretrain_runs.py, pretrain_report.py) on synthetic seed records, both tiny profiles end to end (contract, resume)."""
+(experiments/cells.py, experiments/report.py) on synthetic seed records, both tiny profiles end to end (contract,
+resume)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import pytest
 
 from memlab.catalog import EXPERIMENTS
 from memlab.files import read_cell
+from memlab.ictd.experiments.cells import TRACE_FIELDS, HeldOut, setting_from_cells
 from memlab.ictd.experiments.mask import MaskRelaxationConfig
 from memlab.ictd.experiments.mask import analyse as analyse_mask
 from memlab.ictd.experiments.pretrain import PretrainExperimentConfig
 from memlab.ictd.experiments.pretrain import analyse as analyse_pretrain
-from memlab.ictd.experiments.pretrain_cells import TRACE_FIELDS, setting_from_cells, setting_tables
-from memlab.ictd.experiments.pretrain_report import setting_claims
+from memlab.ictd.experiments.report import SettingNumbers, setting_claims, setting_results, setting_tables
 from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config
 from memlab.ictd.transformer import theta_star
 from memlab.runner import Experiment, run_experiment
@@ -83,14 +84,21 @@ def sweep_cells(slug: str, config: PretrainConfig, sign: float = -1.0) -> dict:
 
 def test_setting_claims_of_the_mirror_image():
     config = BY_NAME["ictd.pretrain"].profiles["tiny"].train
+    T = config.num_steps
     st = setting_from_cells("Table 1", config, "full", sweep_cells("full", config), {"full-seed=0": 2.0})
     np.testing.assert_allclose(st.seconds, [2.0, np.nan])
+    assert st.mirror.step.tolist() == [T - 2] * 2 and st.final.step.tolist() == [T - 1] * 2 and st.final.score is None
+    np.testing.assert_allclose(st.best.heldout.abs_td_error, [0.3, 0.4])
+    assert st.references["-theta*"] == HeldOut(0.4, 1.1) and st.trace.d_t.shape == (2, T)
     claims, numbers = setting_claims(st, "full")
     holds = {c["id"]: c["holds"] for c in claims}
     assert holds == {"best-checkpoint-emergence[full,paper]": False, "best-checkpoint-emergence[full,mirrored]": True,
                      "v-sign-pattern[full]": False, "a-diagonal[full]": True, "masked-entries-zero[full]": True}
-    assert numbers == {"best_paper": 0.0, "best_mirrored": pytest.approx(0.85), "A_diag": 1.0,
-                       "A_feat_diag_mean": -1.0}
+    assert numbers == SettingNumbers(best_paper=0.0, best_mirrored=pytest.approx(0.85), A_diag=1.0,
+                                     A_feat_diag_mean=-1.0)
+    assert numbers.best("mirrored") == numbers.best_mirrored
+    results = setting_results(st)
+    assert results["heldout_abs_td_error"]["theta*"] == 0.5 and results["best_step"].tolist() == [T - 1] * 2
     tables = setting_tables([st], [], 4)
     assert len(tables["trace_mean.csv"][1]) == config.num_steps and len(tables["checkpoints.csv"][1]) == 3 * 2
     assert [row[1] for row in tables["heldout.csv"][1]][-3:] == ["theta*", "-theta*", "zero"]
@@ -99,14 +107,16 @@ def test_setting_claims_of_the_mirror_image():
 def test_analyse_pretrain_and_mask_on_synthetic_records():
     cfg = BY_NAME["ictd.pretrain"].profiles["tiny"]
     s = analyse_pretrain(cfg, sweep_cells("full", cfg.train))
-    assert s["d_start"] > s["d_end"] and s["along"]["mirrored"]["direction"] == -1.0
-    assert s["along"]["paper"]["A_high_fraction"] == 0.0 and s["along"]["mirrored"]["V_last_third_max"] > 0.5
-    assert [c["id"] for c in s["common_claims"]][0] == "best-checkpoint-emergence[paper]"
+    assert s.d_start > s.d_end and s.along["mirrored"].direction == -1.0
+    assert s.along["paper"].A_high_fraction == 0.0 and s.along["mirrored"].V_last_third_max > 0.5
+    assert [c["id"] for c in s.common_claims][0] == "best-checkpoint-emergence[paper]"
+    assert list(s.views) == ["paper", "mirrored"] and s.numbers.A_diag == 1.0
     cfg = BY_NAME["ictd.mask-relaxation"].profiles["tiny"]
     m = analyse_mask(cfg, sweep_cells("full", cfg.train) | sweep_cells("relaxed", cfg.train))
-    assert list(m["settings"]) == ["full", "relaxed"] and m["pattern"]["full"] == ("(−, −, +)", 2)
-    assert len(m["common_claims"]) == 10 and len(m["grid"]) == 2 and len(m["grid"][0]) == 2
-    assert m["numbers"]["relaxed"]["A_feat_diag_mean"] == -1.0
+    assert list(m.settings) == ["full", "relaxed"] and m.pattern["full"] == ("(−, −, +)", 2)
+    assert m.pattern["relaxed"].seeds == 2
+    assert len(m.common_claims) == 10 and len(m.grid) == 2 and len(m.grid[0]) == 2
+    assert m.numbers["relaxed"].A_feat_diag_mean == -1.0
 
 
 # --------------------------------------------------------------------------- end to end, tiny profiles

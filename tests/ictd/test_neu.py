@@ -347,11 +347,15 @@ def test_analyse_on_synthetic_cells():
     cells |= {f"{p}_n=16": _cell([1.0 + i] * 3) for i, p in enumerate(POINT_LABELS) if p != "theta-star"}
     cells["theta-star_slow_gamma=0.9_n=8"] = _cell([0.1, 0.5, 0.05], floor=[0.01, 0.01, 0.2], margin=0.04)
     s = analyse(cfg, cells)
-    assert list(s["at_max"]) == list(POINT_LABELS)  # theta* first: the figure and table order
-    assert s["peak_l"] == 1 and s["depth_ratio"] == pytest.approx(20.0)
-    np.testing.assert_allclose(s["J_by_n"], [0.3, 0.02])
-    assert s["J_nmin_L"] == 0.3 and s["margin_min"] == 0.1  # the slow run's tasks are not the main grid's
-    assert s["argmin_non_td"] == "mirror" and s["min_non_td"] == pytest.approx(3.0)  # half-step (2.0) is TD
-    assert s["slow"]["peak_L"] == 2 and s["slow"]["ratio"] == pytest.approx(2.5)  # the floor 0.2 > J = 0.05 at L = 3
-    assert s["variance_ratio_at_L_max"] == {8: 2.0, 16: 2.0} and s["tower_vs_plain_max_z"] == 1.0
-    assert s["figures"] == ["neu_vs_depth.png", "neu_vs_context.png", "neu_slow_discount.png"]
+    assert list(s.points) == list(POINT_LABELS)  # theta* first: the figure and table order
+    assert s.points["theta-star"] is s.theta_star[16] and list(s.theta_star) == [8, 16]
+    np.testing.assert_allclose(s.theta_star[16].tower.J, [0.1, 0.4, 0.02])
+    assert s.theta_star[8].tower.J.dtype == np.float64 and s.points["mirror"].num_samples == 8
+    assert s.peak_l == 1 and s.depth_ratio == pytest.approx(20.0)
+    assert s.margin_min == 0.1 and s.margin_median == pytest.approx(0.16)  # not the slow run's tasks (0.04)
+    assert s.argmin_non_td == "mirror" and s.min_non_td == pytest.approx(3.0)  # half-step (2.0) is TD
+    assert s.slow.peak_L == 2 and s.slow.ratio == pytest.approx(2.5)  # the floor 0.2 > J = 0.05 at L = 3
+    assert s.slow.margin_min == 0.04 and s.slow_cell.depths.tolist() == [1, 2, 3]
+    assert s.variance_ratio_at_L_max == {8: 2.0, 16: 2.0} and s.tower_vs_plain_max_z == 1.0
+    assert s.figures == ["neu_vs_depth.png", "neu_vs_context.png", "neu_slow_discount.png"]
+    assert analyse(cfg, {name: c for name, c in cells.items() if "slow" not in name}).slow is None

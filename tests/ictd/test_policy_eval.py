@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from memlab.catalog import EXPERIMENTS
-from memlab.ictd.experiments.msve import MsveConfig, analyse
+from memlab.ictd.experiments.msve import MarginRange, MsveConfig, TaskNumbers, analyse
 from memlab.ictd.policy_eval import (
     METHODS,
     depth_floor_values,
@@ -155,15 +155,15 @@ def test_analyse_on_synthetic_cells():
         msve = {name: [0.5 ** j, 2 * 0.25 ** j] for name in METHODS}
         cells[f"gamma=0.9,t={t}"] = {"msve": msve, "max_abs_diff": 1e-7 * (j + 1), "max_abs_value": 2.0,
                                      "depth_limit_change": 0.1 * j}
-    tasks = {"m": np.array([2, 2]), "v": np.array([[[1.0, 1.0], [-1.0, -1.0]]]), "mu": np.full((2, 2), 0.5),
-             "margin": np.array([[0.01, 0.03]]), "floor": np.array([[0.2, 0.4]]), "dtype": "float32"}
+    tasks = TaskNumbers(m=np.array([2, 2]), v=np.array([[[1.0, 1.0], [-1.0, -1.0]]]), mu=np.full((2, 2), 0.5),
+                        margin=np.array([[0.01, 0.03]]), floor=np.array([[0.2, 0.4]]), dtype="float32")
     s = analyse(cfg, tasks, cells)
-    np.testing.assert_allclose(s["mean_msve"]["transformer"], [[1.5, 0.5, 0.1875]])
-    np.testing.assert_allclose(s["stderr_msve"]["transformer"][0, 0], np.std([1, 2], ddof=1) / np.sqrt(2))
-    assert s["loglog_slope"]["0.9"]["mean"] == pytest.approx(-1.5)
-    assert s["loglog_slope"]["0.9"]["t"] == pytest.approx(-3.0)  # mean -1.5, sd 1/sqrt(2), two tasks
-    assert s["improved"] == [1.0] and s["const_msve"][0] == pytest.approx(1.0)
-    assert s["max_abs_diff_tf_wstd"] == pytest.approx(3e-7) and s["max_rel_diff_tf_wstd"] == pytest.approx(1.5e-7)
-    assert s["tol"] == 1e-5 and s["limit_t"] == 4 and s["depth_limit_change"] == pytest.approx(0.2)
-    assert s["margin"]["0.9"] == {"min": 0.01, "median": 0.02, "max": 0.03}
-    np.testing.assert_allclose(s["depth_floor_msve"], [0.3])
+    np.testing.assert_allclose(s.mean_msve["transformer"], [[1.5, 0.5, 0.1875]])
+    np.testing.assert_allclose(s.stderr_msve["transformer"][0, 0], np.std([1, 2], ddof=1) / np.sqrt(2))
+    assert s.loglog_slope["0.9"].mean == pytest.approx(-1.5)
+    assert s.loglog_slope["0.9"].t == pytest.approx(-3.0)  # mean -1.5, sd 1/sqrt(2), two tasks
+    assert s.improved == [1.0] and s.const_msve[0] == pytest.approx(1.0)
+    assert s.max_abs_diff_tf_wstd == pytest.approx(3e-7) and s.max_rel_diff_tf_wstd == pytest.approx(1.5e-7)
+    assert s.tol == 1e-5 and s.limit_t == 4 and s.depth_limit_change == pytest.approx(0.2)
+    assert s.margin["0.9"] == MarginRange(min=0.01, median=0.02, max=0.03)
+    np.testing.assert_allclose(s.depth_floor_msve, [0.3])

@@ -56,13 +56,13 @@ def test_analyse_takes_the_worst_trial_and_both_forms():
                 "unscaled_y_max": [5.0, 6.0]}
 
     s = analyse(cfg, {"kernel=softmax": cell(1.0), "kernel=relu": cell(10.0)})
-    assert s["kinds"] == ["softmax", "relu"]
-    soft, relu = s["per_kernel"]["softmax"], s["per_kernel"]["relu"]
-    assert soft["max_E_tsm"] == pytest.approx(-13.0) and soft["max_E_dual"] == pytest.approx(np.log10(2e-13))
-    assert soft["median_E_L"] == pytest.approx(np.median(np.log10([1e-15, 1e-13])))
-    assert soft["max_rel"] == pytest.approx(3e-13) and relu["max_rel"] == pytest.approx(3e-12)
-    assert relu["max_abs_y"] == 20.0 and soft["lemma1_max_abs"] == 0.0 and soft["unscaled_max_abs_y"] == 6.0
-    assert s["trials"]["relu"]["abs_tsm"].shape == (2, 3)
+    assert s.kinds == ["softmax", "relu"]
+    soft, relu = s.per_kernel["softmax"], s.per_kernel["relu"]
+    assert soft.max_E_tsm == pytest.approx(-13.0) and soft.max_E_dual == pytest.approx(np.log10(2e-13))
+    assert soft.median_E_L == pytest.approx(np.median(np.log10([1e-15, 1e-13])))
+    assert soft.max_rel == pytest.approx(3e-13) and relu.max_rel == pytest.approx(3e-12)
+    assert relu.max_abs_y == 20.0 and soft.lemma1_max_abs == 0.0 and soft.unscaled_max_abs_y == 6.0
+    assert s.trials["relu"].abs_tsm.shape == (2, 3)
 
 
 @pytest.mark.parametrize("config, message", [

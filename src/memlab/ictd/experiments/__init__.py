@@ -6,6 +6,9 @@
 * ``ictd.neu``                — Theorem 3: the NEU objective of theta* on the looped space (``neu.py``).
 * ``ictd.pretrain``           — Algorithm 1, Fig. 3 and Fig. 5: emergence under TD pretraining (``pretrain.py``).
 * ``ictd.mask-relaxation``    — App. F.5 / Fig. 6: full vs relaxed A mask (``mask.py``).
+
+The last two share ``cells.py`` (the Algorithm 1 cells and their stacked settings) and ``report.py`` (claims, tables,
+figures); ``neu_figures.py`` holds the figures and tables of ``neu.py``. Every ``analyse`` returns a frozen dataclass.
 """
 
 from __future__ import annotations

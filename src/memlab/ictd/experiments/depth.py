@@ -47,8 +47,8 @@ tasks at every n); d = {cfg.d}; features x(s) = c q_s with q orthonormal, c = {c
 trajectory with S_0 ~ p0, conditioned on visiting every state among S_0..S_{{n−1}} by resampling (up to \
 {cfg.max_resamples} draws; tasks still uncovered are dropped at that n: {dropped}). v_L is the operator iteration \
 (eq. 24–26), which equals the transformer's output (checked: max |Z_l[d+2, j] − v_l(S_j)| = \
-{check[transformer_vs_operator]:.1e} on m = {check[m]}, n = {check[n]}, {L} layers). M̂, P̂ via the state counts (eq. \
-49), equal to eq. (24) to {check[eq49_vs_eq24]:.1e}. Float64.
+{check.transformer_vs_operator:.1e} on m = {check.m}, n = {check.n}, {L} layers). M̂, P̂ via the state counts (eq. \
+49), equal to eq. (24) to {check.eq49_vs_eq24:.1e}. Float64.
 
 Why γ = {cfg.gamma} and c = {cfg.feature_scale}: Assumption 5.1 needs M_π(s,s) ≥ (1 + γ)/2 + C, so at γ = {cfg.gamma} \
 more than {half_one_plus_gamma:.0%} of every state's kernel mass must sit on itself; with orthonormal features \
@@ -149,70 +149,165 @@ def run_depth(cfg: DepthConfig, run: Run) -> dict:
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
-    return {k: stats[k] for k in RESULT_KEYS}
+    return {k: getattr(stats, k) for k in RESULT_KEYS}
 
 
 # ---------------------------------------------------------------- numbers, claims, summary
 
 
-def analyse(cfg: DepthConfig, cells: dict) -> dict:
+@dataclasses.dataclass(frozen=True)
+class ContextNumbers:
+    """Theorem 2 at one context length n (a ``context_cell`` record as arrays), per task (N,): covered (bool: the
+    context visits every state; only these tasks count), draws (contexts drawn), rate (fitted decay rate of
+    ||v_L - v_inf||; NaN if unfitted), rho_hat = ||I - M_hat + gamma P_hat||_inf, spectral_radius of that matrix,
+    C_hat (empirical margin), rho_bounded (rho_hat <= 1 - C, the Lemma 5 event), bound70_excess (max over L of the
+    error above eq. (70)), floor ||v_inf - v_pi||_inf, T2 (bias of eq. 67), M_dev ||M_hat - M_pi||_inf; and err_q
+    (3, L+1): the 25/50/75 % quantiles over the covered tasks of ||v_L - v_pi||_inf."""
+
+    covered: np.ndarray
+    draws: np.ndarray
+    rate: np.ndarray
+    rho_hat: np.ndarray
+    spectral_radius: np.ndarray
+    C_hat: np.ndarray
+    rho_bounded: np.ndarray
+    bound70_excess: np.ndarray
+    floor: np.ndarray
+    T2: np.ndarray
+    M_dev: np.ndarray
+    err_q: np.ndarray
+
+    @classmethod
+    def from_record(cls, record: dict) -> ContextNumbers:
+        numbers = {f.name: np.asarray(record[f.name]) for f in dataclasses.fields(cls)}
+        return cls(**numbers | {k: numbers[k].astype(bool) for k in ("covered", "rho_bounded")})
+
+
+@dataclasses.dataclass(frozen=True)
+class Crosscheck:
+    """The ``crosscheck_cell`` record: max |Z_l[d+2, j] - v_l(S_j)| (transformer_vs_operator) and |readout - v_l(S_n)|
+    (readout_vs_operator) over layers and columns, max |eq. (49) - eq. (24)| over M_hat and P_hat, the largest |v_l|
+    (max_abs_value), on one task with m states and a covering context of n transitions."""
+
+    transformer_vs_operator: float
+    readout_vs_operator: float
+    eq49_vs_eq24: float
+    max_abs_value: float
+    n: int
+    m: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Margins:
+    """The population margin C of eq. (28) over the tasks: min and median."""
+
+    min: float
+    median: float
+
+
+@dataclasses.dataclass(frozen=True)
+class DepthStats:
+    """The analysis of ``ictd.depth-convergence``; K context lengths, N tasks, L layers. Medians are over the tasks
+    covered at each n.
+
+    context_lengths (K,); num_tasks N; margin: ``Margins``; margin_per_task, err0 (N,): C and ||v_0 - v_pi||_inf;
+    m_of (N,): each task's number of states; floor_median, T2_median, M_dev_median (K,) and their log-log slopes
+    in n (floor_slope, T2_slope, M_dev_slope); frac_lemma5 (K,): fraction with rho_hat <= 1 - C; rate_median (K,);
+    rate_minus_bound_max (K,): max of rate - (1 - C); rate_nan: unfitted rates of covered tasks; bound70_max_excess
+    (K,): max eq. (70) excess on the Lemma 5 event (-inf if empty); floor_bound_ratio_median (K,): median T2 / C /
+    floor; tail_gap: max over n of |median error at L / median floor - 1|; dropped, draws_max: n -> uncovered tasks
+    and the most contexts drawn; crosscheck: ``Crosscheck``; per_n: n -> ``ContextNumbers``; bound_curve (N, L+1):
+    (1 - C)^L ||v_0 - v_pi||.
+    """
+
+    context_lengths: np.ndarray
+    num_tasks: int
+    margin: Margins
+    margin_per_task: np.ndarray
+    err0: np.ndarray
+    m_of: np.ndarray
+    floor_median: np.ndarray
+    floor_slope: float
+    T2_median: np.ndarray
+    T2_slope: float
+    M_dev_median: np.ndarray
+    M_dev_slope: float
+    frac_lemma5: np.ndarray
+    rate_median: np.ndarray
+    rate_minus_bound_max: np.ndarray
+    rate_nan: int
+    bound70_max_excess: np.ndarray
+    floor_bound_ratio_median: np.ndarray
+    tail_gap: float
+    dropped: dict[int, int]
+    draws_max: dict[int, int]
+    crosscheck: Crosscheck
+    per_n: dict[int, ContextNumbers]
+    bound_curve: np.ndarray
+
+
+def _covered_quantile(per_n: dict, field: str, p: float = 0.5) -> np.ndarray:
+    """The p-quantile over the covered tasks of the per-task ``field`` of ``ContextNumbers`` at every n: (K,)."""
+    return np.array([np.quantile(getattr(c, field)[c.covered], p) for c in per_n.values()])
+
+
+def analyse(cfg: DepthConfig, cells: dict) -> DepthStats:
     """Cells -> per-n medians over the covered tasks, slopes, the Lemma 5 fraction, the eq. (70) excess."""
     ns = np.array(cfg.context_lengths)
     margin, err0 = np.asarray(cells["tasks"]["margin"]), np.asarray(cells["tasks"]["err0"])
-    per_n = [{k: np.asarray(v) for k, v in cells[f"n={n}"].items()} for n in ns]
-    ok = [c["covered"].astype(bool) for c in per_n]
-    q = lambda key, p=0.5: np.array([np.quantile(c[key][o], p) for c, o in zip(per_n, ok)])  # noqa: E731
-    floor, T2, M_dev = q("floor"), q("T2"), q("M_dev")
+    per_n = {int(n): ContextNumbers.from_record(cells[f"n={n}"]) for n in ns}
+    cs = per_n.values()
+    floor, T2, M_dev = (_covered_quantile(per_n, field) for field in ("floor", "T2", "M_dev"))
     layers = np.arange(cfg.num_layers + 1)
-    return {
-        "context_lengths": ns, "num_tasks": len(margin), "margin": {"min": margin.min(), "median": np.median(margin)},
-        "floor_median": floor, "floor_slope": depth.loglog_slope(ns, floor),
-        "T2_median": T2, "T2_slope": depth.loglog_slope(ns, T2),
-        "M_dev_median": M_dev, "M_dev_slope": depth.loglog_slope(ns, M_dev),
-        "frac_lemma5": np.array([c["rho_bounded"][o].mean() for c, o in zip(per_n, ok)]),
-        "rate_median": q("rate"),
-        "rate_minus_bound_max": np.array([np.nanmax(c["rate"][o] - (1 - margin[o])) for c, o in zip(per_n, ok)]),
-        "rate_nan": sum(int(np.isnan(c["rate"][o]).sum()) for c, o in zip(per_n, ok)),
-        "bound70_max_excess": np.array([np.max(c["bound70_excess"][o & c["rho_bounded"]], initial=-np.inf)
-                                        for c, o in zip(per_n, ok)]),
-        "floor_bound_ratio_median": np.array([np.median(c["T2"][o] / margin[o] / c["floor"][o])
-                                              for c, o in zip(per_n, ok)]),
-        "tail_gap": np.max(np.abs(np.array([c["err_q"][1, -1] for c in per_n]) / floor - 1.0)),
-        "dropped": {int(n): int((~o).sum()) for n, o in zip(ns, ok)},
-        "draws_max": {int(n): int(c["draws"].max()) for n, c in zip(ns, per_n)},
-        "crosscheck": cells["crosscheck"], "margin_per_task": margin, "err0": err0, "per_n": per_n, "ok": ok,
-        "m_of": np.repeat(cfg.state_counts, cfg.tasks_per_m),
-        "bound_curve": (1.0 - margin)[:, None] ** layers * err0[:, None],  # (1 - C)^L ||v_0 - v_pi||, v_0 = 0
-    }
+    return DepthStats(
+        context_lengths=ns, num_tasks=len(margin), margin=Margins(margin.min(), np.median(margin)),
+        margin_per_task=margin, err0=err0, m_of=np.repeat(cfg.state_counts, cfg.tasks_per_m),
+        floor_median=floor, floor_slope=depth.loglog_slope(ns, floor),
+        T2_median=T2, T2_slope=depth.loglog_slope(ns, T2),
+        M_dev_median=M_dev, M_dev_slope=depth.loglog_slope(ns, M_dev),
+        frac_lemma5=np.array([c.rho_bounded[c.covered].mean() for c in cs]),
+        rate_median=_covered_quantile(per_n, "rate"),
+        rate_minus_bound_max=np.array([np.nanmax(c.rate[c.covered] - (1 - margin[c.covered])) for c in cs]),
+        rate_nan=sum(int(np.isnan(c.rate[c.covered]).sum()) for c in cs),
+        bound70_max_excess=np.array([np.max(c.bound70_excess[c.covered & c.rho_bounded], initial=-np.inf)
+                                     for c in cs]),
+        floor_bound_ratio_median=np.array([np.median(c.T2[c.covered] / margin[c.covered] / c.floor[c.covered])
+                                           for c in cs]),
+        tail_gap=np.max(np.abs(np.array([c.err_q[1, -1] for c in cs]) / floor - 1.0)),
+        dropped={n: int((~c.covered).sum()) for n, c in per_n.items()},
+        draws_max={n: int(c.draws.max()) for n, c in per_n.items()},
+        crosscheck=Crosscheck(**cells["crosscheck"]), per_n=per_n,
+        bound_curve=(1.0 - margin)[:, None] ** layers * err0[:, None],  # (1 - C)^L ||v_0 - v_pi||, v_0 = 0
+    )
 
 
-def _figures(cfg: DepthConfig, stats: dict, run: Run) -> None:
-    ns, per_n, ok, layers = stats["context_lengths"], stats["per_n"], stats["ok"], np.arange(cfg.num_layers + 1)
+def _figures(cfg: DepthConfig, s: DepthStats, run: Run) -> None:
+    ns, per_n, layers = s.context_lengths, s.per_n, np.arange(cfg.num_layers + 1)
     fig, (ax1, ax2, ax3) = plots.figure(1, 3, width=13.5, height=4.0)
-    for i, (n, c) in enumerate(zip(ns, per_n)):
-        ax1.plot(layers, c["err_q"][1], color=f"C{i % 10}", label=f"n = {n}")
-        ax1.fill_between(layers, c["err_q"][0], c["err_q"][2], color=f"C{i % 10}", alpha=0.15, lw=0)
-    ax1.plot(layers, np.median(stats["bound_curve"], axis=0), "k--", label="(1−C)^L ||v_0 − v_π|| (median)")
-    ax1.plot(layers, np.median(stats["err0"]) * cfg.gamma ** layers, "k:", lw=1, label="γ^L ||v_0 − v_π|| (median)")
+    for i, (n, c) in enumerate(per_n.items()):
+        ax1.plot(layers, c.err_q[1], color=f"C{i % 10}", label=f"n = {n}")
+        ax1.fill_between(layers, c.err_q[0], c.err_q[2], color=f"C{i % 10}", alpha=0.15, lw=0)
+    ax1.plot(layers, np.median(s.bound_curve, axis=0), "k--", label="(1−C)^L ||v_0 − v_π|| (median)")
+    ax1.plot(layers, np.median(s.err0) * cfg.gamma ** layers, "k:", lw=1, label="γ^L ||v_0 − v_π|| (median)")
     ax1.set(yscale="log", xlabel="depth L", ylabel="||v_L − v_π||∞",
             title="(a) error vs depth (median, IQR over tasks)")
     ax1.legend(fontsize=7, ncol=2)
-    floor = stats["floor_median"]
-    quartile = lambda p: [np.quantile(c["floor"][o], p) for c, o in zip(per_n, ok)]  # noqa: E731
+    floor = s.floor_median
     ax2.plot(ns, floor, "o-", color="C0", label="floor ||v_∞ − v_π||∞ (median)")
-    ax2.fill_between(ns, quartile(0.25), quartile(0.75), color="C0", alpha=0.15, lw=0)
-    ax2.plot(ns, stats["T2_median"], "s-", color="C1", label="bias T2 = ||T̂(v_π) − v_π||∞ (median)")
-    ax2.plot(ns, stats["M_dev_median"], "^-", color="C2", label="||M̂ − M_π||∞ (median, Lemma 4)")
+    ax2.fill_between(ns, _covered_quantile(per_n, "floor", 0.25), _covered_quantile(per_n, "floor", 0.75), color="C0",
+                     alpha=0.15, lw=0)
+    ax2.plot(ns, s.T2_median, "s-", color="C1", label="bias T2 = ||T̂(v_π) − v_π||∞ (median)")
+    ax2.plot(ns, s.M_dev_median, "^-", color="C2", label="||M̂ − M_π||∞ (median, Lemma 4)")
     ax2.plot(ns, floor[0] * (ns / ns[0]) ** -0.5, "k--", lw=1, label="slope −1/2 reference")
     ax2.set(xscale="log", yscale="log", xlabel="context length n", ylabel="value",
-            title=f"(b) floor vs n (fitted slope {stats['floor_slope']:.2f})")
+            title=f"(b) floor vs n (fitted slope {s.floor_slope:.2f})")
     ax2.legend(fontsize=7)
-    ax3.plot(ns, [np.median(c["rho_hat"][o]) for c, o in zip(per_n, ok)], "o-", color="C0",
+    ax3.plot(ns, [np.median(c.rho_hat[c.covered]) for c in per_n.values()], "o-", color="C0",
              label="ρ̂ = ||I − M̂ + γP̂||∞ (median)")
-    ax3.plot(ns, [c["rho_hat"][o].max() for c, o in zip(per_n, ok)], "o--", color="C0", lw=1,
+    ax3.plot(ns, [c.rho_hat[c.covered].max() for c in per_n.values()], "o--", color="C0", lw=1,
              label="ρ̂ (max over tasks)")
-    ax3.plot(ns, stats["rate_median"], "s-", color="C3", label="fitted decay rate (median)")
-    ax3.axhline(np.median(1 - stats["margin_per_task"]), color="k", ls="--", lw=1, label="1 − C (median)")
+    ax3.plot(ns, s.rate_median, "s-", color="C3", label="fitted decay rate (median)")
+    ax3.axhline(np.median(1 - s.margin_per_task), color="k", ls="--", lw=1, label="1 − C (median)")
     ax3.axhline(cfg.gamma, color="k", ls=":", lw=1, label="γ")
     ax3.set(xscale="log", xlabel="context length n", ylabel="factor per layer",
             title="(c) contraction factor (eq. 57) and decay rate")
@@ -220,75 +315,75 @@ def _figures(cfg: DepthConfig, stats: dict, run: Run) -> None:
     run.save_figure(fig, "depth_convergence.png")
 
 
-def _claims(cfg: DepthConfig, s: dict, run: Run) -> None:
-    margin, ns, (lo, hi) = s["margin_per_task"], s["context_lengths"], cfg.slope_band
+def _claims(cfg: DepthConfig, s: DepthStats, run: Run) -> None:
+    margin, ns, (lo, hi) = s.margin_per_task, s.context_lengths, cfg.slope_band
     run.claim("assumption-5.1", "the population diagonal margin C = min_s M_pi(s,s) - (1+gamma)/2 (eq. 28) is > 0 "
               "for every task used: rule min C > 0", "Assumption 5.1",
               f"C in [{margin.min():.4f}, {margin.max():.4f}], median {np.median(margin):.4f} "
               f"(at most (1-γ)/2 = {(1 - cfg.gamma) / 2:.3f})", bool(margin.min() > 0))
-    gap = s["rate_minus_bound_max"]
+    gap = s.rate_minus_bound_max
     run.claim("geometric-rate", "||v_L - v_inf|| (the transient part of the error) decays geometrically at a rate "
               "<= 1 - C of the task's own margin: rule fitted rate <= 1 - C for every covered task at every n",
               "Theorem 2, eq. (29) first term",
               f"max over tasks and n of (rate - (1 - C)) = {np.nanmax(gap):+.4f}; median rate "
-              f"{np.nanmedian(s['rate_median']):.4f} vs median 1 - C = {np.median(1 - margin):.4f}; "
-              f"{s['rate_nan']} unfitted", bool(np.all(gap <= 1e-9) and s["rate_nan"] == 0))
-    excess = s["bound70_max_excess"].max()
+              f"{np.nanmedian(s.rate_median):.4f} vs median 1 - C = {np.median(1 - margin):.4f}; "
+              f"{s.rate_nan} unfitted", bool(np.all(gap <= 1e-9) and s.rate_nan == 0))
+    excess = s.bound70_max_excess.max()
     run.claim("bound-70", "on the Lemma 5 event (rho_hat <= 1 - C), ||v_L - v_pi|| <= (1-C)^L ||v_0 - v_pi|| + T2/C "
               "for every L <= L_max, T2 the measured bias of eq. (67): rule max excess <= 1e-12",
               "Theorem 2 proof, eq. (67)-(70)", f"max excess {excess:.2e} (negative: bound holds)",
               bool(excess <= 1e-12))
-    floor, slope = s["floor_median"], s["floor_slope"]
+    floor, slope = s.floor_median, s.floor_slope
     run.claim("floor-slope", f"the floor ||v_inf - v_pi|| (large-L error) decreases with n: rule the median over tasks "
               f"decreases at every step of n and its log-log slope lies in [{lo}, {hi}]",
               "Theorem 2, eq. (29) second term O(sqrt(log(1/δ)/n))",
               f"median floor {floor[0]:.3g} (n={ns[0]}) → {floor[-1]:.3g} (n={ns[-1]}), slope {slope:.3f}",
               bool(np.all(np.diff(floor) < 0) and lo <= slope <= hi))
-    frac = s["frac_lemma5"]
+    frac = s.frac_lemma5
     run.claim("lemma-5", "the empirical operator contracts with factor ||I - M_hat + gamma P_hat||_inf <= 1 - C once n "
               "is large: rule every covered task at the largest n, and the fraction does not fall from the smallest "
               "to the largest n", "Lemma 5, eq. (57)",
               "fraction with ρ̂ ≤ 1 − C: " + ", ".join(f"n={n}: {f:.3f}" for n, f in zip(ns, frac)),
               bool(frac[-1] == 1.0 and frac[-1] >= frac[0]))
-    M_dev, M_slope = s["M_dev_median"], s["M_dev_slope"]
+    M_dev, M_slope = s.M_dev_median, s.M_dev_slope
     run.claim("lemma-4", f"||M_hat - M_pi||_inf = O(sqrt(log(1/δ)/n)): rule log-log slope of its median in "
               f"[{lo}, {hi}]", "Lemma 4, eq. (45)", f"median {M_dev[0]:.2e} → {M_dev[-1]:.2e}, slope {M_slope:.3f}",
               bool(lo <= M_slope <= hi))
-    check = s["crosscheck"]
+    check = s.crosscheck
     run.claim("operator-form", "the theta* transformer's values equal the operator iteration v_{l+1} = T_hat(v_l) at "
               "every state of a covering context (eq. 24-26) and eq. (49) equals eq. (24): rule max |difference| <= "
               "1e-10", "Theorem 1 + section 5, eq. (24)-(26), (49)",
-              f"m = {check['m']}, n = {check['n']}, L = {cfg.num_layers}: transformer vs operator "
-              f"{check['transformer_vs_operator']:.1e}, eq. (49) vs (24) {check['eq49_vs_eq24']:.1e}",
-              bool(max(check["transformer_vs_operator"], check["eq49_vs_eq24"]) <= TOL))
+              f"m = {check.m}, n = {check.n}, L = {cfg.num_layers}: transformer vs operator "
+              f"{check.transformer_vs_operator:.1e}, eq. (49) vs (24) {check.eq49_vs_eq24:.1e}",
+              bool(max(check.transformer_vs_operator, check.eq49_vs_eq24) <= TOL))
 
 
-def _summary(cfg: DepthConfig, s: dict, run: Run) -> None:
-    ns, per_n, ok, margin, L = s["context_lengths"], s["per_n"], s["ok"], s["margin_per_task"], cfg.num_layers
+def _summary(cfg: DepthConfig, s: DepthStats, run: Run) -> None:
+    per_n, margin, L = s.per_n, s.margin_per_task, cfg.num_layers
     run.save_csv("per_task.csv", ["n", "task", "m", "margin_C", "covered", "draws", "rho_hat", "one_minus_C",
                                   "C_hat", "spectral_radius", "fitted_rate", "floor", "T2", "M_dev"],
-                 [(n, i, s["m_of"][i], margin[i], bool(c["covered"][i]), c["draws"][i], c["rho_hat"][i], 1 - margin[i],
-                   c["C_hat"][i], c["spectral_radius"][i], c["rate"][i], c["floor"][i], c["T2"][i], c["M_dev"][i])
-                  for n, c in zip(ns, per_n) for i in range(len(margin))])
+                 [(n, i, s.m_of[i], margin[i], bool(c.covered[i]), c.draws[i], c.rho_hat[i], 1 - margin[i], c.C_hat[i],
+                   c.spectral_radius[i], c.rate[i], c.floor[i], c.T2[i], c.M_dev[i])
+                  for n, c in per_n.items() for i in range(len(margin))])
     run.save_csv("error_vs_depth.csv", ["n", "layer", "err_q25", "err_median", "err_q75", "bound_median"],
-                 [(n, k, *c["err_q"][:, k], np.median(s["bound_curve"][:, k])) for n, c in zip(ns, per_n)
+                 [(n, k, *c.err_q[:, k], np.median(s.bound_curve[:, k])) for n, c in per_n.items()
                   for k in range(L + 1)])
-    rows = [(n, s["dropped"][int(n)], s["draws_max"][int(n)], s["floor_median"][i], s["T2_median"][i],
-             s["M_dev_median"][i], np.median(c["rho_hat"][o]), c["rho_hat"][o].max(), s["frac_lemma5"][i],
-             np.nanmedian(c["rate"][o]), np.median(c["err_q"][1, -1]))
-            for i, (n, c, o) in enumerate(zip(ns, per_n, ok))]
+    rows = [(n, s.dropped[n], s.draws_max[n], s.floor_median[i], s.T2_median[i], s.M_dev_median[i],
+             np.median(c.rho_hat[c.covered]), c.rho_hat[c.covered].max(), s.frac_lemma5[i],
+             np.nanmedian(c.rate[c.covered]), np.median(c.err_q[1, -1]))
+            for i, (n, c) in enumerate(per_n.items())]
     header = [*TABLE_HEADER[:-1], f"median ‖v_{L} − v_π‖"]
     table = run.save_table("per_n.csv", header, rows, TABLE_FORMAT | {header[-1]: ".4f"})
-    ratio, frac, floor = s["floor_bound_ratio_median"], s["frac_lemma5"], s["floor_median"]
+    ratio, frac, floor, ns = s.floor_bound_ratio_median, s.frac_lemma5, s.floor_median, s.context_lengths
     run.write_summary(SUMMARY.format(
         cfg=cfg, L=L, half_L=L // 2, state_counts=list(cfg.state_counts), context_lengths=list(cfg.context_lengths),
-        num_tasks=s["num_tasks"], dropped=s["dropped"], check=s["crosscheck"], table=table,
+        num_tasks=s.num_tasks, dropped=s.dropped, check=s.crosscheck, table=table,
         half_one_plus_gamma=(1 + cfg.gamma) / 2, positive=np.mean(margin > 0), margin_median=np.median(margin),
-        max_margin=(1 - cfg.gamma) / 2, rate_median=np.nanmedian(s["rate_median"]), one_minus_C=np.median(1 - margin),
-        spectral_median=np.median(np.concatenate([c["spectral_radius"][o] for c, o in zip(per_n, ok)])),
-        floor_first=floor[0], floor_last=floor[-1], floor_slope=s["floor_slope"], T2_slope=s["T2_slope"],
-        M_dev_slope=s["M_dev_slope"], frac_first=frac[0], frac_last=frac[-1], n_first=ns[0], n_last=ns[-1],
-        excess_max=s["bound70_max_excess"].max(), ratio_first=ratio[0], ratio_last=ratio[-1], tail_gap=s["tail_gap"]))
+        max_margin=(1 - cfg.gamma) / 2, rate_median=np.nanmedian(s.rate_median), one_minus_C=np.median(1 - margin),
+        spectral_median=np.median(np.concatenate([c.spectral_radius[c.covered] for c in per_n.values()])),
+        floor_first=floor[0], floor_last=floor[-1], floor_slope=s.floor_slope, T2_slope=s.T2_slope,
+        M_dev_slope=s.M_dev_slope, frac_first=frac[0], frac_last=frac[-1], n_first=ns[0], n_last=ns[-1],
+        excess_max=s.bound70_max_excess.max(), ratio_first=ratio[0], ratio_last=ratio[-1], tail_gap=s.tail_gap))
 
 
 EXPERIMENTS = [

@@ -2,7 +2,7 @@
 (eq. 112), rho annealed 0.68 -> 0.80 over 8000 of 9000 steps (``pretrain.mask_relaxation_config``).
 
 Both masks train from the same seed keys (same initial draws, same tasks), one cell per seed and mask plus a
-references cell per mask (``pretrain_cells``); every figure and diagnostic is made with the paper's and with the
+references cell per mask (``cells``); every figure and diagnostic is made with the paper's and with the
 mirrored emergence scores, as in ``ictd.pretrain``. F.5 gives 9000 steps as 900 MRPs per seed: 10 mini-batches per MRP.
 """
 
@@ -13,41 +13,42 @@ import dataclasses
 import numpy as np
 
 from memlab.checks import check_int
-from memlab.ictd.boyan import chain_statistics
-from memlab.ictd.experiments.pretrain_cells import (
+from memlab.ictd.experiments.cells import (
     FORMS,
+    TINY_TRAIN,
+    Setting,
+    SignMajority,
+    View,
+    majority_pattern,
     make_view,
     setting_cells,
     setting_from_cells,
-    setting_results,
-    setting_tables,
-)
-from memlab.ictd.experiments.pretrain_figures import (
-    checkpoint_title,
-    majority_pattern,
-    plot_blocks,
-    plot_emergence_vs_dt,
-    plot_trajectories,
     value_row,
 )
-from memlab.ictd.experiments.pretrain_report import (
+from memlab.ictd.experiments.report import (
     AMBIGUITIES,
     HIGH,
     PRESERVED,
+    SettingNumbers,
+    checkpoint_title,
     claims_markdown,
     heldout_markdown,
-    layout_markdown,
+    plot_blocks,
+    plot_emergence_vs_dt,
+    plot_trajectories,
     setting_claims,
+    setting_results,
+    setting_tables,
     setup_line,
     sign_sentence,
     tagged,
+    task_layout,
 )
 from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config, rho_schedule
 from memlab.runner import Experiment, Run
 
 PAPER = "softmax-transformers-in-context-td"
 LABELS = {"full": "full mask (eq. 108)", "relaxed": "relaxed mask (eq. 112)"}
-CHECKPOINT_OF_FORM = {"paper": "best", "mirrored": "mirror"}
 MIRRORED_NOTE = {"paper": "", "mirrored": " [mirrored reading]"}
 
 SUMMARY = """# ictd.mask-relaxation — Fig. 6 (App. F.5)
@@ -120,6 +121,20 @@ class MaskRelaxationConfig:
         return {"full": self.train, "relaxed": dataclasses.replace(self.train, a_mask="relaxed")}
 
 
+@dataclasses.dataclass(frozen=True)
+class MaskStats:
+    """The analysis of ``ictd.mask-relaxation``, per mask ("full", "relaxed"): settings mask -> ``Setting``; grid,
+    rows of ``View`` (paper scores, then mirrored; one column per mask); common_claims, the claims shared with
+    ``ictd.pretrain`` (``Run.claim`` keyword dicts) of both masks; numbers mask -> ``SettingNumbers``; pattern mask ->
+    ``SignMajority`` of the final value rows."""
+
+    settings: dict[str, Setting]
+    grid: list[list[View]]
+    common_claims: list[dict]
+    numbers: dict[str, SettingNumbers]
+    pattern: dict[str, SignMajority]
+
+
 def run_mask_relaxation(cfg: MaskRelaxationConfig, run: Run) -> dict:
     """One sweep (a cell per seed and mask, a references cell per mask) -> numbers -> files."""
     seed_keys = [run.key_for("train", s) for s in range(cfg.train.num_seeds)]  # the same for both masks
@@ -131,89 +146,77 @@ def run_mask_relaxation(cfg: MaskRelaxationConfig, run: Run) -> dict:
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
-    return {m: {**setting_results(st), **stats["numbers"][m]} for m, st in stats["settings"].items()}
+    return {m: {**setting_results(st), **dataclasses.asdict(stats.numbers[m])} for m, st in stats.settings.items()}
 
 
-def analyse(cfg: MaskRelaxationConfig, cells: dict, seconds: dict | None = None) -> dict:
+def analyse(cfg: MaskRelaxationConfig, cells: dict, seconds: dict | None = None) -> MaskStats:
     """Cells (and their compute times) -> both settings, their views, the shared claims and the comparison numbers."""
     settings = {m: setting_from_cells(LABELS[m], c, m, cells, seconds) for m, c in cfg.settings().items()}
     shared = {m: setting_claims(st, m) for m, st in settings.items()}
-    return {"settings": settings, "grid": [[make_view(st, form) for st in settings.values()] for form in FORMS],
-            "common_claims": [c for claims, _ in shared.values() for c in claims],
-            "numbers": {m: numbers for m, (_, numbers) in shared.items()},
-            "pattern": {m: majority_pattern(value_row(st.params["final"][0])) for m, st in settings.items()}}
+    return MaskStats(settings, [[make_view(st, form) for st in settings.values()] for form in FORMS],
+                     [c for claims, _ in shared.values() for c in claims],
+                     {m: numbers for m, (_, numbers) in shared.items()},
+                     {m: majority_pattern(value_row(st.final.V)) for m, st in settings.items()})
 
 
-def _figures(cfg: MaskRelaxationConfig, s: dict, run: Run) -> None:
-    fig = plot_trajectories(s["grid"], cfg.smooth_window)
+def _figures(cfg: MaskRelaxationConfig, s: MaskStats, run: Run) -> None:
+    fig = plot_trajectories(s.grid, cfg.smooth_window)
     fig.suptitle("Fig. 6(a, b): training trajectories; left full mask, right relaxed; top pair paper scores, "
                  "bottom pair mirrored scores")
     run.save_figure(fig, "fig6ab_trajectories.png")
-    fig = plot_emergence_vs_dt(s["grid"], cfg.num_bins)
+    fig = plot_emergence_vs_dt(s.grid, cfg.num_bins)
     fig.suptitle("Fig. 6(c, d): emergence vs d_t (d_t at ρ = 0, eq. 34); top paper scores, bottom mirrored")
     run.save_figure(fig, "fig6cd_emergence_vs_dt.png")
     rows = []
     for form in FORMS:
-        for m, st in s["settings"].items():
-            step, score = (st.best_step, st.best_score) if form == "paper" else (st.mirror_step, st.mirror_score)
-            rows.append((checkpoint_title(f"{LABELS[m]}, {form} rule", step, score),
-                         *st.params[CHECKPOINT_OF_FORM[form]]))
+        for m, st in s.settings.items():
+            ck = st.of_form(form)
+            rows.append((checkpoint_title(f"{LABELS[m]}, {form} rule", ck.step, ck.score), ck.V, ck.A))
     fig = plot_blocks(rows)
     fig.suptitle(f"Fig. 6(e, f): mean V0, A0 at best joint emergence ({cfg.train.num_seeds} seeds)")
     run.save_figure(fig, "fig6ef_blocks.png")
 
 
-def _claims(cfg: MaskRelaxationConfig, s: dict, run: Run) -> None:
-    for claim in s["common_claims"]:
+def _claims(cfg: MaskRelaxationConfig, s: MaskStats, run: Run) -> None:
+    for claim in s.common_claims:
         run.claim(**claim)
-    numbers, pattern, S = s["numbers"], s["pattern"], cfg.train.num_seeds
+    full, relaxed, S = s.numbers["full"], s.numbers["relaxed"], cfg.train.num_seeds
     for form in FORMS:
-        full, relaxed = numbers["full"][f"best_{form}"], numbers["relaxed"][f"best_{form}"]
+        best_full, best_relaxed = full.best(form), relaxed.best(form)
         run.claim(tagged("relaxed-mask-preserves-emergence", form),
                   f"relaxing the A mask preserves the emergence behaviour; rule: full-mask seed-mean best min score ≥ "
                   f"{HIGH} (emergence present) AND relaxed ≥ {PRESERVED} × full" + MIRRORED_NOTE[form],
                   "App. F.5, Fig. 6: 'relaxing the mask preserves the emergence behavior'",
-                  f"best min score: full {full:.3f}, relaxed {relaxed:.3f}",
-                  bool(full >= HIGH and relaxed >= PRESERVED * full))
-    full, relaxed = numbers["full"], numbers["relaxed"]
+                  f"best min score: full {best_full:.3f}, relaxed {best_relaxed:.3f}",
+                  bool(best_full >= HIGH and best_relaxed >= PRESERVED * best_full))
+    pattern_full, pattern_relaxed = s.pattern["full"], s.pattern["relaxed"]
     run.claim("relaxed-mask-same-solution",
               "relaxing the A mask leaves the learned solution unchanged (sign-agnostic reading of 'preserves the "
               "behaviour'); rule: same majority sign pattern of the final value row, same sign of the mean A_feat "
               "diagonal, and |A_diag(full) − A_diag(relaxed)| ≤ 0.1",
               "App. F.5, Fig. 6(e, f): mean V0, A0 look alike under both masks",
-              f"value row full {pattern['full'][0]} ({pattern['full'][1]}/{S} seeds), relaxed {pattern['relaxed'][0]} "
-              f"({pattern['relaxed'][1]}/{S} seeds); A_feat diagonal mean "
-              f"{full['A_feat_diag_mean']:+.3f} vs {relaxed['A_feat_diag_mean']:+.3f}; "
-              f"A_diag {full['A_diag']:.3f} vs {relaxed['A_diag']:.3f}",
-              bool(pattern["full"][0] == pattern["relaxed"][0]
-                   and np.sign(full["A_feat_diag_mean"]) == np.sign(relaxed["A_feat_diag_mean"])
-                   and abs(full["A_diag"] - relaxed["A_diag"]) <= 0.1))
+              f"value row full {pattern_full.pattern} ({pattern_full.seeds}/{S} seeds), relaxed "
+              f"{pattern_relaxed.pattern} ({pattern_relaxed.seeds}/{S} seeds); A_feat diagonal mean "
+              f"{full.A_feat_diag_mean:+.3f} vs {relaxed.A_feat_diag_mean:+.3f}; "
+              f"A_diag {full.A_diag:.3f} vs {relaxed.A_diag:.3f}",
+              bool(pattern_full.pattern == pattern_relaxed.pattern
+                   and np.sign(full.A_feat_diag_mean) == np.sign(relaxed.A_feat_diag_mean)
+                   and abs(full.A_diag - relaxed.A_diag) <= 0.1))
 
 
-def _summary(cfg: MaskRelaxationConfig, s: dict, run: Run) -> None:
-    settings = s["settings"]
-    views = [v for row in s["grid"] for v in row]
+def _summary(cfg: MaskRelaxationConfig, s: MaskStats, run: Run) -> None:
+    settings = s.settings
+    views = [v for row in s.grid for v in row]
     for name, (header, rows) in setting_tables(list(settings.values()), views, cfg.num_bins).items():
         run.save_csv(name, header, rows)
     run.write_summary(SUMMARY.format(
-        cfg=cfg, layout=_layout(cfg.train, run),
+        cfg=cfg, layout=task_layout(cfg.train, run.key_for("chains")),
         setup=setup_line(cfg.train), seconds=sum(np.nansum(st.seconds) for st in settings.values()),
         runs=2 * cfg.train.num_seeds, rho_end=float(rho_schedule(cfg.train, cfg.train.num_steps - 1)),
         sentences="\n\n".join(f"*{LABELS[m]}:* {sign_sentence(st)}" for m, st in settings.items()),
         heldout="\n".join(f"**{LABELS[m]}**\n\n{heldout_markdown(st)}" for m, st in settings.items()),
         claims_table=claims_markdown(run.claims), ambiguities=AMBIGUITIES))
 
-
-
-NUM_CHAINS = 200  # Boyan chains whose statistics the summary reports (``boyan.chain_statistics``)
-
-
-def _layout(train: PretrainConfig, run: Run) -> str:
-    """The summary section on the query layout and the tasks, from NUM_CHAINS chains of the run's "chains" stream."""
-    chains = chain_statistics(run.key_for("chains"), NUM_CHAINS, train.m, train.d, train.gamma)
-    return layout_markdown(train, chains, NUM_CHAINS)
-
-_TINY_TRAIN = dict(m=16, n=5, batch_size=16, minibatches_per_epoch=2, num_epochs=30, num_seeds=2)
 
 EXPERIMENTS = [
     Experiment(
@@ -226,7 +229,7 @@ EXPERIMENTS = [
          # then; the emergence claims fail at any quick size
          "quick": MaskRelaxationConfig(train=mask_relaxation_config("full", num_epochs=200, rho_anneal_steps=1778,
                                                                     num_seeds=2), eval_tasks=50),
-         "tiny": MaskRelaxationConfig(train=mask_relaxation_config("full", rho_anneal_steps=40, **_TINY_TRAIN),
+         "tiny": MaskRelaxationConfig(train=mask_relaxation_config("full", rho_anneal_steps=40, **TINY_TRAIN),
                                       eval_tasks=4, smooth_window=5, num_bins=8)},
         run_mask_relaxation),
 ]

@@ -148,29 +148,98 @@ def run_msve_vs_context(cfg: MsveConfig, run: Run) -> dict:
     tasks = make_tasks(cfg, run.key_for("tasks"), run.key_for("trajectories"))  # m states: stream ("tasks", m)
     cells = run.sweep({f"gamma={gamma:g},t={t}": partial(msve_cell, cfg, tasks, g, t)
                        for g, gamma in enumerate(cfg.gammas) for t in cfg.contexts()}, "MSVE vs context length")
-    stats = analyse(cfg, _task_numbers(tasks), cells)
+    stats = analyse(cfg, TaskNumbers.of(tasks), cells)
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
-    return {k: stats[k] for k in RESULT_KEYS}
+    return {k: getattr(stats, k) for k in RESULT_KEYS}
 
 
-def _task_numbers(tasks: TaskSet) -> dict:
-    """What the analysis needs of the tasks, as NumPy arrays."""
-    return {"m": tasks.m, "v": np.asarray(tasks.v), "mu": np.asarray(tasks.mu), "margin": tasks.margin,
-            "floor": tasks.floor, "dtype": str(tasks.features.dtype)}
+@dataclasses.dataclass(frozen=True)
+class TaskNumbers:
+    """What the analysis needs of the N tasks (G discounts, M padded states) as NumPy arrays: m (N,) states per task;
+    v (G, N, M) v_pi; mu (N, M) stationary distribution; margin, floor (G, N) the Assumption 5.1 margin and the
+    depth-L floor MSVE; dtype of the features ("float32" / "float64")."""
+
+    m: np.ndarray
+    v: np.ndarray
+    mu: np.ndarray
+    margin: np.ndarray
+    floor: np.ndarray
+    dtype: str
+
+    @classmethod
+    def of(cls, tasks: TaskSet) -> TaskNumbers:
+        return cls(tasks.m, np.asarray(tasks.v), np.asarray(tasks.mu), tasks.margin, tasks.floor,
+                   str(tasks.features.dtype))
 
 
-def _slope_t(log_t, log_msve):
+@dataclasses.dataclass(frozen=True)
+class MarginRange:
+    """The Assumption 5.1 margin (eq. 28) over the tasks at one discount: min, median, max."""
+
+    min: float
+    median: float
+    max: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SlopeTrend:
+    """The per-task least-squares slope of log MSVE on log t: its mean over tasks and the one-sample t-statistic."""
+
+    mean: float
+    t: float
+
+
+@dataclasses.dataclass(frozen=True)
+class MsveStats:
+    """The analysis of ``ictd.msve-vs-context``; G discounts, T context lengths, N tasks; ``method`` keys are
+    ``policy_eval.METHODS``, ``gamma`` keys f"{gamma:g}".
+
+    contexts (T,), gammas (G,), num_tasks N; msve method -> (G, T, N) per task; mean_msve, stderr_msve method ->
+    (G, T) mean and standard error over tasks; depth_floor_msve (G,) mean depth-L floor; max_abs_diff_tf_wstd,
+    max_rel_diff_tf_wstd: max |TF - WSTD| absolute and / max(1, |WSTD|) over every cell, max_abs_value the largest
+    |WSTD|; dtype of the tasks and tol the relative tolerance of the Theorem 1 claim there; depth_limit_change: the
+    largest change of the depth limit from L_inf to 2 L_inf iterations, at context limit_t; margin gamma ->
+    ``MarginRange``; loglog_slope gamma -> ``SlopeTrend``; slope_se (G,) standard error of the mean slope;
+    const_msve (G,) MSVE of the best context-free constant predictor; improved (G,) fraction of tasks with
+    MSVE(t_max) < MSVE(t_min); margins, floors (G, N) per task; m (N,) states per task.
+    """
+
+    contexts: list[int]
+    gammas: list[float]
+    num_tasks: int
+    msve: dict[str, np.ndarray]
+    mean_msve: dict[str, np.ndarray]
+    stderr_msve: dict[str, np.ndarray]
+    depth_floor_msve: np.ndarray
+    max_abs_diff_tf_wstd: float
+    max_rel_diff_tf_wstd: float
+    max_abs_value: float
+    dtype: str
+    tol: float
+    depth_limit_change: float
+    limit_t: int
+    margin: dict[str, MarginRange]
+    loglog_slope: dict[str, SlopeTrend]
+    slope_se: list[float]
+    const_msve: list[float]
+    improved: list[float]
+    margins: np.ndarray
+    floors: np.ndarray
+    m: np.ndarray
+
+
+def _slope_t(log_t, log_msve) -> tuple[np.ndarray, float]:
     """Per-task least-squares slope of log MSVE (N, T) on log t (T,), and the one-sample t-statistic of their mean."""
     x = log_t - log_t.mean()
     slopes = (log_msve - log_msve.mean(axis=1, keepdims=True)) @ x / (x @ x)
     return slopes, scipy_stats.ttest_1samp(slopes, 0.0).statistic
 
 
-def analyse(cfg: MsveConfig, tasks: dict, cells: dict) -> dict:
+def analyse(cfg: MsveConfig, tasks: TaskNumbers, cells: dict) -> MsveStats:
     """Task numbers and cells -> MSVE (G, T, N) per method, means, s.e., slopes, the constant predictor, margins."""
-    contexts, gammas, N = cfg.contexts(), cfg.gammas, len(tasks["m"])
+    contexts, gammas, N = cfg.contexts(), cfg.gammas, len(tasks.m)
     grid = [[cells[f"gamma={gamma:g},t={t}"] for t in contexts] for gamma in gammas]
     msve = {name: np.array([[c["msve"][name] for c in row] for row in grid], float) for name in METHODS}
     max_diff, max_value = (np.array([[c[k] for c in row] for row in grid]) for k in ("max_abs_diff", "max_abs_value"))
@@ -180,111 +249,109 @@ def analyse(cfg: MsveConfig, tasks: dict, cells: dict) -> dict:
     for g, gamma in enumerate(gammas):
         tf = msve["transformer"][g]  # (T, N)
         slopes, t_stat = _slope_t(log_t, np.log(tf.T))
-        trend[f"{gamma:g}"] = {"mean": float(slopes.mean()), "t": float(t_stat)}
+        trend[f"{gamma:g}"] = SlopeTrend(float(slopes.mean()), float(t_stat))
         slope_se.append(slopes.std(ddof=1) / np.sqrt(N))
-        v_all, mu = tasks["v"][g], tasks["mu"]
+        v_all, mu = tasks.v[g], tasks.mu
         const = np.sum(mu * v_all) / np.sum(mu)  # the best context-free constant prediction over all tasks
         const_msve.append(np.mean(np.sum(mu * (v_all - const) ** 2, axis=1)))
         improved.append(float(np.mean(tf[-1] < tf[0])))
-    margin = tasks["margin"]
-    return {
-        "contexts": list(contexts), "gammas": list(gammas), "num_tasks": N, "msve": msve,
-        "mean_msve": {k: a.mean(axis=2) for k, a in msve.items()},
-        "stderr_msve": {k: a.std(axis=2, ddof=1) / np.sqrt(N) for k, a in msve.items()},
-        "depth_floor_msve": tasks["floor"].mean(axis=1), "max_abs_diff_tf_wstd": float(max_diff.max()),
-        "max_rel_diff_tf_wstd": float((max_diff / np.maximum(1.0, max_value)).max()), "max_abs_value": max_value.max(),
-        "dtype": tasks["dtype"], "tol": 1e-10 if tasks["dtype"] == "float64" else 1e-5,
-        "depth_limit_change": float(limit_change.max()), "limit_t": contexts[int(np.argmax(limit_change.max(axis=0)))],
-        "margin": {f"{g:g}": {"min": float(margin[i].min()), "median": float(np.median(margin[i])),
-                               "max": float(margin[i].max())} for i, g in enumerate(gammas)},
-        "loglog_slope": trend, "slope_se": slope_se, "const_msve": const_msve, "improved": improved,
-        "margins": margin, "floors": tasks["floor"], "m": tasks["m"],
-    }
+    margin = tasks.margin
+    return MsveStats(
+        contexts=list(contexts), gammas=list(gammas), num_tasks=N, msve=msve,
+        mean_msve={k: a.mean(axis=2) for k, a in msve.items()},
+        stderr_msve={k: a.std(axis=2, ddof=1) / np.sqrt(N) for k, a in msve.items()},
+        depth_floor_msve=tasks.floor.mean(axis=1), max_abs_diff_tf_wstd=float(max_diff.max()),
+        max_rel_diff_tf_wstd=float((max_diff / np.maximum(1.0, max_value)).max()), max_abs_value=max_value.max(),
+        dtype=tasks.dtype, tol=1e-10 if tasks.dtype == "float64" else 1e-5,
+        depth_limit_change=float(limit_change.max()), limit_t=contexts[int(np.argmax(limit_change.max(axis=0)))],
+        margin={f"{g:g}": MarginRange(float(margin[i].min()), float(np.median(margin[i])), float(margin[i].max()))
+                for i, g in enumerate(gammas)},
+        loglog_slope=trend, slope_se=slope_se, const_msve=const_msve, improved=improved,
+        margins=margin, floors=tasks.floor, m=tasks.m)
 
 
-def _figures(cfg: MsveConfig, s: dict, run: Run) -> None:
-    contexts, G, L = s["contexts"], len(cfg.gammas), cfg.num_layers
+def _figures(cfg: MsveConfig, s: MsveStats, run: Run) -> None:
+    contexts, G, L = s.contexts, len(cfg.gammas), cfg.num_layers
     fig, axes = plots.figure(1, G, width=4.6 * G, height=4.2, squeeze=False)
     for g, gamma in enumerate(cfg.gammas):
-        ax, floor = axes[0, g], s["depth_floor_msve"][g]
+        ax, floor = axes[0, g], s.depth_floor_msve[g]
         for name, style in STYLES.items():
-            y, se = s["mean_msve"][name][g], s["stderr_msve"][name][g]
+            y, se = s.mean_msve[name][g], s.stderr_msve[name][g]
             ax.plot(contexts, y, label=method_label(name, L), **style)
             if name != "weighted_softmax_td":
                 ax.fill_between(contexts, np.maximum(y - se, y * 1e-3), y + se, color=style["color"], alpha=0.2, lw=0)
-        if floor > 0.1 * min(s["mean_msve"][name][g].min() for name in STYLES):
+        if floor > 0.1 * min(s.mean_msve[name][g].min() for name in STYLES):
             ax.axhline(floor, color="0.4", lw=1.0, ls="-.", label=f"depth-{L} floor (t → ∞)")
         else:
             ax.text(0.98, 0.98, f"depth-{L} floor (t → ∞) = {floor:.1g}, below the axis", ha="right",
                     va="top", transform=ax.transAxes, fontsize=7, color="0.4")
         ax.set(xscale="log", yscale="log", xlabel="context length t", ylabel="MSVE",
-               title=f"γ = {gamma:g}: {s['num_tasks']} tasks, m ∈ {{{min(cfg.m_values)}..{max(cfg.m_values)}}}")
+               title=f"γ = {gamma:g}: {s.num_tasks} tasks, m ∈ {{{min(cfg.m_values)}..{max(cfg.m_values)}}}")
     handles = {label: h for ax in axes[0] for h, label in zip(*ax.get_legend_handles_labels())}
     fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=3, fontsize=7)
     fig.suptitle("In-context policy evaluation, one θ* for all tasks (mean ± s.e. over tasks)", fontsize=10)
     run.save_figure(fig, "msve_vs_context.png")
 
 
-def _claims(cfg: MsveConfig, s: dict, run: Run) -> None:
-    contexts, N, L = s["contexts"], s["num_tasks"], cfg.num_layers
+def _claims(cfg: MsveConfig, s: MsveStats, run: Run) -> None:
+    contexts, N, L = s.contexts, s.num_tasks, cfg.num_layers
     for g, gamma in enumerate(cfg.gammas):
-        first, last = s["mean_msve"]["transformer"][g, 0], s["mean_msve"]["transformer"][g, -1]
-        trend = s["loglog_slope"][f"{gamma:g}"]
+        first, last = s.mean_msve["transformer"][g, 0], s.mean_msve["transformer"][g, -1]
+        trend = s.loglog_slope[f"{gamma:g}"]
         run.claim(f"msve-decreases[gamma={gamma:g}]",
                   f"MSVE of TF_θ* decreases with context length (γ = {gamma:g}); rule: mean MSVE at t = {contexts[-1]} "
                   f"< 0.5 × at t = {contexts[0]} and the per-task log-log slope of MSVE vs t has mean < 0 with "
                   f"one-sample t < -3", "Fig. 1",
-                  f"{first:.3g} → {last:.3g}; slope {trend['mean']:+.3f} ± {s['slope_se'][g]:.3f} "
-                  f"(t = {trend['t']:.1f}, {N} tasks)",
-                  bool(last < 0.5 * first and trend["mean"] < 0 and trend["t"] < -3))
-        const, improved = s["const_msve"][g], s["improved"][g]
+                  f"{first:.3g} → {last:.3g}; slope {trend.mean:+.3f} ± {s.slope_se[g]:.3f} "
+                  f"(t = {trend.t:.1f}, {N} tasks)",
+                  bool(last < 0.5 * first and trend.mean < 0 and trend.t < -3))
+        const, improved = s.const_msve[g], s.improved[g]
         run.claim(f"one-theta-all-tasks[gamma={gamma:g}]",
                   f"a single θ* serves all {N} tasks (γ = {gamma:g}); rule: mean MSVE at t = {contexts[-1]} ≤ 0.1 × "
                   f"the MSVE of the best context-free constant predictor, and MSVE(t_max) < MSVE(t_min) for ≥ 90% "
                   f"of tasks",
                   "Fig. 1, §1", f"{last:.3g} vs constant predictor {const:.3g}; {improved:.0%} of tasks improved",
                   bool(last <= 0.1 * const and improved >= 0.9))
-    tol, dtype = s["tol"], s["dtype"]
+    tol, dtype = s.tol, s.dtype
     run.claim("transformer-equals-weighted-softmax-td",
               f"TF_θ* (dual head, {L} layers) computes weighted softmax TD with {L} iterations (Theorem 1) at every "
               f"query, task, t and γ; rule: max |TF − WSTD| ≤ {tol:g} × max(1, max |WSTD|) in {dtype}",
               "Thm. 1, Fig. 1",
-              f"max |diff| = {s['max_abs_diff_tf_wstd']:.2e} (relative {s['max_rel_diff_tf_wstd']:.2e}, "
-              f"|values| ≤ {s['max_abs_value']:.3g})", bool(s["max_rel_diff_tf_wstd"] <= tol))
+              f"max |diff| = {s.max_abs_diff_tf_wstd:.2e} (relative {s.max_rel_diff_tf_wstd:.2e}, "
+              f"|values| ≤ {s.max_abs_value:.3g})", bool(s.max_rel_diff_tf_wstd <= tol))
 
 
-def _summary(cfg: MsveConfig, s: dict, run: Run) -> None:
-    contexts, msve, L = s["contexts"], s["msve"], cfg.num_layers
+def _summary(cfg: MsveConfig, s: MsveStats, run: Run) -> None:
+    contexts, msve, L = s.contexts, s.msve, cfg.num_layers
     rows = []  # per (gamma, t, method): all tasks, then each m
     for g, gamma in enumerate(cfg.gammas):
         for j, t in enumerate(contexts):
             for name in METHODS:
-                rows.append((gamma, t, name, "all", s["num_tasks"], s["mean_msve"][name][g, j],
-                             s["stderr_msve"][name][g, j]))
+                rows.append((gamma, t, name, "all", s.num_tasks, s.mean_msve[name][g, j], s.stderr_msve[name][g, j]))
                 rows += [(gamma, t, name, f"m={m}", len(x), x.mean(), x.std(ddof=1) / np.sqrt(len(x)))
-                         for m in cfg.m_values for x in [msve[name][g, j, s["m"] == m]]]
+                         for m in cfg.m_values for x in [msve[name][g, j, s.m == m]]]
     run.save_csv("msve_vs_context.csv", ["gamma", "t", "method", "tasks", "num_tasks", "mean_msve", "stderr"], rows)
     run.save_csv("tasks.csv", ["task", "m"] + [f"{k}_gamma={g:g}" for k in ("margin", "depth_floor_msve")
                                                 for g in cfg.gammas],
-                 [(i, int(m), *s["margins"][:, i], *s["floors"][:, i]) for i, m in enumerate(s["m"])])
-    margin_rows = [(g, *s["margin"][f"{g:g}"].values(), (1 - g) / 2, np.mean(s["margins"][i] > 0))
+                 [(i, int(m), *s.margins[:, i], *s.floors[:, i]) for i, m in enumerate(s.m)])
+    margin_rows = [(g, *dataclasses.astuple(s.margin[f"{g:g}"]), (1 - g) / 2, np.mean(s.margins[i] > 0))
                    for i, g in enumerate(cfg.gammas)]
     margin_table = run.save_table("margins.csv", MARGIN_HEADER, margin_rows, MARGIN_FORMAT)
     picks = sorted({0, len(contexts) // 3, 2 * len(contexts) // 3, len(contexts) - 1})
-    sections, mean, se = [], s["mean_msve"], s["stderr_msve"]
+    sections, mean, se = [], s.mean_msve, s.stderr_msve
     for g, gamma in enumerate(cfg.gammas):
         rows = [(method_label(n, L), *(f"{mean[n][g, j]:.3g} ± {se[n][g, j]:.2g}" for j in picks)) for n in METHODS]
-        rows.append((f"depth-{L} floor (t → ∞)", *(s["depth_floor_msve"][g] for _ in picks)))
+        rows.append((f"depth-{L} floor (t → ∞)", *(s.depth_floor_msve[g] for _ in picks)))
         table = run.save_table(f"msve_gamma={gamma:g}.csv", ["method", *(f"t = {contexts[j]}" for j in picks)], rows,
                                ".3g")
-        trend = s["loglog_slope"][f"{gamma:g}"]
-        sections.append(SECTION.format(gamma=gamma, table=table, slope=trend["mean"], t_stat=trend["t"],
-                                       const=s["const_msve"][g], improved=s["improved"][g], t_first=contexts[0]))
+        trend = s.loglog_slope[f"{gamma:g}"]
+        sections.append(SECTION.format(gamma=gamma, table=table, slope=trend.mean, t_stat=trend.t,
+                                       const=s.const_msve[g], improved=s.improved[g], t_first=contexts[0]))
     claims = markdown_table(["id", "ours", "holds"], [(c["id"], c["ours"], c["holds"]) for c in run.claims])
     run.write_summary(SUMMARY.format(
-        cfg=cfg, L=L, N=s["num_tasks"], m_values=list(cfg.m_values), contexts=list(contexts),
-        margin_table=margin_table, abs_diff=s["max_abs_diff_tf_wstd"], dtype=s["dtype"],
-        twice_limit=2 * cfg.depth_limit_layers, limit_change=s["depth_limit_change"], limit_t=s["limit_t"],
+        cfg=cfg, L=L, N=s.num_tasks, m_values=list(cfg.m_values), contexts=list(contexts),
+        margin_table=margin_table, abs_diff=s.max_abs_diff_tf_wstd, dtype=s.dtype,
+        twice_limit=2 * cfg.depth_limit_layers, limit_change=s.depth_limit_change, limit_t=s.limit_t,
         slow_power=0.9 ** L, fast_power=0.5 ** L, sections="\n".join(sections), claims_table=claims))
 
 

@@ -18,15 +18,22 @@ import numpy as np
 from scipy.stats import norm
 
 from memlab.checks import check_increasing_ints, check_int, check_real
-from memlab.ictd.experiments import neu_report as report
+from memlab.ictd.experiments.neu_figures import (
+    CSV_HEADER,
+    csv_rows,
+    depth_table,
+    fmt,
+    plot_context,
+    plot_depth,
+    plot_slow,
+    point_table,
+)
 from memlab.ictd.neu import POINT_LABELS, STAT_FIELDS, comparison_points, estimator_statistics, sample_tasks
 from memlab.runner import Experiment, Run
 from memlab.store import cell
 
 PAPER = "softmax-transformers-in-context-td"
 NON_TD_POINTS = ("mirror", "perturbed", "random", "u-zero", "B-zero")  # points expected to have J bounded away from 0
-RESULT_KEYS = ("depths", "contexts", "gamma", "theta_star", "points_at_n_max", "margin_min", "tower_vs_plain_max_z",
-               "variance_ratio_at_L_max", "slow", "figures")
 RESOLUTION = {True: "resolved from 0 (the split-half estimate is above twice the floor): the finite-n terms of (33), "
                     "which vanish only as n grows",
               False: "not resolved from 0 at this sample size"}
@@ -169,121 +176,206 @@ def run_neu(cfg: NEUConfig, run: Run) -> dict:
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
-    return {k: stats[k] for k in RESULT_KEYS}
+    return _results(stats)
 
 
-def analyse(cfg: NEUConfig, cells: dict) -> dict:
+@dataclasses.dataclass(frozen=True)
+class JStats:
+    """One estimator's statistics per depth (L',), float64 (``neu.summarize``; fields = ``neu.STAT_FIELDS``): J =
+    ||mean X_l||_1, J_se its delta-method s.e., noise_floor sqrt(2/pi) ||se||_1, J_split the split-half estimate,
+    abs_mean E||X_l||_1 (>= J) and abs_se its s.e."""
+
+    J: np.ndarray
+    J_se: np.ndarray
+    noise_floor: np.ndarray
+    J_split: np.ndarray
+    abs_mean: np.ndarray
+    abs_se: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class NEUCell:
+    """One ``neu_cell`` record (one point, one n) as arrays: tower, plain: ``JStats`` of the two estimators;
+    tower_vs_plain_max_z, variance_ratio (L',): max |z| of their difference and the plain / tower variance;
+    num_samples; depths (L',); margin_min, margin_median: the tasks' Assumption 5.1 margins (eq. 28)."""
+
+    tower: JStats
+    plain: JStats
+    tower_vs_plain_max_z: np.ndarray
+    variance_ratio: np.ndarray
+    num_samples: int
+    depths: np.ndarray
+    margin_min: float
+    margin_median: float
+
+    @classmethod
+    def from_record(cls, record: dict) -> NEUCell:
+        tower, plain = (JStats(**{f: np.asarray(record[e][f], np.float64) for f in STAT_FIELDS})
+                        for e in ("tower", "plain"))
+        return cls(tower, plain, tower_vs_plain_max_z=np.asarray(record["tower_vs_plain_max_z"]),
+                   variance_ratio=np.asarray(record["variance_ratio"]), num_samples=record["num_samples"],
+                   depths=np.asarray(record["depths"]), margin_min=record["margin_min"],
+                   margin_median=record["margin_median"])
+
+
+@dataclasses.dataclass(frozen=True)
+class SlowRun:
+    """The slow-discount run of theta*: the depth of the peak of J and J there, J and its noise floor at the last
+    depth, ratio = peak J / max(last J, last floor), and the tasks' min margin."""
+
+    peak_L: int
+    peak_J: float
+    last_J: float
+    last_floor: float
+    ratio: float
+    margin_min: float
+
+
+@dataclasses.dataclass(frozen=True)
+class NEUStats:
+    """The analysis of ``ictd.neu``; L depths, K context lengths, at depth L unless said.
+
+    depths (L,) = 1..L; contexts (K,); gamma; theta_star n -> ``NEUCell`` of theta*; points name -> ``NEUCell`` at
+    the largest n (``POINT_LABELS`` order, theta* first); slow_cell / slow: the slow-discount ``NEUCell`` and its
+    ``SlowRun`` (None when switched off); margin_min: over every cell but the slow run's; margin_median: median of
+    the theta* cells' medians; peak_l: index of the peak of J(theta*) over depth at the largest n, depth_ratio: J
+    there / J at L; min_non_td, argmin_non_td: the smallest J of ``NON_TD_POINTS`` and its point; z_threshold: the
+    Bonferroni bound of |z| (1 % family-wise); tower_vs_plain_max_z: max |z| over the theta* cells;
+    variance_ratio_at_L_max n -> plain / tower variance; figures: the PNG files written.
+    """
+
+    depths: np.ndarray
+    contexts: list[int]
+    gamma: float
+    theta_star: dict[int, NEUCell]
+    points: dict[str, NEUCell]
+    slow_cell: NEUCell | None
+    slow: SlowRun | None
+    margin_min: float
+    margin_median: float
+    peak_l: int
+    depth_ratio: float
+    min_non_td: float
+    argmin_non_td: str
+    z_threshold: float
+    tower_vs_plain_max_z: float
+    variance_ratio_at_L_max: dict[int, float]
+    figures: list[str]
+
+
+def analyse(cfg: NEUConfig, cells: dict) -> NEUStats:
     """Cells -> J(theta*) by n, the points at the largest n, the slow run, and the numbers behind the claims."""
     L, n_max = cfg.num_layers, cfg.contexts[-1]
-    main = {n: cells[f"theta-star_n={n}"] for n in cfg.contexts}
-    at_max = {p: main[n_max] if p == "theta-star" else cells[f"{p}_n={n_max}"] for p in POINT_LABELS}  # theta* 1st
-    stat = lambda cell, field: np.asarray(cell["tower"][field], np.float64)  # noqa: E731
-    J_star, floor_star = stat(main[n_max], "J"), stat(main[n_max], "noise_floor")
-    J_points = {p: stat(c, "J")[-1] for p, c in at_max.items()}
+    main = {n: NEUCell.from_record(cells[f"theta-star_n={n}"]) for n in cfg.contexts}
+    points = {p: main[n_max] if p == "theta-star" else NEUCell.from_record(cells[f"{p}_n={n_max}"])
+              for p in POINT_LABELS}  # theta* first
+    J_star, J_last = main[n_max].tower.J, {p: c.tower.J[-1] for p, c in points.items()}
     peak = int(np.argmax(J_star))
-    s = {
-        "depths": np.arange(1, L + 1), "contexts": list(cfg.contexts), "gamma": cfg.gamma, "main": main,
-        "at_max": at_max, "J_points": J_points, "se_points": {p: stat(c, "J_se")[-1] for p, c in at_max.items()},
-        "theta_star": {str(n): {f: stat(main[n], f) for f in STAT_FIELDS} for n in cfg.contexts},
-        "points_at_n_max": {p: {f: stat(at_max[p], f) for f in STAT_FIELDS} for p in POINT_LABELS},
-        "margin_min": min(c["margin_min"] for c in [*main.values(), *at_max.values()]),
-        "margin_median": float(np.median([c["margin_median"] for c in main.values()])),
-        "J_star": J_star, "floor_star": floor_star, "split_star": float(stat(main[n_max], "J_split")[-1]),
-        "peak_l": peak, "depth_ratio": J_star[peak] / J_star[-1], "J_nmin_1": stat(main[cfg.contexts[0]], "J")[0],
-        "J_nmin_L": stat(main[cfg.contexts[0]], "J")[-1], "J_by_n": np.array([stat(main[n], "J")[-1] for n in main]),
-        "upper_by_n": np.array([stat(main[n], "abs_mean")[-1] for n in main]),
-        "min_non_td": min(J_points[p] for p in NON_TD_POINTS),
-        "argmin_non_td": min(NON_TD_POINTS, key=lambda p: J_points[p]),
-        "z_threshold": float(norm.isf(0.01 / (2 * L * (cfg.d * cfg.d + 3) * len(cfg.contexts)))),  # Bonferroni, 1%
-        "tower_vs_plain_max_z": max(float(np.max(c["tower_vs_plain_max_z"])) for c in main.values()),
-        "variance_ratio_at_L_max": {n: float(main[n]["variance_ratio"][-1]) for n in cfg.contexts},
-        "slow": {}, "slow_cell": cells.get(SLOW_CELL.format(cfg)),
-        "figures": ["neu_vs_depth.png", "neu_vs_context.png"] + ["neu_slow_discount.png"] * (cfg.slow_layers > 0),
-    }
-    if s["slow_cell"] is not None:
-        J_slow, floor_slow = stat(s["slow_cell"], "J"), stat(s["slow_cell"], "noise_floor")
-        s_peak = int(np.argmax(J_slow))
-        last = max(J_slow[-1], floor_slow[-1])  # J-hat at the last depth, or its noise floor if that is larger
-        s["slow"] = {"peak_L": cfg.slow_depths[s_peak], "peak_J": J_slow[s_peak], "last_J": J_slow[-1],
-                     "last_floor": floor_slow[-1], "ratio": J_slow[s_peak] / last,
-                     "margin_min": s["slow_cell"]["margin_min"]}
-    return s
+    slow_cell = cells.get(SLOW_CELL.format(cfg))
+    slow_cell = None if slow_cell is None else NEUCell.from_record(slow_cell)
+    return NEUStats(
+        depths=np.arange(1, L + 1), contexts=list(cfg.contexts), gamma=cfg.gamma, theta_star=main, points=points,
+        slow_cell=slow_cell, slow=None if slow_cell is None else _slow_run(cfg, slow_cell),
+        margin_min=min(c.margin_min for c in [*main.values(), *points.values()]),
+        margin_median=float(np.median([c.margin_median for c in main.values()])),
+        peak_l=peak, depth_ratio=J_star[peak] / J_star[-1], min_non_td=min(J_last[p] for p in NON_TD_POINTS),
+        argmin_non_td=min(NON_TD_POINTS, key=lambda p: J_last[p]),
+        z_threshold=float(norm.isf(0.01 / (2 * L * (cfg.d * cfg.d + 3) * len(cfg.contexts)))),  # Bonferroni, 1%
+        tower_vs_plain_max_z=max(float(np.max(c.tower_vs_plain_max_z)) for c in main.values()),
+        variance_ratio_at_L_max={n: float(c.variance_ratio[-1]) for n, c in main.items()},
+        figures=["neu_vs_depth.png", "neu_vs_context.png"] + ["neu_slow_discount.png"] * (cfg.slow_layers > 0))
 
 
-def _figures(cfg: NEUConfig, s: dict, run: Run) -> None:
-    run.save_figure(report.plot_depth(s["depths"], s["main"], s["at_max"], cfg.gamma), "neu_vs_depth.png")
-    run.save_figure(report.plot_context(s["main"], cfg.num_layers, cfg.gamma), "neu_vs_context.png")
-    if s["slow_cell"] is not None:
-        run.save_figure(report.plot_slow(s["slow_cell"], cfg.slow_gamma, cfg.slow_context), "neu_slow_discount.png")
+def _slow_run(cfg: NEUConfig, c: NEUCell) -> SlowRun:
+    J, floor = c.tower.J, c.tower.noise_floor
+    peak = int(np.argmax(J))
+    last = max(J[-1], floor[-1])  # J-hat at the last depth, or its noise floor if that is larger
+    return SlowRun(cfg.slow_depths[peak], J[peak], J[-1], floor[-1], J[peak] / last, c.margin_min)
 
 
-def _claims(cfg: NEUConfig, s: dict, run: Run) -> None:
-    L, n_max, J_star, peak, J_points = cfg.num_layers, cfg.contexts[-1], s["J_star"], s["peak_l"], s["J_points"]
+def _results(s: NEUStats) -> dict:
+    """results.json's "results": theta*'s tower statistics per n, every point's at the largest n, the slow run."""
+    return {"depths": s.depths, "contexts": s.contexts, "gamma": s.gamma,
+            "theta_star": {n: c.tower for n, c in s.theta_star.items()},
+            "points_at_n_max": {p: c.tower for p, c in s.points.items()}, "margin_min": s.margin_min,
+            "tower_vs_plain_max_z": s.tower_vs_plain_max_z, "variance_ratio_at_L_max": s.variance_ratio_at_L_max,
+            "slow": s.slow or {}, "figures": s.figures}
+
+
+def _figures(cfg: NEUConfig, s: NEUStats, run: Run) -> None:
+    run.save_figure(plot_depth(s, cfg.gamma), "neu_vs_depth.png")
+    run.save_figure(plot_context(s.theta_star, cfg.num_layers, cfg.gamma), "neu_vs_context.png")
+    if s.slow_cell is not None:
+        run.save_figure(plot_slow(s.slow_cell, cfg.slow_gamma, cfg.slow_context), "neu_slow_discount.png")
+
+
+def _claims(cfg: NEUConfig, s: NEUStats, run: Run) -> None:
+    L, n_max, peak = cfg.num_layers, cfg.contexts[-1], s.peak_l
+    star, J_points = s.theta_star[n_max].tower, {p: c.tower.J[-1] for p, c in s.points.items()}
     run.claim("assumption-5.1-uniform",
               "Assumption 5.1 holds for every sampled task: min over all tasks of min_s M_π(s,s) − (1+γ)/2 > 0",
-              "Thm 3 hypothesis, eq. (28)", f"min margin {s['margin_min']:.4f} (median per cell "
-              f"{s['margin_median']:.3f}), γ = {cfg.gamma}, c = {cfg.feature_scale}", bool(s["margin_min"] > 0))
+              "Thm 3 hypothesis, eq. (28)", f"min margin {s.margin_min:.4f} (median per cell "
+              f"{s.margin_median:.3f}), γ = {cfg.gamma}, c = {cfg.feature_scale}", bool(s.margin_min > 0))
     run.claim("neu-decreases-with-depth",
               f"J(θ*) at n = {n_max} falls with depth: its value at L = {L} is at least 5x below its peak over L",
               "Thm 3, eq. (33): (1 − C)^L term",
-              f"peak {J_star[peak]:.4f} at L = {peak + 1} → {J_star[-1]:.5f} at L = {L} (×{s['depth_ratio']:.1f} "
-              f"lower; noise floor {s['floor_star'][-1]:.5f})", bool(s["depth_ratio"] >= 5))
+              f"peak {star.J[peak]:.4f} at L = {peak + 1} → {star.J[-1]:.5f} at L = {L} (×{s.depth_ratio:.1f} "
+              f"lower; noise floor {star.noise_floor[-1]:.5f})", bool(s.depth_ratio >= 5))
+    J_by_n, upper_by_n = ([getattr(c.tower, f)[-1] for c in s.theta_star.values()] for f in ("J", "abs_mean"))
     run.claim("neu-decreases-with-context",
               f"At L = {L}, J(θ*) at n = {n_max} is at least 3x below n = {cfg.contexts[0]}, and the bound E||X_L||_1 "
               f"decreases at every step of the n grid", "Thm 3, eq. (33): sqrt(log n / n) and L(2+γ)^{2L}/n terms",
-              "J: " + " → ".join(f"{v:.4f}" for v in s["J_by_n"])
-              + "; E||X||_1: " + " → ".join(f"{v:.4f}" for v in s["upper_by_n"]),
-              bool(J_star[-1] * 3 <= s["J_nmin_L"] and np.all(np.diff(s["upper_by_n"]) < 0)))
+              "J: " + " → ".join(f"{v:.4f}" for v in J_by_n)
+              + "; E||X||_1: " + " → ".join(f"{v:.4f}" for v in upper_by_n),
+              bool(star.J[-1] * 3 <= J_by_n[0] and np.all(np.diff(upper_by_n) < 0)))
     run.claim("theta-star-far-below",
               f"J(θ*) at n = {n_max}, L = {L} is at least 10x below J at every non-TD point "
               f"({', '.join(NON_TD_POINTS)})", "Thm 3: θ* is a global minimiser (J >= 0)",
-              f"J(θ*) = {J_points['theta-star']:.5f}; smallest other: {s['argmin_non_td']} {s['min_non_td']:.4f} "
-              f"(×{s['min_non_td'] / J_points['theta-star']:.0f})",
-              bool(10 * J_points["theta-star"] <= s["min_non_td"]))
-    se = s["se_points"]
+              f"J(θ*) = {J_points['theta-star']:.5f}; smallest other: {s.argmin_non_td} {s.min_non_td:.4f} "
+              f"(×{s.min_non_td / J_points['theta-star']:.0f})", bool(10 * J_points["theta-star"] <= s.min_non_td))
+    se = {p: c.tower.J_se[-1] for p, c in s.points.items()}
     run.claim("theta-star-smallest",
               f"J(θ*) <= J(p) + 2 (se(θ*) + se(p)) for every compared point p (half-step u*/2 included) "
               f"at n = {n_max}, L = {L}", "Thm 3: θ* is a global minimiser",
               "; ".join(f"{p} {J_points[p]:.4g}" for p in POINT_LABELS),
               bool(all(J_points["theta-star"] <= J_points[p] + 2 * (se["theta-star"] + se[p]) for p in J_points)))
-    max_z, z_threshold = s["tower_vs_plain_max_z"], s["z_threshold"]
     run.claim("tower-estimator-unbiased",
               f"tower (E over S_(n+1) ~ p(·|S_n)) and plain estimators have the same mean: max |z| over depths, "
-              f"parameters and n <= {z_threshold:.2f} (Bonferroni, 1% family-wise)", "App. E.4 (tower property)",
-              f"max |z| = {max_z:.2f}; variance plain/tower at L = {L}: "
-              + ", ".join(f"n={n}: ×{v:.1f}" for n, v in s["variance_ratio_at_L_max"].items()),
-              bool(max_z <= z_threshold))
-    if s["slow"]:
-        slow = s["slow"]
+              f"parameters and n <= {s.z_threshold:.2f} (Bonferroni, 1% family-wise)", "App. E.4 (tower property)",
+              f"max |z| = {s.tower_vs_plain_max_z:.2f}; variance plain/tower at L = {L}: "
+              + ", ".join(f"n={n}: ×{v:.1f}" for n, v in s.variance_ratio_at_L_max.items()),
+              bool(s.tower_vs_plain_max_z <= s.z_threshold))
+    if s.slow is not None:
+        slow = s.slow
         run.claim("neu-decreases-with-depth-slow-discount",
                   f"At γ = {cfg.slow_gamma} (n = {cfg.slow_context}) J(θ*) rises first and then falls with depth: its "
                   f"peak is at L > 1 and is at least 3x above max(J, noise floor) at L = {cfg.slow_layers}",
                   "Thm 3, eq. (33): (1 − C)^L with C <= (1 − γ)/2",
-                  f"peak {slow['peak_J']:.4f} at L = {slow['peak_L']} → {slow['last_J']:.4f} (floor "
-                  f"{slow['last_floor']:.4f}) at L = {cfg.slow_layers} (×{slow['ratio']:.1f}); min margin "
-                  f"{slow['margin_min']:.4f}", bool(slow["peak_L"] > cfg.slow_depths[0] and slow["ratio"] >= 3))
+                  f"peak {slow.peak_J:.4f} at L = {slow.peak_L} → {slow.last_J:.4f} (floor "
+                  f"{slow.last_floor:.4f}) at L = {cfg.slow_layers} (×{slow.ratio:.1f}); min margin "
+                  f"{slow.margin_min:.4f}", bool(slow.peak_L > cfg.slow_depths[0] and slow.ratio >= 3))
 
 
-def _summary(cfg: NEUConfig, s: dict, run: Run) -> None:
-    L, n_max, main, at_max, fmt = cfg.num_layers, cfg.contexts[-1], s["main"], s["at_max"], report.fmt
-    points = [("theta-star", n, c) for n, c in main.items()] + [(p, n_max, c) for p, c in list(at_max.items())[1:]]
-    slow = [("theta-star", cfg.slow_context, s["slow_cell"])] if s["slow_cell"] is not None else []
-    run.save_csv("neu.csv", report.CSV_HEADER,
-                 report.csv_rows([("main", cfg.gamma, points), ("slow", cfg.slow_gamma, slow)]))
-    r = s["slow"]
-    slow_text = SLOW_SUMMARY.format(cfg=cfg, margin_min=r["margin_min"], max_margin=(1 - cfg.slow_gamma) / 2,
-                                    peak_J=fmt(r["peak_J"]), peak_L=r["peak_L"], last_J=fmt(r["last_J"]),
-                                    last_floor=fmt(r["last_floor"]), horizon=1 / (1 - cfg.slow_gamma)) if r else ""
-    half, mirror = at_max["half-step"]["tower"]["J"], at_max["mirror"]["tower"]["J"]
+def _summary(cfg: NEUConfig, s: NEUStats, run: Run) -> None:
+    L, n_max, n_min = cfg.num_layers, cfg.contexts[-1], cfg.contexts[0]
+    points = [("theta-star", n, c) for n, c in s.theta_star.items()]
+    points += [(p, n_max, c) for p, c in list(s.points.items())[1:]]
+    slow = [("theta-star", cfg.slow_context, s.slow_cell)] if s.slow_cell is not None else []
+    run.save_csv("neu.csv", CSV_HEADER, csv_rows([("main", cfg.gamma, points), ("slow", cfg.slow_gamma, slow)]))
+    r = s.slow
+    slow_text = "" if r is None else SLOW_SUMMARY.format(
+        cfg=cfg, margin_min=r.margin_min, max_margin=(1 - cfg.slow_gamma) / 2, peak_J=fmt(r.peak_J), peak_L=r.peak_L,
+        last_J=fmt(r.last_J), last_floor=fmt(r.last_floor), horizon=1 / (1 - cfg.slow_gamma))
+    star, small = s.theta_star[n_max].tower, s.theta_star[n_min].tower
+    half, mirror = s.points["half-step"].tower.J, s.points["mirror"].tower.J
     run.write_summary(SUMMARY.format(
-        cfg=cfg, num_params=cfg.d * cfg.d + 3, depth_table=report.depth_table(main, L),
-        point_table=report.point_table(at_max), n_max=n_max, L=L, margin_min=s["margin_min"], peak_L=s["peak_l"] + 1,
-        depth_ratio=s["depth_ratio"], J_last=fmt(s["J_star"][-1]), floor_last=fmt(s["floor_star"][-1]),
-        split=fmt(s["split_star"]), resolution=RESOLUTION[bool(s["split_star"] > 2 * s["floor_star"][-1])],
-        min_non_td=fmt(s["min_non_td"]), n_min=cfg.contexts[0], falls=FALLS[bool(s["J_nmin_L"] >= s["J_nmin_1"])],
-        J_nmin_1=fmt(s["J_nmin_1"]), J_nmin_L=fmt(s["J_nmin_L"]), half_1=fmt(half[0]),
-        half_L=fmt(s["J_points"]["half-step"]), mirror_L=fmt(s["J_points"]["mirror"]), mirror_1=fmt(mirror[0]),
-        slow_text=slow_text))
+        cfg=cfg, num_params=cfg.d * cfg.d + 3, depth_table=depth_table(s.theta_star, L),
+        point_table=point_table(s.points), n_max=n_max, L=L, margin_min=s.margin_min, peak_L=s.peak_l + 1,
+        depth_ratio=s.depth_ratio, J_last=fmt(star.J[-1]), floor_last=fmt(star.noise_floor[-1]),
+        split=fmt(star.J_split[-1]), resolution=RESOLUTION[bool(star.J_split[-1] > 2 * star.noise_floor[-1])],
+        min_non_td=fmt(s.min_non_td), n_min=n_min, falls=FALLS[bool(small.J[-1] >= small.J[0])],
+        J_nmin_1=fmt(small.J[0]), J_nmin_L=fmt(small.J[-1]), half_1=fmt(half[0]), half_L=fmt(half[-1]),
+        mirror_L=fmt(mirror[-1]), mirror_1=fmt(mirror[0]), slow_text=slow_text))
 
 
 EXPERIMENTS = [

@@ -1,12 +1,12 @@
 """``ictd.pretrain`` -- Algorithm 1 at the Table 1 settings (section 8, App. F.1-F.4): Fig. 3(a) learned V0, A0 at the
 best checkpoint, Fig. 3(b) V_em, A_em against the kernel diagonal mean d_t, Fig. 5 emergence against training step.
 
-One cell per seed (``pretrain_cells.train_seed``: ``pretrain.make_train`` one seed at a time, measured faster on the
+One cell per seed (``cells.train_seed``: ``pretrain.make_train`` one seed at a time, measured faster on the
 2-core CPU than ``train_seeds``' vmap: 16.3 s against 18.6 s for 5 seeds x 300 epochs) and one for the held-out errors
 of theta*, -theta* and the zero block. At the Table 1 settings training converges to the mirror image (-V*, -A*) of
 theta* (see ``pretrain``): min(V_em, A_em) = 0 at every step, so every figure and diagnostic is made twice, with the
 paper's scores and with the mirrored scores V_em(-V), A_em(-A). Decisions where the paper is ambiguous:
-``pretrain_report.AMBIGUITIES`` (also in summary.md).
+``report.AMBIGUITIES`` (also in summary.md).
 """
 
 from __future__ import annotations
@@ -16,33 +16,35 @@ import dataclasses
 import numpy as np
 
 from memlab.checks import check_int
-from memlab.ictd.boyan import chain_statistics
-from memlab.ictd.experiments.pretrain_cells import (
+from memlab.ictd.experiments.cells import (
     FORMS,
+    TINY_TRAIN,
+    AlongDt,
+    Setting,
+    View,
+    emergence_along_dt,
     first_last_dt,
     make_view,
     setting_cells,
     setting_from_cells,
-    setting_results,
-    setting_tables,
 )
-from memlab.ictd.experiments.pretrain_figures import (
+from memlab.ictd.experiments.report import (
+    AMBIGUITIES,
+    HIGH,
+    SettingNumbers,
     checkpoint_title,
-    emergence_along_dt,
+    claims_markdown,
+    heldout_markdown,
     plot_blocks,
     plot_emergence_vs_dt,
     plot_trajectories,
-)
-from memlab.ictd.experiments.pretrain_report import (
-    AMBIGUITIES,
-    HIGH,
-    claims_markdown,
-    heldout_markdown,
-    layout_markdown,
     setting_claims,
+    setting_results,
+    setting_tables,
     setup_line,
     sign_sentence,
     tagged,
+    task_layout,
 )
 from memlab.ictd.pretrain import PretrainConfig
 from memlab.runner import Experiment, Run
@@ -123,6 +125,22 @@ class PretrainExperimentConfig:
             check_int(name, getattr(self, name))
 
 
+@dataclasses.dataclass(frozen=True)
+class PretrainStats:
+    """The analysis of ``ictd.pretrain``: setting, the trained ``Setting`` (S seeds); views form -> ``View`` (the
+    paper's and the mirrored scores); common_claims, the claims shared with ``ictd.mask-relaxation`` (``Run.claim``
+    keyword dicts) and numbers, the ``SettingNumbers`` behind them; d_start, d_end: seed-mean d_t over the first
+    ``smooth_window`` steps and over the last 10 %; along form -> ``AlongDt`` (the Fig. 3(b) claims)."""
+
+    setting: Setting
+    views: dict[str, View]
+    common_claims: list[dict]
+    numbers: SettingNumbers
+    d_start: float
+    d_end: float
+    along: dict[str, AlongDt]
+
+
 def run_pretrain(cfg: PretrainExperimentConfig, run: Run) -> dict:
     """One sweep (a cell per seed, one for the references) -> numbers -> files."""
     seed_keys = [run.key_for("train", s) for s in range(cfg.train.num_seeds)]
@@ -132,12 +150,16 @@ def run_pretrain(cfg: PretrainExperimentConfig, run: Run) -> dict:
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
-    st = stats["setting"]
-    return {**setting_results(st), **stats["numbers"], "d_t_start": stats["d_start"], "d_t_end": stats["d_end"],
-            "emergence_along_dt": stats["along"]}
+    return _results(stats)
 
 
-def analyse(cfg: PretrainExperimentConfig, cells: dict, seconds: dict | None = None) -> dict:
+def _results(s: PretrainStats) -> dict:
+    """results.json's "results": the setting's numbers, the claims' numbers, d_t at the start and end, Fig. 3(b)."""
+    return {**setting_results(s.setting), **dataclasses.asdict(s.numbers), "d_t_start": s.d_start,
+            "d_t_end": s.d_end, "emergence_along_dt": s.along}
+
+
+def analyse(cfg: PretrainExperimentConfig, cells: dict, seconds: dict | None = None) -> PretrainStats:
     """Cells (and their compute times) -> the setting, its two views, the shared claims and the Fig. 3(b) numbers."""
     name = "Table 1" if cfg.train.query_offset == 0 else f"Table 1, query S_{{t+n+{cfg.train.query_offset}}}"
     st = setting_from_cells(name, cfg.train, cfg.train.a_mask, cells, seconds)
@@ -145,16 +167,15 @@ def analyse(cfg: PretrainExperimentConfig, cells: dict, seconds: dict | None = N
     claims, numbers = setting_claims(st)
     d_start, d_end = first_last_dt(st, cfg.smooth_window)
     along = {form: emergence_along_dt(view, cfg.num_bins, d_start, d_end, HIGH) for form, view in views.items()}
-    return {"setting": st, "views": views, "common_claims": claims, "numbers": numbers, "d_start": d_start,
-            "d_end": d_end, "along": along}
+    return PretrainStats(st, views, claims, numbers, d_start, d_end, along)
 
 
-def _figures(cfg: PretrainExperimentConfig, s: dict, run: Run) -> None:
-    st, train, views = s["setting"], cfg.train, [list(s["views"].values())]
+def _figures(cfg: PretrainExperimentConfig, s: PretrainStats, run: Run) -> None:
+    st, train, views = s.setting, cfg.train, [list(s.views.values())]
     fig = plot_blocks([
-        (checkpoint_title("paper rule max min(V_em, A_em)", st.best_step, st.best_score), *st.params["best"]),
-        (checkpoint_title("mirrored rule max min(V_em(−V), A_em(−A))", st.mirror_step, st.mirror_score),
-         *st.params["mirror"])])
+        (checkpoint_title("paper rule max min(V_em, A_em)", st.best.step, st.best.score), st.best.V, st.best.A),
+        (checkpoint_title("mirrored rule max min(V_em(−V), A_em(−A))", st.mirror.step, st.mirror.score),
+         st.mirror.V, st.mirror.A)])
     fig.suptitle(f"Fig. 3(a): learned V0, A0 at the best checkpoint, mean of {train.num_seeds} seeds")
     run.save_figure(fig, "fig3a_blocks.png")
     fig = plot_emergence_vs_dt(views, cfg.num_bins)
@@ -165,32 +186,32 @@ def _figures(cfg: PretrainExperimentConfig, s: dict, run: Run) -> None:
     run.save_figure(fig, "fig5_emergence_vs_step.png")
 
 
-def _claims(cfg: PretrainExperimentConfig, s: dict, run: Run) -> None:
-    for claim in s["common_claims"]:
+def _claims(cfg: PretrainExperimentConfig, s: PretrainStats, run: Run) -> None:
+    for claim in s.common_claims:
         run.claim(**claim)
-    d_start, d_end = s["d_start"], s["d_end"]
-    for form, a in s["along"].items():
+    d_start, d_end = s.d_start, s.d_end
+    for form, a in s.along.items():
         note = " [mirrored reading]" * (form == "mirrored")
         run.claim(tagged("a-high-across-dt", form),
                   f"A_em remains high across a wide range of d_t; rule: binned mean A_em ≥ {HIGH} in at least half of "
                   f"the occupied d_t bins{note}", "§8, Fig. 3(b)",
-                  f"{a['A_high_fraction']:.0%} of occupied bins", bool(a["A_high_fraction"] >= 0.5))
+                  f"{a.A_high_fraction:.0%} of occupied bins", bool(a.A_high_fraction >= 0.5))
         run.claim(tagged("v-rises-after-dt", form),
                   "V_em starts to rise only after d_t reaches an intermediate level; rule: with the d_t bins ordered "
                   "from the start-of-training d_t toward the end-of-training d_t, pooled V_em ≤ 0.1 over the first "
                   f"third of the occupied bins and binned V_em ≥ {HIGH} in some bin of the last third{note}",
                   "§8, Fig. 3(b)",
-                  f"first third {a['V_first_third']:.3f}, last third max {a['V_last_third_max']:.3f} (d_t moves "
-                  f"{DIRECTION[a['direction'] > 0]}: {d_start:.4f} → {d_end:.4f})",
-                  bool(a["V_first_third"] <= 0.1 and a["V_last_third_max"] >= HIGH))
+                  f"first third {a.V_first_third:.3f}, last third max {a.V_last_third_max:.3f} (d_t moves "
+                  f"{DIRECTION[a.direction > 0]}: {d_start:.4f} → {d_end:.4f})",
+                  bool(a.V_first_third <= 0.1 and a.V_last_third_max >= HIGH))
     n = cfg.train.n
     run.claim("dt-increases",
               "training learns increasingly diagonal kernels (high d_t); rule: seed-mean d_t over the last 10 % of "
               f"steps > over the first {cfg.smooth_window} steps AND > 1/n (uniform attention)",
               "App. F.3, Fig. 5", f"d_t {d_start:.4f} → {d_end:.4f} (1/n = {1 / n:.4f})",
               bool(d_end > d_start and d_end > 1 / n))
-    learned = s["setting"].evals["final"]["abs_td_error"]
-    ref = {k: v["abs_td_error"] for k, v in s["setting"].references.items()}
+    learned = s.setting.final.heldout.abs_td_error
+    ref = {k: v.abs_td_error for k, v in s.setting.references.items()}
     run.claim("td-error-below-theta-star",
               "training lowers the held-out TD error below that of θ*; rule: seed-mean held-out mean |δ| of the final "
               "parameters < θ*'s",
@@ -204,33 +225,21 @@ def _claims(cfg: PretrainExperimentConfig, s: dict, run: Run) -> None:
               bool(ref["theta*"] < ref["-theta*"]))
 
 
-def _summary(cfg: PretrainExperimentConfig, s: dict, run: Run) -> None:
-    st, train = s["setting"], cfg.train
-    for name, (header, rows) in setting_tables([st], list(s["views"].values()), cfg.num_bins).items():
+def _summary(cfg: PretrainExperimentConfig, s: PretrainStats, run: Run) -> None:
+    st, train = s.setting, cfg.train
+    for name, (header, rows) in setting_tables([st], list(s.views.values()), cfg.num_bins).items():
         run.save_csv(name, header, rows)
-    mirrored = s["along"]["mirrored"]
+    mirrored = s.along["mirrored"]
     run.write_summary(SUMMARY.format(
-        cfg=cfg, layout=_layout(cfg.train, run), setup=setup_line(train), seconds=np.nansum(st.seconds),
-        S=train.num_seeds,
-        sign_sentence=sign_sentence(st), zero=int(np.sum(st.best_score == 0)), max_V=st.trace["V_em"].max(),
-        max_A=st.trace["A_em"].max(), best_steps=st.best_step.tolist(), best_score=st.best_score.mean(),
-        scan_steps=st.scan_best_step.tolist(), mirror_score=st.mirror_score.mean(),
-        mirror_steps=st.mirror_step.tolist(),
-        d_start=s["d_start"], d_end=s["d_end"], uniform=1 / train.n, dt_sentence=DT_WORDS[s["d_end"] < 1 / train.n],
-        heldout=heldout_markdown(st), A_high=mirrored["A_high_fraction"], V_first=mirrored["V_first_third"],
-        V_last=mirrored["V_last_third_max"], claims_table=claims_markdown(run.claims), ambiguities=AMBIGUITIES))
+        cfg=cfg, layout=task_layout(train, run.key_for("chains")), setup=setup_line(train),
+        seconds=np.nansum(st.seconds), S=train.num_seeds, sign_sentence=sign_sentence(st),
+        zero=int(np.sum(st.best.score == 0)), max_V=st.trace.V_em.max(), max_A=st.trace.A_em.max(),
+        best_steps=st.best.step.tolist(), best_score=st.best.score.mean(), scan_steps=st.scan_best_step.tolist(),
+        mirror_score=st.mirror.score.mean(), mirror_steps=st.mirror.step.tolist(), d_start=s.d_start, d_end=s.d_end,
+        uniform=1 / train.n, dt_sentence=DT_WORDS[s.d_end < 1 / train.n], heldout=heldout_markdown(st),
+        A_high=mirrored.A_high_fraction, V_first=mirrored.V_first_third, V_last=mirrored.V_last_third_max,
+        claims_table=claims_markdown(run.claims), ambiguities=AMBIGUITIES))
 
-
-
-NUM_CHAINS = 200  # Boyan chains whose statistics the summary reports (``boyan.chain_statistics``)
-
-
-def _layout(train: PretrainConfig, run: Run) -> str:
-    """The summary section on the query layout and the tasks, from NUM_CHAINS chains of the run's "chains" stream."""
-    chains = chain_statistics(run.key_for("chains"), NUM_CHAINS, train.m, train.d, train.gamma)
-    return layout_markdown(train, chains, NUM_CHAINS)
-
-_TINY_TRAIN = dict(m=16, n=5, batch_size=16, minibatches_per_epoch=2, num_epochs=30, num_seeds=2)
 
 EXPERIMENTS = [
     Experiment(
@@ -242,7 +251,7 @@ EXPERIMENTS = [
          "paper-query-past": PretrainExperimentConfig(train=PretrainConfig(num_seeds=10, query_offset=1)),
          # quick: unchanged (800 MRPs): at 600 the mirrored emergence claims hold only by 0.004 and 0.015
          "quick": PretrainExperimentConfig(train=PretrainConfig(num_epochs=800, num_seeds=3), eval_tasks=100),
-         "tiny": PretrainExperimentConfig(train=PretrainConfig(**_TINY_TRAIN), eval_tasks=4, smooth_window=5,
+         "tiny": PretrainExperimentConfig(train=PretrainConfig(**TINY_TRAIN), eval_tasks=4, smooth_window=5,
                                           num_bins=8)},
         run_pretrain),
 ]

@@ -104,6 +104,54 @@ def verify_cell(cfg: VerifyConfig, kind: str, key) -> dict:
     return {k: np.asarray(v) for k, v in out.items()}
 
 
+@dataclasses.dataclass(frozen=True)
+class KernelTrials:
+    """One kernel's cell as arrays, per trial and layer (T, L+1) unless noted: abs_tsm, abs_dual |v_l(S_n) - y_l| of
+    the single-head + TSM and the dual-head form; rel_tsm, rel_dual the same / max(1, |y_l|); row_tsm max over the
+    columns j of |Z_l[d+2, j] - y_l(S_j)| (eq. 37); lemma1, lemma1_rel max |Z_dual - Z_tsm| absolute and / max(1,
+    max |Z|); y_max (T,) max |y_l|; unscaled_rel, unscaled_y_max (T,) the same with the unscaled Alg. 2 features."""
+
+    abs_tsm: np.ndarray
+    abs_dual: np.ndarray
+    rel_tsm: np.ndarray
+    rel_dual: np.ndarray
+    row_tsm: np.ndarray
+    lemma1: np.ndarray
+    lemma1_rel: np.ndarray
+    y_max: np.ndarray
+    unscaled_rel: np.ndarray
+    unscaled_y_max: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelStats:
+    """One kernel's maxima over trials (the claims and per_kernel.csv): max_E_tsm, max_E_dual the largest E_l =
+    log10 |v_l - y_l| of each form; median_E_L the median over trials of E_L (TSM form, last layer); max_rel the
+    largest relative discrepancy of both forms; max_row_abs of row_tsm; max_abs_y the largest |y_l|; lemma1_max_abs,
+    lemma1_max_rel the largest Lemma 1 differences; unscaled_max_rel, unscaled_max_abs_y with the unscaled features."""
+
+    max_E_tsm: float
+    max_E_dual: float
+    median_E_L: float
+    max_rel: float
+    max_row_abs: float
+    max_abs_y: float
+    lemma1_max_abs: float
+    lemma1_max_rel: float
+    unscaled_max_rel: float
+    unscaled_max_abs_y: float
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyStats:
+    """The analysis of ``ictd.verify``: kinds (the kernels, config order); per_kernel kind -> ``KernelStats``;
+    trials kind -> ``KernelTrials``."""
+
+    kinds: list[str]
+    per_kernel: dict[str, KernelStats]
+    trials: dict[str, KernelTrials]
+
+
 def run_verify(cfg: VerifyConfig, run: Run) -> dict:
     """Sweep -> numbers -> files: one float64 cell per kernel on the same trial prompts."""
     cells = {f"kernel={kind}": partial(verify_cell, cfg, kind, run.key_for("prompts")) for kind in cfg.kinds}
@@ -113,29 +161,37 @@ def run_verify(cfg: VerifyConfig, run: Run) -> dict:
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
-    return {"kinds": stats["kinds"], "per_kernel": stats["per_kernel"]}
+    return _results(stats)
 
 
-def analyse(cfg: VerifyConfig, cells: dict) -> dict:
+def _results(stats: VerifyStats) -> dict:
+    """results.json's "results": the kernels and their maxima (the trial arrays are in discrepancy.csv)."""
+    return {"kinds": stats.kinds, "per_kernel": stats.per_kernel}
+
+
+def analyse(cfg: VerifyConfig, cells: dict) -> VerifyStats:
     """Cells -> per-kernel trial arrays (T, L+1) and the per-kernel maxima of the claims and the table."""
-    trials = {kind: {k: np.asarray(v, np.float64) for k, v in cells[f"kernel={kind}"].items()} for kind in cfg.kinds}
-    per_kernel = {}
-    for kind, r in trials.items():
-        E_tsm, E_dual = log_discrepancy(r["abs_tsm"]), log_discrepancy(r["abs_dual"])
-        per_kernel[kind] = {
-            "max_E_tsm": E_tsm.max(), "max_E_dual": E_dual.max(), "median_E_L": np.median(E_tsm[:, -1]),
-            "max_rel": max(r["rel_tsm"].max(), r["rel_dual"].max()), "max_row_abs": r["row_tsm"].max(),
-            "max_abs_y": r["y_max"].max(), "lemma1_max_abs": r["lemma1"].max(), "lemma1_max_rel": r["lemma1_rel"].max(),
-            "unscaled_max_rel": r["unscaled_rel"].max(), "unscaled_max_abs_y": r["unscaled_y_max"].max()}
-    return {"kinds": list(cfg.kinds), "per_kernel": per_kernel, "trials": trials}
+    fields = [f.name for f in dataclasses.fields(KernelTrials)]
+    trials = {kind: KernelTrials(**{f: np.asarray(cells[f"kernel={kind}"][f], np.float64) for f in fields})
+              for kind in cfg.kinds}
+    return VerifyStats(list(cfg.kinds), {kind: _kernel_stats(r) for kind, r in trials.items()}, trials)
 
 
-def _figures(cfg: VerifyConfig, stats: dict, run: Run) -> None:
+def _kernel_stats(r: KernelTrials) -> KernelStats:
+    E_tsm, E_dual = log_discrepancy(r.abs_tsm), log_discrepancy(r.abs_dual)
+    return KernelStats(
+        max_E_tsm=E_tsm.max(), max_E_dual=E_dual.max(), median_E_L=np.median(E_tsm[:, -1]),
+        max_rel=max(r.rel_tsm.max(), r.rel_dual.max()), max_row_abs=r.row_tsm.max(), max_abs_y=r.y_max.max(),
+        lemma1_max_abs=r.lemma1.max(), lemma1_max_rel=r.lemma1_rel.max(), unscaled_max_rel=r.unscaled_rel.max(),
+        unscaled_max_abs_y=r.unscaled_y_max.max())
+
+
+def _figures(cfg: VerifyConfig, stats: VerifyStats, run: Run) -> None:
     layers = np.arange(cfg.num_layers + 1)
     fig, axes = plots.figure(2, 2, width=9.0, height=6.4, sharex=True)
     for ax, (field, ylabel, title) in zip(axes.flat, PANELS):
-        for kind, r in stats["trials"].items():
-            E = log_discrepancy(r[field])
+        for kind, r in stats.trials.items():
+            E = log_discrepancy(getattr(r, field))
             c = KIND_COLORS.get(kind)
             ax.plot(layers, np.median(E, axis=0), marker="o", color=c, label=kind)
             ax.fill_between(layers, E.min(axis=0), E.max(axis=0), color=c, alpha=0.15, lw=0)
@@ -151,33 +207,32 @@ def _figures(cfg: VerifyConfig, stats: dict, run: Run) -> None:
     run.save_figure(fig, "verify.png")
 
 
-def _claims(cfg: VerifyConfig, stats: dict, run: Run) -> None:
-    for kind, s in stats["per_kernel"].items():
-        worst = max(s["max_rel"], s["unscaled_max_rel"])
+def _claims(cfg: VerifyConfig, stats: VerifyStats, run: Run) -> None:
+    for kind, s in stats.per_kernel.items():
+        worst = max(s.max_rel, s.unscaled_max_rel)
         run.claim(f"theorem-1[{kind}]",
                   f"v_l(S_n) of both transformer forms equals weighted softmax TD y_l at every layer l <= "
                   f"{cfg.num_layers} and trial: rule max |v - y| / max(1, |y|) <= 1e-10 (scaled and unscaled features)",
                   "Theorem 1, Fig. 7 (E_l at numerical precision across depth)",
-                  f"max relative {worst:.1e}; max E_l = {max(s['max_E_tsm'], s['max_E_dual']):.1f}", bool(worst <= TOL))
-    per_kernel = stats["per_kernel"].values()
-    lemma_rel = max(s["lemma1_max_rel"] for s in per_kernel)
+                  f"max relative {worst:.1e}; max E_l = {max(s.max_E_tsm, s.max_E_dual):.1f}", bool(worst <= TOL))
+    per_kernel = stats.per_kernel.values()
+    lemma_rel = max(s.lemma1_max_rel for s in per_kernel)
     run.claim("lemma-1", "dual-head (18) and single-head + TSM (23) give the same Z_l at every layer: rule "
               "max over kernels, trials, layers, entries of |Z_dual - Z_tsm| / max(1, max |Z|) <= 1e-10",
               "Lemma 1", f"max relative {lemma_rel:.1e}, max absolute "
-              f"{max(s['lemma1_max_abs'] for s in per_kernel):.1e}", bool(lemma_rel <= TOL))
+              f"{max(s.lemma1_max_abs for s in per_kernel):.1e}", bool(lemma_rel <= TOL))
 
 
-def _summary(cfg: VerifyConfig, stats: dict, run: Run) -> None:
+def _summary(cfg: VerifyConfig, stats: VerifyStats, run: Run) -> None:
     layers = range(cfg.num_layers + 1)
     run.save_csv("discrepancy.csv", ["kernel", "trial", "layer", "abs_tsm", "abs_dual", "rel_tsm", "rel_dual",
                                      "lemma1_max_abs_Z", "lemma1_max_rel_Z"],
-                 [(kind, t, k, *(r[f][t, k] for f in TRIAL_FIELDS))
-                  for kind, r in stats["trials"].items() for t in range(cfg.num_trials) for k in layers])
-    fields = ("max_E_tsm", "max_E_dual", "median_E_L", "max_rel", "max_abs_y", "lemma1_max_abs", "lemma1_max_rel",
-              "unscaled_max_rel", "unscaled_max_abs_y")
-    rows = [(kind, *(s[f] for f in fields)) for kind, s in stats["per_kernel"].items()]
+                 [(kind, t, k, *(getattr(r, f)[t, k] for f in TRIAL_FIELDS))
+                  for kind, r in stats.trials.items() for t in range(cfg.num_trials) for k in layers])
+    rows = [(kind, s.max_E_tsm, s.max_E_dual, s.median_E_L, s.max_rel, s.max_abs_y, s.lemma1_max_abs, s.lemma1_max_rel,
+             s.unscaled_max_rel, s.unscaled_max_abs_y) for kind, s in stats.per_kernel.items()]
     table = run.save_table("per_kernel.csv", TABLE_HEADER, rows, TABLE_FORMAT)
-    max_row_abs = max(s["max_row_abs"] for s in stats["per_kernel"].values())
+    max_row_abs = max(s.max_row_abs for s in stats.per_kernel.values())
     run.write_summary(SUMMARY.format(cfg=cfg, table=table, max_row_abs=max_row_abs))
 
 

@@ -1,8 +1,11 @@
-"""Figures and tables of the ``ictd.neu`` experiment (Theorem 3): J(theta*) against depth and context length, the
-comparison points of Theta^Looped, the slow-discount run, and the per-cell CSV rows. Each takes the cell records of
-``neu.estimator_statistics`` (J statistics under ``"tower"`` and ``"plain"``)."""
+"""Figures and tables of ``ictd.neu`` (Theorem 3), pure functions of its typed results (``neu.NEUStats``,
+``neu.NEUCell``): J(theta*) against depth and context length, the comparison points of Theta^Looped, the
+slow-discount run, the Markdown tables of summary.md and the rows of neu.csv. Kept apart from ``neu.py`` only for
+length (the experiment module stays under 400 lines)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.ticker import MaxNLocator
@@ -10,6 +13,9 @@ from matplotlib.ticker import MaxNLocator
 from memlab import plots
 from memlab.files import markdown_table
 from memlab.ictd.neu import POINT_LABELS, STAT_FIELDS
+
+if TYPE_CHECKING:  # annotations only: neu.py imports this module
+    from memlab.ictd.experiments.neu import NEUCell, NEUStats
 
 __all__ = ["CSV_HEADER", "csv_rows", "depth_table", "fmt", "plot_context", "plot_depth", "plot_slow", "point_table"]
 
@@ -24,80 +30,77 @@ def fmt(v) -> str:
     return f"{v:.4g}" if abs(v) >= 100 else f"{v:.4f}"
 
 
-def csv_rows(families: list[tuple[str, float, list[tuple[str, int, dict]]]]) -> list[list]:
+def csv_rows(families: list[tuple[str, float, list[tuple[str, int, NEUCell]]]]) -> list[list]:
     """Rows of CSV_HEADER, one per (family, point, n, depth): families are (tag, gamma, [(point, n, cell), ...])."""
-    return [[tag, gamma, p, n, depth, c["num_samples"], *(c["tower"][f][i] for f in STAT_FIELDS), c["plain"]["J"][i],
-             c["plain"]["noise_floor"][i], c["tower_vs_plain_max_z"][i], c["variance_ratio"][i]]
-            for tag, gamma, cells in families for p, n, c in cells for i, depth in enumerate(c["depths"])]
+    return [[tag, gamma, p, n, depth, c.num_samples, *(getattr(c.tower, f)[i] for f in STAT_FIELDS), c.plain.J[i],
+             c.plain.noise_floor[i], c.tower_vs_plain_max_z[i], c.variance_ratio[i]]
+            for tag, gamma, cells in families for p, n, c in cells for i, depth in enumerate(c.depths)]
 
 
-def depth_table(main: dict, num_layers: int) -> str:
+def depth_table(main: dict[int, NEUCell], L: int) -> str:
     """Markdown: per context length n, J(theta*) (noise floor) at a few depths, E||X||_1, margin, variance ratio."""
-    L = num_layers
     shown = sorted({1, 2, 4, L // 2, L} & set(range(1, L + 1)))
-    J = lambda c, f, l: fmt(c["tower"][f][l - 1])  # noqa: E731
     return markdown_table(
         ["n", *(f"L = {l}" for l in shown), f"E‖X‖₁ at L = {L}", "min margin", "var plain/tower"],
-        [(n, *(f"{J(c, 'J', l)} ({J(c, 'noise_floor', l)})" for l in shown), J(c, "abs_mean", L),
-          f"{c['margin_min']:.3f}", f"×{c['variance_ratio'][-1]:.1f}") for n, c in main.items()])
+        [(n, *(f"{fmt(t.J[l - 1])} ({fmt(t.noise_floor[l - 1])})" for l in shown), fmt(t.abs_mean[L - 1]),
+          f"{c.margin_min:.3f}", f"×{c.variance_ratio[-1]:.1f}") for n, c in main.items() for t in [c.tower]])
 
 
-def point_table(at_max: dict) -> str:
+def point_table(points: dict[str, NEUCell]) -> str:
     """Markdown: J ± se, noise floor, split-half, E||X||_1 and the sample count of every point at the last depth."""
-    last = lambda c, f: fmt(c["tower"][f][-1])  # noqa: E731
     return markdown_table(["point", "J", "noise floor", "split-half", "E‖X‖₁", "samples"],
-                          [(POINT_LABELS[p], f"{last(c, 'J')} ± {last(c, 'J_se')}", last(c, "noise_floor"),
-                            last(c, "J_split"), last(c, "abs_mean"), c["num_samples"]) for p, c in at_max.items()])
+                          [(POINT_LABELS[p], f"{fmt(t.J[-1])} ± {fmt(t.J_se[-1])}", fmt(t.noise_floor[-1]),
+                            fmt(t.J_split[-1]), fmt(t.abs_mean[-1]), c.num_samples)
+                           for p, c in points.items() for t in [c.tower]])
 
 
 def _log_yerr(J, se):
     """±1 se error bars for a log axis: the lower bar is clipped at 90% of J (it would reach 0 or below)."""
-    J, se = np.asarray(J, float), np.asarray(se, float)
     return np.stack([np.minimum(se, 0.9 * J), se])
 
 
-def plot_depth(depths, main: dict, at_max: dict, gamma: float):
-    """Left: J(theta*) vs depth per context length n (``main``: n -> cell); right: every point of ``at_max``
-    (name -> cell at the largest n) vs depth, theta* first."""
+def plot_depth(s: NEUStats, gamma: float):
+    """Left: J(theta*) vs depth per context length n; right: every point at the largest n vs depth, theta* first."""
     fig, (ax1, ax2) = plots.figure(1, 2, width=9.5, height=3.8)
-    contexts = list(main)
+    depths, contexts = s.depths, list(s.theta_star)
     colors = plots.plt.cm.viridis(np.linspace(0.0, 0.85, len(contexts)))
-    for color, n in zip(colors, contexts):
-        c = main[n]["tower"]
-        ax1.errorbar(depths, c["J"], yerr=_log_yerr(c["J"], c["J_se"]), color=color, marker="o", ms=3, capsize=2,
+    for color, (n, c) in zip(colors, s.theta_star.items()):
+        c = c.tower
+        ax1.errorbar(depths, c.J, yerr=_log_yerr(c.J, c.J_se), color=color, marker="o", ms=3, capsize=2,
                      label=f"n = {n}")
-        ax1.plot(depths, c["noise_floor"], color=color, ls=":", lw=1.0)
+        ax1.plot(depths, c.noise_floor, color=color, ls=":", lw=1.0)
     ax1.plot([], [], color="gray", ls=":", lw=1.0, label="noise floor (same colour)")
     ax1.set(xlabel="depth L", ylabel=r"$J_{L,n}(\theta^*)$", yscale="log",
             title=f"θ*, γ = {gamma}: J vs depth, per context length n")
     ax1.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     for ax in (ax1, ax2):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    star = at_max["theta-star"]["tower"]
-    ax2.fill_between(depths, 1e-12, star["noise_floor"], color="gray", alpha=0.25, label="θ* noise floor")
-    for p, cell in at_max.items():
-        c, is_star = cell["tower"], p == "theta-star"
-        ax2.errorbar(depths, c["J"], yerr=_log_yerr(c["J"], c["J_se"]), marker="o" if is_star else ".", ms=3,
-                     capsize=2, lw=2.0 if is_star else 1.0, color="k" if is_star else None, label=POINT_LABELS[p])
-    lo = max(0.05 * min(float(np.min(star["noise_floor"])), float(np.min(star["J"]))), 1e-12)
+    star = s.points["theta-star"].tower
+    ax2.fill_between(depths, 1e-12, star.noise_floor, color="gray", alpha=0.25, label="θ* noise floor")
+    for p, cell in s.points.items():
+        c, is_star = cell.tower, p == "theta-star"
+        ax2.errorbar(depths, c.J, yerr=_log_yerr(c.J, c.J_se), marker="o" if is_star else ".", ms=3, capsize=2,
+                     lw=2.0 if is_star else 1.0, color="k" if is_star else None, label=POINT_LABELS[p])
+    lo = max(0.05 * min(float(np.min(star.noise_floor)), float(np.min(star.J))), 1e-12)
     ax2.set(xlabel="depth L", ylabel=rf"$J_{{L,{contexts[-1]}}}(\theta)$", yscale="log", ylim=(lo, None),
             title=rf"points $\theta$ of $\Theta^{{\rm Looped}}$ at n = {contexts[-1]}")
     fig.legend(*ax2.get_legend_handles_labels(), loc="outside right upper", fontsize=7)
     return fig
 
 
-def plot_context(main: dict, num_layers: int, gamma: float):
+def plot_context(main: dict[int, NEUCell], L: int, gamma: float):
     """J(theta*) vs context length n at a few depths, with E||X_L||_1 and the sqrt(log n / n) shape of eq. (33)."""
     fig, ax = plots.figure(width=6.5, height=3.8)
     contexts = list(main)
-    ns, L = np.array(contexts, float), num_layers
+    ns = np.array(contexts, float)
     shown = sorted({1, 2, max(1, L // 2), L})
     colors = plots.plt.cm.plasma(np.linspace(0.0, 0.8, len(shown)))
     for color, l in zip(colors, shown):
-        J, se, floor = (np.array([main[n]["tower"][f][l - 1] for n in contexts]) for f in ("J", "J_se", "noise_floor"))
+        J, se, floor = (np.array([getattr(c.tower, f)[l - 1] for c in main.values()])
+                        for f in ("J", "J_se", "noise_floor"))
         ax.errorbar(ns, J, yerr=_log_yerr(J, se), color=color, marker="o", ms=3, capsize=2, label=f"J, L = {l}")
         ax.plot(ns, floor, color=color, ls=":", lw=1.0)
-    upper = np.array([main[n]["tower"]["abs_mean"][-1] for n in contexts])
+    upper = np.array([c.tower.abs_mean[-1] for c in main.values()])
     ax.plot(ns, upper, color="k", ls="--", marker="s", ms=3, label=f"E‖X‖₁ at L = {L} (>= J)")
     ref = np.sqrt(np.log(ns) / ns)
     ax.plot(ns, ref * upper[0] / ref[0], color="gray", ls="-.", lw=1.0, label="∝ sqrt(log n / n) (eq. 33)")
@@ -110,18 +113,16 @@ def plot_context(main: dict, num_layers: int, gamma: float):
     return fig
 
 
-def plot_slow(cell: dict, gamma: float, n: int):
+def plot_slow(cell: NEUCell, gamma: float, n: int):
     """The slow-discount run: J(theta*), its noise floor and E||X||_1 vs depth, with the L gamma^L shape."""
     fig, ax = plots.figure(width=6.5, height=3.6)
-    depths = np.asarray(cell["depths"])
-    c = cell["tower"]
-    ax.errorbar(depths, c["J"], yerr=_log_yerr(c["J"], c["J_se"]), color="k", marker="o", ms=3, capsize=2,
-                label="J(θ*)")
-    ax.plot(depths, c["noise_floor"], color="k", ls=":", lw=1.0, label="noise floor")
-    ax.plot(depths, c["abs_mean"], color="C0", ls="--", lw=1.0, label="E‖X‖₁ (>= J)")
+    depths, c = cell.depths, cell.tower
+    ax.errorbar(depths, c.J, yerr=_log_yerr(c.J, c.J_se), color="k", marker="o", ms=3, capsize=2, label="J(θ*)")
+    ax.plot(depths, c.noise_floor, color="k", ls=":", lw=1.0, label="noise floor")
+    ax.plot(depths, c.abs_mean, color="C0", ls="--", lw=1.0, label="E‖X‖₁ (>= J)")
     shape = depths * gamma ** depths
-    peak = int(np.argmax(c["J"]))
-    ax.plot(depths, shape * c["J"][peak] / shape[peak], color="gray", ls="-.", lw=1.0, label="∝ L γ^L")
+    peak = int(np.argmax(c.J))
+    ax.plot(depths, shape * c.J[peak] / shape[peak], color="gray", ls="-.", lw=1.0, label="∝ L γ^L")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel="depth L", ylabel=rf"$J_{{L,{n}}}(\theta^*)$", yscale="log",
            title=f"slow discount γ = {gamma}, n = {n}")

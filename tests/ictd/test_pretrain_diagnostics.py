@@ -1,21 +1,22 @@
-"""Diagnostics of the pretraining experiments (pretrain_figures.py) against plain references."""
+"""Diagnostics of the pretraining experiments (experiments/cells.py) and the block heatmap (experiments/report.py)
+against plain references."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from memlab.ictd.emergence import a_emergence
-from memlab.ictd.experiments.pretrain_figures import (
+from memlab.ictd.experiments.cells import (
     View,
     binned_by_dt,
     diagonal_share,
     emergence_along_dt,
     majority_pattern,
-    plot_blocks,
     sign_pattern,
     trailing_mean,
     truncated_mean_sem,
 )
+from memlab.ictd.experiments.report import plot_blocks
 from memlab.ictd.transformer import theta_star
 
 # --------------------------------------------------------------------------- numbers behind the figures
@@ -40,15 +41,16 @@ def test_binned_by_dt_matches_a_loop_over_bins():
     rng = np.random.default_rng(1)
     d_t = rng.uniform(0.03, 0.11, size=(4, 200))
     V = rng.uniform(size=(4, 200))
-    b = binned_by_dt(d_t, {"V": V}, 5)
+    b = binned_by_dt(d_t, V, 5)
     edges = np.linspace(d_t.min(), d_t.max(), 6)
+    np.testing.assert_allclose(b.edges, edges)
     for i in range(5):
         inside = (d_t >= edges[i]) & ((d_t < edges[i + 1]) if i < 4 else (d_t <= edges[i + 1]))
-        assert b["count"][i] == inside.sum()
-        np.testing.assert_allclose(b["V_mean"][i], V[inside].mean())
+        assert b.count[i] == inside.sum()
+        np.testing.assert_allclose(b.mean[i], V[inside].mean())
         per_seed = [V[s][inside[s]].mean() for s in range(4)]
-        np.testing.assert_allclose([b["V_q25"][i], b["V_q75"][i]], np.percentile(per_seed, [25, 75]))
-    assert b["count"].sum() == d_t.size
+        np.testing.assert_allclose([b.q25[i], b.q75[i]], np.percentile(per_seed, [25, 75]))
+    assert b.count.sum() == d_t.size
 
 
 def test_diagonal_share_is_the_a_emergence_diagonality_and_sign_agnostic():
@@ -84,13 +86,13 @@ def test_dt_claim_rule_follows_the_direction_of_training():
     late = np.tile((np.arange(T) > 200).astype(float), (3, 1))
     ones = np.ones((3, T))
     a = emergence_along_dt(_view(d_t, late, ones), 20, 0.1, 0.04)
-    assert a["direction"] == -1 and a["A_high_fraction"] == 1.0
-    assert a["V_first_third"] == 0.0 and a["V_last_third_max"] == 1.0
+    assert a.direction == -1 and a.A_high_fraction == 1.0
+    assert a.V_first_third == 0.0 and a.V_last_third_max == 1.0
     b = emergence_along_dt(_view(d_t, ones, 0 * ones), 20, 0.1, 0.04)
-    assert b["V_first_third"] == 1.0 and b["A_high_fraction"] == 0.0
+    assert b.V_first_third == 1.0 and b.A_high_fraction == 0.0
     early = late[:, ::-1]  # d_t rising 0.04 -> 0.1 and V high at the start (low d_t): V did not wait for d_t
     rising = emergence_along_dt(_view(d_t[:, ::-1], early, ones), 20, 0.04, 0.1)
-    assert rising["direction"] == 1 and rising["V_first_third"] == 1.0
+    assert rising.direction == 1 and rising.V_first_third == 1.0
 
 
 def test_block_heatmap_is_the_seed_mean_scaled_by_its_max():
