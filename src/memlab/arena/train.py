@@ -2,7 +2,9 @@
 vmappable over keys, for seeds), in the style of PureJaxRL.
 
 Every step draws a fresh batch from the task (no data set, no overfitting), takes one Adam step on the mean loss,
-and every ``eval_every`` steps scores the model on a fixed held-out batch, so a run returns its budget curve.
+and every ``eval_every`` steps scores the model on the caller's held-out batch, so a run returns its budget curve
+(one held-out batch for every layer and seed of a task: their curves are comparable, and the reference is computed
+once).
 """
 
 from __future__ import annotations
@@ -21,14 +23,14 @@ from memlab.arena.model import SequenceModel
 from memlab.arena.task import Batch, Task, masked_mean, normalised_gap
 from memlab.checks import check_int, check_real
 
-__all__ = ["Scores", "TrainConfig", "TrainResult", "make_model", "make_train", "score"]
+__all__ = ["Baselines", "Scores", "TrainConfig", "TrainResult", "baselines", "make_model", "make_train", "score"]
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Sizes of one training run: ``steps`` Adam steps on batches of ``batch`` sequences of ``length`` steps,
     peak ``learning_rate`` (linear warm-up over the first 10 % of steps, cosine decay to 0), gradients clipped to
-    global norm ``clip``; every ``eval_every`` steps the loss on ``eval_batch`` held-out sequences."""
+    global norm ``clip``; every ``eval_every`` steps the loss on the held-out batch."""
 
     steps: int = 2000
     batch: int = 32
@@ -36,10 +38,9 @@ class TrainConfig:
     learning_rate: float = 3e-3
     clip: float = 1.0
     eval_every: int = 200
-    eval_batch: int = 256
 
     def validate(self) -> None:
-        for name in ("steps", "batch", "length", "eval_every", "eval_batch"):
+        for name in ("steps", "batch", "length", "eval_every"):
             check_int(name, getattr(self, name))
         check_real("learning_rate", self.learning_rate, 0.0, open_low=True)
         check_real("clip", self.clip, 0.0, open_low=True)
@@ -50,20 +51,11 @@ class TrainConfig:
 class TrainResult(NamedTuple):
     """``params``: the trained model's arrays (``eqx.combine`` with ``make_model``'s static part); ``train_loss``
     (steps,): the mean loss of every training batch; ``eval_loss`` (steps / eval_every,): the mean held-out loss
-    after every ``eval_every`` steps; ``eval_reference``, ``eval_trivial`` (): the reference's and the trivial
-    predictor's mean loss on the same held-out batch, so ``eval_gap`` is the budget curve."""
+    after every ``eval_every`` steps."""
 
     params: eqx.Module
     train_loss: Array
     eval_loss: Array
-    eval_reference: Array
-    eval_trivial: Array
-
-    @property
-    def eval_gap(self) -> Array:
-        """The normalised gap after every ``eval_every`` steps (steps / eval_every,)."""
-        return (self.eval_loss - self.eval_reference[..., None]) / (self.eval_trivial - self.eval_reference)[
-            ..., None]
 
 
 def make_model(task: Task, layer: str, width: int, depth: int, key: Array) -> SequenceModel:
@@ -74,18 +66,18 @@ def _mean_loss(task: Task, model: SequenceModel, batch: Batch) -> Array:
     return masked_mean(task.loss(jax.vmap(model)(batch.inputs), batch), batch.mask)
 
 
-def make_train(task: Task, layer: str, width: int, depth: int, config: TrainConfig
+def make_train(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch
                ) -> Callable[[Array], TrainResult]:
-    """``train(key)``: initialise the model of ``layer`` from ``key`` and train it on ``task`` (module docstring)."""
+    """``train(key)``: initialise the model of ``layer`` from ``key`` and train it on ``task``, scoring it on
+    ``held_out`` every ``config.eval_every`` steps (module docstring)."""
     config.validate()
     schedule = optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, max(1, config.steps // 10),
                                                   config.steps)
     optimiser = optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(schedule))
 
     def train(key: Array) -> TrainResult:
-        k_model, k_eval, k_data = jax.random.split(key, 3)
+        k_model, k_data = jax.random.split(key)
         params, static = eqx.partition(make_model(task, layer, width, depth, k_model), eqx.is_inexact_array)
-        held_out = task.sample(k_eval, config.eval_batch, config.length)
 
         def loss_fn(params, batch):
             return _mean_loss(task, eqx.combine(params, static), batch)
@@ -103,18 +95,31 @@ def make_train(task: Task, layer: str, width: int, depth: int, config: TrainConf
         chunks = config.steps // config.eval_every
         (params, _), (losses, eval_loss) = jax.lax.scan(chunk, (params, optimiser.init(params)),
                                                         jax.random.split(k_data, chunks))
-        reference, trivial = (masked_mean(task.loss(p(held_out), held_out), held_out.mask)
-                              for p in (task.reference, task.trivial))
-        return TrainResult(params, losses.reshape(-1), eval_loss, reference, trivial)
+        return TrainResult(params, losses.reshape(-1), eval_loss)
 
     return train
+
+
+class Baselines(NamedTuple):
+    """The task's own predictors on a batch: ``reference_outputs`` (B, L, output_size); ``reference``,
+    ``trivial`` (B, L): their per-step losses."""
+
+    reference_outputs: Array
+    reference: Array
+    trivial: Array
+
+
+def baselines(task: Task, batch: Batch) -> Baselines:
+    reference = task.reference(batch)
+    return Baselines(reference, task.loss(reference, batch), task.loss(task.trivial(batch), batch))
 
 
 class Scores(NamedTuple):
     """A model scored on held-out sequences beside the task's reference and trivial predictors.
 
-    ``model``, ``reference``, ``trivial``, ``distance`` (L,): mean loss per step over the batch (distance: from
-    the model's outputs to the reference's, ``task.distance``); ``gap``: the normalised gap over all steps."""
+    ``model``, ``reference``, ``trivial``, ``distance`` (L,): mean loss per step over the batch's scored entries,
+    NaN at a step with none (distance: from the model's outputs to the reference's, ``task.distance``); ``gap``:
+    the normalised gap over all scored steps."""
 
     model: Array
     reference: Array
@@ -123,10 +128,13 @@ class Scores(NamedTuple):
     gap: Array
 
 
-def score(task: Task, model: Callable[[Array], Array], batch: Batch) -> Scores:
-    """Score ``model`` (one sequence (L, input_size) -> (L, output_size)) on ``batch``."""
-    outputs, reference, trivial = jax.vmap(model)(batch.inputs), task.reference(batch), task.trivial(batch)
-    losses = [task.loss(o, batch) for o in (outputs, reference, trivial)]
-    per_step = [jnp.sum(jnp.where(batch.mask, x, 0.0), 0) / jnp.sum(batch.mask, 0)
-                for x in (*losses, task.distance(outputs, reference))]
+def score(task: Task, model: Callable[[Array], Array], batch: Batch, base: Baselines | None = None) -> Scores:
+    """Score ``model`` (one sequence (L, input_size) -> (L, output_size)) on ``batch`` (``base``: the batch's
+    :func:`baselines`, if already computed)."""
+    base = baselines(task, batch) if base is None else base
+    outputs = jax.vmap(model)(batch.inputs)
+    losses = (task.loss(outputs, batch), base.reference, base.trivial)
+    count = jnp.sum(batch.mask, 0)
+    per_step = [jnp.where(count > 0, jnp.sum(jnp.where(batch.mask, x, 0.0), 0) / jnp.maximum(count, 1), jnp.nan)
+                for x in (*losses, task.distance(outputs, base.reference_outputs))]
     return Scores(*per_step, normalised_gap(*losses, batch.mask))

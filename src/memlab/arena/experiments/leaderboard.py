@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
-from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -18,8 +17,9 @@ import numpy as np
 from memlab import plots
 from memlab.arena.layers import LAYERS, state_size
 from memlab.arena.model import parameter_count
+from memlab.arena.task import masked_mean
 from memlab.arena.tasks import TASKS, make_task
-from memlab.arena.train import TrainConfig, make_model, make_train, score
+from memlab.arena.train import TrainConfig, baselines, make_model, make_train, score
 from memlab.checks import check_choices, check_int
 from memlab.runner import Experiment, Run
 from memlab.store import cell
@@ -67,7 +67,8 @@ class LeaderboardConfig:
         self.train.validate()
 
 
-class GapStats(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class GapStats:
     """One (task, layer): ``gap`` mean and ``se`` (standard error over seeds) of the held-out normalised gap,
     ``per_seed`` (seeds,), ``budget`` (evaluations,) the mean gap after every ``eval_every`` steps, ``parameters``
     and ``state`` (numbers carried per step at the training length)."""
@@ -80,7 +81,8 @@ class GapStats(NamedTuple):
     state: int
 
 
-class Leaderboard(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Leaderboard:
     """``stats[task][layer]``: :class:`GapStats`; ``steps`` (evaluations,): training steps of the budget curves;
     ``closest[task]``: the layer with the smallest mean gap."""
 
@@ -94,13 +96,16 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
                     test_batch: int) -> dict:
     """Train one model per key (vmapped) and score each on one held-out batch."""
     spec = make_task(task)
-    result = jax.jit(jax.vmap(make_train(spec, layer, width, depth, train)))(keys)
-    static = eqx.partition(make_model(spec, layer, width, depth, keys[0]), eqx.is_inexact_array)[1]
     test = spec.sample(test_key, test_batch, train.length)
-    scores = eqx.filter_jit(eqx.filter_vmap(lambda p: score(spec, eqx.combine(p, static), test)))(result.params)
-    per_seed = {f"{n}_loss": np.asarray(getattr(scores, n).mean(-1)) for n in ("model", "reference", "trivial")}
+    base = jax.jit(baselines)(spec, test)
+    result = jax.jit(jax.vmap(make_train(spec, layer, width, depth, train, test)))(keys)
+    static = eqx.partition(make_model(spec, layer, width, depth, keys[0]), eqx.is_inexact_array)[1]
+    scores = eqx.filter_jit(eqx.filter_vmap(lambda p: score(spec, eqx.combine(p, static), test, base)))(
+        result.params)
+    reference, trivial = (float(masked_mean(x, test.mask)) for x in (base.reference, base.trivial))
+    per_seed = {f"{n}_loss": np.nanmean(getattr(scores, n), -1) for n in ("model", "reference", "trivial", "distance")}
     return {"gap": np.asarray(scores.gap), **per_seed,
-            "distance": np.asarray(scores.distance.mean(-1)), "eval_gap": np.asarray(result.eval_gap),
+            "eval_gap": (np.asarray(result.eval_loss) - reference) / (trivial - reference),
             "parameters": parameter_count(eqx.combine(jax.tree.map(lambda a: a[0], result.params), static)),
             "state": state_size(layer, width, train.length) * depth}
 
@@ -139,7 +144,6 @@ def _figures(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
     ax.set_yticks(range(len(cfg.tasks)), cfg.tasks)
     ax.set_title("normalised gap to the optimal predictor (0 = optimal, 1 = no memory)")
     fig.colorbar(image, ax=ax)
-    fig.tight_layout()
     run.save_figure(fig, "gaps.png")
 
     fig, axes = plots.figure(1, len(cfg.tasks), width=3.2 * len(cfg.tasks), height=3.0, squeeze=False)
@@ -150,7 +154,6 @@ def _figures(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
         ax.set(title=t, xlabel="training steps", ylim=(min(-0.05, ax.get_ylim()[0]), 1.1))
     axes[0][0].set_ylabel("held-out gap")
     axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
     run.save_figure(fig, "budget.png")
 
 
@@ -188,13 +191,13 @@ def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
     return board
 
 
-QUICK_TRAIN = TrainConfig(steps=600, batch=32, length=64, learning_rate=3e-3, eval_every=100, eval_batch=256)
+QUICK_TRAIN = TrainConfig(steps=600, batch=32, length=64, learning_rate=3e-3, eval_every=100)
 
 EXPERIMENTS = [
     Experiment(
         "arena.leaderboard", "arena", "arena", "every layer against the optimal predictor on every task",
         {"tiny": LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=("gru", "lru"), width=8, seeds=2,
-                                   train=TrainConfig(steps=20, batch=8, length=16, eval_every=10, eval_batch=32),
+                                   train=TrainConfig(steps=20, batch=8, length=16, eval_every=10),
                                    test_batch=64),
          "quick": LeaderboardConfig(seeds=2, train=QUICK_TRAIN, test_batch=512),
          "paper": LeaderboardConfig(seeds=3, train=TrainConfig(steps=5000, eval_every=250), width=64, depth=2)},
