@@ -27,7 +27,7 @@ def _cell(value) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
-    return str(value).replace("|", "\\|")
+    return str(value).replace("|", "\\|").replace("*", "\\*")  # text, not Markdown: theta* is no emphasis
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -70,7 +70,7 @@ def side_by_side_table(rows: list[dict]) -> str:
     sizes = [k for k in varying if isinstance(rows[0].get(k), int)]  # before the implementation, rates after
     rates = [k for k in varying if k not in sizes]
     reference = rows[0]["reference"]
-    note = [f"reference: {reference}", *(f"{k} = {_cell(rows[0][k])}" for k in same)]
+    note = [f"reference: {_cell(reference)}", *(f"{k} = {_cell(rows[0][k])}" for k in same)]
     body = []
     for r in rows:
         if "speedup" not in r:
@@ -81,7 +81,7 @@ def side_by_side_table(rows: list[dict]) -> str:
             diff = "—" if is_reference else f"{r['max_abs_diff']:.1e}"
         body.append([*(_cell(r.get(k, "")) for k in sizes), _cell(r["implementation"]), f"{r['seconds']:.3g}",
                      ratio, diff, *(_cell(r.get(k, "")) for k in rates)])
-    return (f"**{rows[0]['workload']}** ({'; '.join(note)})\n\n" +
+    return (f"**{_cell(rows[0]['workload'])}** ({'; '.join(note)})\n\n" +
             _table([*sizes, "implementation", "seconds", "speed-up", "max output diff", *rates], body))
 
 
