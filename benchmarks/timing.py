@@ -4,7 +4,8 @@ A side-by-side row (``side_by_side``) is one implementation of one workload::
 
     {"workload": ..., "implementation": ..., "seconds": ..., "reference": <the peer it is compared with>,
      "speedup": reference seconds / these seconds  (> 1: faster than the peer),
-     "max_abs_diff": max |output - reference output|  (every benchmark is also a cross-check)}
+     "max_abs_diff": max |output - reference output|  (every benchmark is also a cross-check),
+     "rounds": how many calls the time is the best of}
 
 Peers come from the optional ``bench`` extra (``pip install -e ".[bench]"``, which ``make bench`` does); a workload
 whose peer is not installed is timed for memlab alone and its row says which package would add the comparison.
@@ -99,7 +100,7 @@ def side_by_side(workload: str, implementations: Sequence[tuple[str, Callable[[]
             rounds = max(repeats, min(MAX_ROUNDS, int(SHORT_ROUNDS_SECONDS / (time.perf_counter() - start))))
     rows = []
     for name in names:
-        row = {"workload": workload, "implementation": name, **(extra or {}), "seconds": seconds[name]}
+        row = {"workload": workload, "implementation": name, **(extra or {}), "seconds": seconds[name], "rounds": done}
         if reference is None:
             row["reference"] = f"(none: {missing})" if missing else "(none)"
         else:

@@ -67,4 +67,16 @@ def test_documentation_site_builds_strictly(tmp_path):
                              "-f", str(ROOT / "mkdocs.yml")], capture_output=True, text=True,
                             env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"}, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert (tmp_path / "site" / "reference" / "belief" / "index.html").exists()
+    site = tmp_path / "site"
+    assert (site / "reference" / "belief" / "index.html").exists()
+    benchmarks = (site / "benchmarks" / "index.html").read_text()
+    assert "benchmark tables" not in benchmarks and benchmarks.count("<table") >= len(
+        list((ROOT / "benchmarks" / "results").glob("*.json")))
+    assert re.search(r"Measured \d{4}-\d{2}-\d{2}", benchmarks)
+    for name in EXPERIMENTS:  # our figure right after the paper's claim, then the claims; or the command to make them
+        page = (site / "experiments" / name / "index.html").read_text()
+        if "No paper-scale run is committed yet" in page:
+            assert f"memlab run {name} --profile paper" in page
+        else:
+            assert page.index("The paper:") < page.index("<img") < page.index('id="claims') < page.index(
+                'id="summary'), name

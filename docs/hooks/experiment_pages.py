@@ -1,15 +1,17 @@
-"""MkDocs hook: one page per experiment, generated at build time from the catalog and from the paper-scale runs
-committed in paper-results/, so the pages cannot drift from the code or the results; and the benchmark tables,
-generated from benchmarks/results/ with the date and machine of each measurement.
+"""MkDocs hook: one page per experiment, generated at build time from the catalog (``memlab.catalog``) and from the
+paper-scale runs committed in paper-results/, so the pages cannot drift from the code or the results.
 
-Each page: what the experiment reproduces, its profiles and commands, and for every committed paper-scale run its
-claims table and its summary (figures and tables copied beside the page). The index `experiments/index.md` lists
-them by study.
+A page opens with what the paper shows (the experiment's paper reference and description), then, for every
+committed paper-scale run, our main figure (the first one the run's summary shows), the claims table (the paper's
+number beside ours and whether the claim holds by its stated rule) and the run's summary; an experiment with no
+finished paper-scale run says so and gives the command. The files of each run are copied beside its page.
+``experiments/index.md`` lists the pages by study, with how many claims hold.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from mkdocs.structure.files import File, Files
@@ -20,6 +22,8 @@ from memlab.files import markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "paper-results"
+STUDIES = ("belief", "ictd", "pissm", "recall")
+_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
 
 
 def _runs() -> dict[str, list[tuple[Path, dict]]]:
@@ -33,92 +37,117 @@ def _runs() -> dict[str, list[tuple[Path, dict]]]:
     return runs
 
 
+def _unfinished() -> dict[str, list[tuple[Path, str]]]:
+    """Run folders that hold a config.json but no results.json yet: (folder, profile) by experiment."""
+    started: dict[str, list[tuple[Path, str]]] = {}
+    for path in sorted(RESULTS.rglob("config.json")):
+        if "cells" in path.parts or (path.parent / "results.json").exists():
+            continue
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if doc.get("experiment") in EXPERIMENTS:
+            started.setdefault(doc["experiment"], []).append((path.parent, doc.get("profile", "?")))
+    return started
+
+
+def _held(doc: dict) -> str:
+    claims = doc.get("claims", [])
+    return f"{sum(bool(c['holds']) for c in claims)} of {len(claims)} claims hold" if claims else "no claims"
+
+
 def _claims(doc: dict) -> str:
-    rows = [(c["claim"], c["paper"], c["ours"], "✓" if c["holds"] else "✗") for c in doc.get("claims", [])]
+    def text(value) -> str:  # claims are plain text: θ* is not the start of an emphasis
+        return str(value).replace("*", r"\*")
+
+    rows = [(text(c["claim"]), text(c["paper"]), text(c["ours"]), "✓" if c["holds"] else "✗")
+            for c in doc.get("claims", [])]
     return markdown_table(["claim", "paper", "ours", "holds"], rows) if rows else ""
 
 
-def _page(name: str, runs: list[tuple[Path, dict]], files: Files, config) -> str:
+def _main_figure(folder: Path, summary: str) -> tuple[str, str] | None:
+    """(caption, file name) of the run's main figure: the first its summary shows, else its first PNG."""
+    for caption, target in _IMAGE.findall(summary):
+        if (folder / target).is_file():
+            return caption, target
+    pngs = sorted(folder.glob("*.png"))
+    return (pngs[0].stem, pngs[0].name) if pngs else None
+
+
+def _summary(text: str, where: str, hidden: str | None) -> str:
+    """The run's summary under the run's heading: its title line dropped (the page has one), the main figure (shown
+    above it) replaced by a pointer, links rebased to the page, headings demoted."""
+    lines = text.strip().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    if hidden:  # the main figure's place in the summary says where it went
+        lines = [_IMAGE.sub(lambda m: f"*({m.group(1)}: the figure at the top of this run.)*"
+                            if m.group(2) == hidden else m.group(0), line) for line in lines]
+    body, _ = rebase_markdown("\n".join(lines), where)
+    return f"### Summary\n\n{body.strip()}\n"
+
+
+def _run_section(name: str, folder: Path, doc: dict, files: Files, config) -> list[str]:
+    where = folder.relative_to(RESULTS).as_posix()
+    target = f"experiments/{name}/{where.replace('/', '-')}"
+    for extra in sorted(folder.iterdir()):
+        if extra.suffix in (".png", ".csv", ".json"):
+            files.append(File.generated(config, f"{target}/{extra.name}", abs_src_path=str(extra)))
+    local = target.split("/", 1)[1]  # the page sits in experiments/, its run's files in experiments/<local>/
+    summary_path = folder / "summary.md"
+    summary = summary_path.read_text(encoding="utf-8") if summary_path.exists() else ""
+    figure = _main_figure(folder, summary)
+    parts = [f"## Paper-scale run: profile `{doc['profile']}` ({_held(doc)})", ""]
+    if figure:
+        caption, image = figure
+        parts += [f"![{caption}]({local}/{image})", "",
+                  f"*Ours: {caption}* — `paper-results/{where}`, made by "
+                  f"`memlab run {name} --profile {doc['profile']}`.", ""]
+    parts += ["### Claims", "", _claims(doc) or "This run states no claims.", ""]
+    if summary:
+        parts += [_summary(summary, local, figure[1] if figure else None)]
+    return parts
+
+
+def _page(name: str, runs: list[tuple[Path, dict]], unfinished: list[tuple[Path, str]], files: Files, config) -> str:
     exp = EXPERIMENTS[name]
-    profiles = ", ".join(f"`{p}`" for p in exp.profiles)
-    parts = [f"# {name}", "", f"**Reproduces:** {exp.paper_ref} of `{exp.paper}`.", "", exp.description + ".", "",
-             f"**Profiles:** {profiles}.", "", "```bash", f"memlab run {name}                  # quick",
-             f"memlab run {name} --profile paper  # the paper's sizes", "```", ""]
+    study = name.split(".")[0]
+    parts = [f"# {name}", "", f"**The paper:** {exp.paper_ref} of `{exp.paper}` ([{study} study](../studies/"
+             f"{study}.md)): {exp.description}.", ""]
     if not runs:
-        parts += ["No paper-scale run of this experiment is committed yet; `memlab run` writes its summary and "
-                  "figures to `out/`.", ""]
+        parts += ['!!! note "No paper-scale run is committed yet"', "",
+                  "    `paper-results/` holds no finished paper-scale run of this experiment, so this page has no "
+                  "figure or claims table yet. This command computes them (the summary, the figures and "
+                  f"`results.json` with the claims go to `out/{name}/paper/`):", "",
+                  f"        memlab run {name} --profile paper", ""]
+        parts += [f"    A `{profile}` run has started but not finished: `paper-results/"
+                  f"{folder.relative_to(RESULTS).as_posix()}/` holds its config; its finished cells are in "
+                  "`paper-results/cells/`." for folder, profile in unfinished] + [""]
     for folder, doc in runs:
-        where = folder.relative_to(RESULTS).as_posix()
-        target = f"experiments/{name}/{where.replace('/', '-')}"
-        for extra in sorted(folder.iterdir()):
-            if extra.suffix in (".png", ".csv", ".json"):
-                files.append(File.generated(config, f"{target}/{extra.name}", abs_src_path=str(extra)))
-        parts += [f"## Profile `{doc['profile']}` (`paper-results/{where}`)", "", _claims(doc)]
-        summary = folder / "summary.md"
-        if summary.exists():
-            text, _ = rebase_markdown(summary.read_text(encoding="utf-8"), target.split("/", 1)[1])
-            parts += [text.strip(), ""]
-    return "\n".join(parts) + "\n"
+        parts += _run_section(name, folder, doc, files, config)
+    profiles = ", ".join(f"`{p}`" for p in exp.profiles)
+    parts += ["## Run it", "", f"Profiles: {profiles} ([Running experiments](../running.md)).", "", "```bash",
+              f"memlab run {name}                  # quick", f"memlab run {name} --profile paper  # the paper's sizes",
+              "```", ""]
+    return "\n".join(parts)
+
+
+def _index(runs: dict[str, list[tuple[Path, dict]]]) -> str:
+    lines = ["# Experiment pages", "", "One page per experiment, generated from the catalog and the committed "
+             "paper-scale runs (`paper-results/`): the paper's claim, our figure, the claims table and the summary.",
+             ""]
+    for study in STUDIES:
+        lines += [f"## {study}", ""]
+        for name, exp in EXPERIMENTS.items():
+            if name.startswith(study + "."):
+                held = "; ".join(f"`{doc['profile']}`: {_held(doc)}" for _, doc in runs.get(name, []))
+                lines.append(f"- [{name}]({name}.md): {exp.paper_ref} — " + (held or "no paper-scale run yet"))
+        lines.append("")
+    return "\n".join(lines)
 
 
 def on_files(files: Files, config) -> Files:
-    runs = _runs()
-    index = ["# Experiment pages", "", "One page per experiment, generated from the catalog and the committed "
-             "paper-scale runs (`paper-results/`).", ""]
-    for study in ("belief", "ictd", "pissm", "recall"):
-        index += [f"## {study}", ""]
-        for name, exp in EXPERIMENTS.items():
-            if name.startswith(study + "."):
-                count = len(runs.get(name, []))
-                index.append(f"- [{name}]({name}.md): {exp.paper_ref}" + (f" — {count} paper-scale run(s)"
-                                                                            if count else ""))
-        index.append("")
-    files.append(File.generated(config, "experiments/index.md", content="\n".join(index)))
+    runs, unfinished = _runs(), _unfinished()
+    files.append(File.generated(config, "experiments/index.md", content=_index(runs)))
     for name in EXPERIMENTS:
-        files.append(File.generated(config, f"experiments/{name}.md", content=_page(name, runs.get(name, []), files,
-                                                                                       config)))
-    files.append(File.generated(config, "benchmark-tables.md", content=benchmark_page()))
+        page = _page(name, runs.get(name, []), unfinished.get(name, []), files, config)
+        files.append(File.generated(config, f"experiments/{name}.md", content=page))
     return files
-
-
-# ------------------------------------------------------------------------------------------------ benchmark tables
-
-
-def _benchmark_date(path: Path, doc: dict) -> str:
-    """The date the results were measured (recorded since issue 30), else the date git last changed the file."""
-    if doc.get("date"):
-        return doc["date"]
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "log", "-1", "--format=%cs", "--", str(path)], capture_output=True, text=True,
-                             cwd=ROOT, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        out = ""
-    return f"{out} (committed)" if out else "not recorded"
-
-
-def benchmark_page() -> str:
-    """Every benchmark's side-by-side ratios (``benchmarks/ratios.py``) with the date and the machine they were
-    measured on, from benchmarks/results/*.json."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("ratios", ROOT / "benchmarks" / "ratios.py")
-    ratios = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ratios)
-    parts = ["# Benchmark tables", "", "Generated from `benchmarks/results/*.json` (written by `make bench`): every "
-             "implementation's speed-up over its reference and the largest difference of their outputs, with the "
-             "date and the machine of the measurement. Ratios carry over between machines far better than seconds.",
-             ""]
-    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        rows = ratios.ratio_rows(doc) if "rows" in doc else []
-        if not rows:
-            continue
-        m = doc.get("machine", {})
-        versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items())
-        parts += [f"## {doc.get('benchmark', path.stem)}", "",
-                  f"Measured {_benchmark_date(path, doc)} on {m.get('cpus', '?')} CPUs ({m.get('platform', '?')}); "
-                  f"{versions}.", "", markdown_table(["workload", "sizes", "implementation", "reference", "speed-up",
-                                                      "max output diff"], rows)]
-    return "\n".join(parts) + "\n"

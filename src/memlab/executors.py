@@ -1,21 +1,14 @@
 """Who computes the unfinished cells of a sweep: this process, a local pool of processes, or a Ray cluster.
 
-A cell is a zero-argument callable returning a dict (a pure function of the config and a named key, see
-``Run.sweep``). An executor takes ``{name: cell}`` and yields an :class:`Outcome` per cell *as it finishes*;
-the driver (``Run.sweep``) alone writes the cell files, so a lost worker, a killed driver or Ctrl-C loses only
-the cells still running, and rerunning the same command with any executor resumes.
+An executor takes ``{name: cell}`` (zero-argument callables returning a dict) and yields an :class:`Outcome` per cell
+*as it finishes*; the driver (``Run.sweep``) alone writes the cell files, so a lost worker, a killed driver or Ctrl-C
+loses only the cells still running, and rerunning the same command with any executor resumes.
 
 - :class:`LocalExecutor` (``--executor local``, the default): in this process, one cell after another.
 - :class:`ProcessExecutor` (``--executor processes --workers N``): a pool of N spawned worker processes.
-- :class:`RayExecutor` (``--executor ray [--address ADDR] [--cpus-per-cell K]``): one Ray task per cell on an
-  existing cluster (``--address auto`` joins one started with ``ray start --head``), or on a local Ray
-  instance. Ray is the optional extra ``pip install -e ".[ray]"``; every node needs memlab installed.
+- :class:`RayExecutor` (``--executor ray [--address ADDR] [--cpus-per-cell K]``): one Ray task per cell.
 
-Same numbers whatever the executor: every cell runs through :func:`compute_cell`, which applies the driver's
-JAX settings (float64 on or off at the time of the sweep; the persistent compile cache), and a cell's result
-always reaches the driver as the same JSON record (``files.cell_text``). Worker processes inherit the
-driver's environment (``XLA_FLAGS``); on a remote Ray cluster it is passed in the job's runtime environment.
-Cells travel to workers with cloudpickle (closures and partials of module functions both work).
+Why the numbers are the same whatever the executor: docs/architecture.md, "The experiment contract".
 """
 
 from __future__ import annotations

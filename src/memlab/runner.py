@@ -1,23 +1,10 @@
 """What every experiment shares: output folder, config, named keys, sweeps of resumable cells, writers.
 
 An :class:`Experiment` names a frozen config dataclass per profile and a ``run(config, run)`` function.
-:func:`run_experiment` gives that function a :class:`Run` bound to an output folder::
-
-    out/<experiment name>/<profile>/
-        config.json        written first; a folder is tied to one config
-        results.json       {"experiment", "profile", "paper_ref", "config", "results", "claims",
-                            "elapsed_s", "executor", "cell_store", "cells"}
-        summary.md, *.png, *.csv   whatever the experiment writes
-        cells/<name>.json  finished sweep cells, and <name>.digest: the store digest each was computed for
-    out/cells/             the cell store (``memlab.store``): finished cells of every experiment and profile,
-                           keyed by function, arguments and key, so a cell computed for one figure serves another
-
-The shape of every experiment: cells -> :meth:`Run.sweep` -> analysis -> figures -> claims -> summary. A
-sweep's cells are zero-argument functions of the config and a named key (:meth:`Run.key_for`); the executor
-(``memlab.executors``: in-process, a local process pool, a Ray cluster) computes the unfinished ones, and the
-driver writes each cell file as its result arrives (kept on interrupt or failure, skipped on the next run). Files
-are written atomically (``memlab.files``). With a time limit (``run_experiment(time_limit=...)``) no cell starts
-that would not finish in time, and the run stops with :class:`TimeLimitReached`.
+:func:`run_experiment` gives that function a :class:`Run` bound to an output folder ``out/<experiment>/<profile>/``
+(config.json, results.json, summary.md, figures and tables, the finished cells). The shape of every experiment:
+cells -> :meth:`Run.sweep` -> analysis -> figures -> claims -> summary. The folder's files and how a sweep runs,
+resumes and stops in time: docs/architecture.md, "The experiment contract".
 """
 
 from __future__ import annotations

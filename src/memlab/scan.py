@@ -1,25 +1,12 @@
-"""Linear recurrences in sequential (``lax.scan``) and parallel (``lax.associative_scan``) form.
-
-Affine recurrences, elementwise and with a matrix (the S5/S6 layers, Deep ALF):
+"""Linear recurrences in sequential (``lax.scan``) and parallel (``lax.associative_scan``) form, with per-step resets.
 
     h_t = a_t * h_{t-1} + b_t      (``linear_scan``)        h_t = M_t h_{t-1} + b_t      (``matrix_scan``)
+    h_k = c_k * h_{k-1}[src_k] + b_k                         (scaled permutations: the ALF of paper 1, eq. 24 / 46,
+                                                              and the exact linear filters of Theorem 4.4)
 
-with h_{-1} = h0 and a per-step ``reset`` flag that restarts the recurrence at t from h0, so packed sequences
-behave as separate ones. The parallel form composes affine maps.
-
-Scaled-permutation recurrence (the ALF of paper 1, eqs. 24 and 46, and the exact
-linear filters of Theorem 4.4 / Corollary 4.5 have this form):
-
-    h_k = c_k * h_{k-1}[src_k] + b_k          h (N,), src_k (N,) int, c_k scalar, b_k (N,)
-
-i.e. h_k = A_k h_{k-1} + b_k with A_k = c_k Π_k a scaled permutation (Π_k h)[i] = h[src_k[i]].
-Entries may be -inf (logits of impossible states); products use the convention
-0 * (-inf) = 0 so nothing turns into NaN.
-
-The parallel form composes affine maps: applying (src1, c1, b1) then (src2, c2, b2) gives
-(src1[src2], c1 c2, c2 b1[src2] + b2); a flag records whether a factor was exactly zero,
-since a product of small factors may underflow to 0 without being a true zero. On a CPU the sequential form is
-usually faster (see DESIGN.md); the parallel form is the accelerator path and the cross-check.
+A ``reset`` flag restarts the recurrence at t from h0, so packed sequences behave as separate ones. Entries may be
+-inf (logits of impossible states) with 0 * (-inf) = 0. How the parallel forms compose: docs/architecture.md,
+"Linear recurrences".
 """
 
 from __future__ import annotations

@@ -1,34 +1,13 @@
 """The cell store: finished sweep cells kept by what determines their result, shared by every experiment under one root.
 
 A cell built as ``functools.partial(f, *args, **kwargs)`` of a module-level function ``f`` is a described
-computation: its result depends only on ``f``, its arguments (random keys included) and the code and library
-versions that computed it. :func:`cell_digest` hashes exactly that, so two experiments (or two profiles) that
-ask for the same cell -- same function, same arguments, same key -- find one record::
+computation: :func:`cell_digest` hashes the function's stable name (:func:`cell`) and version, its arguments (keys
+included) and jax/jaxlib's major.minor version, so two experiments that ask for the same cell find one record::
 
     <store>/<module.function>/<digest>.json the cell record (``files.cell_text``) plus where it was first computed
     <store>/checkpoints/<digest>/           files of a cell that checkpoints (``CHECKPOINT`` in its arguments)
 
-What goes into the digest (``describe``):
-- the function's name: the stable name given by :func:`cell` (``@cell("pissm.stability-run")``), which survives
-  moving the function to another module, else its module and qualified name; and its version (``@cell(name,
-  version=2)``, default 0): bump it when a change to the code alters the cell's numbers;
-- the arguments, by parameter name with defaults filled in: numbers exactly (``repr``), strings,
-  tuples/lists, dicts, dataclasses and NamedTuples field by field with their class names, arrays by dtype,
-  shape and a SHA-256 of their bytes, JAX keys by their raw bits, other pytrees (Equinox modules) by their
-  structure and leaves;
-- the major.minor version of jax and jaxlib (the range pyproject.toml admits). Patch releases are recorded in
-  each record, not keyed: the runner warns when a sweep mixes them (``Run._warn_other_software``).
-
-``CHECKPOINT`` stands for the cell's own checkpoint path: the runner puts ``<store>/checkpoints/<digest>/<name>``
-in its place, and the path is not part of the digest, so a cell started for one experiment resumes for another.
-
-A cell that cannot be described (a lambda, a closure, an argument of an unknown type) is not stored here; the
-runner keeps it in its run folder only, as before.
-
-Not in the digest: the jax/jaxlib/numpy patch versions (recorded in each record's ``software``; a sweep that mixes
-them says so), float64 (an experiment's own setting around its sweep), and the CPU device count of the cell's
-process (results.json's ``cpu_devices``), which moves the float rounding of passes split over devices (recall's
-validation, the vmapped exact filters).
+What goes into the digest and what does not: docs/architecture.md, "The cell store".
 """
 
 from __future__ import annotations

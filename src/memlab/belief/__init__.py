@@ -1,27 +1,9 @@
 """The belief study (paper: linear-recurrent-memory-pomdp.md): which filter a linear recurrent memory carries out.
 
-Tasks, references and models (the library; ``__all__`` below is what other code may import):
-
-    hmm.py            HMM and action-controlled HMM, eq. (3)-(6), and their sampler
-    examples.py       the paper's worked examples: the two-state HMMs of eq. (47) / (54), Example 1 (eq. 50)
-    random_models.py  random deterministic systems, permutations and emissions (tests, experiments, benchmarks)
-    structure.py      Def. 4.1, Lemma 4.2, Def. 5.1 / 5.4, Assumptions 5.6 / 5.8
-    filters.py        the reference: the logit optimal filter (LOF) eq. (7) as one scan of its step, MAP decoding
-    fast_filters.py   the same filters as fast engines (lof, log_belief, lof_parallel: what this package exports)
-    exact_linear.py   exact linear filters for deterministic systems, Theorem 4.4 / Corollary 4.5
-    alf.py            the Adaptive Logit Filter eq. (24) / (46) and the delta schedules eq. (48)-(49)
-    theory.py         constants of the ALF error bound: xi eq. (144)-(145), W eq. (190), ...
-    montecarlo.py     the decoding error p_k, eq. (19), by Monte Carlo
-    metrics.py        trend of a curve, lag after a state switch, agreement of two filters' logits
-    ringworld.py      the RingWorld POMDP of section 6.2 / App. E.2, eq. (193)-(199), a functional (gymnax-style)
-                      environment, its fully informed DP optimum, QMDP and random-policy references
-    memories.py       the LOF / ALF (± softmax) as agent memories (the ``memlab.rl.memory`` interface)
-    deep_alf.py       Deep ALF, eq. (197)-(203): the ALF in the complex diagonal basis with learnable parameters
-    agents.py         RingWorld memories by name, one checkpointed PPO training run, playing a trained agent
-
-Experiments, in ``experiments/``: ``error.py`` (Fig. 1, Fig. 7), ``logit_trace.py`` (Fig. 5), ``exact_linear.py``
-(Thm 4.4, Cor 4.5, Example 1), ``ringworld_env.py`` (Figs. 2, 8), ``ringworld_ppo.py`` (Figs. 3, 9, 10),
-``ringworld_trajectory.py`` (Fig. 6), indexed by ``experiments/__init__.py``; no library module imports them.
+The library (``__all__`` below is what other code may import): the HMMs and RingWorld, the exact filter (the LOF,
+eq. (7)) as a plain reference and as fast engines, the exact linear filters of Theorem 4.4, the ALF of eq. (24) /
+(46), Deep ALF, and the agents' memories. The experiments live in ``experiments/``; no library module imports them.
+Module by module: docs/studies/belief.md.
 """
 
 from memlab.belief.agents import MEMORIES, load_agent, make_memory, play, ringworld_for, train_agent

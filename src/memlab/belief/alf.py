@@ -8,14 +8,8 @@ Time-varying ALF for action-controlled HMMs with T(a) = P(a) + eps Q(a), eq. (46
 
     w_k = P(a_{k-1}) (1 - delta) w_{k-1} + delta log(E^T y_k)
 
-Both are written here in the ORIGINAL state labels: the block matrix becomes the
-permutation ``src`` with (A w)[i] = w[src[i]] (P on the recurrent states of the
-deterministic backbone D, identity on its transient states), so an ALF can be
-compared state by state with the exact filter. The product is a gather rather
-than a matmul: with the -inf initialisation of Assumption 5.3 a matmul would give
-0 * (-inf) = NaN, while the paper's convention is -inf * 0 = 0. The same
-convention is applied to the scalar factors (1 - delta) and delta (so delta = 1
-or delta = 0 never yields NaN).
+Both in the ORIGINAL state labels (the block matrix becomes a permutation gather), so an ALF is compared state by
+state with the exact filter, with the paper's -inf * 0 = 0: docs/studies/belief.md, "The ALF in original labels".
 """
 
 from __future__ import annotations

@@ -1,36 +1,15 @@
-"""Exact linear filters for deterministic transitions (paper 1, Sec. 4): Theorem 4.4, Corollary 4.5.
+"""Exact linear filters for deterministic transitions (paper 1, Sec. 4): Theorem 4.4 for any nilpotent index ell,
+eq. (14)-(15) with psi of eq. (64)-(65), and Corollary 4.5 (ell = 1, r = 0, action-dependent T' = P(a_{k-1}),
+eq. (17)-(18)).
 
-Theorem 4.4 (any nilpotent index ell; the paper writes psi out only for ell = 2, eq. 65):
+Choices the paper leaves open:
 
-    w_k = T' w_{k-1} + psi(k, y_k, ..., y_{k-ell+1}),   T' = blockdiag(I_r, P)      eq. (14)-(15)
-    psi = log(E^T y_k) + c_k,   c_k = log(T exp w^o_{k-1}) - T' w^o_{k-1}   k <= ell  eq. (65)
-    psi = log(E^T y_k)                                                     k >  ell  eq. (64)
+- psi for any ell (the paper writes it out for ell = 2), w^o_{k-1} recomputed from the last ell observations;
+- T' applied as a gather, so -inf logits move without 0 * (-inf) = NaN;
+- where no finite psi can be exact (zeros in pi0 or E) the filter returns -inf there and flags the row ``inexact``;
+  ``construction_is_exact`` decides beforehand.
 
-with w^o_0 = log pi0 in the first term and the arbitrary w_0 in the second at k = 1,
-so that w_k = w^o_k (the LOF, eq. 7) step by step for k <= ell; w^o_{k-1} is
-recomputed inside psi from the window of the last ell observations by eq. (57)/(7).
-Corollary 4.5 is the case ell = 1, r = 0 with action-dependent T' = P(a_{k-1}), eq. (17)-(18).
-
-Extended reals. T' is a permutation of coordinates, applied as a gather
-``w[src]`` with ``src = T_prime_index`` (original state labels), never as a matmul,
-so -inf entries move without producing 0 * (-inf) = NaN (the paper's convention
-0 * (-inf) = 0). psi_k(i) = -inf wherever w^o_k(i) = -inf.
-
-When exactness is impossible. If for some k <= ell a coordinate has
-(T' w^o_{k-1})(i) = -inf but w^o_k(i) finite, no finite psi can revive it
-(it would need psi = +inf): Theorem 4.4 then fails for any linear update. This
-happens when pi0 or E have zeros, e.g. pi0 = e_a for a transient chain a -> b -> c
-(c recurrent): w^o_1(c) = -inf, w^o_2(c) finite. At such coordinates c_k is set to 0,
-so the filter gives w_k(i) = -inf. Every coordinate of the output is then either
-exactly w^o_k(i) or -inf where w^o_k(i) is finite; the filter tracks the support of
-beta_k (eq. 57, a boolean recursion) and returns ``inexact[k-1] = True`` exactly on
-the rows that differ from the LOF (such errors start at some k <= ell and may persist).
-``construction_is_exact`` decides beforehand whether this can happen for (T, E, pi0)
-and any finite w0; pi0 > 0 and E > 0 is a simple sufficient condition.
-
-Shapes: T (N, N) or (A, N, N), E (S, N), pi0 (N,), w0 (N,) (default 0; entries may be
--inf, NaN/+inf are rejected), ys (K,) int in [0, S), actions (K,) int a_0..a_{K-1}.
-Outputs (K, N), row k-1 holding w_k, like ``filters.lof``.
+The construction and when exactness is impossible: docs/studies/belief.md, "Exact linear filters".
 """
 
 from __future__ import annotations

@@ -1,38 +1,15 @@
-"""The RingWorld POMDP of section 6.2 / Appendix E.2.1, as a functional JAX environment.
+"""The RingWorld POMDP of section 6.2 / App. E.2.1 as a functional (gymnax-style) JAX environment: backbones
+eq. (198) and their diagonalisation eq. (197) / (199), transitions eq. (193)-(194), observations eq. (195), reward
+eq. (196); the fully informed DP optimum (the ceiling of Fig. 3) and the random-policy return (the floor).
 
-States are 0-based: index x = 0..11 is the paper's state x + 1 (so the goal states 2, 3 are indices 1, 2 and the
-traps 6, 11, 12 are indices 5, 10, 11). Actions 0..3 are CW1, CW2, CCW1, CCW2; clockwise increases the index.
-Column convention of ``belief/hmm.py``: T[a, i, j] = P(x' = i | x = j, a), E[s, j] = P(y = u_s | x = j).
+States 0..11 are the paper's states 1..12; actions 0..3 are CW1, CW2, CCW1, CCW2; T and E in the column convention
+of ``belief/hmm.py``. Choices the paper leaves open:
 
-* Permutation backbones, eq. (198): P(CW1) e_j = e_{j+1}, P(CW2) = P(CW1)^2, P(CCW1) = P(CW1)^T,
-  P(CCW2) = (P(CW1)^T)^2; ``ring_diagonalisation`` gives V, Lambda(a) of eq. (197) / (199).
-* Transitions: T(CW1) = P(CW1) + eps Q(CW1) of eq. (193)-(194): to j+1 w.p. 1 - 2 eps, stay (slip) or overshoot
-  to j+2 w.p. eps each. The paper prints T only for CW1; we use the same slip/overshoot pattern around every
-  action's target, T(a) = (1 - 2 eps) P(a) + eps P(a) (P(CW1) + P(CCW1)), which reproduces eq. (194) for CW1.
-* Observations, eq. (195): E[i, j] proportional to exp(cos(theta_j - xi_i)), theta_j = 2 pi j / 12 for index j
-  (the paper's 2 pi (j - 1) / 12 for state j), four beacons at paper states 1, 4, 7, 10 (indices 0, 3, 6, 9; the
-  paper does not state where). The twelve columns are pairwise distinct (the smallest max-norm distance between two
-  columns is 0.130) and strictly positive, so Assumption 5.8 holds; at paper state 3 the beacons B3, B4 have
-  probability 0.120 and 0.083 (B1: 0.326, B2: 0.470), the "unlikely" observations of Appendix B.2.
-* Reward, eq. (196): r(x_k) = (1{goal} - 1{trap}) / K for the state x_k ENTERED at step k = 1..K, so an
-  episode's return lies in [-1, 1]. Start x_0 ~ pi0 uniform; the episode terminates after exactly K steps
-  (terminated=True, truncated=False: there is nothing to bootstrap).
+- every action slips and overshoots around its target as CW1 does (the paper prints T for CW1 only);
+- the four beacons sit at paper states 1, 4, 7, 10;
+- an episode's first observation is NULL (all zeros), so a memory reproduces ``filters.lof`` / ``alf.alf_filter``.
 
-The API follows gymnax 1.0 (without depending on it): ``obs, state = env.reset(key, params)``,
-``obs, state, reward, terminated, truncated, info = env.step(key, state, action, params)``, one unbatched
-environment per call (vmap outside), with AUTO-RESET: when the step ends the episode, the returned obs and state
-are those of a fresh episode, while reward, terminated and ``info["next_state"]`` / ``info["next_obs"]`` /
-``info["episode_return"]`` refer to the step just taken. The observation is a float32 one-hot of y_k (length 4),
-or of the true state x_k (length 12) when ``fully_observed``. At reset the observation is NULL (all zeros): the
-paper's first observation is y_1, emitted by x_1, so a memory that returns its initial logits at an episode start
-and then applies eq. (7) / (46) to the following (y_k, a_{k-1}) reproduces ``filters.lof`` / ``alf.alf_filter``
-exactly (``episode_inputs`` extracts those inputs from a rollout). ``params.hmm`` is the ``ControlledHMM`` the
-environment samples from (also when ``fully_observed``: E stays the beacon model), ``params.P`` the backbones
-for ``ALF.time_varying``.
-
-``optimal_policy`` / ``optimal_return``: finite-horizon dynamic programming with the true state known (the ceiling
-of Fig. 3); ``random_return``: uniform random actions (the floor; -1/12 for every eps and K, since the mean
-transition matrix is circulant and keeps pi0 uniform). For eps = 0.05, K = 100 the optimum is 0.942.
+The states, the auto-reset API and the references in full: docs/studies/belief.md, "RingWorld".
 """
 
 from __future__ import annotations

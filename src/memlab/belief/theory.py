@@ -1,30 +1,9 @@
-"""Constants of the Adaptive Logit Filter's error bound (paper 1, Sec. 5.1, App. D).
+"""Constants of the Adaptive Logit Filter's error bound (paper 1, Sec. 5.1, App. D): xi of eq. (144)-(145) through
+Lambda_n of eq. (99) and d_n of eq. (171), W of eq. (190), the delta range of eq. (34).
 
-NumPy/SciPy float64 references (not hot paths). Inputs are the recurrent part of
-the model only:
-
-    P        (n, n)  permutation matrix of the backbone, n = N - r,
-                     P[i, j] = 1 iff sigma(x_j) = x_i                    Def. 5.4
-    E_tilde  (S, n)  emission columns of the recurrent states          eq. (28)
-
-Reading of eqs. (92), (99), (100), fixed here once. In the proof of Lemma D.2 the
-true state at time i is sigma^{i mod M}(x1) (eq. 79), and Lambda_n uses
-g_{h M - n}(x), whose index is -n mod M. So for n in {0..M-1}
-
-    p = E_tilde[:, sigma^{(-n) mod M}(x1)]   (the true state's emission; y ~ p)
-    q = E_tilde[:, sigma^{(-n) mod M}(x)]
-    g = log(p(y) / q(y)),   Lambda_n(t; x) = log E_p[exp(t g)]            eq. (99)
-                                           = log sum_y p^(1+t) q^(-t)
-    d_n(x) = E_p[g] = KL(p || q)                                         eq. (171)
-
-so Lambda_n(0) = Lambda_n(-1) = 0 and Lambda_n'(0) = d_n (Lemma D.8). If p = q
-then Lambda_n = 0 identically (eq. 101), which is why only n in Gamma(x) enter
-eq. (102). Since n -> -n mod M is a bijection of {0..M-1}, xi itself does not
-depend on the direction in which sigma is iterated; Gamma(x) as an index set does,
-and we keep the paper's (-n) mod M.
-
-Column equality in Gamma(x) and Assumption 5.6b is exact (as in the paper):
-nearly equal columns are distinct and just give a small xi.
+NumPy/SciPy float64 references (not hot paths) on the recurrent part of the model only: the backbone permutation P
+(n, n) of Def. 5.4 and the emission columns E_tilde (S, n) of eq. (28). The index convention of eqs. (92), (99),
+(100), which the paper leaves implicit, is fixed once: docs/studies/belief.md, "The ALF error bound".
 """
 
 from __future__ import annotations

@@ -1,44 +1,12 @@
 """The norm of the expected TD update (NEU) of a looped softmax ICTD block (paper 2, section 6, App. E.4).
 
-Parameter space Theta^Looped of eq. (32): one pair (V, A) shared by all L layers of the single-head + TSM block
-(``transformer.forward(form="tsm", kind="softmax")``), with
+The looped parameter space of eq. (32), theta = (u, B) stored flat as ``concat(u, B.ravel())`` (theta* of eq. (15)
+is ``theta_star_looped``); the TD update direction X_L of eq. (30) and J_{L,n} = ||E[X_L]||_1 of eq. (31),
+estimated with the tower estimator of App. E.4 (the next state summed out exactly), for every depth l = 1..L from
+one forward pass. ``summarize`` reports J-hat with its Monte-Carlo noise floor, the split-half estimate J_split
+(together they bracket J), a delta-method standard error and E||X_L||_1 (the quantity Theorem 3's proof bounds).
 
-    V = [0_{(d+2) x (d+3)}; 0_{1 x d} u],   A = diag-block(B, 0_{3 x 3}),   u (3,), B (d, d),
-
-so the free parameters are theta = (u, B), D_theta = d^2 + 3 of them. They are stored flat as
-``theta = concat(u, B.ravel())`` (d^2 + 3,): entries 0..2 are u (coefficients of R, gamma v', v), entry
-3 + d i + j is B[i, j]. theta* = (u* = (1, 1, -1), B* = I_d) is eq. (15) (``theta_star_looped``).
-
-TD update direction (eq. 30-31). For a task (p, r) and a stationary trajectory S_0 ~ mu_pi, S_0..S_{n+1} (n+1
-transitions, section 6), v_L(S_n; theta) is the readout of the prompt (13) of the first n transitions (S_0..S_n,
-R_1..R_n) and v_L(S_{n+1}; theta) the readout of the shifted prompt (S_1..S_{n+1}, R_2..R_{n+1}). With
-R_{n+1} = r(S_n),
-
-    delta_L = R_{n+1} + gamma v_L(S_{n+1}) - v_L(S_n),    X_L = delta_L grad_theta v_L(S_n)          eq. (30)
-    J_{L,n}(theta) = || E_{(p,r), tau_{n+1}} [X_L] ||_1                                                eq. (31)
-
-Tower estimator (App. E.4). delta_L depends on S_{n+1} only through v_L(S_{n+1}), and grad v_L(S_n) does not
-depend on S_{n+1}, so E[X_L] = E[delta_bar_L grad v_L(S_n)] with
-
-    delta_bar_L = r(S_n) + gamma sum_{s'} p(s' | S_n) v_L(S_{n+1} = s') - v_L(S_n),
-
-where the shifted prompt is evaluated for every possible next state s' (m forward passes without gradient).
-This removes the S_{n+1} noise exactly and keeps the estimator unbiased; the plain sample estimator (sampled
-S_{n+1}) comes out of the same computation, since the sampled next state is one of the m evaluated.
-
-Gradients are ``jax.vjp`` through ``transformer.forward`` (reverse mode). ``update_samples`` reads out every depth
-l = 1..L of one forward pass and pulls back the L unit cotangents (one at a time), so one call gives X_l for all depths
-with common random numbers; ``td_update_direction`` is the plain one-depth definition (``jax.grad`` of v_L), used as
-the reference in the tests.
-
-Monte-Carlo error (``summarize``). J-hat = ||mean of X||_1 over N iid (task, trajectory) samples is biased UPWARD
-by the noise: if E[X] = 0, E||mean||_1 ~ sqrt(2/pi) sum_j se_j (Gaussian approximation), which is reported as the
-``noise_floor``; a J-hat at or below about that level is indistinguishable from J = 0. ``J_split`` is the
-split-half cross estimate 1/2 (sign(m_A) . m_B + sign(m_B) . m_A) of two independent halves: its expectation is
-sum_j |mu_j| (2 Phi(|mu_j| / se_{half,j}) - 1) in [0, ||mu||_1], i.e. biased DOWNWARD and 0 in expectation when
-mu = 0, so [J_split, J-hat] brackets J up to Monte-Carlo error. ``J_se`` is the delta-method standard error of J-hat
-(std of sign(mean) . X_i / sqrt(N), valid when |mu_j| >> se_j). ``abs_mean`` = E||X_L||_1 >= J is the quantity the
-proof of Theorem 3 bounds (eq. 94); its estimate has no sign bias.
+The estimators and their biases: docs/studies/ictd.md, "The NEU objective".
 """
 
 from __future__ import annotations
@@ -293,7 +261,7 @@ def _update_samples(theta, tasks, keys, num_layers, n, batch_size, depths):
 
 @dataclasses.dataclass(frozen=True)
 class NEUEstimate:
-    """Monte-Carlo estimate of J_{l,n} (eq. 31) at depths l = 1..L from N samples (module docstring).
+    """Monte-Carlo estimate of J_{l,n} (eq. 31) at depths l = 1..L from N samples (its biases: docs/studies/ictd.md).
 
     J (L,): ||mean X_l||_1 (biased up by noise); J_se (L,): its delta-method standard error; noise_floor (L,):
     sqrt(2/pi) ||se||_1, the expected J-hat if E[X] = 0; J_split (L,): split-half cross estimate (biased down);

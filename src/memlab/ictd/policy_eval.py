@@ -1,35 +1,16 @@
 """In-context policy evaluation by one theta* transformer on a family of tasks (Fig. 1), and its references.
 
-MSVE(t) = sum_s d_pi(s) (TF_theta*(tau_t, s) - v_pi(s))^2 for the L-layer dual-head softmax transformer with the
-constructed theta* of eq. (15), one theta* for every task. Decisions the paper leaves open (stated in the summary of
-``ictd.msve-vs-context``):
+MSVE(t) = sum_s d_pi(s) (TF_theta*(tau_t, s) - v_pi(s))^2 for the L-layer dual-head softmax transformer with theta*
+of eq. (15), one theta* for every task, beside weighted softmax TD (Theorem 1), its depth limit (eq. 24-26), TD on
+the true successor, tabular TD and the depth floor of the population operator (eq. 27) (``METHODS``).
 
-(a) Tasks: ``random_tasks.random_task`` with m states for m in ``m_values``, d shared by all tasks so that ONE theta*
-    ((d+3) x (d+3)) serves them; the same MDPs, policies, features and trajectories at every discount (gamma only
-    changes v_pi). Tasks are padded to M = max(m_values) states (padded states have mu = 0, zero features and are
-    never visited, so they change nothing): a ``TaskSet``.
-(b) What TF(tau_t, s) is. tau_t = (S_0, R_1, ..., S_{t-1}, R_t) ends with a reward, not with S_t. The prompt of
-    eq. (13) for the query s has the columns x(S_0), ..., x(S_{t-1}), x(s) and the rewards R_1, ..., R_t (0 under
-    the query): exactly eq. (13) with x_n := x(s), n = t. With the construction of eq. (15) the last transition
-    (S_{t-1}, R_t) bootstraps from the query column's value (the target-value head of eq. (17) shifts it into column
-    t-1), so for a query s != S_t the transformer runs weighted softmax TD on (S_0, ..., S_{t-1}, s): one fictitious
-    last transition S_{t-1} -> s, of weight ~ 1/visits, O(1/t). No other reading of eq. (13) gives a prompt for an
-    arbitrary query. ``operator_values(true_successor=True)`` is weighted softmax TD on the true (S_0, ..., S_t).
-(c) Trajectories start from the stationary distribution (S_0 ~ mu_pi, as in section 6); one trajectory of t_max
-    transitions per task, tau_t its prefix.
+Choices the paper leaves open (stated in the summary of ``ictd.msve-vs-context``):
 
-References, each evaluated at every state s with the MSVE above (``context_msve``, the names of ``METHODS``):
-    weighted_softmax_td   ``softmax_td.weighted_softmax_td`` on the prompt's (t+1)-column trajectory, value at the
-                          query column: Theorem 1 says it equals the transformer.
-    depth_limit           the same recursion run ``depth_limit_layers`` times through eq. (24)-(26) on the state space.
-    true_successor        L iterations on the true trajectory (S_0, ..., S_t).
-    tabular_td            ``softmax_td.tabular_td_fixed_point`` (LSTD on the t transitions; it sees S_t too).
-    depth floor           ``TaskSet.floor``: L iterations of the population operator (M_pi of eq. 27, P_hat ->
-                          M_pi P), where the L-layer transformer's curve flattens as t grows.
+- tasks of several sizes share d, so one theta* serves them, padded to the largest size (a ``TaskSet``);
+- TF(tau_t, s) for any query s is the prompt of eq. (13) with x_n := x(s): one fictitious last transition;
+- trajectories start from the stationary distribution; tau_t is a prefix of one trajectory per task.
 
-Cost: every (task, query) pair is one prompt of shape (d+3, t+1), so one compiled function per t serves all
-state-space sizes; prompts run in ``lax.map`` batches of about ``PROMPT_BATCH_ELEMENTS`` attention entries (larger
-vmapped batches ran up to 2x slower on the 2-core CPU).
+The reading of TF(tau_t, s), the references and the cost: docs/studies/ictd.md, "Policy evaluation (Fig. 1)".
 """
 
 from __future__ import annotations

@@ -1,49 +1,18 @@
 """Multi-task semi-gradient TD pretraining of a looped softmax ICTD block (Algorithm 1, App. F.1-F.3, F.5).
 
-The model is the single-head + TSM block of section 4 (``transformer.forward(form="tsm")``), looped L times with one
-shared pair (V, A) (section 8), read out at Z_L[d+2, n] (0-based; the paper's Z_L[d+3, n+1], eq. (5)). The kernel is the
-column-normalised softmax with temperature tau, mixed with rho_t * I as in eq. (104).
+The single-head + TSM block of section 4, looped L times with one shared (V, A) (section 8), read out at eq. (5);
+softmax kernel mixed with rho_t I (eq. 104); the sparse masks of eq. (106) and (108), or the relaxed eq. (112);
+semi-gradient TD (Algorithm 1, lines 11-12) with Adam; emergence scores eq. (109)-(111) and d_t eq. (34) per step.
+``make_train(config)`` returns one pure ``train(key)``, a ``lax.scan`` over epochs; ``train_seeds`` vmaps it.
 
-Minimal sparse parameterisation (App. F.2): V = V~ * V_mask, A = A~ * A_mask with V_mask of eq. (106) (only the last
-two rows, 0-based rows d+1 and d+2, are trainable) and A_mask of eq. (108) (the d x d feature block) or the relaxed
-eq. (112) (everything but the 3 x 3 scalar block). Trainable entries start Xavier-normal with gain 0.1 (std =
-gain * sqrt(2 / (fan_in + fan_out)) over the full (d+3, d+3) matrix, as torch's ``xavier_normal_``), masked entries
-start at 0. Masked entries stay exactly 0: the forward pass multiplies by the mask, and both the gradients and the
-Adam updates are multiplied by the mask before they are applied.
+Choices the paper leaves open:
 
-Semi-gradient TD (Algorithm 1, line 11-12): for two consecutive windows Z0, Z0',
-delta = R_{t+n+1} + gamma TF_L(Z0') - TF_L(Z0) with TF_L(Z0') held fixed (``stop_gradient``). The loss is
-0.5 * mean(delta^2) over the mini-batch; its gradient is -mean(delta * grad TF_L(Z0)), so an Adam step that minimises
-it moves theta along the semi-gradient TD direction delta * grad TF_L(Z0).
+- rollout: one fresh Boyan task and one trajectory per epoch, long enough for all its overlapping windows (Table 1's
+  H = n + 1 read as the segment one window covers; F.3's and F.5's budgets are otherwise inconsistent);
+- Xavier-normal start with gain 0.1, masked entries exactly 0 (forward, gradients and Adam updates masked);
+- two best checkpoints carried in the scan: the paper's rule and the mirrored block's (-V, -A).
 
-Rollout length -- an inconsistency in the paper and what is done here. Table 1 gives the rollout length H = n + 1, which
-in Algorithm 1 (t = 0, ..., H - n - 1) yields exactly ONE pair of windows per MRP, yet F.3 trains on 5 mini-batches of
-64 overlapping contexts per epoch from ONE fresh MRP per epoch, and F.5 says 9000 steps correspond to 900 MRPs (10
-steps per MRP, not 5). We make the pipeline well-defined as F.3 describes it: each epoch samples one fresh Boyan task
-(Algorithm 2), rolls out ONE on-policy trajectory S_0 ~ p0 (or mu_pi with ``stationary_start``) just long enough for
-N = batch_size * minibatches_per_epoch overlapping windows (H = N + n transitions, so window t = 0..N-1 uses
-S_t..S_{t+n+1} and R_{t+1}..R_{t+n+1}) and splits them, in trajectory order, into ``minibatches_per_epoch`` Adam
-steps of ``batch_size`` consecutive windows (a sliding window, as F.3 says; no shuffling is mentioned). Consecutive
-windows share prompts (the Z0' of window t is the Z0 of window t+1), so a mini-batch of B windows needs only B + 1
-forward passes instead of 2B. H = n + 1 of Table 1 is read as the segment each window covers (n context transitions
-plus the one bootstrap transition). The F.5 budget (9000 steps, 900 MRPs) is ``minibatches_per_epoch = 10``,
-``num_epochs = 900`` (see :func:`mask_relaxation_config`).
-
-PureJaxRL structure: ``make_train(config)`` returns a pure, jit-able ``train(key) -> TrainResult``; the whole run is one
-``lax.scan`` over epochs (sample task, roll out, build windows, ``minibatches_per_epoch`` Adam steps in an inner scan);
-``train_seeds`` vmaps ``train`` over ``num_seeds`` keys. Per training step it records V_em, A_em (eq. (109)-(111)),
-the same scores of the mirrored block (-V, -A) (see below), d_t (eq. (34), mean over the epoch's N contexts, rho = 0),
-the TD loss, mean |delta|, and rho_t; it carries the parameters at two best checkpoints inside the scan (no host round
-trips, no replay): the paper's rule max min(V_em, A_em) and the mirrored rule max min(V_em(-V), A_em(-A)), each the
-first step on ties. Optax supplies Adam.
-
-Observed (Table 1 settings, 5 seeds): training lowers the TD error well below that of theta* but converges to the
-MIRROR image of the TD block: A_feat ~ -0.8 I (attention to the least similar states, d_t < 1/n) and a value row
-(p_r, p_gv, p_v) with the signs (-, -, +), so V_em = A_em = 0 by eq. (109)-(111) while the mirrored scores are high.
-The mirrored theta* (-V*, -A*) also has a lower held-out TD error than theta* at L = 3 here. A plausible cause (not
-verified): on Boyan chains the query's predecessor rewards contain -gamma p(S_n | S_{n-1}) v*(S_n), which a negated
-reward coefficient exploits. The F.5 setup (rho 0.68 -> 0.80, both masks) also ends with A_feat ~ -1.4 I, value row
-signs (-, +, +). The mirrored scores are recorded so experiments can report this.
+The rollout reading, the checkpoints and what training converges to: docs/studies/ictd.md, "Pretraining".
 """
 
 from __future__ import annotations

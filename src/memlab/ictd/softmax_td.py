@@ -1,52 +1,14 @@
 """Weighted softmax TD (paper 2, sections 3 and 5): the reference algorithm, written plainly.
 
-A trajectory tau_n = (S_0, R_1, S_1, ..., R_n, S_n) is given by its features ``features_traj`` (n+1, d),
-row j = x(S_j), and its rewards (n,), entry k-1 = R_k = r(S_{k-1}). Values are kept at the n+1
-trajectory states, v_t(S_j) for j = 0..n (S_n is the query).
+- ``kernel_weights``: the kernel matrix K of eq. (4), the query masked as a source (eq. 2): softmax (eq. 12, 104),
+  relu / elu1 / rbf (App. F.6), linear (eq. 6), with the identity mixing rho of eq. (104);
+- ``weighted_softmax_td``: the update below eq. (12) with the TD error of eq. (11), scores L = X X^T;
+- ``batch_linear_td``: what the linear kernel runs, batch linear TD(0); ``tabular_td_fixed_point``: LSTD;
+- ``operator_from_counts``, ``iterate_operator``: the operator form eq. (24)-(26); M_pi eq. (27), margin eq. (28).
 
-Weights. A kernel matrix K (n+1, n+1) holds K[i, j] = weight of source i on target j (eq. 4): the
-transition k = 1..n has source row k-1, so K(S_{k-1}, S_j) = K[k-1, j]. Row n, the query as a source,
-is masked out (eq. 2): K[n, :] = 0. From a score matrix L (n+1, n+1), L[i, j] = g(S_j, S_i):
-
-    softmax  K[i, j] = exp(L[i, j]/tau) / sum_{m<n} exp(L[m, j]/tau)     eq. (12), (104)
-    relu     K[i, j] = max(L[i, j]/tau, 0)                                App. F.6
-    elu1     K[i, j] = elu(L[i, j]/tau) + 1                               App. F.6
-    rbf      K[i, j] = exp(-(L[i, i] + L[j, j] - L[i, j] - L[j, i]) / (2 tau))
-    linear   K[i, j] = L[i, j]/tau                                        eq. (6), identity h
-    all      K <- (1 - rho) K + rho * 1{i = j < n}                        eq. (104)
-
-for i < n. Only softmax is normalised (over the n context sources). RBF (the paper names "an RBF
-kernelization" without a formula): L[i,i] + L[j,j] - L[i,j] - L[j,i] = (z_i - z_j)^T A (z_i - z_j) is the
-squared distance under the quadratic form of A; for symmetric A it is L_ii + L_jj - 2 L_ij, and for the
-constructed A of eq. (15) it is ||x_i - x_j||^2, so K = exp(-||x_i - x_j||^2 / (2 tau)). The identity mixing
-of eq. (104) is restricted to context sources i < n so that the mask eq. (2) holds for every rho: with
-rho = 1 the context kernel is the identity and the query column gets no weight at all.
-
-Update (the display below eq. 12), with delta_k^(t) = R_k + gamma v_t(S_k) - v_t(S_{k-1}) (eq. 11):
-
-    v_{t+1}(S_j) = v_t(S_j) + alpha_t sum_{k=1}^n delta_k^(t) K(S_{k-1}, S_j),   j = 0..n.
-
-``weighted_softmax_td`` uses the score g(S_j, S_i) = <x(S_j), x(S_i)>, i.e. L = X X^T (what the constructed
-transformer of eq. (15) computes), for every kernel kind.
-
-Linear kernel = batch linear TD (derivation). With L = X X^T, rho = 0 and v_0 = 0, K[k-1, j] =
-<x_{k-1}, x_j>/tau. If v_t(S_j) = <w_t, x_j> for all j then
-v_{t+1}(S_j) = <w_t, x_j> + alpha_t sum_k delta_k <x_{k-1}, x_j>/tau = <w_{t+1}, x_j> with
-
-    w_{t+1} = w_t + (alpha_t/tau) sum_{k=1}^n (R_k + gamma <w_t, x_k> - <w_t, x_{k-1}>) x_{k-1},   w_0 = 0,
-
-so by induction the linear-attention transformer (eq. 6 with the mask) runs batch linear TD(0) on the
-context and reads out <w_t, x_n> (``batch_linear_td``), the algorithm of Wang et al. (2025a).
-
-Operator form (section 5, every state visited): M_hat, P_hat of eq. (24) on the state space S = {0..m-1},
-T_hat(v) = (I - M_hat + gamma P_hat) v + M_hat r (eq. 25), iterated as v_{l+1} = T_hat(v_l) (eq. 26);
-population kernel M_pi (eq. 27) and the diagonal margin C of Assumption 5.1 (eq. 28). ``operator_from_counts``
-builds M_hat, P_hat from state counts (eq. 49): O(n + m^2), defined at every state, visited or not;
-``iterate_operator`` runs eq. (26) for L layers.
-
-Everything is a function of one trajectory (vmap outside), jit-able with static ``kind``/``num_iters``/``m``,
-and float64-capable (dtypes follow the inputs). Value checks (gamma, tau, rho, NaN) run on concrete inputs only,
-then jit-compiled bodies do the work (kernel_weights, td_with_weights, batch_linear_td).
+Choices the paper leaves open: the RBF kernel's formula (the squared distance under A's quadratic form); the
+identity mixing only on context sources, so the mask of eq. (2) holds for every rho. One trajectory per call (vmap
+outside), float64-capable. Conventions, kernels and the batch-linear-TD derivation: docs/studies/ictd.md.
 """
 
 from __future__ import annotations
@@ -106,7 +68,7 @@ def _per_iteration(name: str, a, num_iters: int, dtype) -> Array:
 # ---------------------------------------------------------------- kernels
 
 def kernel_weights(scores, kind: str = "softmax", tau=1.0, rho=0.0) -> Array:
-    """The attention matrix K~ (n+1, n+1) of eq. (4) from a score matrix L (n+1, n+1) (module docstring).
+    """The attention matrix K~ (n+1, n+1) of eq. (4) from a score matrix L (n+1, n+1) (docs/studies/ictd.md).
 
     Column j aggregates into target j; source rows 0..n-1 are the context, row n (the query column as a
     source; the paper's 1-based row n+1) is masked: K[n, :] = 0 (eq. 2). ``tau`` divides the scores,
@@ -194,7 +156,7 @@ def weighted_softmax_td(features_traj, rewards, gamma, num_iters: int, kind: str
 
 
 def batch_linear_td(features_traj, rewards, gamma, num_iters: int, tau=1.0, alpha=1.0) -> Array:
-    """Batch linear TD(0) weights w_t (num_iters+1, d), w_0 = 0 (module docstring, derivation).
+    """Batch linear TD(0) weights w_t (num_iters+1, d), w_0 = 0 (derivation: docs/studies/ictd.md).
 
     <w_t, x(S_j)> equals ``weighted_softmax_td(..., kind="linear", tau, alpha)[t, j]`` (rho = 0, v0 = 0).
     """

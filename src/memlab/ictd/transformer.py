@@ -18,9 +18,7 @@ U = I - e_{d+1} e_{d+1}^T, W = gamma e_{d+1} e_{d+2}^T (eq. 22, 0-based). Learni
 V_l -> alpha_l V_l (section 3). Theorem 1: with theta* of eq. (15), Z_L[d+2, n] is weighted softmax TD
 after L iterations (``softmax_td.weighted_softmax_td``), for every kernel, since the proof only uses the mask.
 
-``forward`` runs the layers with ``jax.lax.scan`` and is differentiable in V and A; ``kind`` and ``form``
-are static. Dtypes follow the inputs (float64 under x64). Public functions check their inputs (values only
-when concrete) and then call jit-compiled bodies, so eager calls are fast and outer jit/vmap/grad inline them.
+``forward`` runs the layers with ``jax.lax.scan``, differentiable in V and A (docs/studies/ictd.md, "Conventions").
 """
 
 from __future__ import annotations

@@ -3,42 +3,17 @@ projections that enforce them (pi-SSM Theorem 2, App. C.6-C.9, Remarks 3-4).
 
     GSRNN, eq. (10):  h+ = g(h, u) * h + (1 - g(h, u)) * phi(W u + U Psi(h, u) + b),   phi = tanh, L_phi = 1
 
-GRU (App. A.3, eq. 29-32; the Cho et al. form with the reset gate applied to h before U_r):
-    g = sigma(W_g u + U_g h + b_g)  update/keep gate,   f = sigma(W_f u + U_f h + b_f)  reset gate,
-    h_hat = tanh(W_r u + U_r (f * h) + b_r),            h+ = g * h + (1 - g) * h_hat
-  i.e. eq. (10) with Psi = f * h, U = U_r. Note g multiplies the OLD state (g -> 1 keeps the memory).
-LSTM (App. A.4, eq. 34-39; no peepholes, decoupled f and i), state (h, c):
-    f, i, o = sigma(W_* u + U_* h + b_*),  c_tilde = tanh(W_c u + U_c h + b_c),
-    c+ = f * c + i * c_tilde,              h+ = o * tanh(c+)
+``GRUCell`` (App. A.3, eq. 29-32, reset gate before U_r), ``LSTMCell`` (App. A.4, eq. 34-39, no peepholes), the
+gate bounds of eq. (127) / (161), ``iss_margin`` (GRU eq. (68), LSTM eq. (79)) and ``project_iss`` /
+``project_model_iss``. Choices where the paper's recipe does not deliver its own margin:
 
-Gate bounds (C.6 example, eq. 127 and 161): with ||u||_inf <= u_max and ||h||_inf <= 1 (the invariant cube
-the GRU state enters in finite time, Lemma 2; the LSTM h is in (-1, 1) after one step),
-    sigma_bar_x = sigma(max(u_max, 1) ||[W_x U_x b_x]||_inf),   ||.||_inf = largest row l1 norm,
-which is the paper's sigma(||[W_x U_x b_x]||_inf) at the paper's u_max = 1 (Assumption 4).
+- GRU: rows of U_r go onto the l1 ball of radius (1 - eps) / sigma_hat_f, which gives the margin eps (Remark 3's
+  radius gives a smaller one);
+- LSTM: Remark 4's "elementwise clipping" bounds an entry, not the induced norm; we project rows onto the l1 ball,
+  shrink the output gate too when the forget gate alone cannot meet its condition, and give the forget condition
+  its own buffer ``forget_eps`` (App. E.2).
 
-ISS conditions and projections (buffer eps in (0, 1)):
-  GRU, eq. (68):  c = ||U_r||_inf sigma_hat_f < 1. Projection: rows of U_r onto the l1 ball of radius
-      rho = (1 - eps) / sigma_hat_f (C.9 step 1 and G.5), which gives c <= 1 - eps. Remark 3's radius
-      (1 - eps sigma_hat_f) / sigma_hat_f (and App. E.2's 1/sigma_hat_f - eps) only gives c <= 1 - eps sigma_hat_f,
-      a smaller margin than asked; we use the radius that delivers the margin eps of Theorem 2.
-      sigma_hat_f does not depend on U_r, so one projection suffices.
-  LSTM, eq. (79): (1 + sigma_bar_o) sigma_bar_f < 1 and (1 + sigma_bar_o) sigma_bar_i ||U_c||_inf < 1.
-      Remark 4 (i) bounds sigma_bar_f by "elementwise clipping" of [W_f U_f b_f] to [-a, a]; that bounds the
-      largest ENTRY, not the induced norm sigma_bar_f is made of (a row of n_u + n_h + 1 entries at a has
-      norm (n_u + n_h + 1) a). The Euclidean projection onto {||[W U b]||_inf <= a} is the row-wise l1
-      projection, which is what we do. Since sigma_bar >= 1/2 always, the first condition with buffer
-      forget_eps is satisfiable only for forget_eps < 1/4 (forget_eps = 1/4 would force zero f and o blocks).
-      When the forget gate alone cannot meet it (target below 1/2) the output gate shrinks too (Remark 4's
-      parenthetical; its tau_o formula can fall below 1/2, where no logit radius exists, so we complete it):
-      o alone if that suffices, else both to the symmetric point s with (1 + s) s = 1 - forget_eps.
-      Then rows of U_c go onto the l1 ball of radius (1 - eps) / ((1 + sigma_bar_o) sigma_bar_i), Remark 4 (ii).
-      As in App. E.2 and G.5, eps (the buffer of Table 6) acts on the U_c condition and the forget condition
-      has its own small buffer forget_eps (E.2: 1e-3).
-Margins reached by a projection equal the target up to float rounding (~1e-7 relative in float32).
-
-ISS is not contraction: with the gates depending on h, two trajectories under the same nonzero input need not
-merge (ISS only bounds both by the same ball, eq. 67). With state-independent gates (U_g = U_f = 0, or
-U_f = U_i = U_o = 0) the proofs of eq. (67) and (172) applied to differences give contraction at rate 1 - delta.
+The cells, the bounds and both projections in full: docs/studies/pissm.md, "Gated cells and their ISS margins".
 """
 
 from __future__ import annotations

@@ -1,42 +1,14 @@
 """The S5 layer (Smith et al. 2022), as the S5 memory of the RingWorld PPO agents uses it (section 6.2, App. E.2.1;
 the memory with its encoder is ``memlab.rl.s5_memory.S5Memory``).
 
-The S5 memory is the time-invariant linear memory of eq. (1), z_k = A z_{k-1} + phi(b_k), with A diagonalised in
-complex coordinates. Following Lu et al. (2023) (public code github:luchris429/s5rl, which App. E.2.1 says the paper
-follows) it is a two-layer MLP encoder phi then ONE S5 layer of model width H and state size P = H:
+The time-invariant linear memory of eq. (1) with A diagonalised in complex coordinates, following Lu et al. (2023)
+(github:luchris429/s5rl, which App. E.2.1 says the paper follows): an MLP encoder then ONE S5 layer of width H and
+state size P = H, h_k = Lambda_bar h_{k-1} + B_bar x_k, y_k = 2 Re(C_tilde h_k) + D x_k, out_k = x_k + GLU(GELU(y_k)).
+Each choice as in that public code: HiPPO-N initialisation (``hippo_diagonal``), conjugate symmetry (P/2 complex
+modes), lecun-normal B and C, log-uniform steps, ZOH, the "full_glu" activation with the residual and no norm; a
+start flag zeroes h before the step. ``S5Layer.ssm`` is the parallel scan of ``memlab.scan.linear_scan``.
 
-    x_k = phi(o_k)                               phi: Linear(O, 128) -> LeakyReLU -> Linear(128, H) -> LeakyReLU
-    h_k = Lambda_bar h_{k-1} + B_bar x_k         h_k (P/2,) complex; h_{-1} = 0 and h is zeroed at an episode start
-    y_k = 2 Re(C_tilde h_k) + D * x_k            (H,) real
-    out_k = x_k + GLU(GELU(y_k))                 "full_glu": GLU(z) = W1 z * sigmoid(W2 z); no layer norm
-
-SSM (continuous time, diagonal): Lambda = Lambda_re + i Lambda_im (P/2,), B_tilde (P/2, H), C_tilde (H, P/2) complex,
-D (H,) real, one step Delta = exp(log_step) per mode. Choices, each as in the public code:
-
-* Initialisation of Lambda, "HiPPO-N": the normal part of HiPPO-LegS, S = A_LegS + p p^T with p_n = sqrt(n + 1/2),
-  equals -I/2 + (a skew-symmetric matrix), so S = V diag(Lambda) V^H with V unitary and Lambda = -1/2 + i omega,
-  omega the eigenvalues of the Hermitian -i(S + I/2) (``hippo_diagonal``).
-* Conjugate symmetry: S is real, so its eigenpairs come in conjugate pairs; only the P/2 modes with omega < 0 are
-  stored (V_h = the matching P/2 columns of V) and the output is 2 Re(C_tilde h), which equals the output of the full
-  P-mode complex system with the conjugate modes added (tested). State size P therefore means P/2 complex numbers.
-* B_tilde = V_h^H B with B (P, H) real, lecun-normal (truncated normal, variance 1/P: fan-in of a (P, H) array).
-* C_tilde = C V_h with C (H, P) complex. ``C_init="lecun_normal"`` (Lu et al.'s PPO-S5 code, the default): real and
-  imaginary parts of C drawn as one (H, P, 2) lecun-normal array, whose fan-in is H P (variance 1/(H P)).
-  ``C_init="trunc_standard_normal"`` (the S5 repository's default): each row of C separately, variance 1/P.
-* log_step ~ U[log dt_min, log dt_max] per mode, dt_min = 1e-3, dt_max = 1e-1 (Table 2).
-* ZOH discretisation (Table 2): Lambda_bar = exp(Lambda Delta), B_bar = (Lambda_bar - 1) / Lambda * B_tilde, computed
-  by ``memlab.layers.s6.discretize_diagonal`` (exact, with the Lambda -> 0 limit Delta).
-* D ~ N(0, 1); the GLU's two Linear(H, H) layers lecun-normal weights, zero biases (Flax Dense defaults).
-* Activation "full_glu" with the residual and no normalisation: Lu et al.'s run_popgym.py sets S5_ACTIVATION
-  "full_glu", S5_DO_NORM / S5_PRENORM / S5_DO_GTRXL_NORM False. "half_glu1", "half_glu2" and "gelu" are offered.
-
-Arithmetic: the state is complex, but the products with a real vector on one side (B_bar u) or of which only the real
-part is used (Re(C_tilde h)) are done as two real products each (``real_times_complex``, ``real_of_product``)
-instead of a complex product's four.
-
-Resets: a start flag zeroes h BEFORE the step's update, so the first observation of an episode drives the update from
-the zero state (as the public code's reset scan operator does). ``S5Layer.ssm`` runs the parallel associative
-scan of ``memlab.scan.linear_scan`` with these resets; it equals scanning ``step`` (tested).
+Every choice in full: docs/studies/belief.md, "The S5 layer".
 """
 
 from __future__ import annotations
@@ -124,7 +96,7 @@ def _apply(linear: eqx.nn.Linear, z: Array) -> Array:
 
 
 def _draw_C(key: Array, H: int, P: int, C_init: str) -> Array:
-    """C (H, P) complex, see the module docstring."""
+    """C (H, P) complex, drawn as ``C_init`` says (docs/studies/belief.md, "The S5 layer")."""
     batch_axis = () if C_init == "lecun_normal" else (0,)
     C = jax.nn.initializers.lecun_normal(batch_axis=batch_axis)(key, (H, P, 2))
     return C[..., 0] + 1j * C[..., 1]
@@ -132,7 +104,7 @@ def _draw_C(key: Array, H: int, P: int, C_init: str) -> Array:
 
 @eqx.filter_jit  # one compiled draw instead of dozens of eagerly compiled small ops
 def _init_layer(key: Array, H: int, P: int, dt_min: float, dt_max: float, activation: str, C_init: str) -> dict:
-    """The S5Layer's parameters (module docstring): HiPPO-N Lambda, V_h^H B, C V_h, D, log steps, GLU layers."""
+    """The S5Layer's parameters (docs/studies/belief.md): HiPPO-N Lambda, V_h^H B, C V_h, D, log steps, GLU layers."""
     Lambda, V = hippo_diagonal(P)
     V = jnp.asarray(V)
     k_B, k_C, k_D, k_step, k_1, k_2 = jax.random.split(key, 6)

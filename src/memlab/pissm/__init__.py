@@ -1,24 +1,10 @@
 """The pi-SSM study (paper: pi-ssm-hybrid-state-space.md): hybrid state-space inference with a learned,
 Kalman-style gain, against the Kalman filter, particle filters and SLDS-type baselines.
 
-Tasks, references and models (the library; ``__all__`` below is what other code may import):
-
-    data/          Pong, Lorenz, Navier-Stokes generators and the NCLT loader (train / validation / test splits)
-    predictions.py the Predictions record every model returns (the interface of training and metrics)
-    kalman.py      exact Kalman filter (Joseph form, missing steps), LG sampler
-    particle.py    bootstrap particle filter; reference.py: true-dynamics particle filters for Pong and Lorenz
-    model.py       pi-SSM: mode net q(z|x), switching dynamics, nested inference with the RNN gain (eq. 7)
-    lg.py          the LG variant of App. G.1
-    baselines.py   observation-only, direct GRU/LSTM, LG in the Predictions interface
-    train.py       make_train(config) -> train(key, model, data): BPTT + REINFORCE (eq. 8-9), ISS / clipping
-    metrics.py     predictive log-likelihood, position / imputation MSE, mode pruning and persistence
-    runs.py        data sets and models by name, fit, models as bytes, evaluation, the particle-filter row
-    pong_modes.py  Fig. 9 / App. H.1 mode analysis on Pong: eigenvalues, mode statistics, the oracle, the
-                   hand-coded switching rule
-
-Experiments: ``experiments/table1.py`` (Table 1, 7-8), ``stability.py`` (Tables 2 and 6, Fig. 8), ``modes.py``
-(Fig. 4 / 9, App. H.1), ``imputation.py`` (App. H.1), indexed by ``experiments/__init__.py``; nothing outside them
-imports them.
+The library (``__all__`` below is what other code may import): the data sets, the Predictions interface, the exact
+Kalman filter and particle filters, pi-SSM (eq. 7), the LG variant, the baselines, training (eq. 8-9), metrics and
+the Pong mode analysis. The experiments live in ``experiments/``; nothing outside them imports them. Module by
+module: docs/studies/pissm.md.
 """
 
 from memlab.pissm.baselines import DirectRNN, LGBaseline, ObservationOnly

@@ -5,21 +5,10 @@ x_0 ~ N(m_0, P_0), then for t = 1..T
 
     x_t = A_t x_{t-1} + q_t,  q_t ~ N(0, Q_t);        y_t = C_t x_t + r_t,  r_t ~ N(0, R_t).
 
-Arrays are 0-based: ``y[i]`` is y_{i+1}, ``A[i]`` maps x_i to x_{i+1}. A, C, Q, R are either fixed, (M, M),
-(N, M), (M, M), (N, N), or time-varying with a leading axis T. Each step predicts (eq. 18) then, if y_t is
-observed, updates (eq. 19-21); a missing y_t (``mask[i] = False``; its value is ignored, NaN allowed) is predict
-only, as in App. H.1, and contributes log-likelihood 0. Data whose first observation sees the initial state
-(the pi-SSM data sets: y[0] observes x[0]) use ``observe_initial=True``: step 1 skips the prediction, which is
-the same as A_1 = I, Q_1 = 0.
-
-Numerics: the gain solves with the Cholesky factor of S_t = C P C^T + R, and the covariance update is the Joseph
-form P = (I - K C) P (I - K C)^T + K R K^T, symmetrised. Eq. (21)'s P - K S K^T is the same matrix in exact
-arithmetic, but in float32 it subtracts nearly equal numbers when observations are precise and can lose
-positive definiteness; the Joseph form is a sum of two positive semi-definite terms. (Eq. (7) of the main text
-prints + K (C P C^T + R) K^T for pi-SSM's learned gain; the exact filter subtracts, eq. (21).) Q and the prior
-covariance may be singular; S_t must be positive definite, which a positive definite R guarantees.
-
-Plain functions in the style of dynamax; one sequence per call (vmap outside); jit outside.
+Each step predicts (eq. 18) then, if y_t is observed, updates (eq. 19-21); a missing y_t is predict only (App.
+H.1); ``observe_initial=True`` when y[0] observes x_0. The covariance update is the Joseph form, not eq. (21)'s
+P - K S K^T (equal in exact arithmetic, not in float32). Plain functions in the style of dynamax; one sequence per
+call (vmap and jit outside). Arrays, missing steps and the numerics: docs/studies/pissm.md, "The Kalman filter".
 """
 
 from __future__ import annotations

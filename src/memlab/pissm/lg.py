@@ -5,19 +5,9 @@ that are convex mixtures of K trainable base matrices, the weights given by an M
     y_t = C_t x_t + r_t,      r_t ~ N(0, R)             eq. (198)
     A_t = sum_k alpha_t^(k) A^(k),  C_t = sum_k alpha_t^(k) C^(k),  alpha_t = softmax(MLP(x_{t-1}))   eq. (199)
 
-The paper writes MLP(x_{t-1}), but x_{t-1} is latent. We feed the filtered mean m_{t-1|t-1}: a deterministic
-function of y_{1:t-1}, so given it A_t and C_t are fixed matrices and the Kalman recursion is exact for the
-resulting model, which is what "maintaining the analytic filtering update structure of LG" requires (feeding a
-sample of x_{t-1} would make the filter stochastic; feeding the true x_{t-1} is impossible at test time).
-The first step mixes from the prior mean m_0.
-
-The MLP has one hidden layer of ``hidden_size`` ReLU units (10, like q(z | x) in App. F.2). The process noise Q
-and the prior N(m_0, P_0) are learned, as pi-SSM learns its Q and prior (``model.PiSSM``: the two rows of Table 1
-must not differ in what they may fit; pi-SSM's Q is diagonal, this one full); the observation noise R is known
-(section 4: "known mode-independent noise covariances") and receives no gradient unless ``learn_noise=True``.
-Covariances are stored as symmetric square roots so that a learned covariance stays positive semi-definite.
-Everything is trained end to end (base matrices, MLP, Q, prior) by maximising the predictive log-likelihood
-sum_t log p(y_t | y_{1:t-1}) that ``__call__`` returns per step.
+Choices the paper leaves open: the MLP reads the filtered mean m_{t-1|t-1} (x_{t-1} is latent), so the Kalman
+recursion stays exact; one hidden layer of ``hidden_size`` ReLU units; Q and the prior learned as pi-SSM learns its
+own, R known. Why: docs/studies/pissm.md, "The LG variant".
 """
 
 from __future__ import annotations

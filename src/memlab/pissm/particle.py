@@ -1,22 +1,10 @@
-"""Bootstrap particle filter (Gordon et al. 1993): the high-cost posterior reference of section 7 (Fig. 4: PF
-estimates beside pi-SSM's predictive posterior on Pong) and of the issue's baselines, run with the true dynamics.
+"""Bootstrap particle filter (Gordon et al. 1993) with systematic resampling (Kitagawa 1996): the high-cost posterior
+reference of section 7 (Fig. 4), run with the true dynamics.
 
-Time convention as in kalman.py and eq. (1): particles of x_0 from ``initial_sampler``, then for t = 1..T
-propagate every particle through ``transition_sampler`` (a draw from p(x_t | x_{t-1})), weight it by
-``observation_log_density`` log p(y_t | x_t), and resample systematically (Kitagawa 1996) so the next step starts
-from equal weights. ``observe_initial=True`` skips the first propagation (y[0] observes x_0 itself, as in the
-pi-SSM data sets). A missing y_t (``mask[i] = False``) is propagation only: no weighting, no resampling.
-
-Outputs per step: the weighted mean and covariance of the particles (the filtered moments), the estimate
-log p_hat(y_t | y_{1:t-1}) = log mean_i p(y_t | x_t^i) (its exponential is unbiased for p(y_t | y_{1:t-1}), and
-the product over t is unbiased for p(y_{1:T}); the log is biased low by O(1/P)), the effective sample size
-1 / sum_i w_i^2, and optionally every particle with its normalised log weight.
-
-Deterministic dynamics (Pong's reflections, the Lorenz flow) collapse a bootstrap filter onto a few distinct
-particles after resampling; give such models a small artificial process noise in ``transition_sampler``.
-If every particle has zero likelihood at a step, the estimate is -inf and the weights are kept uniform (no NaN).
-
-One sequence per call, ``lax.scan`` over time; vmap over sequences (and keys) outside, jit outside.
+Time convention as in kalman.py and eq. (1); ``observe_initial=True`` when y[0] observes x_0; a missing y_t is
+propagation only. Per step: the filtered moments, log p_hat(y_t | y_{1:t-1}) (its exponential unbiased), the
+effective sample size and optionally every particle. One sequence per call, ``lax.scan`` over time; vmap and jit
+outside. The estimator's bias and deterministic dynamics: docs/studies/pissm.md, "Particle filters".
 """
 
 from __future__ import annotations

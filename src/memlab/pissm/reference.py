@@ -1,31 +1,12 @@
 """True-dynamics particle filters: the high-cost posterior reference of section 7 (Fig. 4, "Particle Filter (PF)
 estimates") for Pong and Lorenz, returned as ``Predictions`` so the metrics score them like every model.
 
-Both run ``particle.bootstrap_particle_filter`` with the data set's own dynamics from step 1 on; step 0, where y[0]
-observes the initial state, is done here with exact draws from p(x_0 | y_0) (equal weights), and its log p(y_0) is
-exact:
-- ``gaussian_prior_particle_filter`` (Lorenz uses it): x_0 ~ N(m_0, P_0), y = C x + N(0, R); step 0 is the exact
-  Kalman update (conjugate), so the particles are exact posterior draws and log p(y_0) = log N(y_0; C m_0, C P_0 C^T
-  + R).
-- ``pong_particle_filter``: the generator's prior (position uniform in the unit box, heading uniform, speed
-  uniform in ``SPEED_RANGE``). Given y_0 the position is N(y_0, s^2 I) (the observation's noise) truncated to the
-  box, drawn per axis by the inverse CDF (in the tail nearer the box, accurate in float32 for y_0 up to ~13 s
-  outside it; beyond, draws are clipped to the box); the velocity keeps its prior. log p(y_0) = sum over axes of
-  log(Phi((1 - y_0)/s) - Phi(-y_0/s)) in closed form.
-Where y[0] is missing the particles come from the prior and log p = 0.
+Both run ``particle.bootstrap_particle_filter`` with the data set's own dynamics from step 1 on, after an exact
+step 0 (draws from p(x_0 | y_0), exact log p(y_0)): ``gaussian_prior_particle_filter`` (Lorenz) and
+``pong_particle_filter`` (the generator's prior). Our choice: a small artificial process noise ``jitter`` keeps a
+bootstrap filter of deterministic dynamics from collapsing. One sequence per call; vmap and jit outside.
 
-Per step t: ``obs_means``, ``obs_covs`` are the moments of the one-step predictive p(y_t | y_{1:t-1}) (equally
-weighted propagated particles mapped by C, covariance plus R; at t = 0 the prior predictive, exact);
-``log_likelihoods`` the PF's log p_hat(y_t | y_{1:t-1}) (exact at t = 0); ``means``, ``covariances`` the weighted
-filtered moments; ``filtered_obs`` = C means. Pong also returns ``mode_probs`` (T, 4): the filtered probability of
-each velocity quadrant (data.pong.pong_mode), the true-model mode posterior; ``modes`` stays None (nothing is
-sampled). The predictive moments need every particle of every step: T P M floats per sequence are kept inside
-the call, so map over many sequences in chunks (``jax.lax.map(..., batch_size=...)``).
-
-Deterministic dynamics collapse a bootstrap filter (particle.py): both filters add a small artificial process
-noise ``jitter`` (Gaussian, per state coordinate) inside the transition; it also widens the predictive slightly.
-Pong's jitter is added to position and velocity before the reflection, so particles stay inside the box.
-One sequence per call; vmap over sequences (and keys) outside, jit outside.
+Step 0, the outputs per step and the jitter: docs/studies/pissm.md, "Particle filters".
 """
 
 from __future__ import annotations
@@ -120,7 +101,7 @@ def gaussian_prior_particle_filter(
     initial_mean, initial_cov, num_particles: int,
 ) -> Predictions:
     """Bootstrap PF for x_0 ~ N(initial_mean, initial_cov), x_t ~ ``transition_sampler(key, x_{t-1})``,
-    y_t = C x_t + N(0, R), with y[0] observing x_0 (exact conjugate step 0, see the module docstring).
+    y_t = C x_t + N(0, R), with y[0] observing x_0 (exact conjugate step 0, docs/studies/pissm.md).
 
     y (T, N), mask (T,) bool (None: all observed), C (N, M), R (N, N) positive definite, initial_mean (M,),
     initial_cov (M, M) positive semi-definite. Returns ``Predictions`` (modes and mode_probs None).
@@ -205,7 +186,7 @@ def pong_particle_filter(
 ) -> Predictions:
     """PF with Pong's true dynamics (``data.pong.reflect_step``, elastic reflections in the unit box) plus jitter
     (scalar or (4,) std on [p_x, v_x, p_y, v_y]); y (T, 2) = position + N(0, noise_std^2 I), noise_std > 0.
-    Prior as in ``data.pong.simulate_pong`` (see the module docstring for step 0). ``mode_probs`` (T, 4).
+    Prior as in ``data.pong.simulate_pong`` (step 0: docs/studies/pissm.md). ``mode_probs`` (T, 4).
 
     With half of the observations missing, 1000 particles lost track of one ball in six for ~25 steps (a fast
     ball bouncing between two walls); 3000 did not, and more changed the error little."""

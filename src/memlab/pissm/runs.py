@@ -1,37 +1,13 @@
-"""The pieces every pi-SSM experiment shares: the data sets by name, the models by name (section 7's rows), the
-training of one model (``fit``), a trained model as bytes and back (a sweep cell returns its model as bytes, the
-driver or a later cell rebuilds it), the evaluation of a model on a split, and the true-dynamics particle filter
-as the reference row of Table 1.
+"""The pieces every pi-SSM experiment shares: the data sets and the models by name (section 7's rows, ``DATASETS``,
+``MODELS``), the training of one model (``fit``), a trained model as bytes and back (a sweep cell returns its model
+as bytes), the evaluation of a model on a split, and the true-dynamics particle filter as Table 1's reference row.
 
-Models (Table 1 rows we can run; the other rows are published methods outside this library):
-    pissm-gru, pissm-lstm   pi-SSM with a GRU / LSTM gain factor read as eq. (7) prints it (``gain_form="paper"``)
-    pissm-gru-bounded, pissm-lstm-bounded   the same with memlab's bounded gain around the exact one (model.py)
-    pissm-lg                pi-SSM(LG): the same switching model with the exact Kalman gain (section 7)
-    pissm-gru-unbounded     ablation: the bounded gain's inputs and units without its bound (model.py)
-    lg                      the LG variant of App. G.1 (exact filter, convex mixture of K base matrices)
-    gru, lstm               a GRU / LSTM that predicts y_t directly from y_{1:t-1}
-    observation             the observation-only random walk (closed-form maximum likelihood, not trained)
-Data sets: pong (observation noise 0.05), pong-0.01 (the same balls observed with noise 0.01, where one step's
-travel, 0.03-0.07, is several noise widths, so a bounce is visible in one observation), lorenz, navier-stokes,
-nclt (read from a directory).
+State sizes and mode counts follow App. F.1-F.2 and G.4 (``STATE_SIZE``, ``NUM_MODES``). Choices the paper leaves
+open: every model starts from the training data (the emission at the data set's C, the prior from the first
+observations, the process variance at 0.1 x the observation noise); everything but the known R is trained, Q and the
+prior included, for pi-SSM and LG alike; the estimators of ``ESTIMATORS``; the input-noise level.
 
-State sizes and mode counts follow App. F.1-F.2 and G.4: M = 4 (Pong, NCLT), 3 (Lorenz), 5 (Navier-Stokes);
-K = 18, except K = 3 for Navier-Stokes. Lorenz and Navier-Stokes get the shared nonlinear transition MLP (their
-transition "A_z(x)" is a function, App. G.2, G.4).
-
-Initialisation from the training data (our choice; the paper gives none): the emission starts at the data set's
-C (the true observation map: positions, or the identity for Lorenz), the prior mean at C^+ times the mean first
-observation, the prior variance at the variance of the first observations, the process variance at 0.1 x the
-observation noise variance; q(z | x) reads x standardised by that prior (model.py's symmetry breaking).
-Everything but the observation noise R (known, section 4) is trained, Q and the prior included, for pi-SSM and
-LG alike.
-
-Estimators (``ESTIMATORS``): "reinforce" = eq. (9) with z_t drawn from q(z_t | x_{t-1}) (App. E's code), "mixture"
-= the exact mixture log sum_k q(k | x_{t-1}) N(y_t | k) with z_t drawn from eq. (6) (section 5's text);
-"reinforce-posterior" and "mixture-prior" cross the two choices.
-
-Time-correlated input noise (App. F.1), ``fit(..., input_noise=s)``: AR(1) noise of standard deviation s times the
-observation noise's (the paper gives no level) is added to every training minibatch of every trained model.
+The models, the data sets and the initialisation in full: docs/studies/pissm.md, "Models and data sets by name".
 """
 
 from __future__ import annotations

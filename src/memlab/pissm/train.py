@@ -1,50 +1,19 @@
 """Training by the surrogate predictive log-likelihood (section 6, App. C.4, App. F.1), in the PureJaxRL style.
 
-``make_train(config)`` returns one pure, jittable ``train(key, model, train_y, train_mask, val_y, val_mask)``: the
-whole run (every epoch: a shuffled pass of optimiser steps, then the validation log-likelihood) is one ``lax.scan``,
-so it compiles once and vmaps over seeds. It trains any model of the study (``predictions.py``'s interface).
+``make_train(config)`` returns one pure, jittable ``train(key, model, train_y, train_mask, val_y, val_mask)``: every
+epoch (a shuffled pass of optimiser steps, then the validation log-likelihood) in one ``lax.scan``, so it compiles
+once and vmaps over seeds; it trains any model of the study (``predictions.py``'s interface). Objectives: eq. (8)-(9)
+(``"reinforce"``, with App. F.1's moving-average baseline) or the exact mixture log-likelihood of C.4's eq. (60)
+(``"mixture"``); stabilisers (section 6, Theorem 2, Table 2): ISS projection, gradient clipping or neither.
 
-Per minibatch of sequences, with one sampled path of (x_{t-1}, z_t) per sequence, the ``objective``:
-- ``"reinforce"`` (eq. 8-9, App. E.2's code), with r_t = log q(y_t | y_{1:t-1}, z_t) of the sampled z_t
-  (``Predictions.rewards``) and log p(z_t) its log-probability under the distribution it was drawn from:
-      loss = -(1 / #observed) sum_{b, t observed} [ r_t + stopgrad(r_t - b_t) log p(z_t) ]
-  Its gradient is eq. (8) (backpropagation through time along the reparameterised path of the first term) plus
-  eq. (9) (REINFORCE: the score function weighted by the detached advantage; the model detaches x_{t-1} in
-  log p(z_t) so it reaches the mode network only). This maximises E_z[log q], a lower bound of the objective.
-- ``"mixture"``: loss = -(1 / #observed) sum log sum_k q(k | x_{t-1}) N(y_t | k) (``Predictions.log_likelihoods``):
-  section 6's log q(y_t | y_{1:t-1}) = log E_z[...] itself (C.4's eq. 60), with z_t summed out exactly, so the
-  mode network gets the exact gradient of the objective at the sampled x_{t-1} and no score term is needed.
-b_t is the exponential moving average of App. F.1, one per time step, b_t <- 0.95 b_t + 0.05 mean_batch r_t
-(started at the first batch's mean). The loss is divided by the number of observed steps so the learning rate
-does not depend on the batch size or sequence length.
+Choices the paper leaves open:
 
-App. F.1 practice: Adam at learning rate 0.011, multiplied by ``decay_rate`` every ``decay_every`` = 10 epochs
-(staircase; the paper gives no factor, ours is 0.5). Two optimisers, as App. E.2's trainer has (opt_phi,
-opt_theta): theta = the leaves under an attribute named in ``mode_params`` (q(z | x)), phi = the rest. During the
-warm-up of ``warmup_epochs`` theta's optimiser is not stepped at all (its Adam moments and step count stay at
-their start, so its first steps afterwards are ordinary Adam steps, and its learning-rate schedule starts there)
-while the shared A_z, C_z and the gain RNN train. Leaves under ``fixed_params`` never change (the oracle of
-``pong_modes``). Time-correlated input noise: every training minibatch gets an AR(1) sequence
-n_t = rho n_{t-1} + sqrt(1 - rho^2) sigma e_t added to its observations (sigma = ``input_noise_std``,
-rho = ``input_noise_corr``; the paper gives neither), so consecutive observations are not independent given the
-state and a model cannot rely on pointwise prediction.
+- two Adam optimisers as App. E.2 (phi, and theta = the mode network), theta not stepped during the warm-up;
+- the learning rate x ``decay_rate`` every ``decay_every`` epochs; AR(1) time-correlated input noise of App. F.1;
+- the loss per observed step; a run has failed if a value is not finite or validation fell ``DIVERGENCE_NATS``
+  below the first epoch's; the best validation epoch's model is returned (early stopping).
 
-Stability (section 6, Theorem 2; Table 2): ``stability="iss"`` projects every GRU/LSTM cell of the model onto
-its ISS region with buffer ``iss_eps`` after each optimiser step (``layers.gated_rnn.project_model_iss``);
-``"clip"`` clips the gradient's global norm at ``clip_norm`` instead (GC; each optimiser its own); ``"none"`` does
-neither.
-
-Speed: ``gradient_parts`` > 1 computes each minibatch's gradient in that many equal parts, spread over the
-process's CPU devices (``devices.value_and_grad_in_parts``) and summed; None takes one part per device (the largest
-divisor of the minibatch up to the device count). The sum is the same gradient up to float rounding, but training
-is chaotic in that sense, so runs with other part counts end at other numbers (default 1: the plain gradient).
-
-A run has failed (Table 2's success rate) if any minibatch loss or validation value is not finite, or if it
-diverged: its last validation log-likelihood per step is more than ``DIVERGENCE_NATS`` = 1 below the first
-epoch's (validation, not the training loss, because with few minibatches per epoch the training mean is noisy).
-The returned model is the one with the best validation log-likelihood (early stopping), taken only from epochs
-with finite values. Training stops after the first epoch with a non-finite value (``failed_epoch``): the run has
-failed, and no later epoch can change the best model, its epoch or the failure (tested against training on).
+The objectives, the optimisers, the gradient in parts and the failure rule: docs/studies/pissm.md, "Training".
 """
 
 from __future__ import annotations

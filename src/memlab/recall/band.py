@@ -1,35 +1,13 @@
 """The achievable band of a recall curve: what recall can be worth, from no recall to the most a measure can tell.
 
-A student's risk is read against four references (float64, each including the label noise sigma^2):
+A student's risk is read against four float64 references, each including the label noise sigma^2: ``tag_only``
+(E[Y | q], no recall), ``context`` (a predictor that sees the empirical content pmf a context of length T reveals),
+``measure`` (the same predictor seeing the recalled pmf itself) and ``floor`` (``task.scale_floor_mse``). Each
+predictor is a least-squares regression of the recalled value on features of the pmf it sees (a truncated-SVD
+reconstruction of the direction for A.1), fitted on ``num_fit`` draws and scored on ``num_eval`` fresh ones: an
+achievable risk, so an upper bound on the Bayes risk of that information.
 
-* ``tag_only``: E[Y | q], no recall at all (``task.baseline_mse``).
-* ``context``: a predictor that sees what a context of length T can reveal about the recalled measure, the
-  empirical content pmf of the queried tag's tokens (N ~ Binomial(T, 1/I) of them), fitted on many draws.
-* ``measure``: the same predictor seeing the recalled pmf itself (T = infinity). For A.1 part of what it uses sits
-  in float64 details of p (directions with tiny lambda_j) that no finite context shows: at alpha = 1 the context
-  predictor is at 0.25 for T = 5000 and still 0.21 for T = 10^7, against 0.17 (tag-only 0.31): read ``context``.
-* ``floor``: ``task.scale_floor_mse``; A.1: the Bayes risk given the direction u = Z / |Z|, which the pmf is a
-  function of, so a lower bound for any predictor of the pmf; ``linear``: sigma^2, attained.
-
-Reduction to a regression. The recalled value F enters Y = g(q) F + xi (g = q_1, or 1 when query-independent).
-A.1: F = S = R s(u), s(u) = sum_j lambda_j u_j^2, R = |Z|^2 ~ chi^2_k (k = M - 1) independent of u and of what a
-context shows (a function of u and of the context's own sampling), so E[Y | q, info] = g k E[s | info] and a
-predictor g k m(info) has risk
-
-    E[g^2] E[(R s - k m)^2] + sigma^2 = floor + E[g^2] k^2 E[(s - m)^2]        (E R = k, E R^2 = k (k + 2))
-
-``linear``: F = L(mu) and the risk of g m(info) is sigma^2 + E[g^2] E[(L - m)^2]. So each predictor is a
-least-squares regression m of r = s(u) (A.1) or L(mu) (``linear``) on features of the pmf it sees, fitted on
-``num_fit`` draws and scored on ``num_eval`` fresh ones (with a standard error): an achievable risk, so an upper
-bound on the Bayes risk of that information; m = E[r] gives back the tag-only risk.
-
-Features. A.1's pmf is p(x) proportional to max(sum_j lambda_j Z_j e_j(x), 0): on the grid points where p > 0 the
-density is c p with c > 0 unknown, a linear system for Z up to scale. ``_reconstruct`` solves it by a truncated
-SVD (rcond chosen on a split of the fit draws: exact where >= k support points determine Z and the system is well
-conditioned, damped where the pmf is noisy, the support short or lambda_j below float precision). The features
-are the squared direction t = z^2 / |z|^2 (s(t) is linear in it), the pmf (int h dp is linear in it) and the
-support size, with one regression per group: no tokens seen; mass at an end point (only the uniform pmf of a
-degenerate density puts mass at x = 0 or 1, where every e_j vanishes); at least k support points; fewer.
+The reduction to a regression and the features: docs/studies/recall.md, "The achievable band".
 """
 
 from __future__ import annotations

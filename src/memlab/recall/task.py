@@ -1,44 +1,18 @@
-"""The recall-predict task (Definition 3.1) and its synthetic instance of App. A.1.
+"""The recall-predict task (Definition 3.1) and its synthetic instance of App. A.1 (the data of Kawata & Suzuki 2026).
 
-A context is the balanced mixture nu = (1/I) sum_i delta_{v_i} (x) mu_i of I tagged content measures; the
-query q = v_{i*} names one component and the target depends on nu only through mu_{i*}.
+A context is the balanced mixture nu = (1/I) sum_i delta_{v_i} (x) mu_i of I tagged content measures; the query
+q = v_{i*} names one component and the target depends on nu only through mu_{i*}. App. A.1: Mercer basis e_j and
+eigenvalues lambda_j = exp(-j^alpha) on [0, 1], Gaussian coefficients, the density clamped at 0 and renormalised on a
+32-point grid, Y = q_1 sum_j lambda_j (Z_j^{(i*)})^2 + xi with sigma = 0.01.
 
-Synthetic instance (App. A.1, the data of Kawata & Suzuki 2026): content domain X_0 = [0, 1], basis
-e_0 = 1, e_j(x) = sqrt(2) sin(pi j x), Mercer eigenvalues lambda_j = exp(-j^alpha) for j = 0..M-1 (M = 16).
-Each content measure has Gaussian coefficients Z ~ N(0, I) with the constant coordinate Z_0 = 0, the
-unnormalised density mu~(x) = sum_j lambda_j Z_j e_j(x) is clamped at 0 and renormalised on a uniform grid of
-32 points (``np.linspace(0, 1, 32)``) to a probability mass function. The target is
+Choices the paper leaves open or implicit:
 
-    Y = q_1 * sum_j lambda_j (Z_j^{(i*)})^2 + xi,   xi ~ N(0, sigma^2), sigma = 0.01       (App. A.1)
+- ``target="linear"``: a well-posed target L(mu) = int h dmu of the recalled measure itself (not in the paper);
+- the factor q_1 for tags of dimension d_1 > 1; ``query_dependent=False`` for Theorem 6.1 case 2;
+- a density that vanishes on the whole grid gives the uniform pmf (``degenerate_fraction`` counts them);
+- ``check_tags`` checks what the proof uses of Assumption 5.4 (its I <= d_1 bound only with ``strict=True``).
 
-With the A.1 tags {+1, -1} (d_1 = 1) and a uniform i*, q_1 = v_1 is the queried tag, exactly as A.1 draws
-v_1 = +-1 and queries it. For d_1 > 1 the factor q_1 (first tag coordinate) is our generalisation;
-``query_dependent=False`` gives the query-independent target of Theorem 6.1 case 2.
-
-``target="linear"`` is a well-posed variant (not in the paper): a deterministic functional of the normalised
-recalled measure mu = mu_{i*} itself,
-
-    Y = q_1 * L(mu) + xi,   L(mu) = sum_{j>=1} lambda_j b_j(mu) = int h dmu,   h = sum_{j>=1} lambda_j e_j,
-
-b_j(mu) = int e_j dmu the Mercer coefficients of section 5.1. Why this one: it lies in the target class of
-Definition 5.5 (|L(mu) - L(mu')| <= (sum_j lambda_j^{2 + gamma_f})^{1/2} ||mu - mu'||_{H_0^{gamma_f}}, finite for
-gamma_f > -2), it is a function of mu (so the oracle that knows mu has risk sigma^2 exactly, unlike A.1's target),
-it is query-dependent like A.1's (through q_1), it weighs the Mercer directions by lambda_j as A.1's target does,
-and it is exactly what the proof's construction computes (Lemma C.4's selector times a feature, averaged by the
-stable S6 primitive of Lemma C.2, then a linear head): a student that recalls can represent it, so whether it
-beats the tag-only risk measures recall, not the expressiveness of the head.
-
-Two things the paper leaves implicit, stated here:
-
-* Renormalisation discards the scale of Z and the clamp discards its negative part, so Y is not a function
-  of the recalled measure mu_{i*} alone: even the Bayes predictor that knows mu_{i*} exactly has an error
-  above sigma^2. The experiments therefore also report baselines (see ``baseline_mse``).
-* If the clamped density vanishes on the whole grid (possible when lambda_1 dominates, alpha large, and
-  Z_1 < 0), the mass function is taken uniform; ``degenerate_fraction`` reports how often that happens.
-* A.1 calls its tags "separated in the sense of Assumption 5.4", but with d_1 = 1 and I = 2 the assumption's
-  I <= d_1 fails; what the proof uses (Lemma C.4: <q, v_{i*}> = 1, <q, v_i> <= 0 otherwise) does hold.
-  ``check_tags`` enforces the unit norm and the non-positive inner products, and the I <= d_1 bound only
-  when ``strict=True``.
+Why the linear target, and what A.1's target leaves implicit: docs/studies/recall.md, "The task".
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Training of a recall student as App. A.1 / A.4, in the PureJaxRL style.
 
-``make_train(config, make_model)`` returns one pure, jittable ``train(key, train_set, val_set)``: the whole
-run (every epoch: a shuffled pass of Adam steps, then the validation MSE) is one ``lax.scan``, so it can be
-jitted once and vmapped over seeds (``jax.vmap(train, in_axes=(0, 0, None))`` with one training set per seed).
+``make_train(config, make_model)`` returns one pure, jittable ``train(key, train_set, val_set)``: the whole run
+(every epoch: a shuffled pass of Adam steps, then the validation MSE) is one ``lax.scan``, so it can be jitted once
+and vmapped over seeds (``jax.vmap(train, in_axes=(0, 0, None))`` with one training set per seed).
 
-A.1 / A.4 hyper-parameters: Adam, learning rate 2e-3 decayed by 0.95 after every epoch (staircase), batch
-min(16, n), gradient clipping at global norm 1.0, 30 (A.1) or 120 (A.4) epochs; the reported number is the
-lowest validation MSE over the epochs (early stopping), and the model at that epoch is returned with it.
-When n is not a multiple of the batch size the last partial batch of each (freshly shuffled) epoch is dropped.
-
-Under that schedule the number of Adam steps grows with n (30 epochs of max(n // 16, 1) steps: 30 at n <= 16, 120
-at n = 64), so a fitted rate C mixes "more data" with "more steps". ``TrainConfig.steps`` is the equal-step-budget
-variant (not in the paper): every n takes exactly ``steps`` Adam steps, in ``epochs`` rounds of steps / epochs
-steps each; a round plays the role of an epoch (the learning rate decays by ``decay`` after it, the validation MSE
-is taken after it), and the batches run through freshly shuffled passes over the n examples, a pass continuing
-into the next round where it does not fit. At the n whose epoch has exactly steps / epochs steps (n = 64 for
-steps = 120, epochs = 30) it is the A.1 run itself, step for step.
+A.1 / A.4: Adam at 2e-3 decayed by 0.95 per epoch, batch min(16, n), global-norm clipping at 1.0, 30 (A.1) or 120
+(A.4) epochs, the lowest validation MSE (early stopping). Choices the paper leaves open: the last partial batch of an
+epoch is dropped; ``TrainConfig.steps`` gives every n the same number of Adam steps (not in the paper; see
+docs/studies/recall.md, "Training").
 """
 
 from __future__ import annotations

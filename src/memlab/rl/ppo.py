@@ -2,27 +2,9 @@
 
 ``make_train(config, env, env_params, make_memory)`` returns a :class:`PPO` whose ``init(key) -> TrainState``,
 ``update(state) -> (state, metrics)`` and ``update_chunk(state, n)`` are pure and jittable; they vmap over
-seeds (``jax.vmap(ppo.init)(keys)``, ``jax.vmap(partial(ppo.update_chunk, num_updates=n))(states)``).
-
-One update (everything inside one ``jit``: scans over time, epochs and minibatches, no Python loop):
-  1. rollout of ``unroll`` steps in ``num_envs`` environments (:mod:`memlab.rl.rollout`), remembering the
-     memory's hidden state at the start of the unroll;
-  2. GAE (:mod:`memlab.rl.gae`) bootstrapped from the value of the observation after the unroll;
-  3. ``epochs`` passes, each over ``minibatches`` minibatches taken ALONG THE ENVIRONMENT AXIS (a random split
-     of the environments; each keeps its whole unroll) so the memory can be trained by BPTT over the full
-     unroll: ``memory.sequence`` re-runs from the stored initial state with the stored starts. For a fixed
-     memory (``trainable=False``) the rollout's features are used instead, under ``stop_gradient``, and the
-     memory's arrays are not among the optimised parameters.
-  Loss = clipped surrogate + value_coef * value loss - entropy_coef * entropy (PureJaxRL's, see
-  :mod:`memlab.rl.config`), global-norm clipping, Adam. Only inexact arrays are optimised (``eqx.partition``).
-
-Metrics of an update (scalars): ``episode_return`` (mean return of the episodes that finished during the unroll;
-when none finished it repeats the last reported mean, 0.0 before the first finished episode, so it is never
-NaN: read it together with ``episodes``), ``episodes`` (their count), ``env_steps`` (cumulative), and the means
-over all epochs and minibatches of ``loss``, ``policy_loss``, ``value_loss``, ``entropy``, ``approx_kl``
-(the estimator mean((r - 1) - log r), r the probability ratio), ``clip_fraction`` and ``grad_norm`` (before
-clipping). A memory with a ``diagnostics()`` method (returning a dict of scalars) adds ``memory_<name>``,
-measured after the update.
+seeds (``jax.vmap(ppo.init)(keys)``, ``jax.vmap(partial(ppo.update_chunk, num_updates=n))(states)``). One update
+is a rollout, GAE and ``epochs`` passes of minibatches split along the environment axis, so a memory trains by
+BPTT over the whole unroll (:class:`PPO` says each step and every metric).
 """
 
 from __future__ import annotations
@@ -171,7 +153,30 @@ def _init(config: PPOConfig, env, env_params, make_memory, optimiser, key: Array
 
 @dataclasses.dataclass(frozen=True)
 class PPO:
-    """The pure functions of one PPO run (see the module docstring); none is jitted here."""
+    """The pure functions of one PPO run; none is jitted here.
+
+    One ``update`` (everything inside one ``jit``: scans over time, epochs and minibatches, no Python loop):
+
+    1. rollout of ``unroll`` steps in ``num_envs`` environments (:mod:`memlab.rl.rollout`), remembering the
+       memory's hidden state at the start of the unroll;
+    2. GAE (:mod:`memlab.rl.gae`) bootstrapped from the value of the observation after the unroll;
+    3. ``epochs`` passes, each over ``minibatches`` minibatches taken ALONG THE ENVIRONMENT AXIS (a random split
+       of the environments; each keeps its whole unroll) so the memory can be trained by BPTT over the full
+       unroll: ``memory.sequence`` re-runs from the stored initial state with the stored starts. For a fixed
+       memory (``trainable=False``) the rollout's features are used instead, under ``stop_gradient``, and the
+       memory's arrays are not among the optimised parameters.
+
+    Loss = clipped surrogate + value_coef * value loss - entropy_coef * entropy (PureJaxRL's, see
+    :mod:`memlab.rl.config`), global-norm clipping, Adam. Only inexact arrays are optimised (``eqx.partition``).
+
+    Metrics of an update (scalars): ``episode_return`` (mean return of the episodes that finished during the
+    unroll; when none finished it repeats the last reported mean, 0.0 before the first finished episode, so it is
+    never NaN: read it together with ``episodes``), ``episodes`` (their count), ``env_steps`` (cumulative), and the
+    means over all epochs and minibatches of ``loss``, ``policy_loss``, ``value_loss``, ``entropy``, ``approx_kl``
+    (the estimator mean((r - 1) - log r), r the probability ratio), ``clip_fraction`` and ``grad_norm`` (before
+    clipping). A memory with a ``diagnostics()`` method (returning a dict of scalars) adds ``memory_<name>``,
+    measured after the update.
+    """
 
     config: PPOConfig
     init: Callable[[Array], TrainState]  # key -> state

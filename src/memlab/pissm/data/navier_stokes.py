@@ -1,53 +1,20 @@
 """Navier-Stokes particle data set of section 7 ("Navier-Stokes") and App. G.4.
 
-Fluid. Eq. (205) in vorticity form on the unit torus [0, 1)^2 (App. G.4):
-    d omega / dt + (u + U) . grad omega = nu lap omega + f,   u = (d psi / dy, -d psi / dx),   -lap psi = omega,
-with U a uniform mean flow (zero in the data; a test uses it). Pseudo-spectral on an n x n grid: ``rfft2``, the 2/3
-rule (modes with |k_x| >= n/3 or |k_y| >= n/3 are zero at all times, so the quadratic term is computed without
-aliasing and the truncated Galerkin system conserves energy and enstrophy when nu = f = 0), viscosity through the
-integrating factor exp(-nu |2 pi k|^2 t) (exact for the linear part) and advection and forcing by classical RK4:
-the IF-RK4 scheme. Grid point (i, j) is (x, y) = (i / n, j / n): x runs along axis 0.
+Fluid: eq. (205) in vorticity form on the unit torus, pseudo-spectral on an n x n grid with the 2/3 rule, viscosity
+by an integrating factor and advection and forcing by RK4 (IF-RK4). Particles: passive tracers integrated with the
+same RK4 stages, u(X) by spectral interpolation. State per tracer x_t = [u_t, v_t, x_t, y_t, p_t] (App. G.4),
+y_t = C x_t + r_t with C of eq. (207).
 
-Particles. P passive tracers per flow field, dX/dt = u(X, t) + U, integrated with the same four RK4 stages as the
-vorticity (the pair (omega, X) is one ODE), so the tracers are 4th-order accurate in time like the flow. u(X) is
-evaluated by trigonometric (spectral) interpolation, which is exact for the band-limited field the solver carries.
-Positions are kept in [0, 1) (mod 1); ``events[..., t, s]`` says a tracer crossed seam s (``SEAMS``: left x=0,
-right x=1, bottom y=0, top y=1) between t-1 and t, where its recorded position jumps by one domain width.
+Choices the paper leaves open:
 
-Latent state per tracer and observation step, ordered as in App. G.4: x_t = [u_t, v_t, x_t, y_t, p_t], the fluid
-velocity and pressure at the tracer and its position; y_t = C x_t + r_t with C of eq. (207) and
-r_t ~ N(0, noise_std^2 I).
+- forcing: FNO's vorticity forcing (``FORCING_AMPLITUDE``), not an unspecified buoyancy; viscosity 1e-3 (``VISCOSITY``);
+- initial vorticity: FNO's Gaussian random field, spun up for ``BURN_IN`` time units before tracers are placed;
+- pressure: the physical (Galerkin) pressure, not eq. (206)'s projection step, which is zero for a spectral solver;
+- tracers move by RK4 at the solver step; (u_t, v_t) is the velocity at the tracer (Lagrangian);
+- grid ``GRID``, sampling ``DELTA_T`` with ``SUBSTEPS`` solver steps, noise ``NOISE_STD``, splits of
+  ``NAVIER_STOKES_LAYOUT`` with ``PARTICLES_PER_FIELD`` tracers per flow.
 
-What the paper leaves open, and our documented choices:
-- Forcing: "a buoyancy term" with no formula, and the 5-d state of App. G.4 carries no temperature or density that
-  a Boussinesq buoyancy would need. We use the vorticity forcing of the FNO Navier-Stokes data (Li et al., 2021),
-  f = 0.1 (sin 2 pi (x + y) + cos 2 pi (x + y)) (``FORCING_AMPLITUDE``). It is the curl of a divergence-free body
-  force, so it adds nothing to the pressure.
-- Viscosity: mu is not given; nu = 1e-3 (``VISCOSITY``, FNO's middle setting). Density rho = 1.
-- Initial vorticity: the FNO Gaussian random field, written N(0, 7^{3/2} (-lap + 49 I)^{-5/2}) in their paper, with
-  covariance eigenvalues 7^3 (|2 pi k|^2 + 49)^{-5/2} as in their code (``vorticity_spectrum``), zero mean,
-  truncated to the retained modes; each flow is then spun up for ``BURN_IN`` = 10 time units under the forcing
-  before tracers are placed uniformly at random, so the recorded flow is the forced flow rather than the decaying
-  initial field (rms speed ~0.05 at t = 0, ~0.1 after the spin-up).
-- Pressure: eq. (206) writes p = PoissonSolve(rho / dt div u), the correction step of a projection method; it is
-  identically zero for the exactly divergence-free field of a spectral solver. We record the physical pressure,
-  the solution of the Poisson equation that the divergence of eq. (205) gives,
-  -lap p = rho (u_x^2 + 2 u_y v_x + v_y^2), with zero mean, projected on the retained modes (the pressure of the
-  Galerkin system).
-- Tracer motion: the "Newtonian update" of eq. (206), x_{t+1} = x_t + dt u_t, is the forward-Euler transition the
-  model learns; the ground truth is integrated with RK4 at the solver step. (u_t, v_t) is the fluid velocity at the
-  tracer (its Lagrangian velocity), not eq. (206)'s Eulerian update at a fixed point.
-- Sampling: grid n = ``GRID`` = 64 (FNO's resolution); observations every ``DELTA_T`` = 0.5 time units, over which
-  a tracer moves ~0.05 domain widths (rms speed ~0.1-0.12 after the spin-up, at most ~0.26); ``SUBSTEPS`` = 16
-  solver steps per observation (dt = 1/32: the largest advective RK4 eigenvalue |u| |2 pi k|_max dt stays below
-  ~1.5 of RK4's 2.8; dt = 1/20 and dt = 1/80 give tracer paths within 1e-4 over 25 samples); noise std
-  ``NOISE_STD`` = 0.03, about half a step's travel, so one observation does not reveal the velocity. A run that
-  still goes unstable (non-finite values) raises ValueError asking for more substeps.
-- Splits: 10k trajectories as 8000 / 1000 / 1000 sequences of 100 steps (``NAVIER_STOKES_LAYOUT``; the paper gives
-  no split or length; ``NAVIER_STOKES_QUICK_LAYOUT`` is a small one). ``PARTICLES_PER_FIELD`` = 50 tracers share
-  one flow field (200 flows at paper size, a few minutes on two cores); each split is drawn with its own key
-  ``fold_in(key, i)`` and its own flows, so no flow is shared across splits and resizing one split leaves the
-  others unchanged.
+The solver, the tracers and each choice with its reason: docs/studies/pissm.md, "Navier-Stokes".
 """
 
 from __future__ import annotations

@@ -1,33 +1,17 @@
 """Loader for the NCLT robot-localisation data (section 7 "Real World Dynamics", App. G.3, H.2).
 
-Files of one session (http://robots.engin.umich.edu/nclt/), header-less CSV, times ``utime`` in microseconds:
+Reads one session's GPS fixes (``gps.csv`` / ``gps_rtk.csv``) and ground truth (``groundtruth_<date>.csv``) from
+``data_dir`` and makes the state x = [p_1, v_1, p_2, v_2] of eq. (203)-(204), observed in position, split as App. G.3
+(``NCLT_LAYOUT``). Malformed files raise a ValueError naming the file, the line and the reason.
 
-    gps.csv / gps_rtk.csv       utime, mode, num_sats, lat, lng, alt, track, speed     (lat, lng in radians)
-    groundtruth_<date>.csv      utime, x, y, z, roll, pitch, yaw                        (metres, radians)
+Choices the paper leaves open:
 
-They are looked for under ``data_dir`` as ``<date>/gps.csv`` or ``sensor_data/<date>/gps.csv`` or ``gps.csv``, and
-``groundtruth_<date>.csv`` or ``ground_truth/groundtruth_<date>.csv`` or ``<date>/groundtruth_<date>.csv``.
+- the metric frame of the NCLT development kit, so GPS and ground truth share an origin;
+- 1 Hz: the first valid fix of every second, the ground truth interpolated at its time, the velocity a central
+  difference over +- 0.5 s;
+- steps beyond the layout's are dropped; R is the covariance of y - C x over the training split.
 
-What the loader does (choices the paper leaves open are marked *):
-- Parsing: malformed files are rejected with a ValueError naming the file, the 1-based line and the reason:
-  empty line, wrong column count, non-numeric field, NaN/inf time, time going backwards, or a finite lat/lng
-  outside [-pi/2, pi/2] x [-pi, pi] (degrees instead of radians). GPS rows whose lat or lng is NaN or inf
-  (no fix: they occur in the real files) are *skipped* - they are the "invalid GPS readings" that App. G.3
-  removes - and so are ground-truth rows with NaN position.
-- Metric frame*: lat/lng -> (north, east) metres by the linearisation of the NCLT development kit (read_gps.py):
-  origin lat0 = 0.738167915410646, lng0 = -1.46098650670922 (radians), ellipsoid radii re = 6378135 m,
-  rp = 6356750 m; north = sin(lat - lat0) r_ns, east = sin(lng - lng0) r_ew cos(lat0). This is the origin of the
-  ground-truth frame (x north, y east), so observations and ground truth are comparable; a frame about the
-  first fix would put the GPS in a frame shifted from the ground truth.
-- 1 Hz*: one-second bins from the first valid fix; each bin keeps its first valid fix as it is (no averaging,
-  so the noise is the receiver's). Bins without a valid fix, or whose fix +- 0.5 s is not inside the
-  ground-truth time range, are dropped, as App. G.3 drops invalid readings; ``Split.t`` keeps the real times,
-  so the gaps stay visible.
-- Alignment: the ground truth (about 100 Hz) is linearly interpolated at each kept fix's time. The velocity
-  in x = [p_1, v_1, p_2, v_2] (eq. (203)-(204)) is the central difference of that interpolation over +-0.5 s*.
-- Split (App. G.3): the kept steps in time order, train 18 x 200, validation 2 x 200, test 1 x 280 = 4280 steps
-  (``NCLT_LAYOUT``); steps beyond 4280 are dropped*, fewer raise ValueError. No ground-truth modes (z = None).
-- R*: the paper's lambda^2 is not given; ``Dataset.R`` is the covariance of y - C x over the training split.
+The file layout and each step with its reason: docs/studies/pissm.md, "NCLT".
 """
 
 from __future__ import annotations

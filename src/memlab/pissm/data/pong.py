@@ -1,26 +1,14 @@
 """Pong: a ball bouncing in a four-walled box, the switching-dynamics data set of section 7 ("Pong"), Fig. 4, 9.
 
-The paper states 5k sequences x 80 steps, random start position and velocity, no forces, elastic reflections,
-noisy position observations, and nothing else. Our choices, each a documented default:
+State x_t = [p_x, v_x, p_y, v_y] (the ordering of eq. (204)), y_t = C x_t + r_t observing the position; the true mode
+z_t is the velocity-sign quadrant (App. H.1's four modes). The paper states 5k sequences x 80 steps, random start,
+elastic reflections and noisy positions; our choices, each a documented default:
 
-- The box is the unit square [0, 1]^2 and the ball is a point. One step is one time unit: p_{t+1} = p_t + v_t.
-- Start position uniform in the box; heading uniform in [0, 2 pi); speed uniform in ``SPEED_RANGE`` = (0.03, 0.07)
-  box widths per step, so a ball travels ~4 box widths in 80 steps and hits ~4 walls, as in Fig. 9 / App. H.1
-  ("4 collisions" in 80 steps).
-- Observation noise y_t = p_t + r_t, r_t ~ N(0, ``NOISE_STD``^2 I) with NOISE_STD = 0.05 (the paper gives no
-  value): about one step's travel, so a single observation cannot tell the velocity and filtering pays off.
-- Exact reflection inside a step: the overshoot past a wall is mirrored back (p -> -p below 0, p -> 2 - p
-  above 1) and the normal velocity component changes sign. Velocities only ever change sign, so the speed is
-  conserved exactly (bit for bit). Speeds below one box width per step guarantee at most one reflection per axis
-  per step.
-- Ground-truth state x_t = [p_x, v_x, p_y, v_y] (the ordering of eq. (204)), where v_t is the velocity that
-  carries the ball from t to t+1; y_t = C x_t + r_t with C = [[1, 0, 0, 0], [0, 0, 1, 0]].
-- Ground-truth mode z_t = velocity-sign quadrant, ``2 * (v_x < 0) + (v_y < 0)`` (0: right-up, 1: right-down,
-  2: left-up, 3: left-down): the four true modes of App. H.1. A wall hit between t-1 and t flips a sign of v, so
-  z_t != z_{t-1} exactly at the steps with a collision. ``events[..., t, w]`` says wall w (``WALLS`` order:
-  left x=0, right x=1, bottom y=0, top y=1) was hit between t-1 and t; step 0 has none.
-- Splits (the paper gives none): 4000 / 500 / 500 sequences of 80 steps (``PONG_LAYOUT``), each split drawn with
-  its own key ``fold_in(key, i)`` so resizing one split leaves the others unchanged.
+- the unit box and a point ball, one time unit per step, speeds in ``SPEED_RANGE`` box widths per step;
+- observation noise ``NOISE_STD`` (the paper gives none); exact reflection inside a step;
+- splits of ``PONG_LAYOUT``, each drawn with its own key.
+
+Each choice with its reason: docs/studies/pissm.md, "Pong".
 """
 
 from __future__ import annotations
