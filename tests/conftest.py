@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from memlab import compile_cache
 from memlab.devices import host_devices_flags
 from memlab.runner import Experiment
 
@@ -43,8 +44,7 @@ def pytest_configure(config):
     2 s are stored (over 0.5 s once `memlab run` has run in the process). Set MEMLAB_JAX_CACHE to move it."""
     # `memlab run` inside the tests (cli.use_compile_cache) keeps to this folder, storing compiles over 0.5 s
     os.environ.setdefault("MEMLAB_JAX_CACHE", os.path.join(tempfile.gettempdir(), f"memlab-jax-cache-{os.getuid()}"))
-    jax.config.update("jax_compilation_cache_dir", os.environ["MEMLAB_JAX_CACHE"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.0)
+    compile_cache.enable(os.environ["MEMLAB_JAX_CACHE"], min_compile_secs=2.0)
     # LLVM at -O0: a cold run spends about half its time compiling (measured: tests/pissm 5:18 -> 4:06 cold).
     # The codegen level can change float rounding (seen: ~1e-7 relative in a pi-SSM evaluation, growing through
     # training), so the tests compare runs made under these same flags (worker processes and Ray workers inherit

@@ -6,8 +6,7 @@ with their tracebacks and the run exits with 1; Ctrl-C during a run exits with 1
 finished cells are kept, so the same command resumes.
 
 ``memlab run`` keeps compiled XLA programs in JAX's persistent cache (``$MEMLAB_JAX_CACHE``, default
-``~/.cache/memlab/jax``; ``MEMLAB_JAX_CACHE=off`` disables it): a cached program is keyed by the program
-itself, so it changes how long a run takes, never its numbers.
+``~/.cache/memlab/jax``; ``MEMLAB_JAX_CACHE=off`` disables it; see memlab.compile_cache).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from memlab import __version__, catalog
+from memlab import __version__, catalog, compile_cache
 from memlab.devices import cores_for_run, use_host_devices
 from memlab.executors import EXECUTORS, make_executor
 from memlab.files import markdown_cell, markdown_table
@@ -80,13 +79,10 @@ def cmd_list(args) -> int:
 
 def use_compile_cache() -> None:
     """Point JAX's persistent compile cache at $MEMLAB_JAX_CACHE (default ~/.cache/memlab/jax), unless 'off'."""
-    import jax
-
     default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlab" / "jax"
     folder = os.environ.get("MEMLAB_JAX_CACHE", str(default))
     if folder and folder.lower() != "off":
-        jax.config.update("jax_compilation_cache_dir", folder)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+        compile_cache.enable(folder, min_compile_secs=0.5)
 
 
 def cmd_run(args) -> int:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 import jax
 import numpy as np
 
-from memlab import deadline
+from memlab import compile_cache, deadline
 from memlab.checks import check_int
 from memlab.devices import default_devices
 from memlab.files import cell_text
@@ -102,8 +102,7 @@ _applied_cache: list[str | None] = []  # the compile cache a worker process was 
 
 def _configure_worker(settings: Settings) -> None:
     if settings.cache_dir and not _applied_cache:
-        jax.config.update("jax_compilation_cache_dir", settings.cache_dir)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", settings.cache_min_compile_secs)
+        compile_cache.enable(settings.cache_dir, settings.cache_min_compile_secs)
         _applied_cache.append(settings.cache_dir)
 
 
