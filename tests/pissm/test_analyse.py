@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from memlab.pissm.experiments.imputation import ImputationConfig
+from memlab.pissm.experiments.cells import EstimatorStats, OracleScores, RuleScores, SelectionScores
+from memlab.pissm.experiments.imputation import ImputationConfig, ImputationRow
 from memlab.pissm.experiments.imputation import analyse as analyse_imputation
 from memlab.pissm.experiments.modes import ModesConfig, oracle_reading
 from memlab.pissm.experiments.modes import analyse as analyse_modes
@@ -30,26 +33,26 @@ def test_table1_rows_are_means_over_seeds_beside_the_paper():
              "lorenz-lg-1": _cell(-5.0), "lorenz-gru-0": _cell(-6.0), "lorenz-gru-1": _cell(-6.0)}
     ceilings = {"pong": ll_ceiling(0.05**2 * np.eye(2)), "lorenz": ll_ceiling(0.5 * np.eye(3))}
     stats = analyse_table1(cfg, ceilings, cells)
-    table = stats["table"]
-    assert [(r["dataset"], r["model"]) for r in table] == [("pong", "pissm-gru"), ("pong", "lg"), ("pong", "gru"),
+    table = stats.table
+    assert [(r.dataset, r.model) for r in table] == [("pong", "pissm-gru"), ("pong", "lg"), ("pong", "gru"),
                                                            ("pong", "pf"), ("lorenz", "pissm-gru"), ("lorenz", "lg"),
                                                            ("lorenz", "gru")]
     gru = table[0]
-    assert gru["ll_mean"] == 2.5 and gru["ll_std"] == 0.5 and gru["seeds"] == 2 and gru["failed"] == 1
-    assert gru["filtered_mse_mean"] == pytest.approx(0.02)
-    assert gru["filtered_mse_db"] == pytest.approx(10 * np.log10(0.02), rel=1e-5)
-    assert gru["paper_ll"] == 5.401 and gru["paper_mse"] == 0.061  # Table 1 / Table 8, Pong
+    assert gru.ll_mean == 2.5 and gru.ll_std == 0.5 and gru.seeds == 2 and gru.failed == 1
+    assert gru.filtered_mse_mean == pytest.approx(0.02)
+    assert gru.filtered_mse_db == pytest.approx(10 * np.log10(0.02), rel=1e-5)
+    assert gru.paper_ll == 5.401 and gru.paper_mse == 0.061  # Table 1 / Table 8, Pong
     direct = table[2]  # a direct RNN has no filtered estimate: only its one-step prediction is scored
-    assert direct["filtered_mse_mean"] is None and direct["filtered_mse_db"] is None
-    assert direct["predicted_mse"] == pytest.approx(0.04)
+    assert direct.filtered_mse_mean is None and direct.filtered_mse_db is None
+    assert direct.predicted_mse == pytest.approx(0.04)
     pf = table[3]
-    assert pf["seeds"] == 1 and pf["paper_ll"] is None and "train_seconds" not in pf  # times are the runner's
-    assert table[5]["ll_mean"] == -4.0 and table[5]["ll_std"] == 1.0 and table[5]["paper_ll"] == 5.434
-    assert stats["ll"] == {"pong": {"pissm-gru": 2.5, "lg": 1.0, "gru": 1.5, "pf": 4.0},
+    assert pf.seeds == 1 and pf.paper_ll is None and not hasattr(pf, "train_seconds")  # times are the runner's
+    assert table[5].ll_mean == -4.0 and table[5].ll_std == 1.0 and table[5].paper_ll == 5.434
+    assert stats.ll == {"pong": {"pissm-gru": 2.5, "lg": 1.0, "gru": 1.5, "pf": 4.0},
                            "lorenz": {"pissm-gru": -4.0, "lg": -4.0, "gru": -6.0}}
     # the per-step ceiling: Pong 0.05 -> -log(2 pi e 0.0025); Lorenz R = 0.5 I in 3-D; sup of the density -1.72
-    assert gru["ll_ceiling"] == pytest.approx(-np.log(2 * np.pi * np.e * 0.0025))
-    assert table[5]["ll_ceiling"] == pytest.approx(-1.5 * np.log(np.pi * np.e))
+    assert gru.ll_ceiling == pytest.approx(-np.log(2 * np.pi * np.e * 0.0025))
+    assert table[5].ll_ceiling == pytest.approx(-1.5 * np.log(np.pi * np.e))
     assert ll_ceiling(0.5 * np.eye(3), average=False) == pytest.approx(-1.717, abs=1e-3)
 
 
@@ -59,20 +62,20 @@ def test_stability_success_rate_and_objective_over_the_successful_runs():
              "pissm-gru-iss-0.1-2": {"ll": 6.0, "failed": False},
              "pissm-gru-clip-20-0": {"ll": 4.0, "failed": False}, "pissm-gru-clip-20-1": {"ll": np.nan, "failed": True},
              "pissm-gru-clip-20-2": {"ll": np.nan, "failed": False}}  # finite training, NaN test: not a success
-    table = analyse_stability(cfg, cells)["table"]
+    table = analyse_stability(cfg, cells).table
     iss, clip = table
-    assert (iss["scheme"], iss["value"], iss["runs"], iss["success"]) == ("iss", 0.1, 3, 1.0)
-    assert iss["objective_mean"] == 6.0 and iss["objective_std"] == pytest.approx(np.std([5.0, 7.0, 6.0]))
-    assert (iss["paper_objective"], iss["paper_std"], iss["paper_success"]) == (5.401, 0.197, 1.0)
-    assert clip["success"] == pytest.approx(1 / 3) and clip["objective_mean"] == 4.0 and clip["objective_std"] == 0.0
-    assert clip["paper_objective"] is None and clip["paper_success"] == 0.0  # Table 6: no run succeeded
+    assert (iss.scheme, iss.value, iss.runs, iss.success) == ("iss", 0.1, 3, 1.0)
+    assert iss.objective_mean == 6.0 and iss.objective_std == pytest.approx(np.std([5.0, 7.0, 6.0]))
+    assert (iss.paper_objective, iss.paper_std, iss.paper_success) == (5.401, 0.197, 1.0)
+    assert clip.success == pytest.approx(1 / 3) and clip.objective_mean == 4.0 and clip.objective_std == 0.0
+    assert clip.paper_objective is None and clip.paper_success == 0.0  # Table 6: no run succeeded
 
 
 def test_stability_with_no_successful_run_reports_nan():
     cfg = StabilityConfig(models=("pissm-gru",), iss_eps=(0.1,), clip_norms=(5.0,), seeds=1)
     cells = {"pissm-gru-iss-0.1-0": {"ll": 1.0, "failed": False}, "pissm-gru-clip-5-0": {"ll": np.nan, "failed": True}}
-    clip = analyse_stability(cfg, cells)["table"][1]
-    assert clip["success"] == 0.0 and np.isnan(clip["objective_mean"]) and np.isnan(clip["objective_std"])
+    clip = analyse_stability(cfg, cells).table[1]
+    assert clip.success == 0.0 and np.isnan(clip.objective_mean) and np.isnan(clip.objective_std)
 
 
 def test_modes_statistics_come_from_the_evaluation_and_the_training_record():
@@ -82,17 +85,23 @@ def test_modes_statistics_come_from_the_evaluation_and_the_training_record():
     trained = {"train-reinforce": {"best_val": 2.6, "model": b"..."}, "train-mixture": {"best_val": 2.7}}
     cfg = ModesConfig(oracle_epochs=0)
     stats = analyse_modes(cfg, trained, {"reinforce": evaluation, "mixture": {**evaluation, "test_ll": 2.8}})
-    assert stats["reinforce"] == {"modes_in_use": 4, "persistence": 0.9, "agreement": 0.7, "test_ll": 2.5,
-                                  "best_val": 2.6, "dominant_share": 0.3, "eigenvalue_at_bounces": -0.8,
-                                  "eigenvalue_elsewhere": 0.99, "reflecting_at_bounces": 0.6,
-                                  "reflecting_next_to_bounces": 0.7, "reflecting_elsewhere": 0.05}
-    assert stats["mixture"]["test_ll"] == 2.8 and stats["mixture"]["best_val"] == 2.7 and "oracle" not in stats
-    oracles = {"oracle-reinforce": {"at_hits": 0.6, "in_flight": 0.95}, "oracle-mixture": {"at_hits": 0.1}}
-    rules = {"rule": {"test_ll": 3.0}, "free-flight": {"test_ll": 2.0}}
+    assert stats.estimators["reinforce"] == EstimatorStats(
+        modes_in_use=4, persistence=0.9, agreement=0.7, test_ll=2.5, best_val=2.6, dominant_share=0.3,
+        eigenvalue_at_bounces=-0.8, eigenvalue_elsewhere=0.99, reflecting_at_bounces=0.6,
+        reflecting_next_to_bounces=0.7, reflecting_elsewhere=0.05)
+    mixture = stats.estimators["mixture"]
+    assert mixture.test_ll == 2.8 and mixture.best_val == 2.7
+    assert stats.oracles == {} and stats.rule is None and stats.free_flight is None
+    oracles = {f"oracle-{e}": {"at_hits": hits, "in_flight": 0.95, "test_ll": 2.0, "val_ll": [1.0], "failed": False}
+               for e, hits in (("reinforce", 0.6), ("mixture", 0.1))}
+    rules = {"rule": {"at_hits": 0.8, "in_flight": 0.99, "test_ll": 3.0, "process_var": 1e-4},
+             "free-flight": {"at_hits": 0.0, "in_flight": 1.0, "test_ll": 2.0, "process_var": 1e-3}}
     stats = analyse_modes(ModesConfig(), {**trained, **oracles},
                           {"reinforce": evaluation, "mixture": evaluation, "rules": rules})
-    assert stats["oracle"] == {"reinforce": oracles["oracle-reinforce"], "mixture": oracles["oracle-mixture"]}
-    assert stats["rules"] == rules
+    assert stats.oracles == {"reinforce": OracleScores(**oracles["oracle-reinforce"]),
+                             "mixture": OracleScores(**oracles["oracle-mixture"])}
+    assert stats.rule == RuleScores(**rules["rule"]) and stats.free_flight == RuleScores(**rules["free-flight"])
+    assert stats.oracles["reinforce"].selects() and not stats.oracles["mixture"].selects()
 
 
 def test_imputation_rows_follow_the_config_and_keep_the_figure_paths():
@@ -100,10 +109,9 @@ def test_imputation_rows_follow_the_config_and_keep_the_figure_paths():
     scored = {"score-pissm-gru": {"imputation_mse": 0.01, "filtered_mse": 0.002, "ll": 2.0, "path": [[0.1, 0.2]]},
               "score-observation": {"imputation_mse": 0.02, "filtered_mse": 0.003, "ll": 1.5, "path": [[0.3, 0.4]]}}
     stats = analyse_imputation(cfg, scored)
-    assert stats["rows"] == [["observation", 0.02, 0.003, 1.5], ["pissm-gru", 0.01, 0.002, 2.0]]
-    assert stats["table"][1] == {"model": "pissm-gru", "imputation_mse": 0.01, "observed_filtered_mse": 0.002,
-                                 "ll_observed": 2.0}
-    np.testing.assert_array_equal(stats["paths"]["observation"], [[0.3, 0.4]])
+    assert stats.table == [ImputationRow("observation", 0.02, 0.003, 1.5), ImputationRow("pissm-gru", 0.01, 0.002, 2.0)]
+    assert list(stats.paths) == ["observation", "pissm-gru"]
+    np.testing.assert_array_equal(stats.paths["observation"], [[0.3, 0.4]])
 
 
 class _Claims:
@@ -120,7 +128,7 @@ def test_table1_claims_read_the_paper_gain_and_the_bounded_gain_separately():
     ll = {"pong": {"pissm-gru": -1.5, "pissm-lstm": -1.6, "pissm-gru-bounded": 2.5, "pissm-lg": 2.42, "lg": 2.4,
                    "gru": 2.45, "lstm": 2.3}}
     run = _Claims()
-    claims_table1({"ll": ll}, run)
+    claims_table1(ll, run)
     assert run.claims["pong-pissm-beats-lg"] == ("-1.500 vs 2.400", False)
     assert run.claims["pong-pissm-beats-lg[bounded]"] == ("2.500 vs 2.400", True)  # the LSTM-bounded row did not run
     assert run.claims["pong-pissm-beats-direct-rnn[bounded]"] == ("2.500 vs 2.450", True)
@@ -132,12 +140,14 @@ def test_table1_claims_read_the_paper_gain_and_the_bounded_gain_separately():
 def test_modes_reading_says_whether_the_full_model_learned_reflections():
     """With a selecting oracle, the summary says the full model learned reflecting modes only if its sampled A_z
     reflects at >= 50 % of the hits (counting the step after) and <= 10 % of the other steps."""
-    oracle = {"at_hits": 0.71, "in_flight": 0.98, "test_ll": 6.0}
-    rules = {"rule": {"test_ll": 5.8, "at_hits": 0.76}}
-    learned = {"reflecting_at_bounces": 0.32, "reflecting_next_to_bounces": 0.61, "reflecting_elsewhere": 0.04}
-    assert "learns reflecting modes too" in oracle_reading("mixture", oracle, rules, learned)
+    oracle = SelectionScores(at_hits=0.71, in_flight=0.98, test_ll=6.0)
+    rule = SelectionScores(at_hits=0.76, in_flight=0.99, test_ll=5.8)
+    learned = EstimatorStats(modes_in_use=4, persistence=0.9, agreement=0.5, test_ll=5.0, dominant_share=0.3,
+                             eigenvalue_at_bounces=-0.2, eigenvalue_elsewhere=0.9, reflecting_at_bounces=0.32,
+                             reflecting_next_to_bounces=0.61, reflecting_elsewhere=0.04, best_val=5.0)
+    assert "learns reflecting modes too" in oracle_reading("mixture", oracle, rule, learned)
     for changed in ({"reflecting_next_to_bounces": 0.4}, {"reflecting_elsewhere": 0.2}):
-        reading = oracle_reading("mixture", oracle, rules, {**learned, **changed})
+        reading = oracle_reading("mixture", oracle, rule, dataclasses.replace(learned, **changed))
         assert "lies in learning the modes' dynamics" in reading and "learns reflecting modes" not in reading
-    stuck = oracle_reading("reinforce", {"at_hits": 0.0, "in_flight": 1.0, "test_ll": 4.4}, rules, learned)
+    stuck = oracle_reading("reinforce", SelectionScores(at_hits=0.0, in_flight=1.0, test_ll=4.4), rule, learned)
     assert "does not find the reflections" in stuck

@@ -77,30 +77,6 @@ TINY_LAYOUT = {  # for the tests: seconds, not minutes
 LAYOUTS = {"tiny": TINY_LAYOUT, "quick": QUICK_LAYOUT, "paper": PAPER_LAYOUT}
 
 
-# The choices every pi-SSM experiment's summary.md lists (the paper leaves them open, or memlab departs from its text).
-CHOICES = """- Data: our own generators (Pong: unit box, point ball, speeds 0.03–0.07 box widths per step, observation \
-noise 0.05, or 0.01 for `pong-0.01`; Lorenz and Navier–Stokes as `memlab.pissm.data` documents); the paper gives \
-neither sizes nor noise levels.
-- The gain of `pissm-gru` / `pissm-lstm` is eq. (7) as printed: L_t read from the RNN fed [Σ_{t|t-1}, r_t], \
-nothing bounding it (its readout starts at the first step's Kalman factor); `-bounded` models use memlab's factor \
-around the exact gain, bounded so the filter cannot diverge (`memlab.pissm.model`).
-- The mode z_t is drawn from q(z_t | x_{t-1}) (App. E.1's box, App. E.2's code; estimator `reinforce`) or from \
-the eq. (6) posterior (section 5's text; estimator `mixture`); `reinforce` maximises E_z[log q(y_t | ...)] by \
-eq. (9), `mixture` the exact log Σ_k q(k | x_{t-1}) N(y_t | k) (section 6's log E_z). Evaluation always scores \
-log q(y_t | y_{1:t-1}) with z_t summed out.
-- Two Adam optimisers (phi, theta), as App. E.2's code; theta is not stepped during a 5-epoch warm-up (the paper \
-gives no length); learning rate 0.011 × 0.5 every 10 epochs (no factor given); best-validation early stopping.
-- App. F.1's time-correlated input noise: AR(1), lag-1 correlation 0.9, standard deviation `input_noise` × the \
-observation noise's, added to every trained model's training minibatches (the paper gives no level).
-- Modes start distinct: A_z = I + N(0, 0.1²), q(z | x) a random partition of the standardised state space (its \
-output layer × 4); every C_z starts at the true observation map (the paper says nothing about initialisation).
-- Prediction from the filtered moments (the sample of x_{t-1} only chooses the mode); eq. (7)'s covariance update \
-in Joseph form (the printed `+` grows with every observation); full covariances (diagonal ones cut the velocities \
-out of the gain); covariances lifted by 100 ulps of their mean variance (float32 round-off of an ill-conditioned \
-covariance gave NaN).
-- Q and the prior are learned by pi-SSM and LG alike; R is known (section 4).
-"""
-
 PARTICLE_REFERENCES = ("pong", "pong-0.01", "lorenz")  # data sets with a true-dynamics particle filter
 
 

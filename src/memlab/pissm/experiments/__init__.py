@@ -4,6 +4,9 @@
 * ``pissm.stability``   — Tables 2 and 6, Fig. 8: ISS projection vs gradient clipping (``stability.py``).
 * ``pissm.pong-modes``  — Fig. 4 / 9, App. H.1: inferred modes, predictive ellipses, eigenvalues (``modes.py``).
 * ``pissm.imputation``  — App. H.1: 50 % missing observations (``imputation.py``).
+
+Shared by them: ``cells.py`` (every cell function) and ``report.py`` (the paper's tables beside typed rows, the
+figures, the choices every summary lists).
 """
 
 from __future__ import annotations

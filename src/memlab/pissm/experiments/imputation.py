@@ -18,29 +18,14 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
-import jax.numpy as jnp
 import numpy as np
 
-from memlab import plots
 from memlab.checks import check_choice, check_choices, check_int, check_real
 from memlab.pissm import metrics
-from memlab.pissm.data import Dataset
-from memlab.pissm.runs import (
-    CHOICES,
-    LAYOUTS,
-    MODELS,
-    default_stability,
-    evaluate,
-    fit,
-    load_dataset,
-    mean_scores,
-    model_bytes,
-    model_from_bytes,
-    predict_jit,
-)
-from memlab.pissm.train import TrainConfig
+from memlab.pissm.experiments.cells import imputation_score_cell, imputation_train_cell
+from memlab.pissm.experiments.report import CHOICES, plot_imputation
+from memlab.pissm.runs import LAYOUTS, MODELS, load_dataset
 from memlab.runner import Experiment, Run
-from memlab.store import cell
 
 SUMMARY = """# pissm.imputation — App. H.1
 
@@ -62,7 +47,6 @@ filtered MSE.
 TRAINED_WITH_GAPS = ("sequences with {percent:.0f} % of the observations removed (App. H.1 does not say; a direct "
                      "RNN must learn what the missing-step flag means)")
 TRAINED_COMPLETE = "complete sequences"
-HEADER = ["model", "imputation_mse", "observed_filtered_mse", "ll_observed"]
 SHOWN = ("pissm-gru-bounded", "lg", "gru", "observation")  # the figure's panels (those of the config)
 
 
@@ -92,36 +76,19 @@ def run_imputation(cfg: ImputationConfig, run: Run) -> dict:
     """Pong and the test mask (driver) -> training sweep -> scoring sweep -> table, figure, claim."""
     data = load_dataset("pong", LAYOUTS[cfg.layout]["pong"], key=run.key_for("data", "pong"))
     mask = metrics.imputation_mask(run.key_for("test-mask"), *data.test.y.shape[:2], cfg.fraction)
-    trained = run.sweep({f"train-{name}": partial(train_cell, cfg, name, data, run.key_for("train"))
+    trained = run.sweep({f"train-{name}": partial(imputation_train_cell, cfg, name, data, run.key_for("train"))
                          for name in cfg.models}, "pissm.imputation training")
     b = _figure_sequence(data.test)
-    scored = run.sweep({f"score-{name}": partial(score_cell, cfg, name, data, trained[f"train-{name}"]["model"],
-                                                 mask, run.key_for("evaluate"), b, run.key_for("figure"))
+    scored = run.sweep({f"score-{name}": partial(imputation_score_cell, cfg, name, data,
+                                                 trained[f"train-{name}"]["model"], mask, run.key_for("evaluate"), b,
+                                                 run.key_for("figure"))
                         for name in cfg.models}, "pissm.imputation scoring")
     stats = analyse(cfg, scored)
-    _figures(data.test, mask, b, stats, run)
+    shown = {name: stats.paths[name] for name in SHOWN if name in stats.paths}
+    run.save_figure(plot_imputation(data.test, mask, b, shown), "imputation.png")
     _claims(stats, run)
     _summary(cfg, stats, run)
-    return {"table": stats["table"]}
-
-
-@cell("pissm.imputation-train")
-def train_cell(cfg: ImputationConfig, name: str, data: Dataset, key) -> dict:
-    """One cell: train ``name`` on sequences with ``cfg.train_missing`` removed; its record and the model as bytes."""
-    train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, stability=default_stability(name))
-    model, record = fit(name, "pong", data, train_cfg, key, missing=cfg.train_missing, input_noise=cfg.input_noise)
-    return {**record, "model": model_bytes(model)}
-
-
-@cell("pissm.imputation-score")
-def score_cell(cfg: ImputationConfig, name: str, data: Dataset, blob: bytes, mask, key, b: int, figure_key) -> dict:
-    """One cell: the mean scores of the trained ``name`` on the masked test split (``runs.evaluate``), and its
-    sample-mean filtered position (T, 2) along test sequence ``b`` (the figure's)."""
-    model, test = model_from_bytes(blob, name, "pong", data), data.test
-    scores = mean_scores(evaluate(model, data, test, key, cfg.num_samples, mask))
-    y_in = jnp.where(mask[b:b + 1, :, None], test.y[b:b + 1], jnp.nan)
-    p = predict_jit(model, y_in, mask[b:b + 1], figure_key, cfg.num_samples)
-    return {**scores, "path": jnp.mean(p.filtered_obs[:, 0], axis=0)}
+    return {"table": stats.table}
 
 
 def _figure_sequence(test) -> int:
@@ -130,32 +97,40 @@ def _figure_sequence(test) -> int:
     return int(np.argmax(np.prod(np.ptp(positions, axis=1), axis=-1)))
 
 
-def analyse(cfg: ImputationConfig, scored: dict[str, dict]) -> dict:
-    """Scoring cells -> {"table": one row per model (HEADER), "rows", "paths": model -> (T, 2) filtered path}."""
-    rows = [[name, s["imputation_mse"], s["filtered_mse"], s["ll"]]
-            for name, s in ((name, scored[f"score-{name}"]) for name in cfg.models)]
-    paths = {name: np.asarray(scored[f"score-{name}"]["path"]) for name in cfg.models}
-    return {"table": [dict(zip(HEADER, r)) for r in rows], "rows": rows, "paths": paths}
+@dataclasses.dataclass(frozen=True)
+class ImputationRow:
+    """One model's scores on the masked test split (results.json: an entry of ``table``; imputation.csv: a row):
+    ``imputation_mse`` at the removed steps, ``observed_filtered_mse`` at the kept ones (against the true position),
+    ``ll_observed``, the predictive log-likelihood per kept observation."""
+
+    model: str
+    imputation_mse: float
+    observed_filtered_mse: float
+    ll_observed: float
 
 
-def _figures(test, mask, b: int, stats: dict, run: Run) -> None:
-    y, x, m = np.asarray(test.y[b]), np.asarray(test.x[b]), np.asarray(mask[b])
-    shown = [n for n in SHOWN if n in stats["paths"]]
-    # square panels: narrower than tall, else constrained layout pushes the titles out of the figure
-    fig, axes = plots.figure(1, len(shown), width=3.2 * len(shown), height=3.8, squeeze=False)
-    for ax, name in zip(axes[0], shown):
-        est = stats["paths"][name]
-        ax.plot(x[:, 0], x[:, 2], "k-", lw=0.8, alpha=0.6, label="true path")
-        ax.plot(y[m, 0], y[m, 1], "k.", ms=4, label="kept observations")
-        ax.plot(est[:, 0], est[:, 1], "C3-", lw=0.8)
-        ax.plot(est[~m, 0], est[~m, 1], "C3o", ms=3, mfc="none", label="imputed (removed steps)")
-        ax.set(title=name, xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), aspect="equal")
-    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=7)
-    run.save_figure(fig, "imputation.png")
+HEADER = [f.name for f in dataclasses.fields(ImputationRow)]
 
 
-def _claims(stats: dict, run: Run) -> None:
-    mse = {row["model"]: row["imputation_mse"] for row in stats["table"]}
+@dataclasses.dataclass(frozen=True)
+class ImputationStats:
+    """The imputation analysis: ``table``, an ``ImputationRow`` per model of the config, in order; ``paths``, model ->
+    (T, 2) sample-mean filtered position along the figure's test sequence."""
+
+    table: list[ImputationRow]
+    paths: dict[str, np.ndarray]
+
+
+def analyse(cfg: ImputationConfig, scored: dict[str, dict]) -> ImputationStats:
+    """Scoring cells ('score-<model>', ``cells.imputation_score_cell``) -> a row and a figure path per model."""
+    scores = {name: scored[f"score-{name}"] for name in cfg.models}
+    return ImputationStats([ImputationRow(name, s["imputation_mse"], s["filtered_mse"], s["ll"])
+                            for name, s in scores.items()],
+                           {name: np.asarray(s["path"]) for name, s in scores.items()})
+
+
+def _claims(stats: ImputationStats, run: Run) -> None:
+    mse = {row.model: row.imputation_mse for row in stats.table}
     if "pissm-gru-bounded" in mse and "observation" in mse:
         ours, carry = mse["pissm-gru-bounded"], mse["observation"]
         run.claim("pissm-imputes-through-gaps", "pi-SSM's predictions through the gaps beat carrying the last "
@@ -163,8 +138,9 @@ def _claims(stats: dict, run: Run) -> None:
                   bool(ours < carry))
 
 
-def _summary(cfg: ImputationConfig, stats: dict, run: Run) -> None:
-    table = run.save_table("imputation.csv", HEADER, stats["rows"],
+def _summary(cfg: ImputationConfig, stats: ImputationStats, run: Run) -> None:
+    rows = [[getattr(row, c) for c in HEADER] for row in stats.table]
+    table = run.save_table("imputation.csv", HEADER, rows,
                            {"imputation_mse": ".5f", "observed_filtered_mse": ".5f", "ll_observed": ".3f"})
     trained_on = TRAINED_WITH_GAPS.format(percent=100 * cfg.train_missing) if cfg.train_missing else TRAINED_COMPLETE
     run.write_summary(SUMMARY.format(**dataclasses.asdict(cfg), percent_removed=100 * cfg.fraction,

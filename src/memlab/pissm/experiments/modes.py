@@ -32,41 +32,23 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
-import jax.numpy as jnp
-import numpy as np
-from matplotlib.patches import Ellipse
-
-from memlab import plots
 from memlab.checks import check_choice, check_choices, check_int, check_real
-from memlab.pissm import metrics
 from memlab.pissm.data import Dataset
-from memlab.pissm.pong_modes import (
-    mode_statistics,
-    most_bounces,
-    oracle_selection,
-    rule_scores,
-    smallest_eigenvalues,
-    true_eigenvalues,
+from memlab.pissm.experiments.cells import (
+    STATISTICS,
+    EstimatorStats,
+    OracleScores,
+    RuleScores,
+    SelectionScores,
+    modes_evaluate_cell,
+    modes_rules_cell,
+    modes_train_cell,
 )
-from memlab.pissm.reference import pong_particle_filter
-from memlab.pissm.runs import (
-    CHOICES,
-    ESTIMATORS,
-    LAYOUTS,
-    NUM_MODES,
-    PONG_NOISE,
-    fit,
-    full_mask,
-    load_dataset,
-    model_bytes,
-    model_from_bytes,
-    predict_jit,
-)
-from memlab.pissm.train import TrainConfig
+from memlab.pissm.experiments.report import CHOICES, plot_modes
+from memlab.pissm.pong_modes import oracle_selection
+from memlab.pissm.runs import ESTIMATORS, LAYOUTS, NUM_MODES, PONG_NOISE, load_dataset
 from memlab.runner import Experiment, Run
-from memlab.store import cell
 
-SNAPSHOTS = (15, 35, 55, 75)
 SUMMARY = """# pissm.pong-modes — Fig. 4 / Fig. 9, App. H.1
 
 {model} trained on `{dataset}` (observation noise {noise}; {layout} layout, {epochs} epochs, App. F.1's AR(1) input \
@@ -131,8 +113,6 @@ QUANTITIES = (  # (statistic, quantity, paper)
     ("test_ll", "test log-likelihood per step", "—"),
     ("best_val", "best validation log-likelihood per step", "—"),
 )
-STATISTICS = ("modes_in_use", "persistence", "agreement", "test_ll", "dominant_share", "eigenvalue_at_bounces",
-              "eigenvalue_elsewhere", "reflecting_at_bounces", "reflecting_next_to_bounces", "reflecting_elsewhere")
 PONG_DATASETS = tuple(PONG_NOISE)
 
 
@@ -170,14 +150,16 @@ def run_pong_modes(cfg: ModesConfig, run: Run) -> dict:
     stats = analyse(cfg, trained, evaluation)
     run.save_csv("mode_shares.csv", ["estimator", "mode", "share"],
                  [[e, k, share] for e in cfg.estimators for k, share in enumerate(evaluation[e]["shares"])])
-    figures = [_figure(data.test, evaluation[e], e, run) for e in cfg.estimators]
+    figures = {e: f"fig9_pong_modes_{e}.png" for e in cfg.estimators}
+    for e, name in figures.items():
+        run.save_figure(plot_modes(data.test, evaluation[e], e), name)
     _claims(cfg, stats, run)
     _summary(cfg, stats, figures, run)
-    return stats
+    return _results(stats)
 
 
 def _train_cells(cfg: ModesConfig, data: Dataset, run: Run) -> dict:
-    cells = {f"train-{e}": partial(train_cell, cfg, data, e, run.key_for("train")) for e in cfg.estimators}
+    cells = {f"train-{e}": partial(modes_train_cell, cfg, data, e, run.key_for("train")) for e in cfg.estimators}
     if cfg.oracle_epochs:
         cells |= {f"oracle-{e}": partial(oracle_selection, data, cfg.oracle_epochs, cfg.batch_size,
                                          run.key_for("oracle"), e) for e in cfg.estimators}
@@ -185,182 +167,106 @@ def _train_cells(cfg: ModesConfig, data: Dataset, run: Run) -> dict:
 
 
 def _evaluation_cells(cfg: ModesConfig, data: Dataset, trained: dict, run: Run) -> dict:
-    cells = {e: partial(evaluate_cell, cfg, data, e, trained[f"train-{e}"]["model"], run.key_for("evaluate"),
+    cells = {e: partial(modes_evaluate_cell, cfg, data, e, trained[f"train-{e}"]["model"], run.key_for("evaluate"),
                         run.key_for("particle-filter")) for e in cfg.estimators}
     if cfg.oracle_epochs:
-        cells["rules"] = partial(rules_cell, data, run.key_for("rules"))
+        cells["rules"] = partial(modes_rules_cell, data, run.key_for("rules"))
     return cells
 
 
-@cell("pissm.modes-train")
-def train_cell(cfg: ModesConfig, data: Dataset, estimator: str, key) -> dict:
-    """One cell: train ``cfg.model`` on Pong by ``estimator`` (every estimator from the same key: the same
-    initial model); its training record and the model as bytes."""
-    config = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size)
-    model, record = fit(cfg.model, cfg.dataset, data, config, key, estimator=estimator, input_noise=cfg.input_noise)
-    return {**record, "model": model_bytes(model)}
+@dataclasses.dataclass(frozen=True)
+class ModesStats:
+    """The mode analysis: ``estimators``, estimator -> ``EstimatorStats``; with oracle runs, ``oracles``, estimator ->
+    ``OracleScores``, and the hand-coded switching rule (``rule``) and free flight everywhere (``free_flight``);
+    without, ``oracles`` is empty and the rules None."""
+
+    estimators: dict[str, EstimatorStats]
+    oracles: dict[str, OracleScores]
+    rule: RuleScores | None
+    free_flight: RuleScores | None
 
 
-@cell("pissm.modes-rules")
-def rules_cell(data: Dataset, key) -> dict:
-    """One cell: the hand-coded switching rule and free flight everywhere on the true step maps (``rule_scores``)."""
-    return {"rule": rule_scores(data, key), "free-flight": rule_scores(data, key, free_flight_only=True)}
-
-
-@cell("pissm.modes-evaluate")
-def evaluate_cell(cfg: ModesConfig, data: Dataset, estimator: str, blob: bytes, key, pf_key) -> dict:
-    """One cell: one sampled path per test sequence of the model trained by ``estimator`` -> ``mode_statistics``
-    and the test log-likelihood; for the test sequence with the most bounces (``b``) the arrays of Fig. 9: the
-    sampled modes, the predictive moments, the eigenvalues of the sampled A_z and the particle filter's predictive
-    moments."""
-    model = model_from_bytes(blob, cfg.model, cfg.dataset, data, estimator)
-    test = data.test
-    preds = predict_jit(model, test.y, full_mask(test), key, 1)
-    A, modes = np.asarray(model.A), np.asarray(preds.modes[0])
-    b = most_bounces(test)
-    pf = pong_particle_filter(pf_key, test.y[b], None, PONG_NOISE[cfg.dataset], cfg.particles)
-    return {**mode_statistics(A, modes, test),
-            "test_ll": float(jnp.mean(metrics.predictive_log_likelihood(preds.log_likelihoods, full_mask(test)))),
-            "b": b, "modes": modes[b], "obs_means": preds.obs_means[0, b], "obs_covs": preds.obs_covs[0, b],
-            "eigenvalues": smallest_eigenvalues(A[modes[b]]).real, "pf_obs_means": pf.obs_means,
-            "pf_obs_covs": pf.obs_covs}
-
-
-def analyse(cfg: ModesConfig, trained: dict[str, dict], evaluation: dict) -> dict:
+def analyse(cfg: ModesConfig, trained: dict[str, dict], evaluation: dict) -> ModesStats:
     """Per estimator: the statistics of its evaluation cell and the best validation log-likelihood of its training;
     the oracles' and the hand-coded rules' scores."""
-    stats = {e: {**{name: evaluation[e][name] for name in STATISTICS}, "best_val": trained[f"train-{e}"]["best_val"]}
-             for e in cfg.estimators}
-    if cfg.oracle_epochs:
-        stats["oracle"] = {e: trained[f"oracle-{e}"] for e in cfg.estimators}
-        stats["rules"] = evaluation["rules"]
-    return stats
+    estimators = {e: EstimatorStats(**{name: evaluation[e][name] for name in STATISTICS},
+                                    best_val=trained[f"train-{e}"]["best_val"]) for e in cfg.estimators}
+    if not cfg.oracle_epochs:
+        return ModesStats(estimators, {}, None, None)
+    rules = evaluation["rules"]
+    return ModesStats(estimators, {e: OracleScores(**trained[f"oracle-{e}"]) for e in cfg.estimators},
+                      RuleScores(**rules["rule"]), RuleScores(**rules["free-flight"]))
 
 
-def _ellipse(ax, mean, cov, **kw):
-    values, vectors = np.linalg.eigh(np.asarray(cov))
-    angle = np.degrees(np.arctan2(vectors[1, -1], vectors[0, -1]))
-    w, h = 2 * 2 * np.sqrt(np.maximum(values[::-1], 0))  # 2-sigma
-    ax.add_patch(Ellipse(np.asarray(mean), w, h, angle=angle, fill=False, **kw))
+def _results(stats: ModesStats) -> dict:
+    """results.json's "results": per estimator its statistics; with oracle runs, "oracle" and "rules"."""
+    if stats.rule is None:
+        return dict(stats.estimators)
+    rules = {"rule": stats.rule, "free-flight": stats.free_flight}
+    return {**stats.estimators, "oracle": stats.oracles, "rules": rules}
 
 
-def _figure(split, evaluation: dict, estimator: str, run: Run) -> str:
-    """Fig. 9 for the test sequence ``b`` of one estimator's evaluation cell; returns the file name."""
-    fig = plots.plt.figure(figsize=(12, 7.5), layout="constrained")
-    grid = fig.add_gridspec(3, 4)
-    b = evaluation["b"]
-    y, x, T = np.asarray(split.y[b]), np.asarray(split.x[b]), split.y.shape[1]
-    modes = np.asarray(evaluation["modes"])
-    ax = fig.add_subplot(grid[0, :2])
-    ax.scatter(x[:, 0], x[:, 2], c=np.asarray(split.z[b]), cmap="tab10", vmin=0, vmax=9, s=12)
-    ax.set(title="true trajectory, true mode (velocity quadrant)", xlim=(0, 1), ylim=(0, 1), aspect="equal")
-    ax = fig.add_subplot(grid[0, 2:])
-    ax.scatter(y[:, 0], y[:, 1], c=modes % 20, cmap="tab20", vmin=0, vmax=19, s=12)
-    ax.plot(x[:, 0], x[:, 2], "k-", lw=0.5, alpha=0.5)
-    ax.set(title="observations coloured by the sampled mode z_t", xlim=(-0.1, 1.1), ylim=(-0.1, 1.1), aspect="equal")
-    ax = fig.add_subplot(grid[1, :])
-    bounces = np.flatnonzero(np.asarray(split.events[b]).any(-1))
-    eig = np.asarray(evaluation["eigenvalues"])
-    truth = true_eigenvalues(np.asarray(split.events[b]))
-    for i, style in enumerate(("C0", "C1")):
-        ax.plot(eig[:, i], style, marker=".", lw=1, label=f"learned: eigenvalue {i + 1} of A_z_t (real part)")
-        ax.plot(truth[:, i], style, ls=":", lw=1.5, label=f"true: eigenvalue {i + 1}")
-    for t in bounces:
-        ax.axvline(t, color="k", lw=0.5, alpha=0.3)
-    ax.set(xlabel="t (grey: true bounces)", ylabel="eigenvalue", title="two smallest eigenvalues of the step map")
-    ax.set_ylim(-1.75, 1.2)  # room below the true -1 for the legend: it hid the last bounces
-    ax.legend(ncol=4, fontsize=7, loc="lower center")
-    for j, t in enumerate(SNAPSHOTS):
-        t = min(t, T - 1)
-        ax = fig.add_subplot(grid[2, j])
-        ax.plot(x[max(t - 10, 0): t + 1, 0], x[max(t - 10, 0): t + 1, 2], "k-", lw=0.8, alpha=0.5)
-        ax.plot(x[t, 0], x[t, 2], "k*", ms=8, label="true position")
-        ax.plot(y[t, 0], y[t, 1], "kx", label="observation")
-        _ellipse(ax, evaluation["obs_means"][t], evaluation["obs_covs"][t], color="C3",
-                 label="pi-SSM q(y_t | y_1:t-1)")
-        _ellipse(ax, evaluation["pf_obs_means"][t], evaluation["pf_obs_covs"][t], color="C2", ls="--",
-                 label="particle filter (true dynamics)")
-        ax.set(title=f"t = {t}", xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), aspect="equal")
-        if j == 0:
-            ax.legend(fontsize=6, loc="lower left")
-    fig.suptitle(f"Fig. 9, estimator {estimator}")
-    name = f"fig9_pong_modes_{estimator}.png"
-    run.save_figure(fig, name)
-    return name
-
-
-def _claims(cfg: ModesConfig, stats: dict, run: Run) -> None:
+def _claims(cfg: ModesConfig, stats: ModesStats, run: Run) -> None:
     for e in cfg.estimators:
-        st = stats[e]
+        st = stats.estimators[e]
         run.claim(f"modes-pruned[{e}]", f"of K = {NUM_MODES['pong']} modes only a few stay in use (App. H.1: four "
                   f"dominant modes in Pong); estimator {e}; rule: at most 6 modes with share >= 1 %",
-                  "4", str(st["modes_in_use"]), bool(st["modes_in_use"] <= 6))
+                  "4", str(st.modes_in_use), bool(st.modes_in_use <= 6))
         run.claim(f"modes-persist[{e}]", f"inside each interval between bounces the same mode is sampled "
                   f"(persistence); estimator {e}; rule: persistence >= 0.9",
-                  "consistent colours per interval (Fig. 9)", f"{st['persistence']:.2f}",
-                  bool(st["persistence"] >= 0.9))
+                  "consistent colours per interval (Fig. 9)", f"{st.persistence:.2f}", bool(st.persistence >= 0.9))
         run.claim(f"modes-flip-at-bounces[{e}]", "at the steps with a wall hit the sampled A_z has an eigenvalue "
                   f"near -1 (mean smallest real part over those steps; elsewhere near 1); estimator {e}; rule: "
                   "the mean at wall hits < 0", "eigenvalues track the truth (Fig. 9)",
-                  f"{st['eigenvalue_at_bounces']:.2f} at bounces, {st['eigenvalue_elsewhere']:.2f} elsewhere "
-                  f"(reflects at {st['reflecting_at_bounces']:.0%} of hits, {st['reflecting_elsewhere']:.0%} "
-                  "elsewhere)",
-                  bool(st["eigenvalue_at_bounces"] < 0))
-        if "oracle" in stats:
-            oracle = stats["oracle"][e]
+                  f"{st.eigenvalue_at_bounces:.2f} at bounces, {st.eigenvalue_elsewhere:.2f} elsewhere "
+                  f"(reflects at {st.reflecting_at_bounces:.0%} of hits, {st.reflecting_elsewhere:.0%} elsewhere)",
+                  bool(st.eigenvalue_at_bounces < 0))
+        if e in stats.oracles:
+            oracle = stats.oracles[e]
             run.claim(f"oracle-selects-reflections[{e}]", "with the true step maps given, the estimator teaches "
                       f"q(z | x) to sample the reflection at wall hits ({e}); rule: right at >= 50 % of the hits "
                       "and >= 90 % of the free-flight steps", "implied by Fig. 9 (modes switch at bounces)",
-                      f"{oracle['at_hits']:.2f} of hits ({oracle['in_flight']:.2f} of free-flight steps right)",
-                      _selects(oracle))
+                      f"{oracle.at_hits:.2f} of hits ({oracle.in_flight:.2f} of free-flight steps right)",
+                      oracle.selects())
 
 
-def _selects(scores: dict) -> bool:
-    """A mode selection that switches: right at >= 50 % of the wall hits and >= 90 % of the free-flight steps."""
-    return bool(scores["at_hits"] >= 0.5 and scores["in_flight"] >= 0.9)
-
-
-def _learns_reflections(st: dict) -> bool:
-    """The full model's sampled A_z reflects at >= 50 % of the wall hits (at the hit or the step after) and at
-    <= 10 % of the other steps."""
-    return bool(st["reflecting_next_to_bounces"] >= 0.5 and st["reflecting_elsewhere"] <= 0.1)
-
-
-def oracle_reading(estimator: str, oracle: dict, rules: dict, st: dict) -> str:
-    """The READINGS sentence the oracle's and the rule's scores (and the full model's statistics ``st``) support."""
-    if _selects(oracle):
-        kind = "learnable-and-learned" if _learns_reflections(st) else "learnable"
+def oracle_reading(estimator: str, oracle: SelectionScores, rule: SelectionScores, st: EstimatorStats) -> str:
+    """The READINGS sentence the oracle's and the hand-coded ``rule``'s scores (and the full model's statistics
+    ``st``) support."""
+    if oracle.selects():
+        kind = "learnable-and-learned" if st.learns_reflections() else "learnable"
     else:
-        kind = "free-flight" if oracle["in_flight"] >= 0.9 else "none"
-    reading = READINGS[kind].format(estimator=f"`{estimator}`", learned=oracle["test_ll"], hits=oracle["at_hits"],
-                                    rule=rules["rule"]["test_ll"], model_hits=st["reflecting_at_bounces"],
-                                    model_next=st["reflecting_next_to_bounces"], model_else=st["reflecting_elsewhere"])
-    why = WHY[ESTIMATORS[estimator][0]].format(rule_hits=rules["rule"]["at_hits"])
+        kind = "free-flight" if oracle.in_flight >= 0.9 else "none"
+    reading = READINGS[kind].format(estimator=f"`{estimator}`", learned=oracle.test_ll, hits=oracle.at_hits,
+                                    rule=rule.test_ll, model_hits=st.reflecting_at_bounces,
+                                    model_next=st.reflecting_next_to_bounces, model_else=st.reflecting_elsewhere)
+    why = WHY[ESTIMATORS[estimator][0]].format(rule_hits=rule.at_hits)
     return reading + why * (kind == "free-flight")
 
 
-def _summary(cfg: ModesConfig, stats: dict, figures: list[str], run: Run) -> None:
-    rows = [[quantity, paper, *(stats[e][name] for e in cfg.estimators)] for name, quantity, paper in QUANTITIES]
+def _summary(cfg: ModesConfig, stats: ModesStats, figures: dict[str, str], run: Run) -> None:
+    rows = [[quantity, paper, *(getattr(stats.estimators[e], name) for e in cfg.estimators)]
+            for name, quantity, paper in QUANTITIES]
     table = run.save_table("modes.csv", ["quantity", "paper", *cfg.estimators], rows,
                            {e: ".3f" for e in cfg.estimators})
     oracle_table, reading = "", "(no oracle runs in this profile)"
-    if "oracle" in stats:
-        rules, oracles = stats["rules"], stats["oracle"]
-        rows = [["hand-coded switching rule (untrained)", *_selection_row(rules["rule"])],
-                ["free flight everywhere (untrained)", *_selection_row(rules["free-flight"])],
-                *([f"q(z | x) trained by `{e}`", *_selection_row(oracles[e])] for e in cfg.estimators)]
+    if stats.rule is not None:
+        rows = [["hand-coded switching rule (untrained)", *_selection_row(stats.rule)],
+                ["free flight everywhere (untrained)", *_selection_row(stats.free_flight)],
+                *([f"q(z | x) trained by `{e}`", *_selection_row(stats.oracles[e])] for e in cfg.estimators)]
         oracle_table = run.save_table("oracle.csv", ["mode selection", "at hits", "in flight", "test ll"], rows,
                                       ".3f")
-        reading = " ".join(oracle_reading(e, oracles[e], rules, stats[e]) for e in cfg.estimators)
+        reading = " ".join(oracle_reading(e, stats.oracles[e], stats.rule, stats.estimators[e])
+                           for e in cfg.estimators)
     run.write_summary(SUMMARY.format(
         model=cfg.model, dataset=cfg.dataset, noise=PONG_NOISE[cfg.dataset], layout=cfg.layout, epochs=cfg.epochs,
         input_noise=cfg.input_noise, estimators=", ".join(f"`{e}`" for e in cfg.estimators), table=table,
         oracle_epochs=cfg.oracle_epochs, oracle_table=oracle_table, reading=reading,
-        figures="\n".join(f"![Fig. 9, {e}]({f})\n" for e, f in zip(cfg.estimators, figures)), choices=CHOICES))
+        figures="\n".join(f"![Fig. 9, {e}]({f})\n" for e, f in figures.items()), choices=CHOICES))
 
 
-def _selection_row(scores: dict) -> list[float]:
-    return [scores["at_hits"], scores["in_flight"], scores["test_ll"]]
+def _selection_row(scores: SelectionScores) -> list[float]:
+    return [scores.at_hits, scores.in_flight, scores.test_ll]
 
 
 EXPERIMENTS = [Experiment(

@@ -15,26 +15,22 @@ from functools import partial
 
 import numpy as np
 
-from memlab import plots
 from memlab.checks import check_choice, check_choices, check_int, check_real
 from memlab.files import markdown_table
 from memlab.pissm.data import Dataset
-from memlab.pissm.runs import CHOICES, LAYOUTS, PISSM_GAINS, evaluate, fit, load_dataset, mean_scores
+from memlab.pissm.experiments.cells import stability_cell
+from memlab.pissm.experiments.report import (
+    CHOICES,
+    STABILITY_COLUMNS,
+    STABILITY_FORMATS,
+    StabilityRow,
+    blank,
+    plot_stability,
+    stability_row,
+)
+from memlab.pissm.runs import LAYOUTS, PISSM_GAINS, load_dataset
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
-from memlab.store import cell
-
-# Table 6, Pong column: objective (mean, std) and success rate per (model, scheme, value).
-PAPER_PONG = {
-    ("pissm-gru", "iss", 0.1): (5.401, 0.197, 1.0), ("pissm-gru", "iss", 0.15): (5.231, 0.228, 1.0),
-    ("pissm-gru", "iss", 0.2): (5.084, 0.281, 1.0), ("pissm-gru", "iss", 0.25): (4.888, 0.324, 1.0),
-    ("pissm-lstm", "iss", 0.1): (5.475, 0.217, 1.0), ("pissm-lstm", "iss", 0.15): (5.281, 0.174, 1.0),
-    ("pissm-lstm", "iss", 0.2): (5.172, 0.202, 1.0), ("pissm-lstm", "iss", 0.25): (4.911, 0.215, 1.0),
-    ("pissm-gru", "clip", 5): (5.166, 0.446, 1.0), ("pissm-gru", "clip", 10): (5.249, 1.12, 0.6),
-    ("pissm-gru", "clip", 15): (5.281, 2.541, 0.3), ("pissm-gru", "clip", 20): (None, None, 0.0),
-    ("pissm-lstm", "clip", 10): (5.251, 1.31, 0.45), ("pissm-lstm", "clip", 20): (None, None, 0.0),
-}
-
 
 SUMMARY = """# pissm.stability — Tables 2 and 6, Fig. 8
 
@@ -61,15 +57,11 @@ the same inputs and units as the bounded gain without its bound, the bounded gai
 ## Choices the paper leaves open, and departures from its text
 
 {choices}"""
-HEADER = ["model", "scheme", "value", "runs", "success", "objective_mean", "objective_std", "paper_objective",
-          "paper_std", "paper_success"]
-FORMATS = {"value": "g", "success": ".0%", "objective_mean": ".3f", "objective_std": ".3f", "paper_success": ".0%"}
 MODELS = ("pissm-gru", "pissm-lstm")  # the paper's models (gain of eq. (7)); the claims read these
 GATED = tuple(m for m, (gain, _) in PISSM_GAINS.items() if gain != "exact")  # any gated gain (the ablation)
 GAIN_WORDS = {"paper": "eq. (7) as printed (absolute units, raw [Σ, r] inputs, unbounded)",
               "unbounded": "scale-free inputs, L = G^{-T} Ltilde around the exact gain, unbounded",
               "bounded": "scale-free inputs, around the exact gain, bounded (memlab's)"}
-FAILED = {True: " (failed)", False: ""}  # Fig. 8's panel titles
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +97,7 @@ def run_stability(cfg: StabilityConfig, run: Run) -> dict:
     _figures(cfg, cells, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
-    return {"table": stats["table"]}
+    return stats
 
 
 def _schemes(cfg: StabilityConfig) -> list[tuple[str, float]]:
@@ -119,7 +111,7 @@ def _name(model: str, scheme: str, value: float, s: int) -> str:
 def sweep_cells(cfg: StabilityConfig, data: Dataset, run: Run) -> dict:
     """Seed s trains from the key stream ("train", s) and scores with ("evaluate", s), whatever the scheme. A cell's
     arguments are what its result depends on (not the whole config), so profiles share their common cells."""
-    return {_name(model, scheme, value, s): partial(train_cell, model, data, _train_config(cfg, scheme, value),
+    return {_name(model, scheme, value, s): partial(stability_cell, model, data, _train_config(cfg, scheme, value),
                                                     run.key_for("train", s), run.key_for("evaluate", s),
                                                     cfg.input_noise, cfg.num_samples)
             for model in cfg.models for scheme, value in _schemes(cfg) for s in range(cfg.seeds)}
@@ -131,72 +123,47 @@ def _train_config(cfg: StabilityConfig, scheme: str, value: float) -> TrainConfi
                        iss_eps=value if scheme == "iss" else 0.1, clip_norm=value if scheme == "clip" else 10.0)
 
 
-@cell("pissm.stability-run")
-def train_cell(model: str, data: Dataset, train_cfg: TrainConfig, key, eval_key, input_noise: float,
-               num_samples: int) -> dict:
-    """One cell: train ``model`` on Pong; score the test split if it succeeded (``ll`` NaN otherwise)."""
-    trained, record = fit(model, "pong", data, train_cfg, key, input_noise=input_noise)
-    ll = np.nan
-    if not record["failed"]:
-        ll = mean_scores(evaluate(trained, data, data.test, eval_key, num_samples))["ll"]
-    return {**record, "ll": ll}
+@dataclasses.dataclass(frozen=True)
+class StabilityStats:
+    """The stability analysis (results.json's ``results``): ``table``, one ``report.StabilityRow`` per (model,
+    scheme, value), models of the config in order, each with its ISS buffers, then its clipping thresholds."""
+
+    table: list[StabilityRow]
 
 
-def analyse(cfg: StabilityConfig, cells: dict[str, dict]) -> dict:
-    """Cells -> {"table": one row per (model, scheme, value) (HEADER), "rows": the same as lists}: the success
-    rate over seeds and the objective's mean and std over the successful runs, beside Table 6."""
-    rows = []
-    for model in cfg.models:
-        for scheme, value in _schemes(cfg):
-            runs = [cells[_name(model, scheme, value, s)] for s in range(cfg.seeds)]
-            lls = [r["ll"] for r in runs if not r["failed"] and np.isfinite(r["ll"])]
-            paper = PAPER_PONG.get((model, scheme, value), (None, None, None))
-            rows.append([model, scheme, value, len(runs), len(lls) / len(runs),
-                         float(np.mean(lls)) if lls else np.nan, float(np.std(lls)) if lls else np.nan, *paper])
-    return {"table": [dict(zip(HEADER, r)) for r in rows], "rows": rows}
+def analyse(cfg: StabilityConfig, cells: dict[str, dict]) -> StabilityStats:
+    """Cells -> per (model, scheme, value) the success rate over seeds and the objective's mean and std over the
+    successful runs, beside Table 6."""
+    return StabilityStats([stability_row(model, scheme, value, [cells[_name(model, scheme, value, s)]
+                                                                for s in range(cfg.seeds)])
+                           for model in cfg.models for scheme, value in _schemes(cfg)])
 
 
 def _figures(cfg: StabilityConfig, cells: dict[str, dict], run: Run) -> None:
     """Fig. 8: loss and ||U||_inf / radius per optimiser step, smallest eps vs largest delta, seed 0."""
     model = cfg.models[0]
-    picks = [("iss", min(cfg.iss_eps), "ISS eps"), ("clip", max(cfg.clip_norms), "GC delta")]
-    fig, axes = plots.figure(1, 2, width=9, height=3.2)
-    for ax, (scheme, value, label) in zip(axes, picks):
-        cell = cells[_name(model, scheme, value, 0)]
-        ratio = np.asarray(cell["recurrent_norm"], float) / np.asarray(cell["radius"], float)
-        steps = np.arange(1, ratio.size + 1)
-        epochs = np.arange(1, len(cell["train_loss"]) + 1) * ratio.size / max(len(cell["train_loss"]), 1)
-        ax.plot(epochs, cell["train_loss"], "C0o-", label="training loss (epoch mean)")
-        ax.set_xlabel("optimiser step")
-        ax.set_ylabel("loss = -log q per step", color="C0")
-        twin = ax.twinx()
-        twin.plot(steps, ratio, "C3", lw=1, label="||U||_inf / radius")
-        twin.axhline(1.0, color="k", ls=":", lw=1)
-        twin.set_ylabel("||U||_inf / l1 radius", color="C3")
-        ax.set_title(f"{model}, {label} = {value:g}{FAILED[cell['failed']]}")
-        if cell.get("failed_epoch", -1) >= 0:  # training stopped there: say so where the loss curve ends
-            ax.text(0.02, 0.86, f"stopped after epoch {cell['failed_epoch'] + 1}: a non-finite value",
-                    transform=ax.transAxes, va="top", fontsize=7)
-    run.save_figure(fig, "fig8_stability.png")
+    picks = [("ISS eps", "iss", min(cfg.iss_eps)), ("GC delta", "clip", max(cfg.clip_norms))]
+    panels = [(label, value, cells[_name(model, scheme, value, 0)]) for label, scheme, value in picks]
+    run.save_figure(plot_stability(model, panels), "fig8_stability.png")
 
 
-def _claims(cfg: StabilityConfig, stats: dict, run: Run) -> None:
+def _claims(cfg: StabilityConfig, stats: StabilityStats, run: Run) -> None:
     """Table 6's claims, read on the paper's models (``MODELS``) of the config; an ablation-only config has none."""
-    by = {(r["model"], r["scheme"], r["value"]): r for r in stats["table"]}
+    by = {(r.model, r.scheme, r.value): r for r in stats.table}
     models = [m for m in cfg.models if m in MODELS]
     if not models:
         return
-    iss_success = [by[(m, "iss", e)]["success"] for m in models for e in cfg.iss_eps]
+    iss_success = [by[(m, "iss", e)].success for m in models for e in cfg.iss_eps]
     run.claim("iss-always-succeeds", "every ISS-projected run trains without NaN or divergence", "100% (Table 6)",
               f"{100 * min(iss_success):.0f}% (worst setting)", bool(min(iss_success) == 1.0))
     largest = max(cfg.clip_norms)
-    gc_large = [by[(m, "clip", largest)]["success"] for m in models]
+    gc_large = [by[(m, "clip", largest)].success for m in models]
     run.claim("gc-fails-at-large-delta", f"gradient clipping at delta = {largest:g} fails in some runs",
               "0% success at delta = 20 (Table 6)", f"{100 * max(gc_large):.0f}% success",
               bool(max(gc_large) < 1.0))
     for m in models:
-        lo = by[(m, "iss", min(cfg.iss_eps))]["objective_mean"]
-        hi = by[(m, "iss", max(cfg.iss_eps))]["objective_mean"]
+        lo = by[(m, "iss", min(cfg.iss_eps))].objective_mean
+        hi = by[(m, "iss", max(cfg.iss_eps))].objective_mean
         run.claim(f"{m}-smaller-eps-better", f"{m}: a smaller ISS buffer gives a higher objective",
                   "5.40 (eps 0.1) > 4.89 (eps 0.25) for GRU", f"{_objective(lo)} vs {_objective(hi)}",
                   bool(np.isfinite(lo) and np.isfinite(hi) and lo > hi))
@@ -207,28 +174,28 @@ def _objective(value: float) -> str:
     return f"{value:.3f}" if np.isfinite(value) else "no run trained"
 
 
-def _summary(cfg: StabilityConfig, stats: dict, run: Run) -> None:
-    rows = [["" if v is None else v for v in row] for row in stats["rows"]]
-    run.save_csv("stability.csv", HEADER, rows)  # exact values, NaN where no run trained
-    mean, std = HEADER.index("objective_mean"), HEADER.index("objective_std")
+def _summary(cfg: StabilityConfig, stats: StabilityStats, run: Run) -> None:
+    rows = [[blank(getattr(row, c)) for c in STABILITY_COLUMNS] for row in stats.table]
+    run.save_csv("stability.csv", STABILITY_COLUMNS, rows)  # exact values, NaN where no run trained
+    mean, std = STABILITY_COLUMNS.index("objective_mean"), STABILITY_COLUMNS.index("objective_std")
     shown = [[*row[:mean], *((row[mean], row[std]) if np.isfinite(row[mean]) else ("no run trained", "—")),
               *row[std + 1:]] for row in rows]
-    table = markdown_table(HEADER, shown, FORMATS)
+    table = markdown_table(STABILITY_COLUMNS, shown, STABILITY_FORMATS)
     run.write_summary(SUMMARY.format(**dataclasses.asdict(cfg), table=table, choices=CHOICES,
                                      gains=_gain_forms(cfg, stats)))
 
 
-def _gain_forms(cfg: StabilityConfig, stats: dict) -> str:
+def _gain_forms(cfg: StabilityConfig, stats: StabilityStats) -> str:
     """The gain form of each model of the config and its success over every setting: with the ablation
     (``pissm-gru-unbounded``) beside the paper's and the bounded gain, which ingredient keeps training alive."""
     lines = []
     for m in cfg.models:
         counts = []
         for scheme, words in (("iss", "with ISS"), ("clip", "with GC")):
-            rows = [r for r in stats["table"] if r["model"] == m and r["scheme"] == scheme]
+            rows = [r for r in stats.table if r.model == m and r.scheme == scheme]
             if rows:
-                ok = round(sum(r["success"] * r["runs"] for r in rows))
-                counts.append(f"{ok} of {sum(r['runs'] for r in rows)} runs succeed {words}")
+                ok = round(sum(r.success * r.runs for r in rows))
+                counts.append(f"{ok} of {sum(r.runs for r in rows)} runs succeed {words}")
         lines.append(f"- `{m}`: {GAIN_WORDS[PISSM_GAINS[m][1]]}: {', '.join(counts)}")
     return "\n".join(lines)
 

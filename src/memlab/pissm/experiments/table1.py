@@ -16,13 +16,20 @@ from functools import partial
 
 import numpy as np
 
-from memlab import plots
 from memlab.checks import check_choice, check_choices, check_int, check_real
-from memlab.pissm import metrics
 from memlab.pissm.data import Dataset, NCLTDataMissingError
+from memlab.pissm.experiments.cells import particle_cell, train_and_score
+from memlab.pissm.experiments.report import (
+    CHOICES,
+    TABLE1_COLUMNS,
+    TABLE1_FORMATS,
+    Table1Row,
+    blank,
+    plot_log_likelihoods,
+    table1_row,
+)
 from memlab.pissm.runs import (
     ABLATIONS,
-    CHOICES,
     DATASETS,
     ESTIMATORS,
     LAYOUTS,
@@ -30,32 +37,13 @@ from memlab.pissm.runs import (
     PARTICLE_REFERENCES,
     PONG_NOISE,
     default_stability,
-    evaluate,
-    fit,
     load_dataset,
-    mean_scores,
-    particle_scores,
 )
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
-from memlab.store import cell
 
 TABLE1_MODELS = tuple(m for m in MODELS if m not in ABLATIONS)  # every row we can run
 
-# Table 1 (log-likelihood) and Table 8 (MSE; NCLT in dB from Table 7) of the paper, for the rows we run, per column
-# (Pong, Lorenz, Navier-Stokes, NCLT); both our Pong noises sit beside the paper's one Pong column.
-PAPER_LL = {
-    "observation": (4.112, 4.374, 3.591, -30.87), "lstm": (4.580, 5.182, 4.571, -27.91),
-    "gru": (4.611, 5.215, 4.558, -27.94), "lg": (4.993, 5.434, 4.711, -24.42),
-    "pissm-lg": (5.385, 5.691, 5.044, -23.51), "pissm-gru": (5.401, 5.856, 5.097, -23.18),
-    "pissm-lstm": (5.475, 5.844, 5.137, -23.25),
-}
-PAPER_MSE = {
-    "observation": (None, None, None, 25.47), "lstm": (0.097, 0.090, 0.360, 22.83),
-    "gru": (0.095, 0.091, 0.356, 22.57), "lg": (0.083, 0.076, 0.260, 20.45), "pissm-lg": (None,) * 4,
-    "pissm-gru": (0.061, 0.056, 0.208, 19.50), "pissm-lstm": (0.058, 0.057, 0.205, 19.64),
-}
-PAPER_COLUMN = {"pong": 0, "pong-0.01": 0, "lorenz": 1, "navier-stokes": 2, "nclt": 3}
 NCLT_HINT = ("NCLT skipped: no --data-dir. Download the 2012-01-22 session's gps.csv and groundtruth_2012-01-22.csv "
              "from http://robots.engin.umich.edu/nclt/ and rerun with --data-dir DIR.")
 
@@ -98,11 +86,6 @@ not digit by digit. {gradient_note}
 
 ![test log-likelihood](table1.png)
 """
-COLUMNS = ("dataset", "model", "seeds", "ll_mean", "ll_std", "ll_ceiling", "filtered_mse_mean", "filtered_mse_std",
-           "filtered_mse_db", "predicted_mse", "failed", "paper_ll", "paper_mse")
-FORMATS = {"ll_mean": ".3f", "ll_std": ".3f", "ll_ceiling": ".2f", "filtered_mse_mean": ".2e",
-           "filtered_mse_std": ".2e", "filtered_mse_db": ".2f", "predicted_mse": ".2e", "cell_seconds": ".0f"}
-DIRECT = ("gru", "lstm")  # predict y_t from y_{1:t-1} only: no filtered estimate
 ESTIMATOR_WORDS = {"reinforce": "eq. (9) REINFORCE, z_t drawn from q(z_t | x_{t-1})",
                    "mixture": "the exact mixture log-likelihood, z_t drawn from eq. (6)",
                    "reinforce-posterior": "eq. (9) REINFORCE, z_t drawn from eq. (6)",
@@ -143,10 +126,10 @@ def run_table1(cfg: Table1Config, run: Run) -> dict:
     datasets, notes = _datasets(cfg, run)
     cells = run.sweep(sweep_cells(cfg, datasets, run), "pissm.table1")
     stats = analyse(cfg, {name: ll_ceiling(data.R) for name, data in datasets.items()}, cells)
-    _figures(stats, run)
-    add_claims(stats, run)
+    run.save_figure(plot_log_likelihoods(stats.table), "table1.png")
+    add_claims(stats.ll, run)
     _summary(cfg, stats, notes, run)
-    return {"table": stats["table"], "notes": notes}
+    return {"table": stats.table, "notes": notes}
 
 
 def _datasets(cfg: Table1Config, run: Run) -> tuple[dict[str, Dataset], list[str]]:
@@ -182,20 +165,6 @@ def sweep_cells(cfg: Table1Config, datasets: dict[str, Dataset], run: Run) -> di
     return cells
 
 
-@cell("pissm.table1-run")
-def train_and_score(model_name: str, data_name: str, data: Dataset, train_cfg: TrainConfig, key, eval_key,
-                    estimator: str, input_noise: float, num_samples: int) -> dict:
-    """One cell: train ``model_name`` on ``data`` from ``key``, score the test split with ``eval_key``."""
-    model, record = fit(model_name, data_name, data, train_cfg, key, estimator=estimator, input_noise=input_noise)
-    return {**record, **mean_scores(evaluate(model, data, data.test, eval_key, num_samples))}
-
-
-@cell("pissm.particle-filter")
-def particle_cell(data_name: str, data: Dataset, key, particles: int) -> dict:
-    """One cell: the true-dynamics particle filter's scores on the test split."""
-    return mean_scores(particle_scores(data_name, data, key, particles))
-
-
 def ll_ceiling(R, average: bool = True) -> float:
     """-1/2 log det(2 pi e R): the largest expected log-density per step of y_t = C x_t + r_t, r_t ~ N(0, R), that
     any predictive can reach (the true N(C x_t, R); any other loses a KL divergence); with ``average=False``,
@@ -204,69 +173,43 @@ def ll_ceiling(R, average: bool = True) -> float:
     return float(-0.5 * np.linalg.slogdet(2 * np.pi * (np.e if average else 1.0) * R)[1])
 
 
-def analyse(cfg: Table1Config, ceilings: dict[str, float], cells: dict[str, dict]) -> dict:
-    """Cells -> {"table": one row per (data set, model) with the mean and std over seeds, "ll": {data set: {model:
-    mean ll}}} (models of the config in order, then ``pf``); ``ceilings``: ``ll_ceiling`` per data set run."""
+@dataclasses.dataclass(frozen=True)
+class Table1Stats:
+    """The Table 1 analysis: ``table``, one ``Table1Row`` per (data set, model), data sets in run order, the config's
+    models in order, then ``pf``; ``ll``, data set -> model -> ll_mean (the claims read it); ``ceilings``, data set ->
+    ``ll_ceiling``."""
+
+    table: list[Table1Row]
+    ll: dict[str, dict[str, float]]
+    ceilings: dict[str, float]
+
+
+def analyse(cfg: Table1Config, ceilings: dict[str, float], cells: dict[str, dict]) -> Table1Stats:
+    """Cells -> one row per (data set, model) with the mean and std over seeds beside the paper's numbers;
+    ``ceilings``: ``ll_ceiling`` per data set run."""
     table = []
     for data_name, ceiling in ceilings.items():
         for model_name in cfg.models:
-            table.append(_row(data_name, model_name, ceiling, [cells[f"{data_name}-{model_name}-{s}"]
+            table.append(table1_row(data_name, model_name, ceiling, [cells[f"{data_name}-{model_name}-{s}"]
                                                                for s in range(cfg.seeds)]))
         if f"{data_name}-pf" in cells:
-            table.append(_row(data_name, "pf", ceiling, [cells[f"{data_name}-pf"]]))
-    ll = {d: {r["model"]: r["ll_mean"] for r in table if r["dataset"] == d} for d in ceilings}
-    return {"table": table, "ll": ll, "ceilings": ceilings}
-
-
-def _row(data_name: str, model_name: str, ceiling: float, cells: list[dict]) -> dict:
-    """One line of the table: our mean (std) over seeds beside the paper's number; no filtered MSE for the direct
-    RNNs (``DIRECT``), whose only estimate is the one-step prediction."""
-    d = PAPER_COLUMN[data_name]
-    column = {key: np.asarray([c.get(key, 0.0) for c in cells], float)
-              for key in ("ll", "filtered_mse", "predicted_mse")}
-    filtered = None if model_name in DIRECT else column["filtered_mse"]
-    return {"dataset": data_name, "model": model_name, "seeds": len(cells),
-            "ll_mean": float(column["ll"].mean()), "ll_std": float(column["ll"].std()), "ll_ceiling": ceiling,
-            "filtered_mse_mean": None if filtered is None else float(filtered.mean()),
-            "filtered_mse_std": None if filtered is None else float(filtered.std()),
-            # Table 7's unit (NCLT)
-            "filtered_mse_db": None if filtered is None else float(metrics.to_db(filtered.mean())),
-            "predicted_mse": float(column["predicted_mse"].mean()),
-            "failed": sum(bool(c.get("failed", False)) for c in cells),
-            "paper_ll": PAPER_LL.get(model_name, (None,) * 4)[d],
-            "paper_mse": PAPER_MSE.get(model_name, (None,) * 4)[d]}
-
-
-def _figures(stats: dict, run: Run) -> None:
-    table = stats["table"]
-    datasets = list(dict.fromkeys(r["dataset"] for r in table))
-    fig, axes = plots.figure(1, max(len(datasets), 1), width=4.2 * max(len(datasets), 1), height=3.2, squeeze=False)
-    for ax, data_name in zip(axes[0], datasets):
-        rows = [r for r in table if r["dataset"] == data_name]
-        names, means = [r["model"] for r in rows], [r["ll_mean"] for r in rows]
-        colors = ["C3" if m.startswith("pissm") else "C7" if m == "pf" else "C0" for m in names]
-        ax.barh(range(len(rows)), means, xerr=[r["ll_std"] for r in rows], color=colors)
-        ax.set_yticks(range(len(rows)), names)
-        ax.invert_yaxis()
-        finite = [m for m in means if np.isfinite(m)]
-        if finite:
-            lo = min(finite)
-            ax.set_xlim(lo - 0.1 * (max(finite) - lo + 1e-9), None)
-        ax.set_title(f"{data_name}: test log q(y_t | y_1:t-1) per step")
-    run.save_figure(fig, "table1.png")
+            table.append(table1_row(data_name, "pf", ceiling, [cells[f"{data_name}-pf"]]))
+    ll = {d: {r.model: r.ll_mean for r in table if r.dataset == d} for d in ceilings}
+    return Table1Stats(table, ll, ceilings)
 
 
 GAIN_FORMS = {"": ("pissm-gru", "pissm-lstm"), "[bounded]": ("pissm-gru-bounded", "pissm-lstm-bounded")}
 
 
-def add_claims(stats: dict, run: Run) -> None:
-    """Per data set with ground truth (Pong at both noises, Lorenz), three orderings of Table 1, each where both sides
-    ran: with the gain of eq. (7) as printed (the paper's model), and again with the bounded gain (``[bounded]``),
-    which separates a gain that fails to train from a model that loses to the baselines."""
+def add_claims(ll: dict[str, dict[str, float]], run: Run) -> None:
+    """Per data set with ground truth (Pong at both noises, Lorenz), three orderings of Table 1 by the mean test
+    log-likelihoods ``ll`` (data set -> model -> ll_mean, ``Table1Stats.ll``), each where both sides ran: with the
+    gain of eq. (7) as printed (the paper's model), and again with the bounded gain (``[bounded]``), which separates
+    a gain that fails to train from a model that loses to the baselines."""
     for data_name in ("pong", "pong-0.01", "lorenz"):
-        if data_name not in stats["ll"]:
+        if data_name not in ll:
             continue
-        ours = {m: np.nan for m in MODELS} | stats["ll"][data_name]
+        ours = {m: np.nan for m in MODELS} | ll[data_name]
         best_direct = max(ours["gru"], ours["lstm"])
         for tag, (gru, lstm) in GAIN_FORMS.items():
             ran = [ours[m] for m in (gru, lstm) if np.isfinite(ours[m])]
@@ -287,11 +230,12 @@ def add_claims(stats: dict, run: Run) -> None:
                           f"{ours[gru]:.3f} vs {ours['pissm-lg']:.3f}", bool(ours[gru] > ours["pissm-lg"]))
 
 
-def _summary(cfg: Table1Config, stats: dict, notes: list[str], run: Run) -> None:
+def _summary(cfg: Table1Config, stats: Table1Stats, notes: list[str], run: Run) -> None:
     """The table with each row's mean compute time per cell (train + test; a machine's time, not a result)."""
-    rows = [[*(_blank(row[c]) for c in COLUMNS), _cell_seconds(cfg, row, run.cell_seconds)] for row in stats["table"]]
-    table = run.save_table("table1.csv", [*COLUMNS, "cell_seconds"], rows, FORMATS)
-    ceilings = stats["ceilings"]
+    rows = [[*(blank(getattr(row, c)) for c in TABLE1_COLUMNS), _cell_seconds(cfg, row, run.cell_seconds)]
+            for row in stats.table]
+    table = run.save_table("table1.csv", [*TABLE1_COLUMNS, "cell_seconds"], rows, TABLE1_FORMATS)
+    ceilings = stats.ceilings
     run.write_summary(SUMMARY.format(
         **dataclasses.asdict(cfg), notes="".join(f"{n}\n\n" for n in notes), table=table,
         estimator_words=ESTIMATOR_WORDS[cfg.estimator], choices=CHOICES, gradient_note=_gradient_note(cfg),
@@ -311,16 +255,10 @@ def _gradient_note(cfg: Table1Config) -> str:
     return ""
 
 
-def _cell_seconds(cfg: Table1Config, row: dict, seconds: dict) -> float:
-    names = [f"{row['dataset']}-pf"] if row["model"] == "pf" else \
-        [f"{row['dataset']}-{row['model']}-{s}" for s in range(cfg.seeds)]
+def _cell_seconds(cfg: Table1Config, row: Table1Row, seconds: dict) -> float:
+    names = [f"{row.dataset}-pf"] if row.model == "pf" else [f"{row.dataset}-{row.model}-{s}" for s in range(cfg.seeds)]
     known = [seconds[n] for n in names if seconds.get(n) is not None]
     return float(np.mean(known)) if known else float("nan")
-
-
-def _blank(value):
-    """A table entry: None (no paper number) as an empty cell."""
-    return "" if value is None else value
 
 
 EXPERIMENTS = [Experiment(

@@ -1,0 +1,193 @@
+"""Every cell of the pi-SSM experiments, the two steps they share (``fit_as_bytes``, ``score_test_split``), and the
+typed records an analysis reads ``pissm.pong-modes``' cell results into (``EstimatorStats``, ``SelectionScores`` and
+its two kinds).
+
+Table 1's cells train a model by name and score its test split (``train_and_score``; ``stability_cell`` scores only
+a run that did not fail), or run the true-dynamics particle filter (``particle_cell``). ``pissm.pong-modes`` and
+``pissm.imputation`` train in one sweep, returning the model as bytes, and rebuild it in a second sweep to score it.
+
+A cell's store name (``@cell``) and its parameter names are part of its digest, and so is the class of each argument
+(``ModesConfig`` and ``ImputationConfig`` stay in their experiments' modules): changing any of these orphans the
+stored cells (paper-results/cells); moving a cell function between modules does not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import jax.numpy as jnp
+import numpy as np
+
+from memlab.pissm import metrics
+from memlab.pissm.data import Dataset
+from memlab.pissm.pong_modes import mode_statistics, most_bounces, rule_scores, smallest_eigenvalues
+from memlab.pissm.reference import pong_particle_filter
+from memlab.pissm.runs import (
+    PONG_NOISE,
+    default_stability,
+    evaluate,
+    fit,
+    full_mask,
+    mean_scores,
+    model_bytes,
+    model_from_bytes,
+    particle_scores,
+    predict_jit,
+)
+from memlab.pissm.train import TrainConfig
+from memlab.store import cell
+
+if TYPE_CHECKING:  # the configs are the experiments' (a cell receives one); only their annotations are needed here
+    from memlab.pissm.experiments.imputation import ImputationConfig
+    from memlab.pissm.experiments.modes import ModesConfig
+
+__all__ = ["STATISTICS", "EstimatorStats", "OracleScores", "RuleScores", "SelectionScores", "fit_as_bytes",
+           "imputation_score_cell", "imputation_train_cell", "modes_evaluate_cell", "modes_rules_cell",
+           "modes_train_cell", "particle_cell", "score_test_split", "stability_cell", "train_and_score"]
+
+
+def fit_as_bytes(*args, **kwargs) -> dict:
+    """``runs.fit(*args, **kwargs)``'s training record with the trained model as bytes (``model``): what a training
+    cell returns when a later cell rebuilds the model (``runs.model_from_bytes``)."""
+    model, record = fit(*args, **kwargs)
+    return {**record, "model": model_bytes(model)}
+
+
+def score_test_split(model, data: Dataset, key, num_samples: int, mask=None) -> dict[str, float]:
+    """The means over the test split's sequences of ``runs.evaluate``'s metrics (``mask``: the observed steps)."""
+    return mean_scores(evaluate(model, data, data.test, key, num_samples, mask))
+
+
+@cell("pissm.table1-run")
+def train_and_score(model_name: str, data_name: str, data: Dataset, train_cfg: TrainConfig, key, eval_key,
+                    estimator: str, input_noise: float, num_samples: int) -> dict:
+    """One cell: train ``model_name`` on ``data`` from ``key``, score the test split with ``eval_key``."""
+    model, record = fit(model_name, data_name, data, train_cfg, key, estimator=estimator, input_noise=input_noise)
+    return {**record, **score_test_split(model, data, eval_key, num_samples)}
+
+
+@cell("pissm.particle-filter")
+def particle_cell(data_name: str, data: Dataset, key, particles: int) -> dict:
+    """One cell: the true-dynamics particle filter's scores on the test split."""
+    return mean_scores(particle_scores(data_name, data, key, particles))
+
+
+@cell("pissm.stability-run")
+def stability_cell(model: str, data: Dataset, train_cfg: TrainConfig, key, eval_key, input_noise: float,
+                   num_samples: int) -> dict:
+    """One cell: train ``model`` on Pong; score the test split if it succeeded (``ll`` NaN otherwise)."""
+    trained, record = fit(model, "pong", data, train_cfg, key, input_noise=input_noise)
+    ll = np.nan
+    if not record["failed"]:
+        ll = score_test_split(trained, data, eval_key, num_samples)["ll"]
+    return {**record, "ll": ll}
+
+
+@cell("pissm.modes-train")
+def modes_train_cell(cfg: ModesConfig, data: Dataset, estimator: str, key) -> dict:
+    """One cell: train ``cfg.model`` on Pong by ``estimator`` (every estimator from the same key: the same
+    initial model); its training record and the model as bytes."""
+    config = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size)
+    return fit_as_bytes(cfg.model, cfg.dataset, data, config, key, estimator=estimator, input_noise=cfg.input_noise)
+
+
+@cell("pissm.modes-rules")
+def modes_rules_cell(data: Dataset, key) -> dict:
+    """One cell: the hand-coded switching rule and free flight everywhere on the true step maps (``rule_scores``)."""
+    return {"rule": rule_scores(data, key), "free-flight": rule_scores(data, key, free_flight_only=True)}
+
+
+@cell("pissm.modes-evaluate")
+def modes_evaluate_cell(cfg: ModesConfig, data: Dataset, estimator: str, blob: bytes, key, pf_key) -> dict:
+    """One cell: one sampled path per test sequence of the model trained by ``estimator`` -> ``mode_statistics``
+    and the test log-likelihood; for the test sequence with the most bounces (``b``) the arrays of Fig. 9: the
+    sampled modes, the predictive moments, the eigenvalues of the sampled A_z and the particle filter's predictive
+    moments."""
+    model = model_from_bytes(blob, cfg.model, cfg.dataset, data, estimator)
+    test = data.test
+    preds = predict_jit(model, test.y, full_mask(test), key, 1)
+    A, modes = np.asarray(model.A), np.asarray(preds.modes[0])
+    b = most_bounces(test)
+    pf = pong_particle_filter(pf_key, test.y[b], None, PONG_NOISE[cfg.dataset], cfg.particles)
+    return {**mode_statistics(A, modes, test),
+            "test_ll": float(jnp.mean(metrics.predictive_log_likelihood(preds.log_likelihoods, full_mask(test)))),
+            "b": b, "modes": modes[b], "obs_means": preds.obs_means[0, b], "obs_covs": preds.obs_covs[0, b],
+            "eigenvalues": smallest_eigenvalues(A[modes[b]]).real, "pf_obs_means": pf.obs_means,
+            "pf_obs_covs": pf.obs_covs}
+
+
+@cell("pissm.imputation-train")
+def imputation_train_cell(cfg: ImputationConfig, name: str, data: Dataset, key) -> dict:
+    """One cell: train ``name`` on sequences with ``cfg.train_missing`` removed; its record and the model as bytes."""
+    train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, stability=default_stability(name))
+    return fit_as_bytes(name, "pong", data, train_cfg, key, missing=cfg.train_missing, input_noise=cfg.input_noise)
+
+
+@cell("pissm.imputation-score")
+def imputation_score_cell(cfg: ImputationConfig, name: str, data: Dataset, blob: bytes, mask, key, b: int,
+                          figure_key) -> dict:
+    """One cell: the mean scores of the trained ``name`` on the masked test split (``runs.evaluate``), and its
+    sample-mean filtered position (T, 2) along test sequence ``b`` (the figure's)."""
+    model, test = model_from_bytes(blob, name, "pong", data), data.test
+    scores = score_test_split(model, data, key, cfg.num_samples, mask)
+    y_in = jnp.where(mask[b:b + 1, :, None], test.y[b:b + 1], jnp.nan)
+    p = predict_jit(model, y_in, mask[b:b + 1], figure_key, cfg.num_samples)
+    return {**scores, "path": jnp.mean(p.filtered_obs[:, 0], axis=0)}
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionScores:
+    """A mode selection on the true step maps (``pong_modes.oracle_model``), on the test split: ``at_hits``, the
+    share of wall hits whose sampled mode is that wall's reflection; ``in_flight``, the share of the other steps with
+    free flight; ``test_ll``, the log-likelihood per step."""
+
+    at_hits: float
+    in_flight: float
+    test_ll: float
+
+    def selects(self) -> bool:
+        """A selection that switches: right at >= 50 % of the wall hits and >= 90 % of the free-flight steps."""
+        return bool(self.at_hits >= 0.5 and self.in_flight >= 0.9)
+
+
+@dataclasses.dataclass(frozen=True)
+class OracleScores(SelectionScores):
+    """q(z | x) trained by an estimator (``pong_modes.oracle_selection``): also ``val_ll`` per epoch, ``failed``."""
+
+    val_ll: list[float]
+    failed: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleScores(SelectionScores):
+    """An untrained rule (``pong_modes.rule_scores``): also ``process_var``, the Q = q I it chose on validation."""
+
+    process_var: float
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatorStats:
+    """App. H.1's statistics of the model trained by one estimator (results.json: ``results[<estimator>]``): those of
+    ``pong_modes.mode_statistics`` but ``shares`` (one sampled path per test sequence), ``test_ll`` (per step, on the
+    test split) and ``best_val`` (the training's best validation log-likelihood per step)."""
+
+    modes_in_use: int
+    persistence: float
+    agreement: float
+    test_ll: float
+    dominant_share: float
+    eigenvalue_at_bounces: float
+    eigenvalue_elsewhere: float
+    reflecting_at_bounces: float
+    reflecting_next_to_bounces: float
+    reflecting_elsewhere: float
+    best_val: float
+
+    def learns_reflections(self) -> bool:
+        """The sampled A_z reflects at >= 50 % of the wall hits (at the hit or the step after) and at <= 10 % of the
+        other steps."""
+        return bool(self.reflecting_next_to_bounces >= 0.5 and self.reflecting_elsewhere <= 0.1)
+
+
+STATISTICS = tuple(f.name for f in dataclasses.fields(EstimatorStats) if f.name != "best_val")  # modes_evaluate_cell's

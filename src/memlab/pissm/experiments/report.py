@@ -1,0 +1,279 @@
+"""What the pi-SSM experiments report: the choices every summary lists (``CHOICES``), the paper's Table 1 / 8 and
+Table 6 numbers with the typed row our results sit in beside them (``Table1Row``, ``StabilityRow``) and the function
+that computes one from a row's cells, and one plotting function per figure: Table 1's bars, Fig. 8 (stability),
+Fig. 9 (modes) and the imputed paths. Pure functions of the numbers; the experiments save the files."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from matplotlib.patches import Ellipse
+
+from memlab import plots
+from memlab.pissm import metrics
+from memlab.pissm.data import Split
+from memlab.pissm.pong_modes import true_eigenvalues
+
+__all__ = ["CHOICES", "DIRECT", "STABILITY_COLUMNS", "STABILITY_FORMATS", "TABLE1_COLUMNS", "TABLE1_FORMATS",
+           "StabilityRow", "Table1Row", "blank", "plot_imputation", "plot_log_likelihoods", "plot_modes",
+           "plot_stability", "stability_row", "table1_row"]
+
+# The choices every pi-SSM experiment's summary.md lists (the paper leaves them open, or memlab departs from its text).
+CHOICES = """- Data: our own generators (Pong: unit box, point ball, speeds 0.03–0.07 box widths per step, observation \
+noise 0.05, or 0.01 for `pong-0.01`; Lorenz and Navier–Stokes as `memlab.pissm.data` documents); the paper gives \
+neither sizes nor noise levels.
+- The gain of `pissm-gru` / `pissm-lstm` is eq. (7) as printed: L_t read from the RNN fed [Σ_{t|t-1}, r_t], \
+nothing bounding it (its readout starts at the first step's Kalman factor); `-bounded` models use memlab's factor \
+around the exact gain, bounded so the filter cannot diverge (`memlab.pissm.model`).
+- The mode z_t is drawn from q(z_t | x_{t-1}) (App. E.1's box, App. E.2's code; estimator `reinforce`) or from \
+the eq. (6) posterior (section 5's text; estimator `mixture`); `reinforce` maximises E_z[log q(y_t | ...)] by \
+eq. (9), `mixture` the exact log Σ_k q(k | x_{t-1}) N(y_t | k) (section 6's log E_z). Evaluation always scores \
+log q(y_t | y_{1:t-1}) with z_t summed out.
+- Two Adam optimisers (phi, theta), as App. E.2's code; theta is not stepped during a 5-epoch warm-up (the paper \
+gives no length); learning rate 0.011 × 0.5 every 10 epochs (no factor given); best-validation early stopping.
+- App. F.1's time-correlated input noise: AR(1), lag-1 correlation 0.9, standard deviation `input_noise` × the \
+observation noise's, added to every trained model's training minibatches (the paper gives no level).
+- Modes start distinct: A_z = I + N(0, 0.1²), q(z | x) a random partition of the standardised state space (its \
+output layer × 4); every C_z starts at the true observation map (the paper says nothing about initialisation).
+- Prediction from the filtered moments (the sample of x_{t-1} only chooses the mode); eq. (7)'s covariance update \
+in Joseph form (the printed `+` grows with every observation); full covariances (diagonal ones cut the velocities \
+out of the gain); covariances lifted by 100 ulps of their mean variance (float32 round-off of an ill-conditioned \
+covariance gave NaN).
+- Q and the prior are learned by pi-SSM and LG alike; R is known (section 4).
+"""
+SNAPSHOTS = (15, 35, 55, 75)  # Fig. 9's predictive ellipses, at these steps
+FAILED = {True: " (failed)", False: ""}  # Fig. 8's panel titles
+
+
+def blank(value):
+    """A table entry: None (no paper number) as an empty cell."""
+    return "" if value is None else value
+
+
+# Table 1 (log-likelihood) and Table 8 (MSE; NCLT in dB from Table 7) of the paper, for the rows we run, per column
+# (Pong, Lorenz, Navier-Stokes, NCLT); both our Pong noises sit beside the paper's one Pong column.
+PAPER_LL = {
+    "observation": (4.112, 4.374, 3.591, -30.87), "lstm": (4.580, 5.182, 4.571, -27.91),
+    "gru": (4.611, 5.215, 4.558, -27.94), "lg": (4.993, 5.434, 4.711, -24.42),
+    "pissm-lg": (5.385, 5.691, 5.044, -23.51), "pissm-gru": (5.401, 5.856, 5.097, -23.18),
+    "pissm-lstm": (5.475, 5.844, 5.137, -23.25),
+}
+PAPER_MSE = {
+    "observation": (None, None, None, 25.47), "lstm": (0.097, 0.090, 0.360, 22.83),
+    "gru": (0.095, 0.091, 0.356, 22.57), "lg": (0.083, 0.076, 0.260, 20.45), "pissm-lg": (None,) * 4,
+    "pissm-gru": (0.061, 0.056, 0.208, 19.50), "pissm-lstm": (0.058, 0.057, 0.205, 19.64),
+}
+PAPER_COLUMN = {"pong": 0, "pong-0.01": 0, "lorenz": 1, "navier-stokes": 2, "nclt": 3}
+DIRECT = ("gru", "lstm")  # predict y_t from y_{1:t-1} only: no filtered estimate
+
+
+@dataclasses.dataclass(frozen=True)
+class Table1Row:
+    """One line of Table 1 / Table 8 (results.json: an entry of ``table``; table1.csv: a row, with its time).
+
+    dataset, model: the data set and the model (``runs.MODELS``, or ``pf`` for the particle filter).
+    seeds: the cells averaged (one for ``pf``).
+    ll_mean, ll_std: mean and std over seeds of the test log-likelihood per step; ll_ceiling: the data set's
+    ``table1.ll_ceiling``.
+    filtered_mse_mean, filtered_mse_std: the filtered position's MSE over seeds; filtered_mse_db: 10 log10 of the
+    mean (Table 7's unit, NCLT); all three None for the direct RNNs (``DIRECT``), which have no filtered estimate.
+    predicted_mse: the one-step prediction's MSE, mean over seeds.
+    failed: how many seeds' training failed.
+    paper_ll, paper_mse: Table 1 / Table 8 (NCLT: Table 7, dB); None where the paper has no number.
+    """
+
+    dataset: str
+    model: str
+    seeds: int
+    ll_mean: float
+    ll_std: float
+    ll_ceiling: float
+    filtered_mse_mean: float | None
+    filtered_mse_std: float | None
+    filtered_mse_db: float | None
+    predicted_mse: float
+    failed: int
+    paper_ll: float | None
+    paper_mse: float | None
+
+
+TABLE1_COLUMNS = tuple(f.name for f in dataclasses.fields(Table1Row))
+TABLE1_FORMATS = {"ll_mean": ".3f", "ll_std": ".3f", "ll_ceiling": ".2f", "filtered_mse_mean": ".2e",
+                  "filtered_mse_std": ".2e", "filtered_mse_db": ".2f", "predicted_mse": ".2e", "cell_seconds": ".0f"}
+
+
+def table1_row(data_name: str, model_name: str, ceiling: float, cells: list[dict]) -> Table1Row:
+    """The row of ``model_name`` on ``data_name`` from its cells (one per seed; ``cells.train_and_score`` or
+    ``cells.particle_cell``): our mean (std) over seeds beside the paper's number."""
+    d = PAPER_COLUMN[data_name]
+    column = {key: np.asarray([c.get(key, 0.0) for c in cells], float)
+              for key in ("ll", "filtered_mse", "predicted_mse")}
+    filtered = None if model_name in DIRECT else column["filtered_mse"]
+    return Table1Row(
+        dataset=data_name, model=model_name, seeds=len(cells), ll_mean=float(column["ll"].mean()),
+        ll_std=float(column["ll"].std()), ll_ceiling=ceiling,
+        filtered_mse_mean=None if filtered is None else float(filtered.mean()),
+        filtered_mse_std=None if filtered is None else float(filtered.std()),
+        filtered_mse_db=None if filtered is None else float(metrics.to_db(filtered.mean())),
+        predicted_mse=float(column["predicted_mse"].mean()), failed=sum(bool(c.get("failed", False)) for c in cells),
+        paper_ll=PAPER_LL.get(model_name, (None,) * 4)[d], paper_mse=PAPER_MSE.get(model_name, (None,) * 4)[d])
+
+
+# Table 6, Pong column: objective (mean, std) and success rate per (model, scheme, value).
+PAPER_TABLE6 = {
+    ("pissm-gru", "iss", 0.1): (5.401, 0.197, 1.0), ("pissm-gru", "iss", 0.15): (5.231, 0.228, 1.0),
+    ("pissm-gru", "iss", 0.2): (5.084, 0.281, 1.0), ("pissm-gru", "iss", 0.25): (4.888, 0.324, 1.0),
+    ("pissm-lstm", "iss", 0.1): (5.475, 0.217, 1.0), ("pissm-lstm", "iss", 0.15): (5.281, 0.174, 1.0),
+    ("pissm-lstm", "iss", 0.2): (5.172, 0.202, 1.0), ("pissm-lstm", "iss", 0.25): (4.911, 0.215, 1.0),
+    ("pissm-gru", "clip", 5): (5.166, 0.446, 1.0), ("pissm-gru", "clip", 10): (5.249, 1.12, 0.6),
+    ("pissm-gru", "clip", 15): (5.281, 2.541, 0.3), ("pissm-gru", "clip", 20): (None, None, 0.0),
+    ("pissm-lstm", "clip", 10): (5.251, 1.31, 0.45), ("pissm-lstm", "clip", 20): (None, None, 0.0),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class StabilityRow:
+    """One line of Table 6 (results.json: an entry of ``table``; stability.csv: a row).
+
+    model, scheme, value: the model, "iss" (ISS buffer eps = value) or "clip" (gradient-norm threshold = value).
+    runs: seeds; success: the share of them that trained (finite, not diverged, a finite test score).
+    objective_mean, objective_std: test log-likelihood per step over the successful runs; NaN if none.
+    paper_objective, paper_std, paper_success: Table 6's Pong column; None where the paper has no number.
+    """
+
+    model: str
+    scheme: str
+    value: float
+    runs: int
+    success: float
+    objective_mean: float
+    objective_std: float
+    paper_objective: float | None
+    paper_std: float | None
+    paper_success: float | None
+
+
+STABILITY_COLUMNS = [f.name for f in dataclasses.fields(StabilityRow)]
+STABILITY_FORMATS = {"value": "g", "success": ".0%", "objective_mean": ".3f", "objective_std": ".3f",
+                     "paper_success": ".0%"}
+
+
+def stability_row(model: str, scheme: str, value: float, cells: list[dict]) -> StabilityRow:
+    """The row of one (model, scheme, value) from its cells (one per seed, ``cells.stability_cell``): the success
+    rate and the objective over the successful runs, beside Table 6."""
+    lls = [c["ll"] for c in cells if not c["failed"] and np.isfinite(c["ll"])]
+    paper = PAPER_TABLE6.get((model, scheme, value), (None, None, None))
+    return StabilityRow(model, scheme, value, len(cells), len(lls) / len(cells),
+                        float(np.mean(lls)) if lls else np.nan, float(np.std(lls)) if lls else np.nan, *paper)
+
+
+def plot_log_likelihoods(table: list[Table1Row]):
+    """Table 1 as bars: per data set, each row's mean test log-likelihood per step (error bar: std over seeds);
+    pi-SSM red, the particle filter grey, the rest blue. Returns the figure."""
+    datasets = list(dict.fromkeys(r.dataset for r in table))
+    fig, axes = plots.figure(1, max(len(datasets), 1), width=4.2 * max(len(datasets), 1), height=3.2, squeeze=False)
+    for ax, data_name in zip(axes[0], datasets):
+        rows = [r for r in table if r.dataset == data_name]
+        names, means = [r.model for r in rows], [r.ll_mean for r in rows]
+        colors = ["C3" if m.startswith("pissm") else "C7" if m == "pf" else "C0" for m in names]
+        ax.barh(range(len(rows)), means, xerr=[r.ll_std for r in rows], color=colors)
+        ax.set_yticks(range(len(rows)), names)
+        ax.invert_yaxis()
+        finite = [m for m in means if np.isfinite(m)]
+        if finite:
+            lo = min(finite)
+            ax.set_xlim(lo - 0.1 * (max(finite) - lo + 1e-9), None)
+        ax.set_title(f"{data_name}: test log q(y_t | y_1:t-1) per step")
+    return fig
+
+
+def plot_stability(model: str, panels: list[tuple[str, float, dict]]):
+    """Fig. 8: per panel (label, value, training record of ``runs.fit``), the training loss per epoch and
+    ||U||_inf / radius after every optimiser step. Returns the figure."""
+    fig, axes = plots.figure(1, len(panels), width=4.5 * len(panels), height=3.2)
+    for ax, (label, value, record) in zip(axes, panels):
+        ratio = np.asarray(record["recurrent_norm"], float) / np.asarray(record["radius"], float)
+        steps = np.arange(1, ratio.size + 1)
+        epochs = np.arange(1, len(record["train_loss"]) + 1) * ratio.size / max(len(record["train_loss"]), 1)
+        ax.plot(epochs, record["train_loss"], "C0o-", label="training loss (epoch mean)")
+        ax.set_xlabel("optimiser step")
+        ax.set_ylabel("loss = -log q per step", color="C0")
+        twin = ax.twinx()
+        twin.plot(steps, ratio, "C3", lw=1, label="||U||_inf / radius")
+        twin.axhline(1.0, color="k", ls=":", lw=1)
+        twin.set_ylabel("||U||_inf / l1 radius", color="C3")
+        ax.set_title(f"{model}, {label} = {value:g}{FAILED[record['failed']]}")
+        if record.get("failed_epoch", -1) >= 0:  # training stopped there: say so where the loss curve ends
+            ax.text(0.02, 0.86, f"stopped after epoch {record['failed_epoch'] + 1}: a non-finite value",
+                    transform=ax.transAxes, va="top", fontsize=7)
+    return fig
+
+
+def _ellipse(ax, mean, cov, **kw):
+    values, vectors = np.linalg.eigh(np.asarray(cov))
+    angle = np.degrees(np.arctan2(vectors[1, -1], vectors[0, -1]))
+    w, h = 2 * 2 * np.sqrt(np.maximum(values[::-1], 0))  # 2-sigma
+    ax.add_patch(Ellipse(np.asarray(mean), w, h, angle=angle, fill=False, **kw))
+
+
+def plot_modes(split: Split, evaluation: dict, estimator: str):
+    """Fig. 9 for the test sequence ``b`` of one estimator's evaluation cell (``cells.modes_evaluate_cell``): the
+    true and the sampled modes, the two smallest eigenvalues of the sampled A_z against the truth, and the
+    predictive ellipses at ``SNAPSHOTS`` beside the particle filter's. Returns the figure."""
+    fig = plots.plt.figure(figsize=(12, 7.5), layout="constrained")
+    grid = fig.add_gridspec(3, 4)
+    b = evaluation["b"]
+    y, x, T = np.asarray(split.y[b]), np.asarray(split.x[b]), split.y.shape[1]
+    modes = np.asarray(evaluation["modes"])
+    ax = fig.add_subplot(grid[0, :2])
+    ax.scatter(x[:, 0], x[:, 2], c=np.asarray(split.z[b]), cmap="tab10", vmin=0, vmax=9, s=12)
+    ax.set(title="true trajectory, true mode (velocity quadrant)", xlim=(0, 1), ylim=(0, 1), aspect="equal")
+    ax = fig.add_subplot(grid[0, 2:])
+    ax.scatter(y[:, 0], y[:, 1], c=modes % 20, cmap="tab20", vmin=0, vmax=19, s=12)
+    ax.plot(x[:, 0], x[:, 2], "k-", lw=0.5, alpha=0.5)
+    ax.set(title="observations coloured by the sampled mode z_t", xlim=(-0.1, 1.1), ylim=(-0.1, 1.1), aspect="equal")
+    ax = fig.add_subplot(grid[1, :])
+    bounces = np.flatnonzero(np.asarray(split.events[b]).any(-1))
+    eig = np.asarray(evaluation["eigenvalues"])
+    truth = true_eigenvalues(np.asarray(split.events[b]))
+    for i, style in enumerate(("C0", "C1")):
+        ax.plot(eig[:, i], style, marker=".", lw=1, label=f"learned: eigenvalue {i + 1} of A_z_t (real part)")
+        ax.plot(truth[:, i], style, ls=":", lw=1.5, label=f"true: eigenvalue {i + 1}")
+    for t in bounces:
+        ax.axvline(t, color="k", lw=0.5, alpha=0.3)
+    ax.set(xlabel="t (grey: true bounces)", ylabel="eigenvalue", title="two smallest eigenvalues of the step map")
+    ax.set_ylim(-1.75, 1.2)  # room below the true -1 for the legend: it hid the last bounces
+    ax.legend(ncol=4, fontsize=7, loc="lower center")
+    for j, t in enumerate(SNAPSHOTS):
+        t = min(t, T - 1)
+        ax = fig.add_subplot(grid[2, j])
+        ax.plot(x[max(t - 10, 0): t + 1, 0], x[max(t - 10, 0): t + 1, 2], "k-", lw=0.8, alpha=0.5)
+        ax.plot(x[t, 0], x[t, 2], "k*", ms=8, label="true position")
+        ax.plot(y[t, 0], y[t, 1], "kx", label="observation")
+        _ellipse(ax, evaluation["obs_means"][t], evaluation["obs_covs"][t], color="C3",
+                 label="pi-SSM q(y_t | y_1:t-1)")
+        _ellipse(ax, evaluation["pf_obs_means"][t], evaluation["pf_obs_covs"][t], color="C2", ls="--",
+                 label="particle filter (true dynamics)")
+        ax.set(title=f"t = {t}", xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), aspect="equal")
+        if j == 0:
+            ax.legend(fontsize=6, loc="lower left")
+    fig.suptitle(f"Fig. 9, estimator {estimator}")
+    return fig
+
+
+def plot_imputation(test: Split, mask, b: int, paths: dict[str, np.ndarray]):
+    """One panel per model of ``paths`` (model -> (T, 2) sample-mean filtered position along test sequence ``b``):
+    the true path, the kept observations (``mask``), and the estimate, circled at the removed steps. Returns the
+    figure."""
+    y, x, m = np.asarray(test.y[b]), np.asarray(test.x[b]), np.asarray(mask[b])
+    # square panels: narrower than tall, else constrained layout pushes the titles out of the figure
+    fig, axes = plots.figure(1, len(paths), width=3.2 * len(paths), height=3.8, squeeze=False)
+    for ax, (name, est) in zip(axes[0], paths.items()):
+        ax.plot(x[:, 0], x[:, 2], "k-", lw=0.8, alpha=0.6, label="true path")
+        ax.plot(y[m, 0], y[m, 1], "k.", ms=4, label="kept observations")
+        ax.plot(est[:, 0], est[:, 1], "C3-", lw=0.8)
+        ax.plot(est[~m, 0], est[~m, 1], "C3o", ms=3, mfc="none", label="imputed (removed steps)")
+        ax.set(title=name, xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), aspect="equal")
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=7)
+    return fig
