@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 
+import equinox as eqx
 import jax
 import numpy as np
 import pytest
 
+from memlab.arena.compiled import compiled_model
 from memlab.arena.experiments.leaderboard import LeaderboardConfig, analyse
 from memlab.arena.tasks import make_task
-from memlab.arena.train import TrainConfig, baselines, make_train
+from memlab.arena.train import TrainConfig, baselines, compare, make_model, make_train, score
 from memlab.catalog import EXPERIMENTS
 
 
@@ -20,17 +22,21 @@ def test_tiny_profile_runs_and_resumes(tmp_path, check_tiny_run):
     stats = doc["results"]["stats"]
     assert set(stats) == {"hmm-mess3", "lgssm"} and set(stats["lgssm"]) == {"gru", "lru"}
     assert all(len(s["per_seed"]) == 2 and np.isfinite(s["gap"]) for t in stats.values() for s in t.values())
+    assert all(np.isfinite(s["compiled_distance"]) for s in stats["lgssm"].values())  # its Kalman LRU
     assert (tmp_path / "arena.leaderboard" / "gaps.png").exists()
 
 
 def test_analyse_averages_seeds_and_picks_the_closest_layer():
     cfg = LeaderboardConfig(tasks=("lgssm",), layers=("gru", "lru"), seeds=2,
                             train=TrainConfig(steps=20, eval_every=10))
-    cells = {"lgssm.gru": {"gap": [0.2, 0.4], "eval_gap": [[0.9, 0.2], [0.7, 0.4]], "parameters": 10, "state": 8},
-             "lgssm.lru": {"gap": [0.1, 0.1], "eval_gap": [[0.5, 0.1], [0.5, 0.1]], "parameters": 12, "state": 16}}
+    cells = {"lgssm.gru": {"gap": [0.2, 0.4], "eval_gap": [[0.9, 0.2], [0.7, 0.4]], "parameters": 10, "state": 8,
+                           "compiled_distance": [0.1, 0.3], "gradient_cosine": [0.5, 0.7]},
+             "lgssm.lru": {"gap": [0.1, 0.1], "eval_gap": [[0.5, 0.1], [0.5, 0.1]], "parameters": 12, "state": 16,
+                           "compiled_distance": [0.0, 0.0], "gradient_cosine": [1.0, 1.0]}}
     board = analyse(cfg, cells)
     gru = board.stats["lgssm"]["gru"]
     assert gru.gap == pytest.approx(0.3) and gru.se == pytest.approx(0.1) and gru.budget == pytest.approx([0.8, 0.3])
+    assert gru.compiled_distance == pytest.approx(0.2) and gru.gradient_cosine == pytest.approx(0.6)
     assert board.closest == {"lgssm": "lru"} and board.steps == [10, 20]
 
 
@@ -45,6 +51,16 @@ def test_training_closes_most_of_the_gap_on_lgssm():
     reference, trivial = float(base.reference.mean()), float(base.trivial.mean())
     gap = (np.asarray(result.eval_loss) - reference) / (trivial - reference)
     assert reference < trivial and gap.shape == (3,) and gap[-1] < 0.5 and gap[-1] < gap[0]
+    # squared error splits orthogonally: E|model - y|^2 = E|model - optimum|^2 + E|optimum - y|^2, so the distance
+    # to the compiled Kalman predictor (the optimum after its transient) is the model's excess loss
+    static = eqx.partition(make_model(task, "gru", 16, 1, jax.random.key(0)), eqx.is_inexact_array)[1]
+    model = eqx.combine(result.params, static)
+    excess = float(score(task, model, held_out, base).model.mean()) - reference
+    to_compiled = compare(task, model, compiled_model(task).model, held_out)
+    assert float(to_compiled.distance) == pytest.approx(excess, rel=0.15)
+    assert 0.0 < float(to_compiled.gradient_cosine) < 1.0
+    itself = compare(task, model, model, held_out)
+    assert float(itself.distance) == 0.0 and float(itself.gradient_cosine) == pytest.approx(1.0)
 
 
 def test_registered_with_quick_and_paper_profiles():

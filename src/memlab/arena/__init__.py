@@ -7,22 +7,35 @@
     tasks.py   the tasks by name (``register_task`` adds one)
     layers.py  the sequence layers by name, one interface (``register_layer`` adds one)
     model.py   the one model every layer runs in: embed -> pre-norm blocks -> head
-    train.py   make_train(...) -> train(key); score a model beside the reference and trivial predictors
+    train.py   make_train(...) -> train(key); score a model beside the reference and trivial predictors; compare two
+    compiled.py  compiled solutions: the steady-state Kalman predictor as an LRU, the ALF
 
-Experiments, in ``experiments/``: ``arena.leaderboard``. The arena sits above the four paper studies: it uses
-their public references, and no study imports it.
+Experiments, in ``experiments/``: ``arena.leaderboard``, ``arena.compiled``. The arena sits above the four paper
+studies: it uses their public references, and no study imports it.
 """
 
+from memlab.arena.compiled import Compiled, compiled_model
 from memlab.arena.hmm import HMMTask, mess3, random_hmm, two_state
 from memlab.arena.layers import LAYERS, LayerSpec, make_layer, register_layer, state_size
 from memlab.arena.lgssm import LGSSMTask, random_lgssm
 from memlab.arena.model import SequenceModel, parameter_count
 from memlab.arena.task import Batch, Task, categorical_kl, cross_entropy, masked_mean, normalised_gap, squared_error
 from memlab.arena.tasks import TASKS, TaskSpec, make_task, register_task
-from memlab.arena.train import Baselines, Scores, TrainConfig, TrainResult, baselines, make_model, make_train, score
+from memlab.arena.train import (
+    Baselines,
+    Comparison,
+    Scores,
+    TrainConfig,
+    TrainResult,
+    baselines,
+    compare,
+    make_model,
+    make_train,
+    score,
+)
 
-__all__ = ["LAYERS", "TASKS", "Baselines", "Batch", "HMMTask", "LGSSMTask", "LayerSpec", "Scores", "SequenceModel",
-           "Task", "TaskSpec", "TrainConfig", "TrainResult", "baselines", "categorical_kl", "cross_entropy",
-           "make_layer", "make_model", "make_task", "make_train", "masked_mean", "mess3", "normalised_gap",
-           "parameter_count", "random_hmm", "random_lgssm", "register_layer", "register_task", "score",
-           "squared_error", "state_size", "two_state"]
+__all__ = ["LAYERS", "TASKS", "Baselines", "Batch", "Comparison", "Compiled", "HMMTask", "LGSSMTask", "LayerSpec",
+           "Scores", "SequenceModel", "Task", "TaskSpec", "TrainConfig", "TrainResult", "baselines",
+           "categorical_kl", "compare", "compiled_model", "cross_entropy", "make_layer", "make_model", "make_task",
+           "make_train", "masked_mean", "mess3", "normalised_gap", "parameter_count", "random_hmm", "random_lgssm",
+           "register_layer", "register_task", "score", "squared_error", "state_size", "two_state"]

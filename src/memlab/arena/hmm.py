@@ -52,7 +52,7 @@ class HMMTask(eqx.Module):
     def reference(self, batch: Batch) -> Array:
         """log p(y_{t+1} | y_{1:t}) (B, L, S): the exact filter's belief alpha_t pushed through T, then E."""
         log_alpha = jax.vmap(lambda ys: log_belief(self.hmm, ys))(batch.aux)  # (B, L, N)
-        return _predictive(self.hmm, log_alpha)
+        return predictive_logits(self.hmm, log_alpha)
 
     def trivial(self, batch: Batch) -> Array:
         """log p(y_{t+1} | y_t) (B, L, S), from the prior marginals p(x_t) = T^t pi0 (no memory of y_{1:t-1})."""
@@ -71,7 +71,7 @@ class HMMTask(eqx.Module):
         return categorical_kl(reference, outputs)
 
 
-def _predictive(hmm: HMM, log_alpha: Array) -> Array:
+def predictive_logits(hmm: HMM, log_alpha: Array) -> Array:
     """log (E T alpha) (..., S) from log alpha (..., N), in log space: beliefs may underflow float32."""
     log_prior = jax.nn.logsumexp(jnp.log(hmm.T) + log_alpha[..., None, :], axis=-1)  # log T alpha
     return jax.nn.logsumexp(jnp.log(hmm.E) + log_prior[..., None, :], axis=-1)

@@ -23,7 +23,8 @@ from memlab.arena.model import SequenceModel
 from memlab.arena.task import Batch, Task, masked_mean, normalised_gap
 from memlab.checks import check_int, check_real
 
-__all__ = ["Baselines", "Scores", "TrainConfig", "TrainResult", "baselines", "make_model", "make_train", "score"]
+__all__ = ["Baselines", "Comparison", "Scores", "TrainConfig", "TrainResult", "baselines", "compare", "make_model",
+           "make_train", "score"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,3 +139,25 @@ def score(task: Task, model: Callable[[Array], Array], batch: Batch, base: Basel
     per_step = [jnp.where(count > 0, jnp.sum(jnp.where(batch.mask, x, 0.0), 0) / jnp.maximum(count, 1), jnp.nan)
                 for x in (*losses, task.distance(outputs, base.reference_outputs))]
     return Scores(*per_step, normalised_gap(*losses, batch.mask))
+
+
+class Comparison(NamedTuple):
+    """How close two models are on a batch: ``distance`` the mean over scored steps of ``task.distance`` between
+    their outputs (the first model's against the second's); ``gradient_cosine`` the mean over sequences of the
+    cosine between the gradients, with respect to the whole input sequence, of each model's loss at the final
+    step (von Oswald et al. 2023 compare models by such input gradients)."""
+
+    distance: Array
+    gradient_cosine: Array
+
+
+def compare(task: Task, model: Callable[[Array], Array], other: Callable[[Array], Array], batch: Batch) -> Comparison:
+    """:class:`Comparison` of ``model`` with ``other`` (each one sequence (L, input_size) -> (L, output_size))."""
+    def final_loss(m, inputs):  # sequences are independent: the gradient of the sum is each sequence's own
+        return jnp.sum(task.loss(jax.vmap(m)(inputs), batch)[:, -1])
+
+    outputs, other_outputs = jax.vmap(model)(batch.inputs), jax.vmap(other)(batch.inputs)
+    distance = masked_mean(task.distance(outputs, other_outputs), batch.mask)
+    g, h = (jax.grad(final_loss, argnums=1)(m, batch.inputs).reshape(batch.inputs.shape[0], -1) for m in (model, other))
+    cosine = jnp.sum(g * h, -1) / (jnp.linalg.norm(g, axis=-1) * jnp.linalg.norm(h, axis=-1))
+    return Comparison(distance, jnp.mean(cosine))

@@ -15,11 +15,12 @@ import jax
 import numpy as np
 
 from memlab import plots
+from memlab.arena.compiled import compiled_model
 from memlab.arena.layers import LAYERS, state_size
 from memlab.arena.model import parameter_count
 from memlab.arena.task import masked_mean
 from memlab.arena.tasks import TASKS, make_task
-from memlab.arena.train import TrainConfig, baselines, make_model, make_train, score
+from memlab.arena.train import Comparison, TrainConfig, baselines, compare, make_model, make_train, score
 from memlab.checks import check_choices, check_int
 from memlab.runner import Experiment, Run
 from memlab.store import cell
@@ -41,6 +42,11 @@ the best predictor without memory.
 {closest}
 
 {table}
+
+Where a task has a compiled solution (`arena.compiled`: the steady-state Kalman predictor as an LRU on lgssm, the
+ALF on the near-deterministic HMMs), "distance to compiled" is the mean per-step distance of the trained model's
+predictions from the compiled model's (KL for symbols, squared error for vectors) and "input-gradient cosine" the
+cosine between the two models' gradients of the final step's loss with respect to the input sequence.
 
 Tasks: {tasks}
 """
@@ -71,7 +77,8 @@ class LeaderboardConfig:
 class GapStats:
     """One (task, layer): ``gap`` mean and ``se`` (standard error over seeds) of the held-out normalised gap,
     ``per_seed`` (seeds,), ``budget`` (evaluations,) the mean gap after every ``eval_every`` steps, ``parameters``
-    and ``state`` (numbers carried per step at the training length)."""
+    and ``state`` (numbers carried per step at the training length); ``compiled_distance`` and ``gradient_cosine``:
+    the mean over seeds of :func:`memlab.arena.train.compare` with the task's compiled model (NaN without one)."""
 
     gap: float
     se: float
@@ -79,6 +86,8 @@ class GapStats:
     budget: list[float]
     parameters: int
     state: int
+    compiled_distance: float
+    gradient_cosine: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,10 +111,18 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
     static = eqx.partition(make_model(spec, layer, width, depth, keys[0]), eqx.is_inexact_array)[1]
     scores = eqx.filter_jit(eqx.filter_vmap(lambda p: score(spec, eqx.combine(p, static), test, base)))(
         result.params)
+    compiled = compiled_model(spec)
+    if compiled is None:
+        to_compiled = Comparison(*np.full((2, len(keys)), np.nan))
+    else:
+        to_compiled = eqx.filter_jit(eqx.filter_vmap(
+            lambda p: compare(spec, eqx.combine(p, static), compiled.model, test)))(result.params)
     reference, trivial = (float(masked_mean(x, test.mask)) for x in (base.reference, base.trivial))
     per_seed = {f"{n}_loss": np.nanmean(getattr(scores, n), -1) for n in ("model", "reference", "trivial", "distance")}
     return {"gap": np.asarray(scores.gap), **per_seed,
             "eval_gap": (np.asarray(result.eval_loss) - reference) / (trivial - reference),
+            "compiled_distance": np.asarray(to_compiled.distance),
+            "gradient_cosine": np.asarray(to_compiled.gradient_cosine),
             "parameters": parameter_count(eqx.combine(jax.tree.map(lambda a: a[0], result.params), static)),
             "state": state_size(layer, width, train.length) * depth}
 
@@ -128,7 +145,8 @@ def analyse(cfg: LeaderboardConfig, cells: dict) -> Leaderboard:
             gaps = np.asarray(c["gap"], float)
             stats[t][m] = GapStats(float(gaps.mean()), float(gaps.std(ddof=1) / np.sqrt(len(gaps))) if len(gaps) > 1
                                    else float("nan"), gaps.tolist(), np.asarray(c["eval_gap"]).mean(0).tolist(),
-                                   int(c["parameters"]), int(c["state"]))
+                                   int(c["parameters"]), int(c["state"]), float(np.mean(c["compiled_distance"])),
+                                   float(np.mean(c["gradient_cosine"])))
     steps = [cfg.train.eval_every * (i + 1) for i in range(cfg.train.steps // cfg.train.eval_every)]
     closest = {t: min(stats[t], key=lambda m: stats[t][m].gap) for t in cfg.tasks}
     return Leaderboard(stats, steps, closest)
@@ -172,9 +190,11 @@ def _claims(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
 
 
 def _table(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> str:
-    rows = [(t, m, s.gap, s.se, s.parameters, s.state) for t in cfg.tasks for m, s in board.stats[t].items()]
-    return run.save_table("leaderboard.csv", ["task", "layer", "gap", "se", "parameters", "state"], rows,
-                          {"gap": ".3f", "se": ".3f"})
+    rows = [(t, m, s.gap, s.se, s.parameters, s.state, s.compiled_distance, s.gradient_cosine)
+            for t in cfg.tasks for m, s in board.stats[t].items()]
+    return run.save_table("leaderboard.csv", ["task", "layer", "gap", "se", "parameters", "state",
+                                              "distance to compiled", "input-gradient cosine"], rows,
+                          {"gap": ".3f", "se": ".3f", "distance to compiled": ".3g", "input-gradient cosine": ".2f"})
 
 
 def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:

@@ -1,0 +1,127 @@
+"""Compiled solutions: memory layers whose weights are set by theory to carry out a task's reference algorithm.
+
+Scored with the same harness as trained models (``train.score``), a compiled model shows what a layer of that kind
+can reach, and a trained model's distance to it shows whether training found that algorithm.
+
+* lgssm -- the steady-state Kalman predictor as a diagonal linear RNN (an LRU with set weights). With P the
+  stabilising solution of the Riccati equation and K = P C^T (C P C^T + R)^{-1} its gain, the prediction
+  z_t = x_{t+1|t} obeys z_t = (A - A K C) z_{t-1} + A K y_t and y_{t+1|t} = C z_t; diagonalising F = A - A K C =
+  V diag(lambda) V^{-1} gives the LRU with eigenvalues lambda, B = V^{-1} A K and C_out = C V. It differs from the
+  Kalman filter only while the filter's own gain has not yet converged to K (the transient, ``kalman_transient``).
+* hmm (a near-deterministic T = (1 - eps) D + eps Q) -- the time-invariant Adaptive Logit Filter (paper 1, eq. 24),
+  a linear recurrence in the logits with delta = sqrt(eps) (eq. 48), read out as log(E T softmax(w)). It is an
+  approximation whose error the paper bounds (Theorem 5.5), not an exact filter: its gap is small, not zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.linalg
+from jax import Array
+
+from memlab.arena.hmm import HMMTask, predictive_logits
+from memlab.arena.lgssm import LGSSMTask
+from memlab.belief.alf import ALF, alf_step
+from memlab.layers.lru import LRU
+
+__all__ = ["Compiled", "alf_predictor", "compiled_model", "kalman_predictor", "kalman_transient"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+    """A compiled model: ``model`` maps one input sequence (L, input_size) to outputs (L, output_size); ``exact``
+    says whether it computes the reference after ``transient`` steps (else it is a stated approximation)."""
+
+    model: Callable[[Array], Array]
+    description: str
+    exact: bool
+    transient: int = 0
+
+
+def _steady_state(task: LGSSMTask) -> tuple[np.ndarray, np.ndarray]:
+    """P (the stationary prediction covariance, the Riccati equation's stabilising solution) and K, in float64."""
+    A, C, Q, R = (np.asarray(x, np.float64) for x in (task.A, task.C, task.Q, task.R))
+    P = scipy.linalg.solve_discrete_are(A.T, C.T, Q, R)  # P = A P A^T + Q - A P C^T (C P C^T + R)^-1 C P A^T
+    K = P @ C.T @ np.linalg.inv(C @ P @ C.T + R)
+    return P, K
+
+
+def kalman_predictor(task: LGSSMTask) -> LRU:
+    """The steady-state Kalman predictor of y_{t+1} as an LRU (module docstring); needs m0 = 0 (the LRU starts at
+    state 0) and a model with as many outputs as inputs."""
+    if np.any(np.asarray(task.m0) != 0):
+        raise ValueError("the compiled Kalman predictor starts at x_{1|0} = 0: the task's m0 must be 0")
+    A, C = np.asarray(task.A, np.float64), np.asarray(task.C, np.float64)
+    _, K = _steady_state(task)
+    lam, V = np.linalg.eig(A - A @ K @ C)  # F = V diag(lam) V^-1
+    B = np.linalg.solve(V, A @ K)  # (M, D)
+    C_out = C @ V  # (D, M)
+    # the LRU's lambda = exp(-exp(nu_log) + i exp(theta_log)): a phase in (0, 2 pi]; 0 (a real positive
+    # eigenvalue) is written as 2 pi
+    phase = np.mod(np.angle(lam), 2 * math.pi)
+    phase = np.where(phase == 0.0, 2 * math.pi, phase)
+    lru = LRU(C.shape[0], len(lam), key=jax.random.PRNGKey(0))
+    values = (np.log(-np.log(np.abs(lam))), np.log(phase), np.zeros(len(lam)), B.real, B.imag, C_out.real,
+              C_out.imag, np.zeros(C.shape[0]))
+    names = ("nu_log", "theta_log", "gamma_log", "B_re", "B_im", "C_re", "C_im", "D")
+    return eqx.tree_at(lambda m: [getattr(m, n) for n in names], lru,
+                       [jnp.asarray(v, jnp.float32) for v in values])
+
+
+def kalman_transient(task: LGSSMTask, tol: float = 1e-4) -> int:
+    """Steps t after which the Kalman filter's gain K_t is within ``tol`` (max abs entry) of the steady-state K:
+    from there on the compiled predictor and the filter differ only by the (decaying) effect of the early steps."""
+    A, C, Q, R, P0 = (np.asarray(x, np.float64) for x in (task.A, task.C, task.Q, task.R, task.P0))
+    _, K_inf = _steady_state(task)
+    P = A @ P0 @ A.T + Q  # P_{1|0}
+    for t in range(1, 100_000):
+        K = P @ C.T @ np.linalg.inv(C @ P @ C.T + R)
+        if np.max(np.abs(K - K_inf)) < tol:
+            return t
+        P = A @ (P - K @ C @ P) @ A.T + Q
+    raise ValueError("the Kalman gain did not converge in 100,000 steps")
+
+
+def alf_predictor(task: HMMTask) -> Callable[[Array], Array]:
+    """The time-invariant ALF with delta = sqrt(eps) (eq. 24, 48) on a near-deterministic HMM, read out as the
+    predictive logits log(E T softmax(w_t)); inputs are one-hot observations. D is the argmax of each column of T
+    and eps the largest mass T puts off D (ValueError if T is not within eps < 0.5 of a deterministic map)."""
+    T = np.asarray(task.hmm.T, np.float64)
+    D = (T == T.max(axis=0, keepdims=True)).astype(np.float64)
+    if np.any(D.sum(axis=0) != 1):
+        raise ValueError("the ALF needs a transition matrix with one most likely successor per state")
+    eps = float(np.max(1.0 - (T * D).sum(axis=0)))
+    if eps >= 0.5:
+        raise ValueError(f"the ALF needs T close to a deterministic map (largest off-backbone mass {eps:.3f})")
+    alf = ALF.time_invariant(D, np.asarray(task.hmm.E), np.float32(math.sqrt(eps)), w0=np.zeros(T.shape[0]))
+    src = alf.src[0]
+
+    def predict(inputs: Array) -> Array:
+        def step(w, y):
+            w = alf_step(src, alf.log_E, alf.delta, w, y)  # eq. (24)
+            return w, w
+
+        _, ws = jax.lax.scan(step, alf.w0, jnp.argmax(inputs, axis=-1))
+        return predictive_logits(task.hmm, jax.nn.log_softmax(ws / alf.delta))
+
+    return predict
+
+
+def compiled_model(task) -> Compiled | None:
+    """The compiled solution of ``task``, or None where memlab has none."""
+    if isinstance(task, LGSSMTask):
+        return Compiled(kalman_predictor(task), "steady-state Kalman predictor as an LRU", exact=True,
+                        transient=kalman_transient(task))
+    if isinstance(task, HMMTask):
+        try:
+            return Compiled(alf_predictor(task), "ALF (delta = sqrt(eps)), paper 1 eq. (24)", exact=False)
+        except ValueError:
+            return None
+    return None

@@ -1,0 +1,67 @@
+"""Compiled solutions: weights set by theory, scored by the same harness as trained models."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memlab.arena.compiled import compiled_model, kalman_predictor, kalman_transient
+from memlab.arena.lgssm import random_lgssm
+from memlab.arena.tasks import make_task
+from memlab.arena.train import score
+
+
+def _steady_state_loop(task, ys):
+    """The steady-state Kalman predictor C x_{t+1|t} written as the plain loop, float64, from the Riccati fixed
+    point found by iterating the Riccati recursion (not scipy's solver)."""
+    A, C, Q, R = (np.asarray(x, np.float64) for x in (task.A, task.C, task.Q, task.R))
+    P = np.eye(A.shape[0])
+    for _ in range(5000):
+        K = P @ C.T @ np.linalg.inv(C @ P @ C.T + R)
+        P = A @ (P - K @ C @ P) @ A.T + Q
+    K = P @ C.T @ np.linalg.inv(C @ P @ C.T + R)
+    x, out = np.zeros(A.shape[0]), []
+    for y in ys:
+        x = A @ (x + K @ (y - C @ x))  # x_{t+1|t}
+        out.append(C @ x)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_kalman_lru_is_the_steady_state_predictor(seed):
+    task = random_lgssm(seed, 4, 2)
+    ys = np.asarray(task.sample(jax.random.PRNGKey(seed), 1, 50).inputs[0], np.float64)
+    np.testing.assert_allclose(kalman_predictor(task)(jnp.asarray(ys, jnp.float32)), _steady_state_loop(task, ys),
+                               atol=2e-4, rtol=1e-4)
+
+
+def test_the_kalman_lru_matches_the_kalman_filter_after_its_transient():
+    task = make_task("lgssm")
+    compiled = compiled_model(task)
+    assert compiled.exact and 0 < compiled.transient == kalman_transient(task) < 50
+    s = score(task, compiled.model, task.sample(jax.random.PRNGKey(3), 256, 256))
+    assert float(s.gap) < 1e-3
+    assert float(jnp.max(s.distance[compiled.transient:])) < 1e-3 * float(jnp.mean(s.reference))
+    assert float(s.distance[0]) > 1e-2  # before the transient the two differ: the test above can fail
+
+
+@pytest.mark.parametrize("name", ["hmm-two-state", "hmm-mess3"])
+def test_the_alf_is_a_stated_approximation_between_the_reference_and_no_memory(name):
+    task = make_task(name)
+    compiled = compiled_model(task)
+    assert not compiled.exact
+    s = score(task, compiled.model, task.sample(jax.random.PRNGKey(4), 512, 128))
+    assert 0.0 < float(s.gap) < 0.5
+
+
+def test_no_compiled_model_for_a_hmm_far_from_deterministic():
+    assert compiled_model(make_task("hmm-random")) is None
+
+
+def test_arena_compiled_tiny_profile(tmp_path, check_tiny_run):
+    check_tiny_run("arena.compiled", tmp_path)
+    doc = json.loads((tmp_path / "arena.compiled" / "results.json").read_text())
+    claims = {c["id"]: c["holds"] for c in doc["claims"]}
+    assert claims == {"exact-compiled-reach-the-optimum": True, "alf-uses-memory": True}
