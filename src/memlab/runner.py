@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import fcntl
 import io
 import json
+import os
 import re
 import sys
 import time
@@ -36,7 +38,7 @@ from memlab.files import (
     to_jsonable,
 )
 from memlab.interrupt import StickyInterrupt
-from memlab.keys import key_for
+from memlab.keys import check_seed, key_for
 from memlab.overrides import apply_overrides
 from memlab.store import CellStore, StoreError, cell_digest, takes_checkpoint, with_checkpoint
 
@@ -431,12 +433,10 @@ def _resolve_config(exp: Experiment, profile: str, seed: int | None, overrides: 
         config = apply_overrides(exp.profiles[profile], overrides)
     except ValueError as e:
         raise SetupError(str(e)) from e
-    if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise SetupError(f"seed must be a non-negative int, got {seed!r}")
-        config = dataclasses.replace(config, seed=int(seed))
-    if isinstance(config.seed, bool) or not isinstance(config.seed, int):
-        raise SetupError(f"config seed must be an int, got {config.seed!r}")
+    try:  # before anything is written: a seed key_for refuses would leave a config.json behind
+        config = dataclasses.replace(config, seed=check_seed(config.seed if seed is None else seed))
+    except ValueError as e:
+        raise SetupError(str(e)) from e
     if hasattr(config, "validate"):
         try:
             config.validate()
@@ -445,14 +445,25 @@ def _resolve_config(exp: Experiment, profile: str, seed: int | None, overrides: 
     return config
 
 
+LOCK = ".memlab.lock"  # in the run folder while a run writes to it (fcntl.flock: the kernel frees it with the process)
+
+
+def _holds_work(out_dir: Path) -> bool:
+    """Whether a run folder holds something computed: results, a finished cell or a checkpoint."""
+    return (out_dir / "results.json").exists() or any(
+        (out_dir / sub).is_dir() and any((out_dir / sub).iterdir()) for sub in ("cells", "checkpoints"))
+
+
 def _bind_folder(out_dir: Path, header: dict) -> None:
-    """Create ``out_dir`` and write config.json, or check that an existing one holds the same config."""
+    """Write config.json into ``out_dir`` (created before, locked by :func:`_locked`), or check that an existing
+    one holds the same config. A config.json beside no computed work (a run that stopped before its first cell)
+    is replaced: it binds nothing."""
     config_path = out_dir / "config.json"
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
         if config_path.exists():
             old = json.loads(config_path.read_text(encoding="utf-8"))
-            if {k: old.get(k) for k in ("experiment", "config")} != {k: header[k] for k in ("experiment", "config")}:
+            same = {k: old.get(k) for k in ("experiment", "config")} == {k: header[k] for k in ("experiment", "config")}
+            if not same and _holds_work(out_dir):
                 raise SetupError(
                     f"output folder {out_dir} holds a run of a different config; pick another --out or delete "
                     "the folder"
@@ -462,6 +473,34 @@ def _bind_folder(out_dir: Path, header: dict) -> None:
         raise SetupError(f"cannot write to output folder {out_dir}: {e.strerror or e}") from e
     except json.JSONDecodeError as e:
         raise SetupError(f"{config_path} is not valid JSON; pick another --out or delete the folder") from e
+
+
+@contextlib.contextmanager
+def _locked(out_dir: Path) -> Iterator[None]:
+    """Create ``out_dir`` and hold its lock while the run writes to it: SetupError if another process holds it (two
+    identical runs would both compute every cell) or if the folder is not empty and holds no memlab run (its files
+    are the user's, e.g. their own results.json)."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if not (out_dir / "config.json").exists() and any(p.name != LOCK for p in out_dir.iterdir()):
+            raise SetupError(f"output folder {out_dir} is not empty and holds no memlab run (no config.json); "
+                             "pick a new or empty folder for --out")
+        lock = open(out_dir / LOCK, "a+", encoding="utf-8")  # noqa: SIM115  (closed below, which frees the lock)
+    except OSError as e:
+        raise SetupError(f"cannot write to output folder {out_dir}: {e.strerror or e}") from e
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            raise SetupError(f"another memlab run (process {holder}) is writing to {out_dir}; wait for it to "
+                             "finish or pick another --out") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        yield  # closing the file frees the lock; a process that dies frees it too
 
 
 def run_peak_rss_mb(cell_peaks: Mapping[str, float | None]) -> float:
@@ -509,7 +548,7 @@ def run_experiment(
     deadline = None if time_limit is None else time.time() + float(time_limit)
     header = to_jsonable({"experiment": exp.name, "profile": profile, "config": config})
     interrupt = StickyInterrupt()
-    with interrupt.installed():  # before config.json exists: from then on a Ctrl-C cannot be lost
+    with interrupt.installed(), _locked(out_dir):  # before config.json exists: from then on a Ctrl-C cannot be lost
         _bind_folder(out_dir, header)
         run = Run(out_dir, config, profile, config.seed, progress=progress, interrupt=interrupt, executor=executor,
                   experiment=exp.name, store=store or None, deadline=deadline)

@@ -1,0 +1,114 @@
+"""Mistakes at the command line and damaged files (issue 32): one line ``memlab: error: ...``, exit 2, nothing lost.
+
+Most cases call the command in-process on the fake experiments (tests/conftest.py, ``fake_lab``); those that need a
+whole ``memlab`` process run one in a subprocess.
+"""
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memlab import cli
+from memlab.runner import LOCK
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+@pytest.fixture(autouse=True)
+def state(fake_lab):
+    return fake_lab.STATE
+
+
+def run(*args):
+    return cli.main(["run", *args, "--no-progress"])
+
+
+def one_error_line(capsys, *fragments) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("memlab: error: ") and err.endswith("\n") and err.count("\n") == 1, err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    return err
+
+
+def memlab(*args, cwd=None) -> subprocess.CompletedProcess:
+    """``memlab ARGS`` in a process of its own (this checkout's memlab)."""
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "memlab.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=300)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------- 2. --seed
+
+
+@pytest.mark.parametrize("seed", [2**32, 2**63 + 1, -1])
+def test_seed_out_of_range_is_refused_before_anything_is_written(tmp_path, capsys, seed):
+    out = tmp_path / "o"
+    assert run("fake.means", "--profile", "tiny", "--seed", str(seed), "--out", str(out)) == 2
+    one_error_line(capsys, "seed must be an int in [0, 2**32)", str(seed))
+    assert not out.exists()
+
+
+def test_config_json_of_a_run_that_computed_nothing_does_not_block(tmp_path, capsys):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"experiment": "fake.means", "profile": "tiny",
+                                                 "config": {"seed": 99, "n_cells": 4, "size": 3}}))
+    assert run("fake.means", "--profile", "tiny", "--seed", "1", "--out", str(out)) == 0
+    assert json.loads((out / "config.json").read_text())["config"]["seed"] == 1
+
+
+def test_seed_beyond_int64_in_a_process_of_its_own(tmp_path):
+    out = tmp_path / "o"
+    done = memlab("run", "belief.error-vs-epsilon", "--profile", "tiny", "--seed", str(2**64), "--out", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("memlab: error: seed must be an int in [0, 2**32)"), done.stderr
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------- 3. --out of the user's own files
+
+
+def test_out_folder_of_other_files_is_refused_and_left_alone(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "results.json").write_text('{"my": "numbers"}\n')
+    (out / "notes.txt").write_text("keep me\n")
+    before = snapshot(out)
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 2
+    one_error_line(capsys, str(out), "not empty", "no memlab run", "--out")
+    assert snapshot(out) == before and sorted(p.name for p in out.iterdir()) == ["notes.txt", "results.json"]
+
+
+# ---------------------------------------------------------------- 11. two runs into one --out
+
+
+def test_second_run_into_a_locked_folder_is_refused(tmp_path, capsys, fake_lab):
+    out = tmp_path / "o"
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
+    before = snapshot(out)
+    with open(out / LOCK, "a+") as held:  # as a run in another process holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 2
+        one_error_line(capsys, "another memlab run", str(out))
+    assert snapshot(out) == before
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0  # the lock is free again
+    assert fake_lab.last_run().cells_skipped == 4
+
+
+def test_lock_of_a_killed_run_does_not_block(tmp_path, capsys):
+    out = tmp_path / "o"
+    out.mkdir()
+    code = f"import fcntl, os; f = open({str(out / LOCK)!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX); f.write('1'); " \
+           "f.flush(); os.kill(os.getpid(), 9)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == -9
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
