@@ -7,6 +7,7 @@ whole ``memlab`` process run one in a subprocess.
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +113,38 @@ def test_lock_of_a_killed_run_does_not_block(tmp_path, capsys):
            "f.flush(); os.kill(os.getpid(), 9)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == -9
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
+
+
+# ---------------------------------------------------------------- 4. damaged cell files
+
+DAMAGE = {"truncated": lambda text: text[: len(text) // 2], "empty": lambda text: "", "{}": lambda text: "{}",
+          "a list": lambda text: "[1, 2]", "no result": lambda text: '{"memlab_cell": 1, "seconds": 1.0}',
+          "not UTF-8": lambda text: b"\xff\xfe".decode("latin-1")}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+@pytest.mark.parametrize("where", ["run folder", "store"])
+def test_a_damaged_cell_file_is_named_and_recomputed(tmp_path, capsys, fake_lab, damage, where):
+    out = tmp_path / "o"
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
+    results = json.loads((out / "results.json").read_text())["results"]
+    if where == "store":  # the run folder's copies gone too, else they would replace it
+        path = sorted((tmp_path / "cells").rglob("*.json"))[0]
+        for copy in (out / "cells").glob("*.json"):
+            copy.unlink()
+    else:  # the store gone, else its record would serve
+        path = out / "cells" / "cell-2.json"
+        shutil.rmtree(tmp_path / "cells")
+    text = path.read_text()
+    path.write_text(DAMAGE[damage](text), encoding="latin-1")
+    capsys.readouterr()
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"memlab: cell file {path} is damaged (") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert fake_lab.last_run().cells_computed == 1
+    assert json.loads((out / "results.json").read_text())["results"] == results
+    record = json.loads(path.read_text())  # replaced by the recomputed cell
+    assert record.get("record", record)["result"] == json.loads(text).get("record", json.loads(text))["result"]
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0  # and read back quietly
+    assert "damaged" not in capsys.readouterr().err and fake_lab.last_run().cells_computed == 0

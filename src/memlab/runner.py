@@ -40,7 +40,7 @@ from memlab.files import (
 from memlab.interrupt import StickyInterrupt
 from memlab.keys import check_seed, key_for
 from memlab.overrides import apply_overrides
-from memlab.store import CellStore, StoreError, cell_digest, takes_checkpoint, with_checkpoint
+from memlab.store import CellStore, DamagedRecord, cell_digest, takes_checkpoint, with_checkpoint
 
 __all__ = [
     "CellsFailed",
@@ -249,7 +249,7 @@ class Run:
         profile). A run-folder copy made for another digest (the cell's code version, arguments or jax changed) is
         stale and ignored; one from before the store (no digest beside it) resumes this run but is not filed."""
         path = self._cell_path(name)
-        entry = self.store.get(compute, digest) if digest is not None else None
+        entry = self._stored(compute, digest)
         if entry is not None:
             self.cell_store[name] = digest
             if entry["origin"] == self._origin(name):
@@ -263,15 +263,32 @@ class Run:
         if not path.exists():
             return None
         made_for = self._made_for(name)
+        if digest is not None and made_for is not None and made_for != digest:
+            print(f"memlab: cell {name!r}: {path} was computed for other code, arguments or jax; recomputing",
+                  file=sys.stderr)
+            return None
+        try:
+            text = path.read_text(encoding="utf-8")
+            record = read_cell(text)
+        except (ValueError, UnicodeDecodeError) as e:  # one damaged file costs one cell, not the run
+            print(f"memlab: {DamagedRecord(path, str(e))}; recomputing the cell", file=sys.stderr)
+            return None
         if digest is not None and made_for is not None:
-            if made_for != digest:
-                print(f"memlab: cell {name!r}: {path} was computed for other code, arguments or jax; recomputing",
-                      file=sys.stderr)
-                return None
-            self.store.put(compute, digest, path.read_text(encoding="utf-8"), self._origin(name))  # store was lost
+            self.store.put(compute, digest, text, self._origin(name))  # the store was lost
             self.cell_store[name] = digest
         self.cells_skipped += 1
-        return self._read_cell(path)
+        return record
+
+    def _stored(self, compute: Callable, digest: str | None) -> dict | None:
+        """The store's entry of a cell, or None (no digest, not stored, or a damaged file, which is then replaced:
+        by the run folder's copy or by the recomputed cell)."""
+        if digest is None:
+            return None
+        try:
+            return self.store.get(compute, digest)
+        except DamagedRecord as e:
+            print(f"memlab: {e}; replacing it", file=sys.stderr)
+            return None
 
     def _write_copy(self, name: str, text: str, digest: str | None) -> None:
         """The run folder's copy of a cell record and, for a stored cell, the digest it was computed for."""
@@ -324,14 +341,6 @@ class Run:
 
     def _cell_path(self, name: str) -> Path:
         return self.out_dir / "cells" / f"{name}.json"
-
-    @staticmethod
-    def _read_cell(path: Path) -> CellRecord:
-        try:
-            return read_cell(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise StoreError(f"cell file {path} is not valid JSON ({e}); delete it to read the cell from the cell "
-                             "store or recompute it") from e
 
     @contextlib.contextmanager
     def _progress(self, total: int, description: str, done: int = 0) -> Iterator[Callable[[int], None]]:
