@@ -4,6 +4,7 @@ Most cases call the command in-process on the fake experiments (tests/conftest.p
 whole ``memlab`` process run one in a subprocess.
 """
 
+import errno
 import fcntl
 import json
 import os
@@ -148,3 +149,30 @@ def test_a_damaged_cell_file_is_named_and_recomputed(tmp_path, capsys, fake_lab,
     assert record.get("record", record)["result"] == json.loads(text).get("record", json.loads(text))["result"]
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0  # and read back quietly
     assert "damaged" not in capsys.readouterr().err and fake_lab.last_run().cells_computed == 0
+
+
+# ---------------------------------------------------------------- 5. a full disk
+
+
+def test_a_full_disk_is_one_line_and_the_cells_are_kept(tmp_path, capsys, monkeypatch, fake_lab):
+    from memlab.files import atomic_write_bytes as write
+
+    out = tmp_path / "o"
+
+    def no_room(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as the kernel says it: no file name
+
+    def full_for_figures(path, data):  # the disk fills up when the first figure is written
+        with monkeypatch.context() as m:
+            if str(path).endswith(".png"):
+                m.setattr(os, "fsync", no_room)
+            return write(path, data)
+
+    with monkeypatch.context() as m:
+        m.setattr("memlab.runner.atomic_write_bytes", full_for_figures)
+        assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 2
+    one_error_line(capsys, f"cannot write {out / 'means.png'}: No space left on device", f"kept in {out}",
+                   "rerun the same command")
+    assert len(list((out / "cells").glob("*.json"))) == 4 and not list(out.glob(".*.tmp"))
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
+    assert (fake_lab.last_run().cells_skipped, fake_lab.last_run().cells_computed) == (4, 0)

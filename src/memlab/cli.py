@@ -13,6 +13,7 @@ itself, so it changes how long a run takes, never its numbers.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import posixpath
@@ -43,6 +44,9 @@ _ABSOLUTE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|/|#)")  # URL scheme, abso
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line instead of usage + message
         self.exit(2, f"memlab: error: {message} (see '{self.prog} --help')\n")
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # no room for an output file: the run resumes once there is
 
 
 def _error(message: str) -> int:
@@ -120,6 +124,11 @@ def cmd_run(args) -> int:
         print(f"memlab: interrupted; finished cells are kept in {out}; rerun the same command to resume",
               file=sys.stderr)
         return 130
+    except OSError as e:
+        if e.errno not in _DISK_FULL:  # any other OSError is a bug to see in full
+            raise
+        return _error(f"cannot write {e.filename or out}: {e.strerror}; finished cells are kept in {out}; make room "
+                      "and rerun the same command to resume")
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     cells = doc["cells"]
     reused = f", {cells['reused']} reused from other runs" if cells.get("reused") else ""

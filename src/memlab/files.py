@@ -57,9 +57,11 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None:  # a failed write names no file: name the one it was for
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
     return path
 
