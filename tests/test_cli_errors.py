@@ -176,3 +176,25 @@ def test_a_full_disk_is_one_line_and_the_cells_are_kept(tmp_path, capsys, monkey
     assert len(list((out / "cells").glob("*.json"))) == 4 and not list(out.glob(".*.tmp"))
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
     assert (fake_lab.last_run().cells_skipped, fake_lab.last_run().cells_computed) == (4, 0)
+
+
+# ---------------------------------------------------------------- 6. report with one bad results.json
+
+
+@pytest.mark.parametrize("bad", ['{"experiment": "fake.other", "pro', "", "[]", '{"experiment": 1}',
+                                 '{"experiment": "x", "profile": "y", "paper_ref": "z", "claims": [{}]}'])
+def test_report_names_a_bad_results_file_and_writes_the_rest(tmp_path, capsys, bad):
+    root = tmp_path / "out"
+    assert run("fake.means", "--profile", "tiny", "--out", str(root / "fake.means/tiny")) == 0
+    assert run("fake.other", "--profile", "quick", "--out", str(root / "fake.other/quick")) == 0
+    broken = root / "fake.other/quick/results.json"
+    broken.write_text(bad)
+    capsys.readouterr()
+    assert cli.main(["report", str(root)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"memlab: {broken} is not a memlab results file (") and \
+        captured.err.endswith("; the report leaves it out\n") and captured.err.count("\n") == 1, captured.err
+    assert captured.out.splitlines()[0] == str(root / "report.md")
+    report = (root / "report.md").read_text()
+    assert "1 of 2 claims hold." in report and "| fake.means (tiny) | cells-enough |" in report
+    assert "## fake.other/quick" in report and broken.read_text() == bad  # its summary still shown; file untouched

@@ -266,6 +266,29 @@ def rebase_markdown(markdown: str, folder: str) -> tuple[str, set[str]]:
     return "\n".join(lines), targets
 
 
+_CLAIM_FIELDS = ("id", "claim", "paper", "ours", "holds")
+
+
+def _read_results(path: Path) -> dict | None:
+    """A results.json as the report reads it, or None after one line on stderr naming the file and what is wrong
+    with it (the report is then written from the others)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) for k in ("experiment", "profile",
+                                                                                       "paper_ref")):
+            raise ValueError("no experiment, profile and paper_ref")
+        claims = doc.get("claims", [])
+        if not isinstance(claims, list) or not all(isinstance(c, dict) and set(_CLAIM_FIELDS) <= set(c)
+                                                   for c in claims):
+            raise ValueError(f"its claims are not a list of {{{', '.join(_CLAIM_FIELDS)}}}")
+        if not isinstance(doc.get("cells", {}), dict) or not isinstance(doc.get("elapsed_s", 0.0), (int, float)):
+            raise ValueError("its cells or elapsed_s are not what memlab run writes")
+    except (OSError, ValueError) as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        print(f"memlab: {path} is not a memlab results file ({e}); the report leaves it out", file=sys.stderr)
+        return None
+    return {**doc, "claims": doc.get("claims", [])}
+
+
 def build_report(root: Path) -> tuple[Path, str]:
     """Gather every results.json claim and every summary.md under ``root`` into ``root/report.md``.
 
@@ -278,9 +301,9 @@ def build_report(root: Path) -> tuple[Path, str]:
         raise ValueError(f"no summary.md under {root}; run an experiment first (memlab run NAME)")
 
     rows, times, held, total = [], [], 0, 0
-    for path in sorted(root.rglob("results.json")):
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        for c in doc.get("claims", []):
+    documents = {path: _read_results(path) for path in sorted(root.rglob("results.json"))}
+    for doc in filter(None, documents.values()):
+        for c in doc["claims"]:
             held, total = held + bool(c["holds"]), total + 1
             cells = [f"{doc['experiment']} ({doc['profile']})", c["id"], c["claim"], c["paper"], c["ours"]]
             rows.append("| " + " | ".join(map(markdown_cell, cells)) + f" | {'✓' if c['holds'] else '✗'} |")
@@ -296,11 +319,8 @@ def build_report(root: Path) -> tuple[Path, str]:
 
     for summary in summaries:
         folder = summary.parent.relative_to(root).as_posix()
-        results = summary.parent / "results.json"
-        title = folder
-        if results.exists():
-            doc = json.loads(results.read_text(encoding="utf-8"))
-            title = f"{doc['experiment']} ({doc['profile']}) — {doc['paper_ref']}"
+        doc = documents.get(summary.parent / "results.json")
+        title = folder if doc is None else f"{doc['experiment']} ({doc['profile']}) — {doc['paper_ref']}"
         text, shown = rebase_markdown(summary.read_text(encoding="utf-8"), folder)
         parts += [f"## {title}", "", text.strip(), ""]
         for png in sorted(summary.parent.rglob("*.png")):
