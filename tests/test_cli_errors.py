@@ -198,3 +198,14 @@ def test_report_names_a_bad_results_file_and_writes_the_rest(tmp_path, capsys, b
     report = (root / "report.md").read_text()
     assert "1 of 2 claims hold." in report and "| fake.means (tiny) | cells-enough |" in report
     assert "## fake.other/quick" in report and broken.read_text() == bad  # its summary still shown; file untouched
+
+
+# ---------------------------------------------------------------- 7. reproduce --profile bogus
+
+
+def test_reproduce_checks_the_profile_before_starting_anything(tmp_path):
+    done = memlab("reproduce", "--profile", "bogus", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("memlab: error: no experiment has a profile 'bogus'; profiles: ") and \
+        "quick" in done.stderr and "paper" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists() and done.stdout == ""

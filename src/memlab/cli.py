@@ -191,12 +191,14 @@ def cmd_reproduce(args) -> int:
         names = [catalog.get(name).name for name in args.names] if args.names else list(catalog.EXPERIMENTS)
     except ValueError as e:
         return _error(str(e))
+    # before any experiment starts
     lacking = [name for name in names if args.profile not in catalog.EXPERIMENTS[name].profiles]
     if args.names and lacking:
-        return _error(f"profile {args.profile!r} is not a profile of {', '.join(lacking)}")
+        return _error(f"profile {args.profile!r} is not a profile of {', '.join(lacking)}; "
+                      f"profiles: {_profiles_of(lacking)}")
+    if not set(names) - set(lacking):
+        return _error(f"no experiment has a profile {args.profile!r}; profiles: {_profiles_of(names)}")
     names = [name for name in names if name not in lacking]  # e.g. paper-core: the experiments that have one
-    if not names:
-        return _error(f"no experiment has a profile {args.profile!r}")
     out = Path(args.out)
     start = time.perf_counter()
 
@@ -234,6 +236,11 @@ def cmd_reproduce(args) -> int:
     if failed:
         return _error(f"{len(failed)} experiment(s) failed: {', '.join(failed)}; their logs are beside their folders")
     return 0
+
+
+def _profiles_of(names: list[str]) -> str:
+    """The profiles of the experiments ``names``, each once, in the order the experiments list them."""
+    return ", ".join(dict.fromkeys(p for name in names for p in catalog.EXPERIMENTS[name].profiles))
 
 
 # ---------------------------------------------------------------- report
