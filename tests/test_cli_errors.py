@@ -209,3 +209,21 @@ def test_reproduce_checks_the_profile_before_starting_anything(tmp_path):
     assert done.stderr.startswith("memlab: error: no experiment has a profile 'bogus'; profiles: ") and \
         "quick" in done.stderr and "paper" in done.stderr, done.stderr
     assert not (tmp_path / "out").exists() and done.stdout == ""
+
+
+# ---------------------------------------------------------------- 1. and 11. option values, by their option names
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--devices", "100000"], ["--devices must be at most", f"this machine's {os.cpu_count()}", "got 100000"]),
+    (["--devices", "0"], ["--devices must be an int >= 1, got 0"]),
+    (["--executor", "processes", "--workers", "0"], ["--workers must be an int >= 1, got 0"]),
+    (["--executor", "ray", "--cpus-per-cell", "0"], ["--cpus-per-cell must be a positive number, got 0.0"]),
+])
+def test_option_values_out_of_range_are_refused_by_option_name(tmp_path, capsys, args, fragments):
+    if "ray" in args:
+        pytest.importorskip("ray")
+    out = tmp_path / "o"
+    assert run("fake.means", "--profile", "tiny", "--out", str(out), *args) == 2
+    one_error_line(capsys, *fragments)
+    assert not out.exists()

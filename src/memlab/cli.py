@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from memlab import __version__, catalog
-from memlab.devices import cores_for_run, use_host_devices
+from memlab.devices import check_device_count, cores_for_run, use_host_devices
 from memlab.executors import EXECUTORS, make_executor
 from memlab.files import markdown_cell, markdown_table
 from memlab.plugins import add_plugins
@@ -100,10 +100,10 @@ def cmd_run(args) -> int:
         executor = make_executor(*_executor_choice(args, exp), args.address, args.cpus_per_cell)
         # before any array exists: a --devices given here wins; else a count already in XLA_FLAGS (the user's, or
         # memlab reproduce's share of the cores), else the cores each cell has to itself
-        use_host_devices(executor.devices_per_cell() if args.devices is None else args.devices,
-                         override=args.devices is not None)
+        devices = None if args.devices is None else check_device_count(args.devices)
+        use_host_devices(executor.devices_per_cell() if devices is None else devices, override=devices is not None)
     except ValueError as e:
-        return _error(str(e))
+        return _error(_option_names(str(e)))
     out = Path(args.out) if args.out else default_out_dir(exp, args.profile)
     use_compile_cache()
     start = time.perf_counter()
@@ -136,6 +136,14 @@ def cmd_run(args) -> int:
           f"{cells['resumed']} resumed{reused}, executor {executor.name}; "
           f"peak memory {_megabytes(doc['peak_rss_mb'])})")
     return 0
+
+
+def _option_names(message: str) -> str:
+    """A library's message about one of ``memlab run``'s arguments, with the argument called by its option."""
+    for name in ("cpus_per_cell", "devices", "workers"):
+        if message.startswith(f"{name} must"):
+            return "--" + name.replace("_", "-") + message.removeprefix(name)
+    return message
 
 
 def _executor_choice(args, exp) -> tuple[str, int | None]:
