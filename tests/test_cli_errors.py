@@ -227,3 +227,20 @@ def test_option_values_out_of_range_are_refused_by_option_name(tmp_path, capsys,
     assert run("fake.means", "--profile", "tiny", "--out", str(out), *args) == 2
     one_error_line(capsys, *fragments)
     assert not out.exists()
+
+
+# ---------------------------------------------------------------- 9. --data-dir
+
+
+def test_data_dir_must_hold_the_nclt_files(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for folder, fragment in [(tmp_path / "missing", f"({tmp_path / 'missing'} is not a folder)"),
+                             (tmp_path / "empty", f"not found under {tmp_path / 'empty'}")]:
+        done = memlab("run", "pissm.table1", "--out", str(tmp_path / "o"), "--data-dir", str(folder))
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith("memlab: error: invalid config for pissm.table1 (quick): NCLT session") and \
+            fragment in done.stderr and "groundtruth_2012-01-22.csv" in done.stderr, done.stderr
+    done = memlab("run", "pissm.table1", "--profile", "tiny", "--out", str(tmp_path / "o"), "--data-dir",
+                  str(tmp_path / "empty"))  # tiny reads no NCLT
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "nclt data set only" in done.stderr, done.stderr
+    assert not (tmp_path / "o").exists()

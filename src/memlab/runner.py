@@ -435,13 +435,18 @@ def default_store(exp: Experiment, out_dir: str | Path) -> Path:
     return root / "cells"
 
 
-def _resolve_config(exp: Experiment, profile: str, seed: int | None, overrides: Sequence[str] = ()) -> Any:
+def _resolve_config(exp: Experiment, profile: str, seed: int | None, overrides: Sequence[str] = (),
+                    data_dir: str | Path | None = None) -> Any:
     if profile not in exp.profiles:
         raise SetupError(f"unknown profile {profile!r} for experiment {exp.name!r}; known: {', '.join(exp.profiles)}")
     try:
         config = apply_overrides(exp.profiles[profile], overrides)
     except ValueError as e:
         raise SetupError(str(e)) from e
+    if data_dir is not None:  # before validate(), which may check the folder
+        if "data_dir" not in {f.name for f in dataclasses.fields(config)}:
+            raise SetupError(f"experiment {exp.name!r} reads no external data; drop --data-dir")
+        config = dataclasses.replace(config, data_dir=str(data_dir))
     try:  # before anything is written: a seed key_for refuses would leave a config.json behind
         config = dataclasses.replace(config, seed=check_seed(config.seed if seed is None else seed))
     except ValueError as e:
@@ -544,11 +549,7 @@ def run_experiment(
     cells raised. Finished cells of an interrupted run (KeyboardInterrupt propagates) are skipped when the
     same command is run again.
     """
-    config = _resolve_config(exp, profile, seed, overrides)
-    if data_dir is not None:
-        if "data_dir" not in {f.name for f in dataclasses.fields(config)}:
-            raise SetupError(f"experiment {exp.name!r} reads no external data; drop --data-dir")
-        config = dataclasses.replace(config, data_dir=str(data_dir))
+    config = _resolve_config(exp, profile, seed, overrides, data_dir)
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(exp, profile)
     if store is not False:
         store = CellStore(default_store(exp, out_dir) if store is None or store is True else store)
