@@ -9,8 +9,10 @@ import fcntl
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,11 +40,12 @@ def one_error_line(capsys, *fragments) -> str:
     return err
 
 
-def memlab(*args, cwd=None) -> subprocess.CompletedProcess:
+def memlab(*args, env=None) -> subprocess.CompletedProcess:
     """``memlab ARGS`` in a process of its own (this checkout's memlab)."""
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = env or dict(os.environ)
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-m", "memlab.cli", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=300)
+                          timeout=300)
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -244,3 +247,36 @@ def test_data_dir_must_hold_the_nclt_files(tmp_path):
                   str(tmp_path / "empty"))  # tiny reads no NCLT
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "nclt data set only" in done.stderr, done.stderr
     assert not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------- 8. --executor ray --address that does not answer
+
+
+def test_ray_address_that_refuses_is_one_line(tmp_path, capsys):
+    pytest.importorskip("ray")
+    out = tmp_path / "o"
+    assert run("fake.means", "--profile", "tiny", "--out", str(out), "--executor", "ray", "--address",
+               "127.0.0.1:1") == 2
+    one_error_line(capsys, "no Ray cluster at 127.0.0.1:1", "refused")
+    assert not out.exists()
+
+
+def test_ray_address_that_does_not_answer_times_out(tmp_path):
+    pytest.importorskip("ray")
+    with socket.socket() as server:  # a listener whose queue is full: a connection to it neither opens nor fails
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        queued = [socket.socket() for _ in range(4)]
+        for client in queued:
+            client.setblocking(False)
+            client.connect_ex(("127.0.0.1", server.getsockname()[1]))
+        env = {**os.environ, "MEMLAB_RAY_CONNECT_TIMEOUT": "0.5"}
+        start = time.perf_counter()
+        done = memlab("run", "belief.error-vs-epsilon", "--profile", "tiny", "--out", str(tmp_path / "o"),
+                      "--executor", "ray", "--address", address, env=env)
+        for client in queued:
+            client.close()
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"memlab: error: no Ray cluster answered at {address} within 0.5 s"), done.stderr
+    assert time.perf_counter() - start < 60 and not (tmp_path / "o").exists()

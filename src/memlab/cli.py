@@ -381,7 +381,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="processes of --executor processes (default: CPU count)")
     p.add_argument("--address", default=None,
                    help="Ray cluster of --executor ray: 'auto' (ray start --head on this machine) or host:port; "
-                        "default: start a local Ray instance")
+                        "default: start a local Ray instance; an address that does not answer within "
+                        "$MEMLAB_RAY_CONNECT_TIMEOUT seconds (default 30) is an error")
     p.add_argument("--cpus-per-cell", type=float, default=None, help="CPUs each cell reserves on Ray (default 1)")
     p.add_argument("--devices", type=int, default=None,
                    help="CPU devices per cell process, over which long passes split their examples (default: the "
