@@ -280,3 +280,30 @@ def test_ray_address_that_does_not_answer_times_out(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith(f"memlab: error: no Ray cluster answered at {address} within 0.5 s"), done.stderr
     assert time.perf_counter() - start < 60 and not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------- 11. list at 80 columns, report's help
+
+
+def test_list_at_80_columns_shows_every_profile_name_whole(capsys, monkeypatch, fake_lab):
+    import dataclasses
+
+    from memlab import catalog
+
+    long = dataclasses.replace(
+        fake_lab.experiments["fake.means"], paper="a-paper-slug-much-longer-than-any-column-could-hold",
+        description="a description long enough to need several lines in a narrow terminal, " * 2,
+        profiles={**fake_lab.experiments["fake.means"].profiles, "paper-query-past": fake_lab.FakeConfig(),
+                  "quick-equal-steps": fake_lab.FakeConfig()})
+    monkeypatch.setitem(catalog.EXPERIMENTS, "fake.means", long)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert cli.main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 80 and not any("…" in line for line in lines), "\n".join(lines)
+    cells = {line.split("│")[2].strip() for line in lines if line.count("│") == 4}  # the profiles column
+    assert {"tiny", "quick", "paper", "broken", "paper-query-past", "quick-equal-steps"} <= cells, cells
+
+
+def test_report_help_says_what_dir_is(capsys):
+    assert cli.main(["report", "--help"]) == 0
+    assert "folder of experiment folders" in capsys.readouterr().out

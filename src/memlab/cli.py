@@ -68,13 +68,12 @@ def cmd_list(args) -> int:
     if not catalog.EXPERIMENTS:
         print("no experiments registered yet")
         return 0
-    table = Table(title="memlab experiments")
+    table = Table(title="memlab experiments", show_lines=True)
     table.add_column("experiment", no_wrap=True)
+    table.add_column("profiles", no_wrap=True)  # one a line: a name is what the user types, never cut
     table.add_column("reproduces", overflow="fold")
-    table.add_column("profiles")
-    table.add_column("description")
     for exp in catalog.EXPERIMENTS.values():
-        table.add_row(exp.name, f"{exp.paper_ref} ({exp.paper})", ", ".join(exp.profiles), exp.description)
+        table.add_row(exp.name, "\n".join(exp.profiles), f"{exp.paper_ref} ({exp.paper}): {exp.description}")
     Console().print(table)
     return 0
 
@@ -411,7 +410,8 @@ def _parser() -> argparse.ArgumentParser:
                         "how many experiments finished; the same command resumes")
     p.set_defaults(func=cmd_reproduce)
     p = sub.add_parser("report", help="gather every summary.md and claim under DIR into DIR/report.md")
-    p.add_argument("dir", nargs="?", default="out")
+    p.add_argument("dir", nargs="?", default="out", metavar="DIR",
+                   help="the folder of experiment folders, as memlab reproduce --out writes it (default out)")
     p.set_defaults(func=cmd_report)
     return parser
 
