@@ -1,8 +1,8 @@
 """The ``memlab`` command: ``list``, ``run`` and ``report``.
 
-User errors (unknown experiment, bad profile, invalid config, unusable output folder, bad arguments)
-print one line ``memlab: error: <message>`` on stderr and exit with code 2; cells that raise are reported
-with their tracebacks and the run exits with 1; Ctrl-C during a run exits with 130. In both cases the
+User errors (unknown experiment, bad profile, invalid config, unusable or busy output folder, bad arguments)
+and a full disk print one line ``memlab: error: <message>`` on stderr and exit with code 2; cells that raise are
+reported with their tracebacks and the run exits with 1; Ctrl-C during a run exits with 130. In every case the
 finished cells are kept, so the same command resumes.
 
 ``memlab run`` keeps compiled XLA programs in JAX's persistent cache (``$MEMLAB_JAX_CACHE``, default
