@@ -154,6 +154,16 @@ def test_a_damaged_cell_file_is_named_and_recomputed(tmp_path, capsys, fake_lab,
     assert "damaged" not in capsys.readouterr().err and fake_lab.last_run().cells_computed == 0
 
 
+def test_a_damaged_digest_file_recomputes_its_cell(tmp_path, capsys, fake_lab):
+    out = tmp_path / "o"
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
+    shutil.rmtree(tmp_path / "cells")  # the store gone: the run folder's copies are all there is
+    (out / "cells" / "cell-1.digest").write_bytes(b"\xff\xfe")
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert (fake_lab.last_run().cells_skipped, fake_lab.last_run().cells_computed) == (3, 1)
+
+
 # ---------------------------------------------------------------- 5. a full disk
 
 
@@ -307,3 +317,14 @@ def test_list_at_80_columns_shows_every_profile_name_whole(capsys, monkeypatch, 
 def test_report_help_says_what_dir_is(capsys):
     assert cli.main(["report", "--help"]) == 0
     assert "folder of experiment folders" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage", [b"{", b"[]", b"\xff"])
+def test_a_damaged_config_json_is_one_line_and_kept(tmp_path, capsys, damage):
+    out = tmp_path / "o"
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
+    (out / "config.json").write_bytes(damage)
+    before = snapshot(out)
+    assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 2
+    one_error_line(capsys, f"{out / 'config.json'} is damaged (", "--out")
+    assert snapshot(out) == before

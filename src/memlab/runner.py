@@ -302,7 +302,10 @@ class Run:
     def _made_for(self, name: str) -> str | None:
         """The digest the run folder's copy of a cell was computed for (None: no record of it)."""
         path = self._digest_path(name)
-        return path.read_text(encoding="utf-8").strip() if path.exists() else None
+        try:
+            return path.read_text(encoding="utf-8").strip() if path.exists() else None
+        except UnicodeDecodeError:  # a damaged record names no digest: the copy is recomputed, never trusted
+            return ""
 
     def _located(self, name: str, compute: Callable, digest: str | None) -> Callable:
         """The cell with its CHECKPOINT argument made a path: in the store (shared) or in the run folder."""
@@ -475,7 +478,7 @@ def _bind_folder(out_dir: Path, header: dict) -> None:
     config_path = out_dir / "config.json"
     try:
         if config_path.exists():
-            old = json.loads(config_path.read_text(encoding="utf-8"))
+            old = _read_config(config_path)
             same = {k: old.get(k) for k in ("experiment", "config")} == {k: header[k] for k in ("experiment", "config")}
             if not same and _holds_work(out_dir):
                 raise SetupError(
@@ -485,8 +488,18 @@ def _bind_folder(out_dir: Path, header: dict) -> None:
         atomic_write_text(config_path, dumps(header))
     except OSError as e:
         raise SetupError(f"cannot write to output folder {out_dir}: {e.strerror or e}") from e
-    except json.JSONDecodeError as e:
-        raise SetupError(f"{config_path} is not valid JSON; pick another --out or delete the folder") from e
+
+
+def _read_config(path: Path) -> dict:
+    """An existing config.json; SetupError if it is damaged."""
+    advice = "pick another --out or delete the folder"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # not JSON, not UTF-8
+        raise SetupError(f"{path} is damaged ({e}); {advice}") from e
+    if not isinstance(config, dict):
+        raise SetupError(f"{path} is damaged (not a JSON object); {advice}")
+    return config
 
 
 @contextlib.contextmanager
