@@ -557,10 +557,11 @@ def run_experiment(
     :class:`TimeLimitReached` then says how many cells finished. ``overrides``: ``field=value`` changes to the
     profile's config (``memlab.overrides``).
 
-    Raises :class:`SetupError` (a ValueError naming the problem) for an unknown profile, an invalid config,
-    an unusable output folder, or a folder that holds a run of a different config; :class:`CellsFailed` when
-    cells raised. Finished cells of an interrupted run (KeyboardInterrupt propagates) are skipped when the
-    same command is run again.
+    Raises :class:`SetupError` (a ValueError naming the problem) before anything is written for an unknown
+    profile, an invalid config or seed, an unusable output folder (not writable, holding other files than a memlab
+    run, or locked by another run writing to it), or a folder that holds a run of a different config;
+    :class:`CellsFailed` when cells raised. Finished cells of an interrupted run (KeyboardInterrupt propagates) are
+    skipped when the same command is run again.
     """
     config = _resolve_config(exp, profile, seed, overrides, data_dir)
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(exp, profile)
