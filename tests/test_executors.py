@@ -190,9 +190,9 @@ def test_cli_executor_options(exp, tmp_path, capsys, monkeypatch):
     line = capsys.readouterr().out.strip()
     assert line.startswith(f"{out}  (") and "4 cells computed, 0 resumed, executor processes" in line
     cases = [(["--workers", "2"], "--workers goes with --executor processes"),
-             (["--executor", "processes", "--workers", "0"], "workers must be an int >= 1"),
+             (["--executor", "processes", "--workers", "0"], "--workers must be an int >= 1"),
              (["--address", "auto"], "--address and --cpus-per-cell go with --executor ray"),
-             (["--executor", "ray", "--cpus-per-cell", "0"], "cpus_per_cell must be a positive number"),
+             (["--executor", "ray", "--cpus-per-cell", "0"], "--cpus-per-cell must be a positive number"),
              (["--executor", "threads"], "invalid choice: 'threads'")]
     for args, message in cases:
         assert cli.main(["run", "fake.means", "--out", str(tmp_path / "x"), *args]) == 2

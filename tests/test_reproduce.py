@@ -104,8 +104,11 @@ def test_cli_names_experiments_and_keeps_to_those_with_the_profile(fake_lab, tmp
     assert cli.main(["reproduce", "--profile", "core", "--out", str(tmp_path)]) == 0
     assert started == ["fake.other"]  # fake.means has no profile 'core'
     assert cli.main(["reproduce", "fake.means", "--profile", "core", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == "memlab: error: profile 'core' is not a profile of fake.means\n"
+    assert capsys.readouterr().err == "memlab: error: profile 'core' is not a profile of fake.means; profiles: " \
+                                      "tiny, quick, paper, broken\n"
     assert cli.main(["reproduce", "fake.nope", "--out", str(tmp_path)]) == 2
     assert "unknown experiment 'fake.nope'" in capsys.readouterr().err
     assert cli.main(["reproduce", "--profile", "huge", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == "memlab: error: no experiment has a profile 'huge'\n"
+    assert capsys.readouterr().err == "memlab: error: no experiment has a profile 'huge'; profiles: tiny, quick, " \
+                                      "paper, broken, core\n"
+    assert started == ["fake.other"] and not (tmp_path / "fake.means").exists()  # nothing started

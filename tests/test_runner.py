@@ -4,6 +4,7 @@ import csv
 import dataclasses
 import json
 import os
+import re
 import signal
 from functools import partial
 
@@ -141,8 +142,9 @@ def test_setup_errors_name_the_problem(exp, tmp_path):
         run_experiment(exp, "huge", out_dir=tmp_path / "o")
     with pytest.raises(ValueError, match="invalid config.*n_cells must be >= 1"):
         run_experiment(exp, "broken", out_dir=tmp_path / "o")
-    with pytest.raises(ValueError, match="seed must be a non-negative int"):
-        run_experiment(exp, "tiny", seed=-1, out_dir=tmp_path / "o")
+    for seed in (-1, 2**32, 2**64, 1.0):  # 2**32 would alias seed 0
+        with pytest.raises(ValueError, match=re.escape("seed must be an int in [0, 2**32)")):
+            run_experiment(exp, "tiny", seed=seed, out_dir=tmp_path / "o")
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     with pytest.raises(ValueError, match=f"cannot write to output folder {blocker / 'sub'}"):

@@ -1,8 +1,8 @@
 """The ``memlab`` command: ``list``, ``run`` and ``report``.
 
-User errors (unknown experiment, bad profile, invalid config, unusable output folder, bad arguments)
-print one line ``memlab: error: <message>`` on stderr and exit with code 2; cells that raise are reported
-with their tracebacks and the run exits with 1; Ctrl-C during a run exits with 130. In both cases the
+User errors (unknown experiment, bad profile, invalid config, unusable or busy output folder, bad arguments)
+and a full disk print one line ``memlab: error: <message>`` on stderr and exit with code 2; cells that raise are
+reported with their tracebacks and the run exits with 1; Ctrl-C during a run exits with 130. In every case the
 finished cells are kept, so the same command resumes.
 
 ``memlab run`` keeps compiled XLA programs in JAX's persistent cache (``$MEMLAB_JAX_CACHE``, default
@@ -12,6 +12,7 @@ finished cells are kept, so the same command resumes.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import posixpath
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 from memlab import __version__, catalog, compile_cache
-from memlab.devices import cores_for_run, use_host_devices
+from memlab.devices import check_device_count, cores_for_run, use_host_devices
 from memlab.executors import EXECUTORS, make_executor
 from memlab.files import markdown_cell, markdown_table
 from memlab.plugins import add_plugins
@@ -44,6 +45,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"memlab: error: {message} (see '{self.prog} --help')\n")
 
 
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # no room for an output file: the run resumes once there is
+
+
 def _error(message: str) -> int:
     print(f"memlab: error: {message}", file=sys.stderr)
     return 2
@@ -63,13 +67,12 @@ def cmd_list(args) -> int:
     if not catalog.EXPERIMENTS:
         print("no experiments registered yet")
         return 0
-    table = Table(title="memlab experiments")
+    table = Table(title="memlab experiments", show_lines=True)
     table.add_column("experiment", no_wrap=True)
+    table.add_column("profiles", no_wrap=True)  # one a line: a name is what the user types, never cut
     table.add_column("reproduces", overflow="fold")
-    table.add_column("profiles")
-    table.add_column("description")
     for exp in catalog.EXPERIMENTS.values():
-        table.add_row(exp.name, f"{exp.paper_ref} ({exp.paper})", ", ".join(exp.profiles), exp.description)
+        table.add_row(exp.name, "\n".join(exp.profiles), f"{exp.paper_ref} ({exp.paper}): {exp.description}")
     Console().print(table)
     return 0
 
@@ -92,10 +95,10 @@ def cmd_run(args) -> int:
         executor = make_executor(*_executor_choice(args, exp), args.address, args.cpus_per_cell)
         # before any array exists: a --devices given here wins; else a count already in XLA_FLAGS (the user's, or
         # memlab reproduce's share of the cores), else the cores each cell has to itself
-        use_host_devices(executor.devices_per_cell() if args.devices is None else args.devices,
-                         override=args.devices is not None)
+        devices = None if args.devices is None else check_device_count(args.devices)
+        use_host_devices(executor.devices_per_cell() if devices is None else devices, override=devices is not None)
     except ValueError as e:
-        return _error(str(e))
+        return _error(_option_names(str(e)))
     out = Path(args.out) if args.out else default_out_dir(exp, args.profile)
     use_compile_cache()
     start = time.perf_counter()
@@ -116,6 +119,11 @@ def cmd_run(args) -> int:
         print(f"memlab: interrupted; finished cells are kept in {out}; rerun the same command to resume",
               file=sys.stderr)
         return 130
+    except OSError as e:
+        if e.errno not in _DISK_FULL:  # any other OSError is a bug to see in full
+            raise
+        return _error(f"cannot write {e.filename or out}: {e.strerror}; finished cells are kept in {out}; make room "
+                      "and rerun the same command to resume")
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     cells = doc["cells"]
     reused = f", {cells['reused']} reused from other runs" if cells.get("reused") else ""
@@ -123,6 +131,14 @@ def cmd_run(args) -> int:
           f"{cells['resumed']} resumed{reused}, executor {executor.name}; "
           f"peak memory {_megabytes(doc['peak_rss_mb'])})")
     return 0
+
+
+def _option_names(message: str) -> str:
+    """A library's message about one of ``memlab run``'s arguments, with the argument called by its option."""
+    for name in ("cpus_per_cell", "devices", "workers"):
+        if message.startswith(f"{name} must"):
+            return "--" + name.replace("_", "-") + message.removeprefix(name)
+    return message
 
 
 def _executor_choice(args, exp) -> tuple[str, int | None]:
@@ -178,12 +194,14 @@ def cmd_reproduce(args) -> int:
         names = [catalog.get(name).name for name in args.names] if args.names else list(catalog.EXPERIMENTS)
     except ValueError as e:
         return _error(str(e))
+    # before any experiment starts
     lacking = [name for name in names if args.profile not in catalog.EXPERIMENTS[name].profiles]
     if args.names and lacking:
-        return _error(f"profile {args.profile!r} is not a profile of {', '.join(lacking)}")
+        return _error(f"profile {args.profile!r} is not a profile of {', '.join(lacking)}; "
+                      f"profiles: {_profiles_of(lacking)}")
+    if not set(names) - set(lacking):
+        return _error(f"no experiment has a profile {args.profile!r}; profiles: {_profiles_of(names)}")
     names = [name for name in names if name not in lacking]  # e.g. paper-core: the experiments that have one
-    if not names:
-        return _error(f"no experiment has a profile {args.profile!r}")
     out = Path(args.out)
     start = time.perf_counter()
 
@@ -223,6 +241,11 @@ def cmd_reproduce(args) -> int:
     return 0
 
 
+def _profiles_of(names: list[str]) -> str:
+    """The profiles of the experiments ``names``, each once, in the order the experiments list them."""
+    return ", ".join(dict.fromkeys(p for name in names for p in catalog.EXPERIMENTS[name].profiles))
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -253,6 +276,29 @@ def rebase_markdown(markdown: str, folder: str) -> tuple[str, set[str]]:
     return "\n".join(lines), targets
 
 
+_CLAIM_FIELDS = ("id", "claim", "paper", "ours", "holds")
+
+
+def _read_results(path: Path) -> dict | None:
+    """A results.json as the report reads it, or None after one line on stderr naming the file and what is wrong
+    with it (the report is then written from the others)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) for k in ("experiment", "profile",
+                                                                                       "paper_ref")):
+            raise ValueError("no experiment, profile and paper_ref")
+        claims = doc.get("claims", [])
+        if not isinstance(claims, list) or not all(isinstance(c, dict) and set(_CLAIM_FIELDS) <= set(c)
+                                                   for c in claims):
+            raise ValueError(f"its claims are not a list of {{{', '.join(_CLAIM_FIELDS)}}}")
+        if not isinstance(doc.get("cells", {}), dict) or not isinstance(doc.get("elapsed_s", 0.0), (int, float)):
+            raise ValueError("its cells or elapsed_s are not what memlab run writes")
+    except (OSError, ValueError) as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        print(f"memlab: {path} is not a memlab results file ({e}); the report leaves it out", file=sys.stderr)
+        return None
+    return {**doc, "claims": doc.get("claims", [])}
+
+
 def build_report(root: Path) -> tuple[Path, str]:
     """Gather every results.json claim and every summary.md under ``root`` into ``root/report.md``.
 
@@ -265,9 +311,9 @@ def build_report(root: Path) -> tuple[Path, str]:
         raise ValueError(f"no summary.md under {root}; run an experiment first (memlab run NAME)")
 
     rows, times, held, total = [], [], 0, 0
-    for path in sorted(root.rglob("results.json")):
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        for c in doc.get("claims", []):
+    documents = {path: _read_results(path) for path in sorted(root.rglob("results.json"))}
+    for doc in filter(None, documents.values()):
+        for c in doc["claims"]:
             held, total = held + bool(c["holds"]), total + 1
             cells = [f"{doc['experiment']} ({doc['profile']})", c["id"], c["claim"], c["paper"], c["ours"]]
             rows.append("| " + " | ".join(map(markdown_cell, cells)) + f" | {'✓' if c['holds'] else '✗'} |")
@@ -283,11 +329,8 @@ def build_report(root: Path) -> tuple[Path, str]:
 
     for summary in summaries:
         folder = summary.parent.relative_to(root).as_posix()
-        results = summary.parent / "results.json"
-        title = folder
-        if results.exists():
-            doc = json.loads(results.read_text(encoding="utf-8"))
-            title = f"{doc['experiment']} ({doc['profile']}) — {doc['paper_ref']}"
+        doc = documents.get(summary.parent / "results.json")
+        title = folder if doc is None else f"{doc['experiment']} ({doc['profile']}) — {doc['paper_ref']}"
         text, shown = rebase_markdown(summary.read_text(encoding="utf-8"), folder)
         parts += [f"## {title}", "", text.strip(), ""]
         for png in sorted(summary.parent.rglob("*.png")):
@@ -333,7 +376,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="processes of --executor processes (default: CPU count)")
     p.add_argument("--address", default=None,
                    help="Ray cluster of --executor ray: 'auto' (ray start --head on this machine) or host:port; "
-                        "default: start a local Ray instance")
+                        "default: start a local Ray instance; an address that does not answer within "
+                        "$MEMLAB_RAY_CONNECT_TIMEOUT seconds (default 30) is an error")
     p.add_argument("--cpus-per-cell", type=float, default=None, help="CPUs each cell reserves on Ray (default 1)")
     p.add_argument("--devices", type=int, default=None,
                    help="CPU devices per cell process, over which long passes split their examples (default: the "
@@ -362,7 +406,8 @@ def _parser() -> argparse.ArgumentParser:
                         "how many experiments finished; the same command resumes")
     p.set_defaults(func=cmd_reproduce)
     p = sub.add_parser("report", help="gather every summary.md and claim under DIR into DIR/report.md")
-    p.add_argument("dir", nargs="?", default="out")
+    p.add_argument("dir", nargs="?", default="out", metavar="DIR",
+                   help="the folder of experiment folders, as memlab reproduce --out writes it (default out)")
     p.set_defaults(func=cmd_report)
     return parser
 

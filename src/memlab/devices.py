@@ -30,8 +30,8 @@ from jax.sharding import Mesh, PartitionSpec
 
 from memlab.checks import check_int
 
-__all__ = ["available_cpus", "cores_for_run", "default_devices", "host_devices_flags", "over_devices",
-           "use_host_devices", "value_and_grad_in_parts"]
+__all__ = ["DEVICES_PER_CORE", "available_cpus", "check_device_count", "cores_for_run", "default_devices",
+           "host_devices_flags", "over_devices", "use_host_devices", "value_and_grad_in_parts"]
 
 FLAG = "--xla_force_host_platform_device_count"
 _FLAG_RE = re.compile(FLAG + r"=(\d+)")
@@ -43,6 +43,20 @@ def available_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
         return os.cpu_count() or 1
+
+
+DEVICES_PER_CORE = 4  # beyond this many devices per core a pass only adds threads, memory and compile time
+
+
+def check_device_count(count) -> int:
+    """``count`` as an int, or ValueError unless it is in [1, DEVICES_PER_CORE x this machine's cores]: each device
+    is a thread pool and its own copy of every program (100000 devices on 2 cores took 19 GB before it was stopped)."""
+    cores = os.cpu_count() or 1
+    check_int("devices", count)
+    if count > DEVICES_PER_CORE * cores:
+        raise ValueError(f"devices must be at most {DEVICES_PER_CORE * cores} ({DEVICES_PER_CORE} per core of this "
+                         f"machine's {cores}), got {count}")
+    return int(count)
 
 
 def default_devices(cells_at_once: int = 1) -> int:

@@ -16,13 +16,16 @@ from __future__ import annotations
 import concurrent.futures as futures
 import contextlib
 import dataclasses
+import math
 import multiprocessing
 import os
 import resource
 import signal
+import socket
 import sys
 import time
 import traceback
+import urllib.parse
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 
@@ -274,20 +277,56 @@ class ProcessExecutor(Executor):
             self._pool = None
 
 
+def _connect_timeout() -> float:
+    """Seconds to wait for a Ray cluster's address to answer: $MEMLAB_RAY_CONNECT_TIMEOUT, default 30."""
+    text = os.environ.get("MEMLAB_RAY_CONNECT_TIMEOUT", "30")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not seconds > 0:
+        raise ValueError(f"MEMLAB_RAY_CONNECT_TIMEOUT must be a positive number of seconds, got {text!r}")
+    return seconds
+
+
+def _check_reachable(address: str | None) -> None:
+    """ValueError unless the host:port of a Ray ``address`` (``host:port`` or ``ray://host:port``) accepts a
+    connection within :func:`_connect_timeout`: Ray itself waits for an unreachable cluster without end."""
+    if address in (None, "local", "auto"):
+        return
+    parts = urllib.parse.urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is not a number
+        host, port = None, None
+    if not host or port is None:
+        raise ValueError(f"--address must be 'auto', host:port or ray://host:port, got {address!r}")
+    timeout = _connect_timeout()
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except TimeoutError:
+        raise ValueError(f"no Ray cluster answered at {address} within {timeout:g} s (MEMLAB_RAY_CONNECT_TIMEOUT); "
+                         "check the address and that the cluster runs (ray status)") from None
+    except OSError as e:
+        raise ValueError(f"no Ray cluster at {address}: {e.strerror or e}; check the address and that the cluster "
+                         "runs (ray status)") from None
+
+
 class RayExecutor(Executor):
     """One Ray task per cell (``--executor ray``), each reserving ``cpus_per_cell`` CPUs.
 
     ``address``: ``None`` starts a local Ray instance (stopped again by :meth:`close`); ``"auto"`` joins the
     cluster started on this machine with ``ray start --head``; ``"host:6379"`` (a head's GCS address) or
-    ``"ray://host:10001"`` (Ray Client) joins a remote one. If Ray is already initialised in this process, its
-    cluster is used as it is.
+    ``"ray://host:10001"`` (Ray Client) joins a remote one; ValueError if that address accepts no connection within
+    $MEMLAB_RAY_CONNECT_TIMEOUT seconds (default 30). If Ray is already initialised in this process, its cluster is
+    used as it is.
     """
 
     name = "ray"
 
     def __init__(self, address: str | None = None, cpus_per_cell: float = 1):
         try:
-            import ray  # noqa: F401
+            import ray
         except ImportError as e:
             raise ValueError(RAY_MISSING) from e
         if not isinstance(cpus_per_cell, (int, float)) or isinstance(cpus_per_cell, bool) or cpus_per_cell <= 0:
@@ -295,6 +334,8 @@ class RayExecutor(Executor):
         self.address = address
         self.cpus_per_cell = cpus_per_cell
         self._started = False
+        if not ray.is_initialized():
+            _check_reachable(address)
 
     def devices_per_cell(self) -> int:
         return max(1, int(self.cpus_per_cell))  # the CPUs each cell reserves, wherever it runs

@@ -57,9 +57,11 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None:  # a failed write names no file: name the one it was for
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
     return path
 
@@ -144,10 +146,20 @@ def _decode_bytes(obj: Any) -> Any:
 
 
 def read_cell(text: str) -> CellRecord:
-    """The :class:`CellRecord` of a record written by :func:`cell_text` (a bare dict: an older record)."""
-    record = json.loads(text)
-    if isinstance(record, dict) and record.get("memlab_cell") == CELL_FORMAT:
-        return CellRecord(_decode_bytes(record["result"]), record.get("seconds"), record.get("peak_rss_mb"),
+    """The :class:`CellRecord` of a record written by :func:`cell_text` (a bare dict: an older record).
+
+    ValueError saying why if ``text`` is no such record (a damaged file: truncated, empty, ``{}``, another shape).
+    """
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON ({e})") from e
+    if not isinstance(record, dict) or not record:
+        raise ValueError(f"expected a cell record (a JSON object), got {text[:40]!r}")
+    if record.get("memlab_cell") == CELL_FORMAT:
+        if not isinstance(record.get("result"), dict) or not isinstance(record.get("seconds"), (int, float)):
+            raise ValueError("a cell record without its result or compute time")
+        return CellRecord(_decode_bytes(record["result"]), record["seconds"], record.get("peak_rss_mb"),
                           record.get("software"))
     return CellRecord(_decode_bytes(record), None, None)
 

@@ -12,7 +12,16 @@ import hashlib
 import jax
 import numpy as np
 
-__all__ = ["key_for"]
+__all__ = ["SEEDS", "check_seed", "key_for"]
+
+SEEDS = 2**32  # jax.random.key(seed) keeps a seed's low 32 bits: 2**32 would give seed 0's numbers
+
+
+def check_seed(seed) -> int:
+    """``seed`` as an int, or ValueError unless it is an integer (not a bool) in [0, 2**32)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < SEEDS:
+        raise ValueError(f"seed must be an int in [0, 2**32) = [0, {SEEDS - 1}], got {seed!r}")
+    return int(seed)
 
 
 def _stream_id(name: str | int) -> int:
@@ -25,7 +34,7 @@ def _stream_id(name: str | int) -> int:
 
 def key_for(seed: int, *names: str | int) -> jax.Array:
     """The key of the stream ``names`` under ``seed``; ``key_for(seed)`` is ``jax.random.key(seed)``."""
-    key = jax.random.key(seed)
+    key = jax.random.key(check_seed(seed))
     for name in names:
         key = jax.random.fold_in(key, _stream_id(name))
     return key

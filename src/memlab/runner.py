@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import fcntl
 import io
 import json
+import os
 import re
 import sys
 import time
@@ -36,9 +38,9 @@ from memlab.files import (
     to_jsonable,
 )
 from memlab.interrupt import StickyInterrupt
-from memlab.keys import key_for
+from memlab.keys import check_seed, key_for
 from memlab.overrides import apply_overrides
-from memlab.store import CellStore, StoreError, cell_digest, takes_checkpoint, with_checkpoint
+from memlab.store import CellStore, DamagedRecord, cell_digest, takes_checkpoint, with_checkpoint
 
 __all__ = [
     "CellsFailed",
@@ -247,7 +249,7 @@ class Run:
         profile). A run-folder copy made for another digest (the cell's code version, arguments or jax changed) is
         stale and ignored; one from before the store (no digest beside it) resumes this run but is not filed."""
         path = self._cell_path(name)
-        entry = self.store.get(compute, digest) if digest is not None else None
+        entry = self._stored(compute, digest)
         if entry is not None:
             self.cell_store[name] = digest
             if entry["origin"] == self._origin(name):
@@ -261,15 +263,32 @@ class Run:
         if not path.exists():
             return None
         made_for = self._made_for(name)
+        if digest is not None and made_for is not None and made_for != digest:
+            print(f"memlab: cell {name!r}: {path} was computed for other code, arguments or jax; recomputing",
+                  file=sys.stderr)
+            return None
+        try:
+            text = path.read_text(encoding="utf-8")
+            record = read_cell(text)
+        except (ValueError, UnicodeDecodeError) as e:  # one damaged file costs one cell, not the run
+            print(f"memlab: {DamagedRecord(path, str(e))}; recomputing the cell", file=sys.stderr)
+            return None
         if digest is not None and made_for is not None:
-            if made_for != digest:
-                print(f"memlab: cell {name!r}: {path} was computed for other code, arguments or jax; recomputing",
-                      file=sys.stderr)
-                return None
-            self.store.put(compute, digest, path.read_text(encoding="utf-8"), self._origin(name))  # store was lost
+            self.store.put(compute, digest, text, self._origin(name))  # the store was lost
             self.cell_store[name] = digest
         self.cells_skipped += 1
-        return self._read_cell(path)
+        return record
+
+    def _stored(self, compute: Callable, digest: str | None) -> dict | None:
+        """The store's entry of a cell, or None (no digest, not stored, or a damaged file, which is then replaced:
+        by the run folder's copy or by the recomputed cell)."""
+        if digest is None:
+            return None
+        try:
+            return self.store.get(compute, digest)
+        except DamagedRecord as e:
+            print(f"memlab: {e}; replacing it", file=sys.stderr)
+            return None
 
     def _write_copy(self, name: str, text: str, digest: str | None) -> None:
         """The run folder's copy of a cell record and, for a stored cell, the digest it was computed for."""
@@ -283,7 +302,10 @@ class Run:
     def _made_for(self, name: str) -> str | None:
         """The digest the run folder's copy of a cell was computed for (None: no record of it)."""
         path = self._digest_path(name)
-        return path.read_text(encoding="utf-8").strip() if path.exists() else None
+        try:
+            return path.read_text(encoding="utf-8").strip() if path.exists() else None
+        except UnicodeDecodeError:  # a damaged record names no digest: the copy is recomputed, never trusted
+            return ""
 
     def _located(self, name: str, compute: Callable, digest: str | None) -> Callable:
         """The cell with its CHECKPOINT argument made a path: in the store (shared) or in the run folder."""
@@ -322,14 +344,6 @@ class Run:
 
     def _cell_path(self, name: str) -> Path:
         return self.out_dir / "cells" / f"{name}.json"
-
-    @staticmethod
-    def _read_cell(path: Path) -> CellRecord:
-        try:
-            return read_cell(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise StoreError(f"cell file {path} is not valid JSON ({e}); delete it to read the cell from the cell "
-                             "store or recompute it") from e
 
     @contextlib.contextmanager
     def _progress(self, total: int, description: str, done: int = 0) -> Iterator[Callable[[int], None]]:
@@ -424,19 +438,22 @@ def default_store(exp: Experiment, out_dir: str | Path) -> Path:
     return root / "cells"
 
 
-def _resolve_config(exp: Experiment, profile: str, seed: int | None, overrides: Sequence[str] = ()) -> Any:
+def _resolve_config(exp: Experiment, profile: str, seed: int | None, overrides: Sequence[str] = (),
+                    data_dir: str | Path | None = None) -> Any:
     if profile not in exp.profiles:
         raise SetupError(f"unknown profile {profile!r} for experiment {exp.name!r}; known: {', '.join(exp.profiles)}")
     try:
         config = apply_overrides(exp.profiles[profile], overrides)
     except ValueError as e:
         raise SetupError(str(e)) from e
-    if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise SetupError(f"seed must be a non-negative int, got {seed!r}")
-        config = dataclasses.replace(config, seed=int(seed))
-    if isinstance(config.seed, bool) or not isinstance(config.seed, int):
-        raise SetupError(f"config seed must be an int, got {config.seed!r}")
+    if data_dir is not None:  # before validate(), which may check the folder
+        if "data_dir" not in {f.name for f in dataclasses.fields(config)}:
+            raise SetupError(f"experiment {exp.name!r} reads no external data; drop --data-dir")
+        config = dataclasses.replace(config, data_dir=str(data_dir))
+    try:  # before anything is written: a seed key_for refuses would leave a config.json behind
+        config = dataclasses.replace(config, seed=check_seed(config.seed if seed is None else seed))
+    except ValueError as e:
+        raise SetupError(str(e)) from e
     if hasattr(config, "validate"):
         try:
             config.validate()
@@ -445,14 +462,25 @@ def _resolve_config(exp: Experiment, profile: str, seed: int | None, overrides: 
     return config
 
 
+LOCK = ".memlab.lock"  # in the run folder while a run writes to it (fcntl.flock: the kernel frees it with the process)
+
+
+def _holds_work(out_dir: Path) -> bool:
+    """Whether a run folder holds something computed: results, a finished cell or a checkpoint."""
+    return (out_dir / "results.json").exists() or any(
+        (out_dir / sub).is_dir() and any((out_dir / sub).iterdir()) for sub in ("cells", "checkpoints"))
+
+
 def _bind_folder(out_dir: Path, header: dict) -> None:
-    """Create ``out_dir`` and write config.json, or check that an existing one holds the same config."""
+    """Write config.json into ``out_dir`` (created before, locked by :func:`_locked`), or check that an existing
+    one holds the same config. A config.json beside no computed work (a run that stopped before its first cell)
+    is replaced: it binds nothing."""
     config_path = out_dir / "config.json"
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
         if config_path.exists():
-            old = json.loads(config_path.read_text(encoding="utf-8"))
-            if {k: old.get(k) for k in ("experiment", "config")} != {k: header[k] for k in ("experiment", "config")}:
+            old = _read_config(config_path)
+            same = {k: old.get(k) for k in ("experiment", "config")} == {k: header[k] for k in ("experiment", "config")}
+            if not same and _holds_work(out_dir):
                 raise SetupError(
                     f"output folder {out_dir} holds a run of a different config; pick another --out or delete "
                     "the folder"
@@ -460,8 +488,46 @@ def _bind_folder(out_dir: Path, header: dict) -> None:
         atomic_write_text(config_path, dumps(header))
     except OSError as e:
         raise SetupError(f"cannot write to output folder {out_dir}: {e.strerror or e}") from e
-    except json.JSONDecodeError as e:
-        raise SetupError(f"{config_path} is not valid JSON; pick another --out or delete the folder") from e
+
+
+def _read_config(path: Path) -> dict:
+    """An existing config.json; SetupError if it is damaged."""
+    advice = "pick another --out or delete the folder"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # not JSON, not UTF-8
+        raise SetupError(f"{path} is damaged ({e}); {advice}") from e
+    if not isinstance(config, dict):
+        raise SetupError(f"{path} is damaged (not a JSON object); {advice}")
+    return config
+
+
+@contextlib.contextmanager
+def _locked(out_dir: Path) -> Iterator[None]:
+    """Create ``out_dir`` and hold its lock while the run writes to it: SetupError if another process holds it (two
+    identical runs would both compute every cell) or if the folder is not empty and holds no memlab run (its files
+    are the user's, e.g. their own results.json)."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if not (out_dir / "config.json").exists() and any(p.name != LOCK for p in out_dir.iterdir()):
+            raise SetupError(f"output folder {out_dir} is not empty and holds no memlab run (no config.json); "
+                             "pick a new or empty folder for --out")
+        lock = open(out_dir / LOCK, "a+", encoding="utf-8")  # noqa: SIM115  (closed below, which frees the lock)
+    except OSError as e:
+        raise SetupError(f"cannot write to output folder {out_dir}: {e.strerror or e}") from e
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            raise SetupError(f"another memlab run (process {holder}) is writing to {out_dir}; wait for it to "
+                             "finish or pick another --out") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        yield  # closing the file frees the lock; a process that dies frees it too
 
 
 def run_peak_rss_mb(cell_peaks: Mapping[str, float | None]) -> float:
@@ -491,16 +557,13 @@ def run_experiment(
     :class:`TimeLimitReached` then says how many cells finished. ``overrides``: ``field=value`` changes to the
     profile's config (``memlab.overrides``).
 
-    Raises :class:`SetupError` (a ValueError naming the problem) for an unknown profile, an invalid config,
-    an unusable output folder, or a folder that holds a run of a different config; :class:`CellsFailed` when
-    cells raised. Finished cells of an interrupted run (KeyboardInterrupt propagates) are skipped when the
-    same command is run again.
+    Raises :class:`SetupError` (a ValueError naming the problem) before anything is written for an unknown
+    profile, an invalid config or seed, an unusable output folder (not writable, holding other files than a memlab
+    run, or locked by another run writing to it), or a folder that holds a run of a different config;
+    :class:`CellsFailed` when cells raised. Finished cells of an interrupted run (KeyboardInterrupt propagates) are
+    skipped when the same command is run again.
     """
-    config = _resolve_config(exp, profile, seed, overrides)
-    if data_dir is not None:
-        if "data_dir" not in {f.name for f in dataclasses.fields(config)}:
-            raise SetupError(f"experiment {exp.name!r} reads no external data; drop --data-dir")
-        config = dataclasses.replace(config, data_dir=str(data_dir))
+    config = _resolve_config(exp, profile, seed, overrides, data_dir)
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(exp, profile)
     if store is not False:
         store = CellStore(default_store(exp, out_dir) if store is None or store is True else store)
@@ -509,7 +572,7 @@ def run_experiment(
     deadline = None if time_limit is None else time.time() + float(time_limit)
     header = to_jsonable({"experiment": exp.name, "profile": profile, "config": config})
     interrupt = StickyInterrupt()
-    with interrupt.installed():  # before config.json exists: from then on a Ctrl-C cannot be lost
+    with interrupt.installed(), _locked(out_dir):  # before config.json exists: from then on a Ctrl-C cannot be lost
         _bind_folder(out_dir, header)
         run = Run(out_dir, config, profile, config.seed, progress=progress, interrupt=interrupt, executor=executor,
                   experiment=exp.name, store=store or None, deadline=deadline)

@@ -27,10 +27,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from memlab.files import atomic_write_text
+from memlab.files import atomic_write_text, read_cell
 
-__all__ = ["CHECKPOINT", "CellStore", "NotDescribable", "StoreError", "cell", "cell_digest", "describe",
-           "with_checkpoint"]
+__all__ = ["CHECKPOINT", "CellStore", "DamagedRecord", "NotDescribable", "StoreError", "cell", "cell_digest",
+           "describe", "with_checkpoint"]
 
 
 class _Checkpoint:
@@ -48,6 +48,14 @@ CHECKPOINT = _Checkpoint()
 
 class StoreError(ValueError):
     """The cell store cannot be read or written (a damaged record, a folder that is not writable)."""
+
+
+class DamagedRecord(StoreError):
+    """A cell's file (in the store or a run folder) is not a cell record; recomputing the cell replaces it."""
+
+    def __init__(self, path: Path, why: str):
+        self.path = path
+        super().__init__(f"cell file {path} is damaged ({why})")
 
 
 class NotDescribable(TypeError):
@@ -188,14 +196,21 @@ class CellStore:
         return self.root / "checkpoints" / digest
 
     def get(self, cell: Callable, digest: str) -> dict | None:
-        """The stored record (a dict with "record": the cell text, "origin") or None."""
+        """The stored record (a dict with "record": the cell record, "origin") or None; :class:`DamagedRecord` if
+        the file is not one (truncated, empty, another shape)."""
         path = self.path(cell, digest)
         if not path.exists():
             return None
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            entry = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(entry, dict) or not isinstance(entry.get("origin"), str):
+                raise ValueError("expected a stored cell (a JSON object with its record and origin)")
+            read_cell(json.dumps(entry.get("record")))
         except json.JSONDecodeError as e:
-            raise StoreError(f"cell store file {path} is not valid JSON ({e}); delete it to recompute the cell") from e
+            raise DamagedRecord(path, f"not valid JSON ({e})") from e
+        except (ValueError, UnicodeDecodeError) as e:
+            raise DamagedRecord(path, str(e)) from e
+        return entry
 
     def put(self, cell: Callable, digest: str, record: str, origin: str) -> Path:
         """Store the record ``record`` (``files.cell_text``) first computed as ``origin`` ('experiment/profile/cell');

@@ -127,6 +127,24 @@ def resample_1hz(gps: np.ndarray, ground_truth: np.ndarray) -> dict[str, np.ndar
     return {"utime": utime, "y": np.stack([north, east], axis=-1), "x": x}
 
 
+def session_files(data_dir, date: str = "2012-01-22", gps_file: str = "gps.csv") -> tuple[Path, Path]:
+    """The GPS and ground-truth files of the NCLT session ``date`` under ``data_dir`` (laid out as downloaded, or
+    flat); NCLTDataMissingError saying where to get them if ``data_dir`` is not a folder or lacks either."""
+    check_choice("gps_file", gps_file, ("gps.csv", "gps_rtk.csv"))
+    data_dir = Path(data_dir)
+    gps_path = _find(data_dir, [f"{date}/{gps_file}", f"sensor_data/{date}/{gps_file}", gps_file])
+    gt_name = f"groundtruth_{date}.csv"
+    gt_path = _find(data_dir, [gt_name, f"ground_truth/{gt_name}", f"{date}/{gt_name}"])
+    if gps_path is None or gt_path is None:
+        where = f"under {data_dir}" if data_dir.is_dir() else f"({data_dir} is not a folder)"
+        missing = " and ".join(n for n, p in ((f"{date}/{gps_file}", gps_path), (gt_name, gt_path)) if p is None)
+        raise NCLTDataMissingError(
+            f"NCLT session {date}: {missing} not found {where}; download sensor_data/{date} "
+            f"({gps_file}) and ground_truth/{gt_name} from {NCLT_URL} and pass that folder as the data directory"
+        )
+    return gps_path, gt_path
+
+
 def load_nclt(
     data_dir, date: str = "2012-01-22", layout: SplitLayout = NCLT_LAYOUT, gps_file: str = "gps.csv"
 ) -> Dataset:
@@ -139,17 +157,7 @@ def load_nclt(
     Raises NCLTDataMissingError (a FileNotFoundError) if the files are missing, ValueError if malformed.
     """
     layout.check()
-    check_choice("gps_file", gps_file, ("gps.csv", "gps_rtk.csv"))
-    data_dir = Path(data_dir)
-    gps_path = _find(data_dir, [f"{date}/{gps_file}", f"sensor_data/{date}/{gps_file}", gps_file])
-    gt_name = f"groundtruth_{date}.csv"
-    gt_path = _find(data_dir, [gt_name, f"ground_truth/{gt_name}", f"{date}/{gt_name}"])
-    if gps_path is None or gt_path is None:
-        missing = " and ".join(n for n, p in ((f"{date}/{gps_file}", gps_path), (gt_name, gt_path)) if p is None)
-        raise NCLTDataMissingError(
-            f"NCLT session {date}: {missing} not found under {data_dir}; download sensor_data/{date} "
-            f"({gps_file}) and ground_truth/{gt_name} from {NCLT_URL} and pass that folder as the data directory"
-        )
+    gps_path, gt_path = session_files(data_dir, date, gps_file)
     gps = _valid_fixes(gps_path, read_csv(gps_path, GPS_COLUMNS))
     steps = resample_1hz(gps, read_csv(gt_path, GROUND_TRUTH_COLUMNS))
     have, need = steps["utime"].shape[0], layout.total_steps
