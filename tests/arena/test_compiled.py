@@ -65,3 +65,25 @@ def test_arena_compiled_tiny_profile(tmp_path, check_tiny_run):
     doc = json.loads((tmp_path / "arena.compiled" / "results.json").read_text())
     claims = {c["id"]: c["holds"] for c in doc["claims"]}
     assert claims == {"exact-compiled-reach-the-optimum": True, "alf-uses-memory": True}
+
+
+@pytest.mark.parametrize("name", ["hmm-two-state", "hmm-mess3"])
+def test_the_compiled_alf_is_memlab_belief_alf(name):
+    """The arena's linear form of eq. (24) against memlab.belief's ALF step (gather + extended arithmetic)."""
+    from memlab.arena.hmm import predictive_logits
+    from memlab.belief.alf import ALF, alf_step
+
+    task = make_task(name)
+    T = np.asarray(task.hmm.T)
+    D = (T == T.max(axis=0, keepdims=True)).astype(float)
+    delta = np.float32(np.sqrt(np.max(1.0 - (T * D).sum(axis=0))))
+    alf = ALF.time_invariant(D, np.asarray(task.hmm.E), delta, w0=np.zeros(T.shape[0]))
+    batch = task.sample(jax.random.PRNGKey(5), 1, 100)
+
+    def step(w, y):
+        w = alf_step(alf.src[0], alf.log_E, alf.delta, w, y)
+        return w, w
+
+    _, ws = jax.lax.scan(step, alf.w0, batch.aux[0])
+    expected = predictive_logits(task.hmm, jax.nn.log_softmax(ws / alf.delta))
+    np.testing.assert_allclose(compiled_model(task).model(batch.inputs[0]), expected, atol=1e-4)

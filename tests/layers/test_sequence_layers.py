@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memlab.layers.attention import CausalLinearAttention, CausalSoftmaxAttention, feature_map
+from memlab.layers.attention import CausalLinearAttention, CausalSoftmaxAttention, feature_map, rotary
 from memlab.layers.deltanet import GatedDeltaNet
 from memlab.layers.lru import LRU
 
@@ -48,11 +48,26 @@ def test_lru_is_its_recurrence(method):
     assert layer.state_size() == 10
 
 
+def _rotate(x, base=10_000.0):
+    """RoPE as rotation matrices: pair i of position t turned by t base^(-2i/d) (x (heads, L, d), float64)."""
+    out = np.empty_like(x)
+    d = x.shape[-1]
+    for t in range(x.shape[1]):
+        for i in range(d // 2):
+            a = t * base ** (-2 * i / d)
+            rotation = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+            out[:, t, 2 * i:2 * i + 2] = x[:, t, 2 * i:2 * i + 2] @ rotation.T
+    return out
+
+
 @pytest.mark.parametrize("heads", [1, 2])
-def test_softmax_attention_is_causal_softmax_attention(heads):
-    layer = CausalSoftmaxAttention(D, heads, key=jax.random.key(2))
+@pytest.mark.parametrize("positions", [True, False])
+def test_softmax_attention_is_causal_softmax_attention(heads, positions):
+    layer = CausalSoftmaxAttention(D, heads, key=jax.random.key(2), positions=positions)
     x = _x(1)
     q, k, v = _heads(layer, x)
+    if positions:
+        q, k = _rotate(q), _rotate(k)
     o = np.zeros_like(q)
     for h in range(heads):
         for t in range(L):
@@ -61,6 +76,15 @@ def test_softmax_attention_is_causal_softmax_attention(heads):
             o[h, t] = (w / w.sum()) @ v[h, :t + 1]
     np.testing.assert_allclose(layer(x), _merge(layer, o), rtol=1e-4, atol=1e-5)
     assert layer.state_size(10) == 2 * D * 10
+
+
+def test_rotary_scores_depend_on_relative_position_only():
+    q = jnp.broadcast_to(jax.random.normal(jax.random.key(0), (1, 1, 6)), (1, 20, 6))
+    k = jnp.broadcast_to(jax.random.normal(jax.random.key(1), (1, 1, 6)), (1, 20, 6))
+    scores = np.asarray((rotary(q) @ jnp.swapaxes(rotary(k), -1, -2))[0])
+    np.testing.assert_allclose(scores[5, 2], scores[15, 12], rtol=1e-5)
+    np.testing.assert_allclose(np.diag(scores), scores[0, 0], rtol=1e-5)
+    assert abs(scores[5, 2] - scores[5, 4]) > 1e-3  # and they do depend on it
 
 
 @pytest.mark.parametrize("heads", [1, 2])

@@ -28,7 +28,7 @@ from jax import Array
 
 from memlab.arena.hmm import HMMTask, predictive_logits
 from memlab.arena.lgssm import LGSSMTask
-from memlab.belief.alf import ALF, alf_step
+from memlab.belief.alf import alf_backbone
 from memlab.layers.lru import LRU
 
 __all__ = ["Compiled", "alf_predictor", "compiled_model", "kalman_predictor", "kalman_transient"]
@@ -91,7 +91,8 @@ def kalman_transient(task: LGSSMTask, tol: float = 1e-4) -> int:
 
 def alf_predictor(task: HMMTask) -> Callable[[Array], Array]:
     """The time-invariant ALF with delta = sqrt(eps) (eq. 24, 48) on a near-deterministic HMM, read out as the
-    predictive logits log(E T softmax(w_t)); inputs are one-hot observations. D is the argmax of each column of T
+    predictive logits log(E T softmax(w_t / delta)) (see ``arena.compiled``'s summary for the 1/delta), from w_0 = 0;
+    inputs are one-hot observations, read linearly (so input gradients exist). D is the argmax of each column of T
     and eps the largest mass T puts off D (ValueError if T is not within eps < 0.5 of a deterministic map)."""
     T = np.asarray(task.hmm.T, np.float64)
     D = (T == T.max(axis=0, keepdims=True)).astype(np.float64)
@@ -100,16 +101,22 @@ def alf_predictor(task: HMMTask) -> Callable[[Array], Array]:
     eps = float(np.max(1.0 - (T * D).sum(axis=0)))
     if eps >= 0.5:
         raise ValueError(f"the ALF needs T close to a deterministic map (largest off-backbone mass {eps:.3f})")
-    alf = ALF.time_invariant(D, np.asarray(task.hmm.E), np.float32(math.sqrt(eps)), w0=np.zeros(T.shape[0]))
-    src = alf.src[0]
+    E = np.asarray(task.hmm.E, np.float64)
+    if np.any(E <= 0):
+        raise ValueError("the compiled ALF reads log E through its one-hot inputs: every emission must be possible")
+    src = jnp.asarray(alf_backbone(D))
+    delta = math.sqrt(eps)  # eq. (48)
+    log_E = jnp.asarray(np.log(E), jnp.float32)  # (S, N)
 
     def predict(inputs: Array) -> Array:
-        def step(w, y):
-            w = alf_step(src, alf.log_E, alf.delta, w, y)  # eq. (24)
+        def step(w, x):
+            w = (1.0 - delta) * w[src] + delta * (x @ log_E)  # eq. (24); x one-hot, so x @ log E = log E^T y
             return w, w
 
-        _, ws = jax.lax.scan(step, alf.w0, jnp.argmax(inputs, axis=-1))
-        return predictive_logits(task.hmm, jax.nn.log_softmax(ws / alf.delta))
+        _, ws = jax.lax.scan(step, jnp.zeros(T.shape[0], jnp.float32), inputs)
+        # eq. (24) averages log-likelihoods with weight delta: w / delta is the discounted sum of log-likelihoods
+        # that the exact filter's logits are, so it is the calibrated belief to read out
+        return predictive_logits(task.hmm, jax.nn.log_softmax(ws / delta))
 
     return predict
 

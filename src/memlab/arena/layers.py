@@ -79,7 +79,7 @@ LAYERS: dict[str, LayerSpec] = {
     "gru": LayerSpec(lambda d, key: GatedRNN(GRUCell(d, d, key=key)), lambda d, L: d, "GRU, hidden = width"),
     "lstm": LayerSpec(lambda d, key: GatedRNN(LSTMCell(d, d, key=key)), lambda d, L: 2 * d, "LSTM, hidden = width"),
     "attention": LayerSpec(lambda d, key: CausalSoftmaxAttention(d, 1, key=key), lambda d, L: 2 * d * L,
-                           "causal softmax attention, one head, no positional encoding"),
+                           "causal softmax attention, one head, rotary position embeddings"),
     "linear-attention": LayerSpec(lambda d, key: CausalLinearAttention(d, 1, key=key), lambda d, L: d * d + d,
                                   "causal linear attention (elu + 1), one head"),
     "gated-deltanet": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key), lambda d, L: d * d,

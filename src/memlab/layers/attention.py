@@ -1,10 +1,13 @@
 """Causal self-attention over one sequence: softmax attention (Vaswani et al. 2017) and linear attention
 (Katharopoulos et al. 2020), multi-head, x (L, d) -> (L, d).
 
-Softmax: o_t = sum_{s <= t} softmax_s(q_t . k_s / sqrt(d_h)) v_s per head. Its state at step t is the key-value
-cache, 2 d t numbers. Linear: o_t = S_t phi(q_t) / (z_t . phi(q_t)) with S_t = sum_{s <= t} v_s phi(k_s)^T and
-z_t = sum_{s <= t} phi(k_s), phi = elu + 1; a recurrence with a (d_h x d_h) state per head, computed here by a
-cumulative sum (the same numbers as the recurrence, which the tests run step by step).
+Softmax: o_t = sum_{s <= t} softmax_s(q_t . k_s / sqrt(d_h)) v_s per head, with rotary position embeddings on q and
+k by default (Su et al. 2021, "RoFormer"; without a position signal attention sees its context as a bag of tokens).
+Its state at step t is the key-value cache, 2 d t numbers.
+
+Linear: o_t = S_t phi(q_t) / (z_t . phi(q_t)) with S_t = sum_{s <= t} v_s phi(k_s)^T and z_t = sum_{s <= t} phi(k_s),
+phi = elu + 1 (no position embedding, as in the paper); a recurrence with a (d_h x d_h) state per head, computed
+here by a cumulative sum (the same numbers as the recurrence, which the tests run step by step).
 """
 
 from __future__ import annotations
@@ -16,7 +19,20 @@ from jax import Array
 
 from memlab.checks import check_int
 
-__all__ = ["CausalLinearAttention", "CausalSoftmaxAttention"]
+__all__ = ["CausalLinearAttention", "CausalSoftmaxAttention", "rotary"]
+
+
+def rotary(x: Array, base: float = 10_000.0) -> Array:
+    """Rotary position embedding of x (..., L, d_h), d_h even: the pair (x[2i], x[2i+1]) at position t is rotated by
+    the angle t base^(-2i / d_h), so a rotated query and key have a dot product that depends on their positions
+    only through t - s."""
+    L, d = x.shape[-2:]
+    if d % 2:
+        raise ValueError(f"rotary position embeddings need an even head size, got {d}")
+    angle = jnp.arange(L)[:, None] * base ** (-jnp.arange(0, d, 2) / d)  # (L, d / 2)
+    cos, sin = jnp.cos(angle), jnp.sin(angle)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return jnp.stack([even * cos - odd * sin, even * sin + odd * cos], axis=-1).reshape(x.shape)
 
 
 class HeadProjections(eqx.Module):
@@ -50,9 +66,12 @@ class HeadProjections(eqx.Module):
 
 class CausalSoftmaxAttention(eqx.Module):
     proj: HeadProjections
+    positions: bool = eqx.field(static=True)
 
-    def __init__(self, width: int, heads: int = 1, *, key: Array):
+    def __init__(self, width: int, heads: int = 1, *, key: Array, positions: bool = True):
+        """``positions``: rotary position embeddings on the queries and keys (module docstring)."""
         self.proj = HeadProjections(width, heads, key)
+        self.positions = positions
 
     def state_size(self, length: int) -> int:
         """The key-value cache at the last step: 2 d L."""
@@ -60,6 +79,8 @@ class CausalSoftmaxAttention(eqx.Module):
 
     def __call__(self, x: Array) -> Array:
         q, k, v = self.proj.split(x)
+        if self.positions:
+            q, k = rotary(q), rotary(k)
         scores = q @ jnp.swapaxes(k, -1, -2) / jnp.sqrt(q.shape[-1])  # (heads, L, L)
         causal = jnp.tril(jnp.ones(scores.shape[-2:], bool))
         weights = jax.nn.softmax(jnp.where(causal, scores, -jnp.inf), axis=-1)
