@@ -37,10 +37,12 @@ def test_list_shows_every_experiment(capsys):
 def test_run_writes_outputs_and_prints_folder(tmp_path, capsys):
     out = tmp_path / "o"
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
-    line = capsys.readouterr().out.strip()
+    line, claims = capsys.readouterr().out.strip().splitlines()
     pattern = re.escape(str(out)) + (r"  \(\d+\.\d s; 4 cells computed, 0 resumed, executor local; "
                                      r"peak memory (\d+ MB|\d+\.\d GB)\)")
     assert re.fullmatch(pattern, line), line
+    # the tiny profile has 4 cells: "at least 5 cells" fails
+    assert claims == f"1 of 2 claims hold; not: cells-enough (summary: {out / 'summary.md'})"
     for name in ["config.json", "results.json", "summary.md", "means.png", "means.csv"]:
         assert (out / name).is_file(), name
 

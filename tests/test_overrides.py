@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -46,30 +47,13 @@ def test_bad_assignments_are_one_clear_error(assignment, match):
         apply_overrides(Outer(), [assignment])
 
 
-PLUGIN = '''
-import equinox as eqx
-import jax
-from memlab.arena import register_layer
-
-
-class Cumulative(eqx.Module):
-    """The running mean of a linear map of the inputs: a memory with no parameters in its recurrence."""
-    proj: eqx.nn.Linear
-
-    def __call__(self, x):
-        h = jax.vmap(self.proj)(x)
-        return jax.numpy.cumsum(h, 0) / jax.numpy.arange(1, x.shape[0] + 1)[:, None]
-
-
-register_layer("running-mean", lambda width, key: Cumulative(eqx.nn.Linear(width, width, key=key)),
-               state_size=lambda width, length: width)
-'''
+# the example README shows, run as a user would
+PLUGIN = Path(__file__).resolve().parents[1] / "examples" / "running_mean_layer.py"
 
 
 def test_a_plugin_layer_runs_in_the_leaderboard(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MEMLAB_PLUGINS", "")
-    plugin = tmp_path / "mine.py"
-    plugin.write_text(PLUGIN)
+    plugin = PLUGIN
     out = tmp_path / "out"
     code = cli.main(["run", "arena.leaderboard", "--profile", "tiny", "--plugin", str(plugin), "--set",
                      "layers=running-mean,gru", "--set", "tasks=lgssm", "--out", str(out), "--no-progress"])

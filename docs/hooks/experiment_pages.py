@@ -22,7 +22,7 @@ from memlab.files import markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "paper-results"
-STUDIES = ("belief", "ictd", "pissm", "recall")
+STUDIES = ("belief", "ictd", "pissm", "recall", "arena")
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
 
 

@@ -130,6 +130,11 @@ def cmd_run(args) -> int:
     print(f"{out}  ({_duration(time.perf_counter() - start)}; {cells['computed']} cells computed, "
           f"{cells['resumed']} resumed{reused}, executor {executor.name}; "
           f"peak memory {_megabytes(doc['peak_rss_mb'])})")
+    claims = doc.get("claims", [])
+    if claims:
+        failing = [c["id"] for c in claims if not c["holds"]]
+        print(f"{len(claims) - len(failing)} of {len(claims)} claims hold" +
+              (f"; not: {', '.join(failing)}" if failing else "") + f" (summary: {out / 'summary.md'})")
     return 0
 
 

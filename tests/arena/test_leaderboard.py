@@ -11,7 +11,7 @@ import pytest
 
 from memlab.arena.compiled import compiled_model
 from memlab.arena.experiments.leaderboard import LeaderboardConfig, analyse
-from memlab.arena.tasks import make_task
+from memlab.arena.tasks import TASKS, make_task
 from memlab.arena.train import TrainConfig, baselines, compare, make_model, make_train, score
 from memlab.catalog import EXPERIMENTS
 
@@ -66,4 +66,6 @@ def test_training_closes_most_of_the_gap_on_lgssm():
 def test_registered_with_quick_and_paper_profiles():
     exp = EXPERIMENTS["arena.leaderboard"]
     assert {"tiny", "quick", "paper"} <= set(exp.profiles)
-    assert len(exp.profiles["quick"].layers) >= 8 and len(exp.profiles["quick"].tasks) >= 4
+    quick, paper = exp.profiles["quick"], exp.profiles["paper"]
+    assert len(quick.layers) >= 8 and {t.split("-")[0] for t in quick.tasks} == {"hmm", "lgssm"}  # every family
+    assert set(paper.tasks) == set(TASKS) and len(paper.layers) >= 8

@@ -127,6 +127,17 @@ def resample_1hz(gps: np.ndarray, ground_truth: np.ndarray) -> dict[str, np.ndar
     return {"utime": utime, "y": np.stack([north, east], axis=-1), "x": x}
 
 
+def check_session_folder(data_dir, datasets) -> None:
+    """ValueError unless ``data_dir`` holds the NCLT session and ``datasets`` include nclt (its only reader)."""
+    if "nclt" not in datasets:
+        raise ValueError(f"data_dir is read by the nclt data set only, which is not among the datasets "
+                         f"({', '.join(datasets)})")
+    try:
+        session_files(data_dir)
+    except NCLTDataMissingError as e:
+        raise ValueError(str(e)) from e
+
+
 def session_files(data_dir, date: str = "2012-01-22", gps_file: str = "gps.csv") -> tuple[Path, Path]:
     """The GPS and ground-truth files of the NCLT session ``date`` under ``data_dir`` (laid out as downloaded, or
     flat); NCLTDataMissingError saying where to get them if ``data_dir`` is not a folder or lacks either."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from memlab.checks import check_choice, check_choices, check_int, check_real
 from memlab.pissm.data import Dataset, NCLTDataMissingError
-from memlab.pissm.data.nclt import session_files
+from memlab.pissm.data.nclt import check_session_folder
 from memlab.pissm.experiments.cells import particle_cell, train_and_score
 from memlab.pissm.experiments.report import (
     CHOICES,
@@ -121,13 +121,7 @@ class Table1Config:
         if self.gradient_parts is not None:
             check_int("gradient_parts", self.gradient_parts)
         if self.data_dir:  # a folder given is checked now, not found missing after the other data sets trained
-            if "nclt" not in self.datasets:
-                raise ValueError(f"data_dir is read by the nclt data set only, which is not among the datasets "
-                                 f"({', '.join(self.datasets)})")
-            try:
-                session_files(self.data_dir)
-            except NCLTDataMissingError as e:
-                raise ValueError(str(e)) from e
+            check_session_folder(self.data_dir, self.datasets)
 
 
 def run_table1(cfg: Table1Config, run: Run) -> dict:
