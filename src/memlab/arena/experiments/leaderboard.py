@@ -13,6 +13,7 @@ from functools import partial
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import matplotlib.colors
 import numpy as np
 
 from memlab import plots
@@ -25,6 +26,8 @@ from memlab.arena.train import Comparison, TrainConfig, baselines, compare, make
 from memlab.checks import check_choices, check_int
 from memlab.runner import Experiment, Run
 from memlab.store import cell
+
+FLOOR = 1e-3  # the smallest gap the figures resolve
 
 ALL_LAYERS = ("lru", "s5", "mamba", "gru", "lstm", "attention", "linear-attention", "gated-deltanet")
 
@@ -157,25 +160,29 @@ def analyse(cfg: LeaderboardConfig, cells: dict) -> Leaderboard:
 
 
 def _figures(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
+    # log scales: the layers that learn the task sit between 0.005 and 0.05, where a linear scale shows one colour
     gaps = np.array([[board.stats[t][m].gap for m in cfg.layers] for t in cfg.tasks])
-    fig, ax = plots.figure(width=1.0 + 0.9 * len(cfg.layers), height=1.0 + 0.6 * len(cfg.tasks))
-    image = ax.imshow(np.clip(gaps, 0.0, 1.0), cmap="viridis_r", vmin=0.0, vmax=1.0, aspect="auto")
+    fig, ax = plots.figure(width=max(4.5, 1.6 + 0.9 * len(cfg.layers)), height=1.4 + 0.6 * len(cfg.tasks))
+    norm = matplotlib.colors.LogNorm(vmin=FLOOR, vmax=1.0)
+    image = ax.imshow(np.clip(gaps, FLOOR, 1.0), cmap="viridis_r", norm=norm, aspect="auto")
     for (i, j), g in np.ndenumerate(gaps):
-        ax.text(j, i, f"{g:.2f}", ha="center", va="center", color="white" if g > 0.5 else "black", fontsize=8)
+        ax.text(j, i, f"{g:.3f}", ha="center", va="center", color="white" if g > 0.1 else "black", fontsize=8)
     ax.set_xticks(range(len(cfg.layers)), cfg.layers, rotation=30, ha="right")
     ax.set_yticks(range(len(cfg.tasks)), cfg.tasks)
-    ax.set_title("normalised gap to the optimal predictor (0 = optimal, 1 = no memory)")
+    ax.grid(False)
+    ax.set_title("normalised gap to the optimal predictor\n(0 = optimal, 1 = no memory; log colours)", fontsize=9)
     fig.colorbar(image, ax=ax)
     run.save_figure(fig, "gaps.png")
 
-    fig, axes = plots.figure(1, len(cfg.tasks), width=3.2 * len(cfg.tasks), height=3.0, squeeze=False)
+    fig, axes = plots.figure(1, len(cfg.tasks), width=3.2 * len(cfg.tasks) + 1.6, height=3.2, squeeze=False)
     for ax, t in zip(axes[0], cfg.tasks, strict=True):
         for m in cfg.layers:
             ax.plot(board.steps, board.stats[t][m].budget, marker="o", ms=3, label=m)
+        ax.set(title=t, xlabel="training steps")
+        ax.set_yscale("symlog", linthresh=FLOOR)  # log above 1e-3, linear through 0 (a gap may dip below it)
         ax.axhline(0.0, color="black", lw=0.8)
-        ax.set(title=t, xlabel="training steps", ylim=(min(-0.05, ax.get_ylim()[0]), 1.1))
-    axes[0][0].set_ylabel("held-out gap")
-    axes[0][-1].legend(fontsize=7)
+    axes[0][0].set_ylabel("held-out gap (symlog)")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     run.save_figure(fig, "budget.png")
 
 
