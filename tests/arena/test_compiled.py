@@ -56,6 +56,15 @@ def test_the_alf_is_a_stated_approximation_between_the_reference_and_no_memory(n
     assert 0.0 < float(s.gap) < 0.5
 
 
+def test_the_exact_linear_filter_is_the_exact_filter_on_a_permutation_hmm():
+    task = make_task("hmm-cycle")
+    compiled = compiled_model(task)
+    assert compiled.exact and "Thm 4.4" in compiled.description
+    s = score(task, compiled.model, task.sample(jax.random.PRNGKey(6), 128, 200))
+    assert abs(float(s.gap)) < 1e-5 and float(jnp.max(s.distance)) < 1e-6
+    assert float(jnp.mean(s.reference)) < float(jnp.mean(s.trivial)) - 0.1  # memory matters on this task
+
+
 def test_no_compiled_model_for_a_hmm_far_from_deterministic():
     assert compiled_model(make_task("hmm-random")) is None
 
@@ -65,6 +74,7 @@ def test_arena_compiled_tiny_profile(tmp_path, check_tiny_run):
     doc = json.loads((tmp_path / "arena.compiled" / "results.json").read_text())
     claims = {c["id"]: c["holds"] for c in doc["claims"]}
     assert claims == {"exact-compiled-reach-the-optimum": True, "alf-uses-memory": True}
+    assert set(doc["results"]) == {"lgssm", "hmm-cycle", "hmm-two-state", "hmm-mess3"}
 
 
 @pytest.mark.parametrize("name", ["hmm-two-state", "hmm-mess3"])

@@ -8,9 +8,11 @@ can reach, and a trained model's distance to it shows whether training found tha
   z_t = x_{t+1|t} obeys z_t = (A - A K C) z_{t-1} + A K y_t and y_{t+1|t} = C z_t; diagonalising F = A - A K C =
   V diag(lambda) V^{-1} gives the LRU with eigenvalues lambda, B = V^{-1} A K and C_out = C V. It differs from the
   Kalman filter only while the filter's own gain has not yet converged to K (the transient, ``kalman_transient``).
+* hmm with a permutation T -- the exact linear filter of Theorem 4.4 (paper 1), a linear recurrence in the logits;
+  exact.
 * hmm (a near-deterministic T = (1 - eps) D + eps Q) -- the time-invariant Adaptive Logit Filter (paper 1, eq. 24),
-  a linear recurrence in the logits with delta = sqrt(eps) (eq. 48), read out as log(E T softmax(w)). It is an
-  approximation whose error the paper bounds (Theorem 5.5), not an exact filter: its gap is small, not zero.
+  a linear recurrence in the logits with delta = sqrt(eps) (eq. 48), read out as log(E T softmax(w / delta)). It is
+  an approximation whose error the paper bounds (Theorem 5.5), not an exact filter: its gap is small, not zero.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from jax import Array
 from memlab.arena.hmm import HMMTask, predictive_logits
 from memlab.arena.lgssm import LGSSMTask
 from memlab.belief.alf import alf_backbone
+from memlab.belief.structure import is_permutation
 from memlab.layers.lru import LRU
 
-__all__ = ["Compiled", "alf_predictor", "compiled_model", "kalman_predictor", "kalman_transient"]
+__all__ = ["Compiled", "compiled_model", "kalman_predictor", "kalman_transient", "logit_filter"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,36 +92,46 @@ def kalman_transient(task: LGSSMTask, tol: float = 1e-4) -> int:
     raise ValueError("the Kalman gain did not converge in 100,000 steps")
 
 
-def alf_predictor(task: HMMTask) -> Callable[[Array], Array]:
-    """The time-invariant ALF with delta = sqrt(eps) (eq. 24, 48) on a near-deterministic HMM, read out as the
-    predictive logits log(E T softmax(w_t / delta)) (see ``arena.compiled``'s summary for the 1/delta), from w_0 = 0;
-    inputs are one-hot observations, read linearly (so input gradients exist). D is the argmax of each column of T
-    and eps the largest mass T puts off D (ValueError if T is not within eps < 0.5 of a deterministic map)."""
+def logit_filter(task: HMMTask) -> tuple[Callable[[Array], Array], bool]:
+    """A linear recurrence in the logits for an HMM whose T is within eps < 0.5 of a deterministic map D (the
+    argmax of each column of T), read out as the predictive logits; returns (predict, exact).
+
+    * eps = 0 and D a permutation: the exact linear filter of Theorem 4.4, w_t = D' w_{t-1} + log E^T y_t from
+      w_0 = log pi0 (for a permutation log(T exp w) = w permuted, so this is the exact filter's eq. (7)); exact.
+    * otherwise: the time-invariant ALF with delta = sqrt(eps) (eq. 24, 48) from w_0 = 0, read out as
+      log(E T softmax(w_t / delta)) (see ``arena.compiled``'s summary for the 1/delta); an approximation.
+
+    Inputs are one-hot observations, read linearly (so input gradients exist). ValueError if T is not that close to
+    a deterministic map or an emission has probability 0.
+    """
     T = np.asarray(task.hmm.T, np.float64)
     D = (T == T.max(axis=0, keepdims=True)).astype(np.float64)
     if np.any(D.sum(axis=0) != 1):
-        raise ValueError("the ALF needs a transition matrix with one most likely successor per state")
+        raise ValueError("a logit filter needs a transition matrix with one most likely successor per state")
     eps = float(np.max(1.0 - (T * D).sum(axis=0)))
     if eps >= 0.5:
-        raise ValueError(f"the ALF needs T close to a deterministic map (largest off-backbone mass {eps:.3f})")
+        raise ValueError(f"a logit filter needs T close to a deterministic map (largest off-backbone mass {eps:.3f})")
     E = np.asarray(task.hmm.E, np.float64)
     if np.any(E <= 0):
-        raise ValueError("the compiled ALF reads log E through its one-hot inputs: every emission must be possible")
+        raise ValueError("the compiled filter reads log E through its one-hot inputs: every emission must be possible")
+    exact = eps == 0.0 and is_permutation(D)
     src = jnp.asarray(alf_backbone(D))
-    delta = math.sqrt(eps)  # eq. (48)
+    delta = 1.0 if exact else math.sqrt(eps)  # eq. (48)
+    keep = 1.0 if exact else 1.0 - delta
     log_E = jnp.asarray(np.log(E), jnp.float32)  # (S, N)
+    w0 = jnp.log(task.hmm.pi0) if exact else jnp.zeros(T.shape[0], jnp.float32)
 
     def predict(inputs: Array) -> Array:
         def step(w, x):
-            w = (1.0 - delta) * w[src] + delta * (x @ log_E)  # eq. (24); x one-hot, so x @ log E = log E^T y
+            w = keep * w[src] + delta * (x @ log_E)  # eq. (24) (eq. (14) when exact); x @ log E = log E^T y
             return w, w
 
-        _, ws = jax.lax.scan(step, jnp.zeros(T.shape[0], jnp.float32), inputs)
+        _, ws = jax.lax.scan(step, w0, inputs)
         # eq. (24) averages log-likelihoods with weight delta: w / delta is the discounted sum of log-likelihoods
         # that the exact filter's logits are, so it is the calibrated belief to read out
         return predictive_logits(task.hmm, jax.nn.log_softmax(ws / delta))
 
-    return predict
+    return predict, exact
 
 
 def compiled_model(task) -> Compiled | None:
@@ -128,7 +141,9 @@ def compiled_model(task) -> Compiled | None:
                         transient=kalman_transient(task))
     if isinstance(task, HMMTask):
         try:
-            return Compiled(alf_predictor(task), "ALF (delta = sqrt(eps)), paper 1 eq. (24)", exact=False)
+            predict, exact = logit_filter(task)
         except ValueError:
             return None
+        return Compiled(predict, "exact linear filter, paper 1 Thm 4.4" if exact else
+                        "ALF (delta = sqrt(eps)), paper 1 eq. (24)", exact=exact)
     return None

@@ -6,7 +6,8 @@ the exact filter's predictive distribution p(y_{t+1} | y_{1:t}) = E T alpha_t (p
 predictor is p(y_{t+1} | y_t) under the model, exact at every t (a memoryless model that knows t can reach it).
 
 Processes: ``random_hmm`` (a stated Dirichlet prior), ``two_state`` (paper 1's example, eq. 47 / 54), ``mess3``
-(the three-state process of the belief-geometry literature).
+(the three-state process of the belief-geometry literature), ``noisy_cycle`` (a deterministic cycle whose exact
+filter is linear in the logits).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from memlab.arena.task import Batch, categorical_kl, cross_entropy
 from memlab.belief import HMM, log_belief, sample, two_state_example
 from memlab.checks import check_int, check_real
 
-__all__ = ["HMMTask", "mess3", "random_hmm", "two_state"]
+__all__ = ["HMMTask", "mess3", "noisy_cycle", "predictive_logits", "random_hmm", "two_state"]
 
 
 class HMMTask(eqx.Module):
@@ -93,6 +94,20 @@ def random_hmm(seed: int, num_states: int, num_obs: int, concentration: float = 
 def two_state(eps: float = 0.1, e: float = 0.8, flip: bool = True) -> HMM:
     """Paper 1's two-state example, eq. (47) (``flip``) or eq. (54)."""
     return two_state_example(eps, e, flip)[0]
+
+
+def noisy_cycle(num_states: int = 5, num_obs: int = 3, accuracy: float = 0.7) -> HMM:
+    """A deterministic cycle x -> x + 1 (mod N), state x emitting x mod S with probability ``accuracy`` and each other
+    symbol with the rest shared equally; pi0 uniform. Its exact filter is a linear recurrence in the logits (paper 1,
+    Theorem 4.4): the arena's exactly compilable HMM."""
+    check_int("num_states", num_states)
+    check_int("num_obs", num_obs, low=2)
+    check_real("accuracy", accuracy, low=0.0, high=1.0, open_low=True, open_high=True)
+    T = np.roll(np.eye(num_states), 1, axis=0)  # column x has its 1 in row x + 1
+    E = np.full((num_obs, num_states), (1.0 - accuracy) / (num_obs - 1))
+    E[np.arange(num_states) % num_obs, np.arange(num_states)] = accuracy
+    pi0 = np.full(num_states, 1.0 / num_states)
+    return HMM(*(jnp.asarray(a, jnp.float32) for a in (T, E, pi0)))
 
 
 def mess3(x: float = 0.05, alpha: float = 0.85) -> HMM:

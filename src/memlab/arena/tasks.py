@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from memlab.arena.hmm import HMMTask, mess3, random_hmm, two_state
+from memlab.arena.hmm import HMMTask, mess3, noisy_cycle, random_hmm, two_state
 from memlab.arena.lgssm import random_lgssm
 from memlab.arena.task import Task
 from memlab.plugins import load_plugins
@@ -28,6 +28,9 @@ TASKS: dict[str, TaskSpec] = {
     "hmm-two-state": TaskSpec(lambda: HMMTask(two_state(0.05, 0.8), name="hmm-two-state"),
                               "paper 1's two-state example, eq. (47), eps = 0.05, e = 0.8",
                               "linear-recurrent-memory-pomdp"),
+    "hmm-cycle": TaskSpec(lambda: HMMTask(noisy_cycle(), name="hmm-cycle"),
+                          "deterministic 5-cycle, 3 symbols, emission accuracy 0.7 (its exact filter is linear)",
+                          "linear-recurrent-memory-pomdp"),
     "lgssm": TaskSpec(lambda: random_lgssm(0, 4, 2), "random stable linear-Gaussian model, 4 states, 2 outputs, "
                       "spectral radius 0.95, observation noise 0.1 (seed 0)", "pi-ssm-hybrid-state-space"),
 }
