@@ -23,6 +23,7 @@ def test_tiny_profile_runs_and_resumes(tmp_path, check_tiny_run):
     assert set(stats) == {"hmm-mess3", "lgssm"} and set(stats["lgssm"]) == {"gru", "lru"}
     assert all(len(s["per_seed"]) == 2 and np.isfinite(s["gap"]) for t in stats.values() for s in t.values())
     assert all(np.isfinite(s["compiled_distance"]) for s in stats["lgssm"].values())  # its Kalman LRU
+    assert all(len(s["longer"]) == 1 and np.isfinite(s["longer"][0]) for t in stats.values() for s in t.values())
     assert (tmp_path / "arena.leaderboard" / "gaps.png").exists()
 
 

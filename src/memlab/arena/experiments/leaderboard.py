@@ -50,7 +50,8 @@ the best predictor without memory.
 Where a task has a compiled solution (`arena.compiled`: the steady-state Kalman predictor as an LRU on lgssm, the
 ALF on the near-deterministic HMMs), "distance to compiled" is the mean per-step distance of the trained model's
 predictions from the compiled model's (KL for symbols, squared error for vectors) and "input-gradient cosine" the
-cosine between the two models' gradients of the final step's loss with respect to the input sequence.
+cosine between the two models' gradients of the final step's loss with respect to the input sequence. "gap at kT"
+(where shown): the gap on held-out sequences k times the training length T (length generalisation).
 
 Tasks: {tasks}
 """
@@ -68,12 +69,15 @@ class LeaderboardConfig:
     seeds: int = 3
     train: TrainConfig = TrainConfig()
     test_batch: int = 1024
+    longer: tuple[int, ...] = ()  # also score on sequences this many times the training length (length generalisation)
 
     def validate(self) -> None:
         check_choices("tasks", self.tasks, TASKS)
         check_choices("layers", self.layers, LAYERS)
         for name in ("width", "depth", "seeds", "test_batch"):
             check_int(name, getattr(self, name))
+        for multiple in self.longer:
+            check_int("longer", multiple, low=2)
         self.train.validate()
 
 
@@ -82,7 +86,8 @@ class GapStats:
     """One (task, layer): ``gap`` mean and ``se`` (standard error over seeds) of the held-out normalised gap,
     ``per_seed`` (seeds,), ``budget`` (evaluations,) the mean gap after every ``eval_every`` steps, ``parameters``
     and ``state`` (numbers carried per step at the training length); ``compiled_distance`` and ``gradient_cosine``:
-    the mean over seeds of :func:`memlab.arena.train.compare` with the task's compiled model (NaN without one)."""
+    the mean over seeds of :func:`memlab.arena.train.compare` with the task's compiled model (NaN without one);
+    ``longer``: the mean gap on sequences ``cfg.longer`` times the training length."""
 
     gap: float
     se: float
@@ -92,6 +97,7 @@ class GapStats:
     state: int
     compiled_distance: float
     gradient_cosine: float
+    longer: list[float]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,8 +112,8 @@ class Leaderboard:
 
 @cell("arena.train-and-score")
 def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainConfig, keys, test_key,
-                    test_batch: int) -> dict:
-    """Train one model per key and score each on one held-out batch."""
+                    test_batch: int, longer: tuple[int, ...] = ()) -> dict:
+    """Train one model per key and score each on one held-out batch (and on batches ``longer`` times as long)."""
     spec = make_task(task)
     test = spec.sample(test_key, test_batch, train.length)
     base = jax.jit(baselines)(spec, test)
@@ -124,12 +130,19 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
     else:
         to_compiled = eqx.filter_jit(eqx.filter_vmap(
             lambda p: compare(spec, eqx.combine(p, static), compiled.model, test)))(result.params)
+    longer_gaps = []
+    for multiple in longer:  # each its own held-out batch, the same for every layer of the task
+        long_test = spec.sample(jax.random.fold_in(test_key, multiple), test_batch, multiple * train.length)
+        long_base = jax.jit(baselines)(spec, long_test)
+        longer_gaps.append(eqx.filter_jit(eqx.filter_vmap(
+            lambda p, t=long_test, b=long_base: score(spec, eqx.combine(p, static), t, b).gap))(result.params))
     reference, trivial = (float(masked_mean(x, test.mask)) for x in (base.reference, base.trivial))
     per_seed = {f"{n}_loss": np.nanmean(getattr(scores, n), -1) for n in ("model", "reference", "trivial", "distance")}
     return {"gap": np.asarray(scores.gap), **per_seed,
             "eval_gap": (np.asarray(result.eval_loss) - reference) / (trivial - reference),
             "compiled_distance": np.asarray(to_compiled.distance),
             "gradient_cosine": np.asarray(to_compiled.gradient_cosine),
+            "longer_gap": np.asarray(longer_gaps).reshape(len(longer), len(keys)),
             "parameters": parameter_count(eqx.combine(jax.tree.map(lambda a: a[0], result.params), static)),
             "state": state_size(layer, width, train.length) * depth}
 
@@ -139,7 +152,7 @@ def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict:
     a task is scored on the same held-out batch (key ('test', task))."""
     return {f"{t}.{m}": partial(train_and_score, t, m, cfg.width, cfg.depth, cfg.train,
                                 jax.random.split(run.key_for("train", t, m), cfg.seeds), run.key_for("test", t),
-                                cfg.test_batch)
+                                cfg.test_batch, *((cfg.longer,) if cfg.longer else ()))
             for t in cfg.tasks for m in cfg.layers}
 
 
@@ -153,7 +166,8 @@ def analyse(cfg: LeaderboardConfig, cells: dict) -> Leaderboard:
             stats[t][m] = GapStats(float(gaps.mean()), float(gaps.std(ddof=1) / np.sqrt(len(gaps))) if len(gaps) > 1
                                    else float("nan"), gaps.tolist(), np.asarray(c["eval_gap"]).mean(0).tolist(),
                                    int(c["parameters"]), int(c["state"]), float(np.mean(c["compiled_distance"])),
-                                   float(np.mean(c["gradient_cosine"])))
+                                   float(np.mean(c["gradient_cosine"])),
+                                   np.asarray(c.get("longer_gap", np.zeros((0, len(gaps)))), float).mean(1).tolist())
     steps = [cfg.train.eval_every * (i + 1) for i in range(cfg.train.steps // cfg.train.eval_every)]
     closest = {t: min(stats[t], key=lambda m: stats[t][m].gap) for t in cfg.tasks}
     return Leaderboard(stats, steps, closest)
@@ -201,11 +215,13 @@ def _claims(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
 
 
 def _table(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> str:
-    rows = [(t, m, s.gap, s.se, s.parameters, s.state, s.compiled_distance, s.gradient_cosine)
+    longer = [f"gap at {k}T" for k in cfg.longer]
+    rows = [(t, m, s.gap, s.se, *s.longer, s.parameters, s.state, s.compiled_distance, s.gradient_cosine)
             for t in cfg.tasks for m, s in board.stats[t].items()]
-    return run.save_table("leaderboard.csv", ["task", "layer", "gap", "se", "parameters", "state",
+    return run.save_table("leaderboard.csv", ["task", "layer", "gap", "se", *longer, "parameters", "state",
                                               "distance to compiled", "input-gradient cosine"], rows,
-                          {"gap": ".3f", "se": ".3f", "distance to compiled": ".3g", "input-gradient cosine": ".2f"})
+                          {"gap": ".3f", "se": ".3f", **dict.fromkeys(longer, ".3f"), "distance to compiled": ".3g",
+                           "input-gradient cosine": ".2f"})
 
 
 def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
@@ -231,8 +247,9 @@ EXPERIMENTS = [
         "arena.leaderboard", "arena", "arena", "every layer against the optimal predictor on every task",
         {"tiny": LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=("gru", "lru"), width=8, seeds=2,
                                    train=TrainConfig(steps=20, batch=8, length=16, eval_every=10),
-                                   test_batch=64),
+                                   test_batch=64, longer=(2,)),
          "quick": LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), seeds=2, train=QUICK_TRAIN, test_batch=512),
-         "paper": LeaderboardConfig(seeds=3, train=TrainConfig(steps=5000, eval_every=250), width=64, depth=2)},
+         "paper": LeaderboardConfig(seeds=3, train=TrainConfig(steps=5000, eval_every=250), width=64, depth=2,
+                                    longer=(2, 4))},
         run_leaderboard),
 ]
