@@ -25,6 +25,7 @@ class Outer:
     seed: int = 0
     names: tuple[str, ...] = ("a", "b")
     sizes: tuple[int, ...] = (1, 2)
+    multiples: tuple[int, ...] = ()
     flag: bool = False
     inner: Inner = Inner()
 
@@ -32,10 +33,11 @@ class Outer:
 def test_values_are_read_by_the_fields_type():
     cfg = apply_overrides(Outer(), ["names=x,y,z", "sizes=3", "flag=true", "inner.steps=7", "inner.rate=1e-3"])
     assert cfg == Outer(names=("x", "y", "z"), sizes=(3,), flag=True, inner=Inner(steps=7, rate=1e-3))
+    assert apply_overrides(Outer(), ["multiples=2,4"]).multiples == (2, 4)  # an empty tuple: by its annotation
 
 
 @pytest.mark.parametrize("assignment, match", [
-    ("nope=1", "Outer has no field 'nope'; fields: flag, inner, names, seed, sizes"),
+    ("nope=1", "Outer has no field 'nope'; fields: flag, inner, multiples, names, seed, sizes"),
     ("seed=x", "expected int, got 'x'"),
     ("flag=yes", "expected true or false"),
     ("inner=3", "'inner' is a nested config"),

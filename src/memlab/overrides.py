@@ -1,27 +1,29 @@
 """``memlab run NAME --set field=value``: change fields of a profile's config from the command line.
 
 A value is read by the type of the field's current value: ints, floats, bools (true/false), strings, and tuples as
-comma-separated items (``--set layers=gru,lru``); a nested config's field by a dotted path
-(``--set train.steps=200``). Any other field, or a value of the wrong type, is a ValueError naming it.
+comma-separated items (``--set layers=gru,lru``; an empty tuple's items by its annotation, ``tuple[int, ...]``); a
+nested config's field by a dotted path (``--set train.steps=200``). Any other field, or a value of the wrong type,
+is a ValueError naming it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["apply_overrides"]
 
 
-def _parse(path: str, text: str, current: Any) -> Any:
+def _parse(path: str, text: str, current: Any, item_type: type = str) -> Any:
     if isinstance(current, bool):
         if text.lower() not in ("true", "false"):
             raise ValueError(f"--set {path}: expected true or false, got {text!r}")
         return text.lower() == "true"
     if isinstance(current, tuple):
         items = [s.strip() for s in text.split(",") if s.strip()]
-        like = current[0] if current else ""
+        like = current[0] if current else item_type()
         return tuple(_parse(path, item, like) for item in items)
     for kind in (int, float, str):
         if isinstance(current, kind):
@@ -45,8 +47,18 @@ def _set(config: Any, names: list[str], text: str, path: str) -> Any:
     elif dataclasses.is_dataclass(current):
         raise ValueError(f"--set {path}: {names[0]!r} is a nested config; set its fields, e.g. {path}.FIELD=VALUE")
     else:
-        value = _parse(path, text, current)
+        value = _parse(path, text, current, _item_type(config, names[0]))
     return dataclasses.replace(config, **{names[0]: value})
+
+
+def _item_type(config: Any, name: str) -> type:
+    """The item type a tuple field is annotated with (``tuple[int, ...]`` -> int; str if unknown): an empty
+    tuple has no item to read it from."""
+    try:
+        args = typing.get_args(typing.get_type_hints(type(config)).get(name))
+    except (NameError, TypeError):
+        return str
+    return args[0] if args and args[0] in (int, float, str, bool) else str
 
 
 def apply_overrides(config: Any, assignments: Iterable[str]) -> Any:
