@@ -88,3 +88,14 @@ def test_pissm_paper_core_cells_are_the_paper_profiles(tmp_path):
         assert set(cells["paper-core"]) <= set(cells["paper"]), name
         assert all(cells["paper"][n] == d for n, d in cells["paper-core"].items()), name
     assert len(cells["paper-core"]) == 20
+
+
+def test_arena_paper_core_cells_are_the_paper_profiles(tmp_path):
+    from memlab.arena.experiments import leaderboard
+
+    profiles = catalog.get("arena.leaderboard").profiles
+    cells = {p: _digests(leaderboard.sweep_cells(profiles[p], Run(tmp_path, profiles[p], p, 0)))
+             for p in ("paper", "paper-core")}
+    assert set(cells["paper-core"]) < set(cells["paper"])
+    assert all(cells["paper"][n] == d for n, d in cells["paper-core"].items())
+    assert len(cells["paper-core"]) == 2 * len(profiles["paper"].layers)
