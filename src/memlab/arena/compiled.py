@@ -12,7 +12,7 @@ can reach, and a trained model's distance to it shows whether training found tha
   exact.
 * hmm (a near-deterministic T = (1 - eps) D + eps Q) -- the time-invariant Adaptive Logit Filter (paper 1, eq. 24),
   a linear recurrence in the logits with delta = sqrt(eps) (eq. 48), read out as log(E T softmax(w / delta)). It is
-  an approximation whose error the paper bounds (Theorem 5.5), not an exact filter: its gap is small, not zero.
+  an approximation: the paper bounds its decoding error (Theorem 5.5), not its predictive loss; its gap is not zero.
 """
 
 from __future__ import annotations
@@ -96,8 +96,9 @@ def logit_filter(task: HMMTask) -> tuple[Callable[[Array], Array], bool]:
     """A linear recurrence in the logits for an HMM whose T is within eps < 0.5 of a deterministic map D (the
     argmax of each column of T), read out as the predictive logits; returns (predict, exact).
 
-    * eps = 0 and D a permutation: the exact linear filter of Theorem 4.4, w_t = D' w_{t-1} + log E^T y_t from
-      w_0 = log pi0 (for a permutation log(T exp w) = w permuted, so this is the exact filter's eq. (7)); exact.
+    * eps = 0 (D = T must then be a permutation): the exact linear filter of Theorem 4.4,
+      w_t = D' w_{t-1} + log E^T y_t from w_0 = log pi0 (for a permutation log(T exp w) = w permuted, so this is
+      the exact filter's eq. (7)); exact.
     * otherwise: the time-invariant ALF with delta = sqrt(eps) (eq. 24, 48) from w_0 = 0, read out as
       log(E T softmax(w_t / delta)) (see ``arena.compiled``'s summary for the 1/delta); an approximation.
 
@@ -114,7 +115,10 @@ def logit_filter(task: HMMTask) -> tuple[Callable[[Array], Array], bool]:
     E = np.asarray(task.hmm.E, np.float64)
     if np.any(E <= 0):
         raise ValueError("the compiled filter reads log E through its one-hot inputs: every emission must be possible")
-    exact = eps == 0.0 and is_permutation(D)
+    exact = eps == 0.0
+    if exact and not is_permutation(D):
+        raise ValueError("a deterministic T with transient states needs Theorem 4.4's correction terms, which memlab "
+                         "compiles only in memlab.belief.exact_linear (not as a linear recurrence here)")
     src = jnp.asarray(alf_backbone(D))
     delta = 1.0 if exact else math.sqrt(eps)  # eq. (48)
     keep = 1.0 if exact else 1.0 - delta

@@ -36,7 +36,8 @@ from memlab.plugins import load_plugins
 
 __all__ = ["LAYERS", "LayerSpec", "make_layer", "register_layer", "state_size"]
 
-MAMBA_STATE = 16  # d_state of the Mamba block (expand 2): its state is 2 width x 16 numbers
+MAMBA_STATE = 16  # d_state of the Mamba block (expand 2, d_conv 4): its state is the SSM's 2 width x 16 numbers
+# and the causal convolution's last 3 inputs, 2 width x 3
 
 
 class LayerSpec(NamedTuple):
@@ -74,7 +75,7 @@ LAYERS: dict[str, LayerSpec] = {
     "lru": LayerSpec(lambda d, key: LRU(d, d, key=key), lambda d, L: 2 * d, "LRU, width complex modes"),
     "s5": LayerSpec(lambda d, key: S5(S5Layer(d, 2 * (d // 2 + d % 2), key=key)), lambda d, L: 2 * (d // 2 + d % 2),
                     "S5, state size = width (rounded up to even)"),
-    "mamba": LayerSpec(lambda d, key: MambaBlock(d, MAMBA_STATE, key=key), lambda d, L: 2 * d * MAMBA_STATE,
+    "mamba": LayerSpec(lambda d, key: MambaBlock(d, MAMBA_STATE, key=key), lambda d, L: 2 * d * (MAMBA_STATE + 3),
                        "Mamba block (S6), d_state 16, expand 2"),
     "gru": LayerSpec(lambda d, key: GatedRNN(GRUCell(d, d, key=key)), lambda d, L: d, "GRU, hidden = width"),
     "lstm": LayerSpec(lambda d, key: GatedRNN(LSTMCell(d, d, key=key)), lambda d, L: 2 * d, "LSTM, hidden = width"),

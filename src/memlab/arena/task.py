@@ -7,7 +7,8 @@ predictors are scored the same way:
 * the model's outputs;
 * ``reference(batch)``: the outputs of the optimal predictor given everything up to step t (the exact filter, the
   Kalman filter, ...); no predictor can have a lower expected loss;
-* ``trivial(batch)``: the outputs of the best predictor that sees only the current input (no memory).
+* ``trivial(batch)``: the outputs of the best predictor that sees only the current input and the step t (no memory
+  of earlier inputs).
 
 The headline number is the normalised gap g = (L_model - L_ref) / (L_trivial - L_ref): 0 is optimal, 1 is no better
 than having no memory. Outputs are logits over classes (``targets`` int) or real vectors (``targets`` float).

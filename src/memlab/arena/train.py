@@ -143,9 +143,10 @@ def score(task: Task, model: Callable[[Array], Array], batch: Batch, base: Basel
 
 class Comparison(NamedTuple):
     """How close two models are on a batch: ``distance`` the mean over scored steps of ``task.distance`` between
-    their outputs (the first model's against the second's); ``gradient_cosine`` the mean over sequences of the
-    cosine between the gradients, with respect to the whole input sequence, of each model's loss at the final
-    step (von Oswald et al. 2023 compare models by such input gradients)."""
+    their outputs (the first model's against the second's); ``gradient_cosine`` the mean over sequences (whose final
+    step is scored) of the cosine between the gradients, with respect to the whole input sequence, of each model's
+    loss at the final step (von Oswald et al. 2023 compare models by the input gradients of their predictions; the
+    loss's is the prediction's weighted by d loss / d prediction, one number per sequence)."""
 
     distance: Array
     gradient_cosine: Array
@@ -154,10 +155,12 @@ class Comparison(NamedTuple):
 def compare(task: Task, model: Callable[[Array], Array], other: Callable[[Array], Array], batch: Batch) -> Comparison:
     """:class:`Comparison` of ``model`` with ``other`` (each one sequence (L, input_size) -> (L, output_size))."""
     def final_loss(m, inputs):  # sequences are independent: the gradient of the sum is each sequence's own
-        return jnp.sum(task.loss(jax.vmap(m)(inputs), batch)[:, -1])
+        return jnp.sum(jnp.where(batch.mask[:, -1], task.loss(jax.vmap(m)(inputs), batch)[:, -1], 0.0))
 
     outputs, other_outputs = jax.vmap(model)(batch.inputs), jax.vmap(other)(batch.inputs)
     distance = masked_mean(task.distance(outputs, other_outputs), batch.mask)
     g, h = (jax.grad(final_loss, argnums=1)(m, batch.inputs).reshape(batch.inputs.shape[0], -1) for m in (model, other))
-    cosine = jnp.sum(g * h, -1) / (jnp.linalg.norm(g, axis=-1) * jnp.linalg.norm(h, axis=-1))
-    return Comparison(distance, jnp.mean(cosine))
+    norms = jnp.linalg.norm(g, axis=-1) * jnp.linalg.norm(h, axis=-1)
+    scored = batch.mask[:, -1] & (norms > 0)  # a sequence whose final step is not scored has no gradient to compare
+    cosine = jnp.sum(g * h, -1) / jnp.where(scored, norms, 1.0)
+    return Comparison(distance, jnp.sum(jnp.where(scored, cosine, 0.0)) / jnp.maximum(jnp.sum(scored), 1))

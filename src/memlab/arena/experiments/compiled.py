@@ -10,6 +10,7 @@ from functools import partial
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from memlab import plots
@@ -24,14 +25,15 @@ SUMMARY = """# arena.compiled
 
 Memory layers whose weights are set by theory to carry out (or approximate) the task's optimal algorithm, scored
 on {batch} held-out sequences per test length by the same harness as trained models: the normalised gap
-g = (L_model − L_ref) / (L_trivial − L_ref) (0 = optimal, 1 = no memory).
+g = (L_model − L_ref) / (L_trivial − L_ref) (0 = optimal, 1 = no memory), over the steps after the compiled model's
+stated transient (the figure shows every step).
 
 ![distance](distance.png)
 
 {table}
 
 * **lgssm** — the steady-state Kalman predictor as a diagonal linear RNN (an LRU): it equals the Kalman filter once
-  the filter's own gain has converged (the transient, in steps), so its gap shrinks as the sequences grow.
+  the filter's own gain has converged (the transient, in steps); the table scores the steps after it.
 * **hmm-cycle** — a deterministic cycle with noisy emissions: its exact filter is the linear recurrence of paper 1's
   Theorem 4.4, w_t = P w_{{t−1}} + log E^T y_t, compiled exactly (gap 0 to float32 round-off).
 * **hmm-two-state, hmm-mess3** — the time-invariant Adaptive Logit Filter with δ = √ε (paper 1, eq. (24), (48)),
@@ -79,9 +81,13 @@ def score_compiled(task: str, lengths: tuple[int, ...], batch: int, key) -> dict
     spec = make_task(task)
     compiled = compiled_model(spec)
     keys = jax.random.split(key, len(lengths))
-    scores = [eqx.filter_jit(score)(spec, compiled.model, spec.sample(k, batch, n))
-              for k, n in zip(keys, lengths, strict=True)]
-    return {"gaps": [float(s.gap) for s in scores], "distance": np.asarray(scores[-1].distance)}
+    def after_transient(b):  # the compiled model is exact from its transient on: score the steps after it
+        return b._replace(mask=b.mask & (jnp.arange(b.mask.shape[1]) >= compiled.transient))
+
+    batches = [spec.sample(k, batch, n) for k, n in zip(keys, lengths, strict=True)]
+    gaps = [float(eqx.filter_jit(score)(spec, compiled.model, after_transient(b)).gap) for b in batches]
+    every_step = eqx.filter_jit(score)(spec, compiled.model, batches[-1])  # the transient too, for the figure
+    return {"gaps": gaps, "distance": np.asarray(every_step.distance)}
 
 
 def analyse(cfg: CompiledConfig, cells: dict) -> dict[str, CompiledStats]:
@@ -111,11 +117,11 @@ def run_compiled(cfg: CompiledConfig, run: Run) -> dict[str, CompiledStats]:
     stats = analyse(cfg, cells)
     _figure(cfg, stats, run)
     exact = {t: s for t, s in stats.items() if s.exact}
-    worst = max(exact, key=lambda t: exact[t].gaps[-1]) if exact else None
-    run.claim("exact-compiled-reach-the-optimum", "every exact compiled model's gap is at most 1e-3 (at the "
-              f"longest test length, {cfg.lengths[-1]})", "arena",
-              f"largest: {worst} {exact[worst].gaps[-1]:.1e}" if worst else "no exact compiled model",
-              bool(worst is None or exact[worst].gaps[-1] <= 1e-3))
+    worst = max(exact, key=lambda t: max(exact[t].gaps)) if exact else None
+    run.claim("exact-compiled-reach-the-optimum", "every exact compiled model's gap is at most 1e-3 after its stated "
+              "transient, at every test length", "arena",
+              f"largest: {worst} {max(exact[worst].gaps):.1e}" if worst else "no exact compiled model",
+              bool(worst is None or max(exact[worst].gaps) <= 1e-3))
     approximate = {t: s.gaps[-1] for t, s in stats.items() if not s.exact}
     run.claim("alf-uses-memory", "the ALF predicts better than having no memory (gap below 1)",
               "linear-recurrent-memory-pomdp", ", ".join(f"{t} {g:.3f}" for t, g in approximate.items()) or "none",
@@ -130,7 +136,7 @@ def run_compiled(cfg: CompiledConfig, run: Run) -> dict[str, CompiledStats]:
 EXPERIMENTS = [
     Experiment(
         "arena.compiled", "arena", "arena", "compiled solutions (Kalman as an LRU, logit filters) against the optimum",
-        {"tiny": CompiledConfig(lengths=(16, 256), batch=32),
+        {"tiny": CompiledConfig(tasks=("lgssm", "hmm-cycle", "hmm-two-state"), lengths=(16, 32), batch=32),
          "quick": CompiledConfig(),
          "paper": CompiledConfig(lengths=(64, 256, 1024, 4096), batch=2048)},
         run_compiled),

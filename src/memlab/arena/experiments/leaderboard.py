@@ -50,8 +50,9 @@ the best predictor without memory.
 Where a task has a compiled solution (`arena.compiled`: the steady-state Kalman predictor as an LRU on lgssm, the
 ALF on the near-deterministic HMMs), "distance to compiled" is the mean per-step distance of the trained model's
 predictions from the compiled model's (KL for symbols, squared error for vectors) and "input-gradient cosine" the
-cosine between the two models' gradients of the final step's loss with respect to the input sequence. "gap at kT"
-(where shown): the gap on held-out sequences k times the training length T (length generalisation).
+cosine between the two models' gradients of the final step's loss with respect to the input sequence; "distance to
+reference" the same distance from the optimal predictor's predictions (KL(reference ‖ model) or squared error).
+"gap at kT" (where shown): the gap on held-out sequences k times the training length T (length generalisation).
 
 Tasks: {tasks}
 """
@@ -87,7 +88,9 @@ class GapStats:
     ``per_seed`` (seeds,), ``budget`` (evaluations,) the mean gap after every ``eval_every`` steps, ``parameters``
     and ``state`` (numbers carried per step at the training length); ``compiled_distance`` and ``gradient_cosine``:
     the mean over seeds of :func:`memlab.arena.train.compare` with the task's compiled model (NaN without one);
-    ``longer``: the mean gap on sequences ``cfg.longer`` times the training length."""
+    ``longer``: the mean gap on sequences ``cfg.longer`` times the training length; ``reference_distance``: the mean
+    per-step distance of the model's predictions from the reference's (KL(reference || model) for symbols, squared
+    error for vectors)."""
 
     gap: float
     se: float
@@ -98,6 +101,7 @@ class GapStats:
     compiled_distance: float
     gradient_cosine: float
     longer: list[float]
+    reference_distance: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +171,8 @@ def analyse(cfg: LeaderboardConfig, cells: dict) -> Leaderboard:
                                    else float("nan"), gaps.tolist(), np.asarray(c["eval_gap"]).mean(0).tolist(),
                                    int(c["parameters"]), int(c["state"]), float(np.mean(c["compiled_distance"])),
                                    float(np.mean(c["gradient_cosine"])),
-                                   np.asarray(c.get("longer_gap", np.zeros((0, len(gaps)))), float).mean(1).tolist())
+                                   np.asarray(c.get("longer_gap", np.zeros((0, len(gaps)))), float).mean(1).tolist(),
+                                   float(np.mean(c.get("distance_loss", np.nan))))
     steps = [cfg.train.eval_every * (i + 1) for i in range(cfg.train.steps // cfg.train.eval_every)]
     closest = {t: min(stats[t], key=lambda m: stats[t][m].gap) for t in cfg.tasks}
     return Leaderboard(stats, steps, closest)
@@ -216,12 +221,13 @@ def _claims(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
 
 def _table(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> str:
     longer = [f"gap at {k}T" for k in cfg.longer]
-    rows = [(t, m, s.gap, s.se, *s.longer, s.parameters, s.state, s.compiled_distance, s.gradient_cosine)
-            for t in cfg.tasks for m, s in board.stats[t].items()]
-    return run.save_table("leaderboard.csv", ["task", "layer", "gap", "se", *longer, "parameters", "state",
-                                              "distance to compiled", "input-gradient cosine"], rows,
-                          {"gap": ".3f", "se": ".3f", **dict.fromkeys(longer, ".3f"), "distance to compiled": ".3g",
-                           "input-gradient cosine": ".2f"})
+    rows = [(t, m, s.gap, s.se, *s.longer, s.reference_distance, s.parameters, s.state, s.compiled_distance,
+             s.gradient_cosine) for t in cfg.tasks for m, s in board.stats[t].items()]
+    return run.save_table("leaderboard.csv", ["task", "layer", "gap", "se", *longer, "distance to reference",
+                                              "parameters", "state", "distance to compiled",
+                                              "input-gradient cosine"], rows,
+                          {"gap": ".3f", "se": ".3f", **dict.fromkeys(longer, ".3f"), "distance to reference": ".3g",
+                           "distance to compiled": ".3g", "input-gradient cosine": ".2f"})
 
 
 def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
@@ -230,7 +236,8 @@ def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
     _claims(cfg, board, run)
     closest = "Closest to the optimum: " + "; ".join(f"{t}: {m} ({board.stats[t][m].gap:.3f})"
                                                      for t, m in board.closest.items()) + "."
-    tasks = "; ".join(f"`{t}` {TASKS[t].description}" for t in cfg.tasks)
+    tasks = "; ".join(f"`{t}` {TASKS[t].description}" + (f" (its optimum is the subject of `{TASKS[t].paper}`)"
+                                                        if TASKS[t].paper else "") for t in cfg.tasks)
     tc = cfg.train
     run.write_summary(SUMMARY.format(depth=cfg.depth, width=cfg.width, steps=tc.steps, batch=tc.batch,
                                      length=tc.length, lr=tc.learning_rate, seeds=cfg.seeds, test_batch=cfg.test_batch,
