@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,31 @@ def test_bad_set_and_missing_plugin_exit_2(tmp_path, capsys):
         err.strip().splitlines()) == 1
     assert cli.main(["run", "arena.leaderboard", "--plugin", str(tmp_path / "missing.py")]) == 2
     assert "plugin file" in capsys.readouterr().err
+
+
+def test_editing_a_plugin_layer_changes_its_cells_keys(tmp_path, monkeypatch):
+    """A user who edits their layer's file gets new cells, not the stored numbers of the old code; memlab's own
+    layers keep their keys."""
+    import importlib.util
+
+    from memlab import catalog
+    from memlab.arena.experiments.leaderboard import sweep_cells
+    from memlab.arena.layers import LAYERS
+    from memlab.runner import Run
+    from memlab.store import cell_digest
+
+    def digests(text):
+        path = tmp_path / "edited_layer.py"
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location("memlab_test_edited_layer", path)
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, "memlab_test_edited_layer", module)
+        monkeypatch.delitem(LAYERS, "edited", raising=False)
+        spec.loader.exec_module(module)
+        cfg = dataclasses.replace(catalog.get("arena.leaderboard").profiles["tiny"], layers=("edited", "gru"))
+        return {n: cell_digest(c) for n, c in sweep_cells(cfg, Run(tmp_path, cfg, "tiny", 0)).items()}
+
+    plugin = PLUGIN.read_text().replace('"running-mean"', '"edited"')
+    before, after = digests(plugin), digests(plugin.replace("jnp.cumsum(", "0.5 * jnp.cumsum("))
+    assert before["lgssm.edited"] != after["lgssm.edited"] and before["lgssm.gru"] == after["lgssm.gru"]
+    assert LAYERS["gru"].source == ""

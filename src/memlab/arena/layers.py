@@ -15,7 +15,11 @@ and then runs in every arena experiment by name:
 
 from __future__ import annotations
 
+import hashlib
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 import equinox as eqx
@@ -34,7 +38,7 @@ from memlab.layers import (
 )
 from memlab.plugins import load_plugins
 
-__all__ = ["LAYERS", "LayerSpec", "make_layer", "register_layer", "state_size"]
+__all__ = ["LAYERS", "LayerSpec", "make_layer", "register_layer", "source_fingerprint", "state_size"]
 
 MAMBA_STATE = 16  # d_state of the Mamba block (expand 2, d_conv 4): its state is the SSM's 2 width x 16 numbers
 # and the causal convolution's last 3 inputs, 2 width x 3
@@ -47,6 +51,7 @@ class LayerSpec(NamedTuple):
     make: Callable[[int, Array], Callable[[Array], Array]]
     state_size: Callable[[int, int], int]
     description: str = ""
+    source: str = ""  # a fingerprint of a registered layer's code ("" for memlab's own): see source_fingerprint
 
 
 class GatedRNN(eqx.Module):
@@ -95,7 +100,17 @@ def register_layer(name: str, make: Callable[[int, Array], Callable[[Array], Arr
         raise ValueError(f"layer name must be lower-case letters, digits, '-' or '_', got {name!r}")
     if name in LAYERS:
         raise ValueError(f"layer {name!r} is already registered")
-    LAYERS[name] = LayerSpec(make, state_size, description)
+    LAYERS[name] = LayerSpec(make, state_size, description, source_fingerprint(make))
+
+
+def source_fingerprint(function: Callable) -> str:
+    """SHA-256 (16 hex digits) of the file that defines ``function`` ("" if it has none): part of a cell's key, so
+    that a user who edits their layer's or task's file gets new numbers, not the stored cells of the old code."""
+    module = sys.modules.get(getattr(function, "__module__", None) or "")
+    path = getattr(module, "__file__", None)
+    if not path or not os.path.isfile(path):
+        return ""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
 def _spec(name: str) -> LayerSpec:

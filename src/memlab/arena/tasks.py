@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from memlab.arena.hmm import HMMTask, mess3, noisy_cycle, random_hmm, two_state
+from memlab.arena.layers import source_fingerprint
 from memlab.arena.lgssm import random_lgssm
 from memlab.arena.task import Task
 from memlab.plugins import load_plugins
@@ -17,6 +18,7 @@ class TaskSpec(NamedTuple):
     make: Callable[[], Task]
     description: str
     paper: str  # the paper whose reference algorithm this task's optimum is
+    source: str = ""  # a fingerprint of a registered task's code ("" for memlab's own): layers.source_fingerprint
 
 
 TASKS: dict[str, TaskSpec] = {
@@ -40,7 +42,7 @@ def register_task(name: str, make: Callable[[], Task], description: str, paper: 
     """Add a task to :data:`TASKS` (ValueError if the name is taken)."""
     if name in TASKS:
         raise ValueError(f"task {name!r} is already registered")
-    TASKS[name] = TaskSpec(make, description, paper)
+    TASKS[name] = TaskSpec(make, description, paper, source_fingerprint(make))
 
 
 def make_task(name: str) -> Task:

@@ -116,8 +116,9 @@ class Leaderboard:
 
 @cell("arena.train-and-score")
 def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainConfig, keys, test_key,
-                    test_batch: int, longer: tuple[int, ...] = ()) -> dict:
-    """Train one model per key and score each on one held-out batch (and on batches ``longer`` times as long)."""
+                    test_batch: int, longer: tuple[int, ...] = (), code: str = "") -> dict:
+    """Train one model per key and score each on one held-out batch (and on batches ``longer`` times as long).
+    ``code``: the fingerprints of a user's layer and task files (part of the cell's key only)."""
     spec = make_task(task)
     test = spec.sample(test_key, test_batch, train.length)
     base = jax.jit(baselines)(spec, test)
@@ -153,11 +154,15 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
 
 def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict:
     """Cell '<task>.<layer>': all seeds of one layer on one task (keys from ('train', task, layer)); every cell of
-    a task is scored on the same held-out batch (key ('test', task))."""
-    return {f"{t}.{m}": partial(train_and_score, t, m, cfg.width, cfg.depth, cfg.train,
-                                jax.random.split(run.key_for("train", t, m), cfg.seeds), run.key_for("test", t),
-                                cfg.test_batch, *((cfg.longer,) if cfg.longer else ()))
-            for t in cfg.tasks for m in cfg.layers}
+    a task is scored on the same held-out batch (key ('test', task)). A user's layer or task adds its file's
+    fingerprint to the cell's arguments, so editing it recomputes the cells."""
+    def cell(t, m):
+        code = "+".join(filter(None, (TASKS[t].source, LAYERS[m].source)))  # "" for memlab's own: keys unchanged
+        return partial(train_and_score, t, m, cfg.width, cfg.depth, cfg.train,
+                       jax.random.split(run.key_for("train", t, m), cfg.seeds), run.key_for("test", t), cfg.test_batch,
+                       *((cfg.longer,) if cfg.longer else ()), **({"code": code} if code else {}))
+
+    return {f"{t}.{m}": cell(t, m) for t in cfg.tasks for m in cfg.layers}
 
 
 def analyse(cfg: LeaderboardConfig, cells: dict) -> Leaderboard:
