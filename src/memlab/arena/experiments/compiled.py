@@ -47,6 +47,9 @@ Trained models against these: the "distance to compiled" and "input-gradient cos
 """
 
 
+DISTANCE_FLOOR = 1e-14
+
+
 @dataclasses.dataclass(frozen=True)
 class CompiledConfig:
     seed: int = 0
@@ -100,14 +103,17 @@ def analyse(cfg: CompiledConfig, cells: dict) -> dict[str, CompiledStats]:
 
 
 def _figure(cfg: CompiledConfig, stats: dict[str, CompiledStats], run: Run) -> None:
-    fig, ax = plots.figure(width=6.0, height=3.6)
+    fig, ax = plots.figure(width=6.4, height=4.6)
     for t, s in stats.items():
-        line, = ax.plot(np.arange(1, len(s.distance) + 1), s.distance, label=f"{t}: {s.description}")
+        # a distance of exactly 0 (the exact filters, to float32) is drawn at the floor of the log axis
+        line, = ax.plot(np.arange(1, len(s.distance) + 1), np.maximum(s.distance, DISTANCE_FLOOR),
+                        label=f"{t}: {s.description}")
         if s.transient:
             ax.axvline(s.transient, color=line.get_color(), ls=":", lw=1.0, label=f"{t}: transient ({s.transient})")
-    ax.set(xscale="log", yscale="log", xlabel="step t", ylabel="distance from the optimum (KL or squared error)",
+    ax.set(xscale="log", yscale="log", xlabel="step t",
+           ylabel=f"distance from the optimum\n(KL or squared error; 0 drawn at {DISTANCE_FLOOR:g})",
            title="compiled solutions against the task's optimal predictor")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
     run.save_figure(fig, "distance.png")
 
 
