@@ -90,15 +90,16 @@ def score_compiled(task: str, lengths: tuple[int, ...], batch: int, key) -> dict
     batches = [spec.sample(k, batch, n) for k, n in zip(keys, lengths, strict=True)]
     gaps = [float(eqx.filter_jit(score)(spec, compiled.model, after_transient(b)).gap) for b in batches]
     every_step = eqx.filter_jit(score)(spec, compiled.model, batches[-1])  # the transient too, for the figure
-    return {"gaps": gaps, "distance": np.asarray(every_step.distance)}
+    return {"gaps": gaps, "distance": np.asarray(every_step.distance), "description": compiled.description,
+            "exact": compiled.exact, "transient": compiled.transient}
 
 
 def analyse(cfg: CompiledConfig, cells: dict) -> dict[str, CompiledStats]:
     stats = {}
     for t in cfg.tasks:
-        compiled = compiled_model(make_task(t))
-        stats[t] = CompiledStats(compiled.description, compiled.exact, compiled.transient,
-                                 [float(g) for g in cells[t]["gaps"]], np.asarray(cells[t]["distance"]).tolist())
+        c = cells[t]
+        stats[t] = CompiledStats(c["description"], bool(c["exact"]), int(c["transient"]), [float(g) for g in c["gaps"]],
+                                 np.asarray(c["distance"]).tolist())
     return stats
 
 
