@@ -19,7 +19,16 @@ from memlab.arena.hmm import HMMTask, mess3, random_hmm, two_state
 from memlab.arena.layers import LAYERS, LayerSpec, make_layer, register_layer, state_size
 from memlab.arena.lgssm import LGSSMTask, random_lgssm
 from memlab.arena.model import SequenceModel, parameter_count
-from memlab.arena.task import Batch, Task, categorical_kl, cross_entropy, masked_mean, normalised_gap, squared_error
+from memlab.arena.task import (
+    Batch,
+    Task,
+    categorical_kl,
+    cross_entropy,
+    masked_mean,
+    normalised_gap,
+    reference_is_exact,
+    squared_error,
+)
 from memlab.arena.tasks import TASKS, TaskSpec, make_task, register_task
 from memlab.arena.train import (
     Baselines,
@@ -38,4 +47,4 @@ __all__ = ["LAYERS", "TASKS", "Baselines", "Batch", "Comparison", "Compiled", "H
            "Scores", "SequenceModel", "Task", "TaskSpec", "TrainConfig", "TrainResult", "baselines",
            "categorical_kl", "compare", "compiled_model", "cross_entropy", "make_layer", "make_model", "make_task",
            "make_train", "masked_mean", "mess3", "normalised_gap", "parameter_count", "random_hmm", "random_lgssm",
-           "register_layer", "register_task", "score", "squared_error", "state_size", "two_state"]
+           "reference_is_exact", "register_layer", "register_task", "score", "squared_error", "state_size", "two_state"]

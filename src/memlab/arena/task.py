@@ -10,6 +10,10 @@ predictors are scored the same way:
 * ``trivial(batch)``: the outputs of the best predictor that sees only the current input and the step t (no memory
   of earlier inputs).
 
+A task whose reference is not the exact optimum (a particle filter, the TD fixed point, ...) says so with a class
+attribute ``reference_exact = False`` (see :func:`reference_is_exact`): a trained model may then beat it, and the
+arena's check that none does skips the task.
+
 The headline number is the normalised gap g = (L_model - L_ref) / (L_trivial - L_ref): 0 is optimal, 1 is no better
 than having no memory. Outputs are logits over classes (``targets`` int) or real vectors (``targets`` float).
 """
@@ -22,7 +26,8 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-__all__ = ["Batch", "Task", "categorical_kl", "cross_entropy", "masked_mean", "normalised_gap", "squared_error"]
+__all__ = ["Batch", "Task", "categorical_kl", "cross_entropy", "masked_mean", "normalised_gap", "reference_is_exact",
+           "squared_error"]
 
 
 class Batch(NamedTuple):
@@ -60,6 +65,11 @@ class Task(Protocol):
 
     def distance(self, outputs: Array, reference: Array) -> Array:
         """(B, L): how far ``outputs`` are from the reference's (KL for classes, squared error for vectors)."""
+
+
+def reference_is_exact(task: Task) -> bool:
+    """Whether ``task.reference`` is the exact optimal predictor (True unless the task sets ``reference_exact``)."""
+    return bool(getattr(task, "reference_exact", True))
 
 
 def cross_entropy(logits: Array, targets: Array) -> Array:
