@@ -42,7 +42,8 @@ def test_run_writes_outputs_and_prints_folder(tmp_path, capsys):
                                      r"peak memory (\d+ MB|\d+\.\d GB)\)")
     assert re.fullmatch(pattern, line), line
     # the tiny profile has 4 cells: "at least 5 cells" fails
-    assert claims == f"1 of 2 claims hold; not: cells-enough (summary: {out / 'summary.md'})"
+    assert claims == ("2 claims: 1 hold, 1 fail at this size (the paper profile decides); not holding: cells-enough "
+                      f"(size) (summary: {out / 'summary.md'})")
     for name in ["config.json", "results.json", "summary.md", "means.png", "means.csv"]:
         assert (out / name).is_file(), name
 
@@ -109,11 +110,15 @@ def test_report_gathers_claims_summaries_and_images(tmp_path, capsys):
     report = (root / "report.md").read_text()
 
     assert report.startswith("# memlab report\n")
-    assert "3 of 4 claims hold." in report  # tiny has 4 cells (< 5), quick has 6
-    assert "| experiment | id | claim | paper | ours | holds |" in report
-    assert "| fake.means (tiny) | cells-enough | at least 5 cells \\| a pipe | Table 0 | 4 cells | ✗ |" in report
-    assert "| fake.other (quick) | cells-enough | at least 5 cells \\| a pipe | Table 0 | 6 cells | ✓ |" in report
-    assert "## fake.means (tiny) — Fig. 0" in report and "### Fake experiment" in report
+    # tiny has 4 cells (< 5): "at least 5 cells" fails at this size; quick has 6
+    assert "4 claims: 3 hold, 1 fail at this size (the paper profile decides)." in report
+    assert "| fake.means (tiny) | 2 | 1 | 1 |  |  |" in report
+    assert report.count("## fake.means (tiny)") == 1 and "Fake experiment" in report  # one heading, not two
+    claims = report[report.index("### Claims of fake.means (tiny)"):]
+    assert "| id | claim | paper | ours | status |" in claims
+    assert "| cells-enough | at least 5 cells \\| a pipe | Table 0 | 4 cells | ✗ size |" in claims
+    assert "| cells-enough | at least 5 cells \\| a pipe | Table 0 | 6 cells | ✓ |" in report
+    assert "paper-scale run" not in report  # no paper-results here
 
     links = re.findall(r"\]\(([^)]+)\)", report)
     assert "fake.means/tiny/means.csv" in links
@@ -142,3 +147,17 @@ def test_help_and_missing_command(capsys):
     assert "report" in capsys.readouterr().out
     assert cli.main([]) == 2
     assert_one_error_line(capsys, "required")
+
+
+def test_report_shows_the_paper_scale_verdict_beside_each_claim(tmp_path, capsys):
+    paper, out = tmp_path / "paper-results", tmp_path / "out"
+    assert run("fake.means", "--profile", "paper", "--out", str(paper / "fake.means/paper")) == 0
+    assert run("fake.means", "--profile", "tiny", "--out", str(out / "fake.means/tiny")) == 0
+    assert cli.main(["report", str(out), "--paper-results", str(paper)]) == 0
+    report = (out / "report.md").read_text()
+    assert "| id | claim | paper | ours | status | paper-scale run |" in report
+    # fails at the tiny size, holds in the paper profile's 50 cells
+    assert "| cells-enough | at least 5 cells \\| a pipe | Table 0 | 4 cells | ✗ size | paper ✓ |" in report
+    assert cli.main(["report", str(paper), "--paper-results", str(paper)]) == 0  # a folder is not its own reference
+    assert "paper-scale run" not in (paper / "report.md").read_text()
+    capsys.readouterr()

@@ -209,7 +209,7 @@ def test_report_names_a_bad_results_file_and_writes_the_rest(tmp_path, capsys, b
         captured.err.endswith("; the report leaves it out\n") and captured.err.count("\n") == 1, captured.err
     assert captured.out.splitlines()[0] == str(root / "report.md")
     report = (root / "report.md").read_text()
-    assert "1 of 2 claims hold." in report and "| fake.means (tiny) | cells-enough |" in report
+    assert "2 claims: 1 hold, 1 fail at this size" in report and "| cells-enough | at least 5" in report
     assert "## fake.other/quick" in report and broken.read_text() == bad  # its summary still shown; file untouched
 
 

@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 
 from memlab import __version__, catalog, compile_cache
+from memlab.claims import LEGEND, STATUSES, SYMBOLS, is_paper_scale, status_counts, status_of
 from memlab.devices import check_device_count, cores_for_run, use_host_devices
 from memlab.executors import EXECUTORS, make_executor
-from memlab.files import markdown_cell, markdown_table
+from memlab.files import markdown_table
 from memlab.plugins import add_plugins
 from memlab.runner import (
     CellsFailed,
@@ -37,6 +38,7 @@ from memlab.runner import (
 from memlab.store import StoreError
 
 _LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")  # [text](target "title")
+PAPER_RESULTS = "paper-results"  # where the committed paper-scale runs live (the repository's own)
 _ABSOLUTE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|/|#)")  # URL scheme, absolute path or anchor
 
 
@@ -132,9 +134,9 @@ def cmd_run(args) -> int:
           f"peak memory {_megabytes(doc['peak_rss_mb'])})")
     claims = doc.get("claims", [])
     if claims:
-        failing = [c["id"] for c in claims if not c["holds"]]
-        print(f"{len(claims) - len(failing)} of {len(claims)} claims hold" +
-              (f"; not: {', '.join(failing)}" if failing else "") + f" (summary: {out / 'summary.md'})")
+        failing = [f"{c['id']} ({status_of(c, doc['profile'])})" for c in claims if not c["holds"]]
+        print(status_counts(status_of(c, doc["profile"]) for c in claims) +
+              (f"; not holding: {', '.join(failing)}" if failing else "") + f" (summary: {out / 'summary.md'})")
     return 0
 
 
@@ -236,7 +238,7 @@ def cmd_reproduce(args) -> int:
               "the same command resumes", flush=True)
     failed = [r.name for r in runs if r.returncode not in (0, None)]
     try:
-        path, timing = build_report(out)
+        path, timing = build_report(out, Path(PAPER_RESULTS))
     except ValueError as e:
         return _error(str(e))
     print(f"{path}  ({_duration(time.perf_counter() - start)} in all)")
@@ -304,8 +306,39 @@ def _read_results(path: Path) -> dict | None:
     return {**doc, "claims": doc.get("claims", [])}
 
 
-def build_report(root: Path) -> tuple[Path, str]:
-    """Gather every results.json claim and every summary.md under ``root`` into ``root/report.md``.
+def _paper_scale_verdicts(paper_root: Path | None, root: Path) -> dict[str, dict[str, list[str]]]:
+    """experiment -> claim id -> ['paper-core ✓', ...]: the verdicts of the paper-scale runs under ``paper_root``
+    (none when it is ``root`` itself or missing)."""
+    verdicts: dict[str, dict[str, list[str]]] = {}
+    if paper_root is None or not paper_root.is_dir() or paper_root.resolve() == root.resolve():
+        return verdicts
+    for path in sorted(paper_root.rglob("results.json")):
+        doc = _read_results(path)
+        if doc is None or not is_paper_scale(doc["profile"]):
+            continue
+        for c in doc["claims"]:
+            verdicts.setdefault(doc["experiment"], {}).setdefault(c["id"], []).append(
+                f"{doc['profile']} {SYMBOLS[status_of(c, doc['profile'])]}")
+    return verdicts
+
+
+def _section_heading(summary: str, doc: dict | None, folder: str) -> tuple[str, str]:
+    """The experiment's report heading and its summary without the summary's own title (shown once, not twice)."""
+    if doc is None:  # no results to name it: the folder, and the summary as it is
+        return folder, summary
+    lines = summary.splitlines()
+    title = lines[0][2:].strip() if lines and lines[0].startswith("# ") else ""
+    body = "\n".join(lines[1:]) if title else summary
+    name = doc["experiment"]
+    rest = title[len(name):].strip(" —-:") if title.startswith(name) else title
+    heading = f"{name} ({doc['profile']})" + (f" — {rest}" if rest else "")
+    return heading, f"*Paper: {doc['paper_ref']}.*\n\n{body.strip()}"
+
+
+def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]:
+    """Gather every summary.md under ``root`` into ``root/report.md``, one section per experiment: its summary,
+    figures and claims, each claim with its status (:mod:`memlab.claims`) and, where ``paper_root`` holds a
+    paper-scale run of the same experiment, that run's verdict beside it.
 
     Returns the report's path and a Markdown table of the time each experiment's last invocation took.
     """
@@ -315,33 +348,46 @@ def build_report(root: Path) -> tuple[Path, str]:
     if not summaries:
         raise ValueError(f"no summary.md under {root}; run an experiment first (memlab run NAME)")
 
-    rows, times, held, total = [], [], 0, 0
     documents = {path: _read_results(path) for path in sorted(root.rglob("results.json"))}
+    paper = _paper_scale_verdicts(paper_root, root)
+    paper = {name: v for name, v in paper.items() if any(d and d["experiment"] == name for d in documents.values())}
+    statuses, contents, times = [], [], []
     for doc in filter(None, documents.values()):
-        for c in doc["claims"]:
-            held, total = held + bool(c["holds"]), total + 1
-            cells = [f"{doc['experiment']} ({doc['profile']})", c["id"], c["claim"], c["paper"], c["ours"]]
-            rows.append("| " + " | ".join(map(markdown_cell, cells)) + f" | {'✓' if c['holds'] else '✗'} |")
+        mine = [status_of(c, doc["profile"]) for c in doc["claims"]]
+        statuses += mine
+        contents.append((f"{doc['experiment']} ({doc['profile']})", len(mine),
+                         *(mine.count(s) or "" for s in STATUSES)))
         cells = doc.get("cells", {})
         times.append((doc["experiment"], doc["profile"], _duration(float(doc.get("elapsed_s", 0.0))),
                       cells.get("computed", "?"), cells.get("resumed", "?"), doc.get("executor", "local"),
                       _megabytes(doc.get("peak_rss_mb"))))
     timing = markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed", "executor",
                              "peak memory"], times)
-    parts = ["# memlab report", "", f"{held} of {total} claims hold.", ""]
-    if rows:
-        parts += ["| experiment | id | claim | paper | ours | holds |", "|" + " --- |" * 6, *rows, ""]
+    legend = "; ".join(f"{SYMBOLS[s]} {LEGEND[s]}" for s in STATUSES)
+    parts = ["# memlab report", "", status_counts(statuses) + ".", "", f"Statuses: {legend}."
+             + (f" Where `{paper_root}` holds a paper-scale run of an experiment, its verdict is shown beside ours."
+                if paper else ""), ""]
+    if contents:
+        parts += [markdown_table(["experiment", "claims", *(SYMBOLS[s] for s in STATUSES)], contents), ""]
 
     for summary in summaries:
         folder = summary.parent.relative_to(root).as_posix()
         doc = documents.get(summary.parent / "results.json")
-        title = folder if doc is None else f"{doc['experiment']} ({doc['profile']}) — {doc['paper_ref']}"
-        text, shown = rebase_markdown(summary.read_text(encoding="utf-8"), folder)
-        parts += [f"## {title}", "", text.strip(), ""]
+        heading, body = _section_heading(summary.read_text(encoding="utf-8"), doc, folder)
+        text, shown = rebase_markdown(body, folder)
+        parts += [f"## {heading}", "", text.strip(), ""]
         for png in sorted(summary.parent.rglob("*.png")):
             target = posixpath.normpath(posixpath.join(folder, png.relative_to(summary.parent).as_posix()))
             if target not in shown:
                 parts += [f"![{png.stem}]({target})", ""]
+        if doc is not None and doc["claims"]:
+            verdicts = paper.get(doc["experiment"], {})
+            rows = [(c["id"], c["claim"], c["paper"], c["ours"], SYMBOLS[status_of(c, doc["profile"])]
+                     + (f" — {c['explained']}" if c.get("explained") else ""),
+                     *([", ".join(verdicts.get(c["id"], [])) or "—"] if verdicts else [])) for c in doc["claims"]]
+            parts += [f"### Claims of {doc['experiment']} ({doc['profile']})", "",
+                      markdown_table(["id", "claim", "paper", "ours", "status",
+                                      *(["paper-scale run"] if verdicts else [])], rows), ""]
     parts += ["## Time per experiment", "", "The last invocation of each run (a resumed run skips finished cells).",
               "", timing]
     return atomic_write_text(root / "report.md", "\n".join(parts)), timing
@@ -349,7 +395,7 @@ def build_report(root: Path) -> tuple[Path, str]:
 
 def cmd_report(args) -> int:
     try:
-        path, timing = build_report(Path(args.dir))
+        path, timing = build_report(Path(args.dir), Path(args.paper_results))
     except (ValueError, OSError) as e:
         return _error(str(e))
     print(path)
@@ -413,6 +459,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="gather every summary.md and claim under DIR into DIR/report.md")
     p.add_argument("dir", nargs="?", default="out", metavar="DIR",
                    help="the folder of experiment folders, as memlab reproduce --out writes it (default out)")
+    p.add_argument("--paper-results", default=PAPER_RESULTS, metavar="DIR",
+                   help="show beside each claim the verdict of the paper-scale runs under DIR "
+                        f"(default {PAPER_RESULTS}, where it exists)")
     p.set_defaults(func=cmd_report)
     return parser
 

@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from memlab.claims import claim_status
 from memlab.executors import Executor, LocalExecutor, Scheduled, Settings, peak_rss_mb
 from memlab.files import (
     CellRecord,
@@ -410,16 +411,22 @@ class Run:
         """Write summary.md: the paper's numbers beside ours. Relative image links are rewritten by `memlab report`."""
         return self.write_text("summary.md", markdown)
 
-    def claim(self, id: str, claim: str, paper: str, ours: str, holds: bool) -> None:
-        """Record one claim of the paper; ``holds`` must be computed from this run's numbers (bool or numpy bool)."""
+    def claim(self, id: str, claim: str, paper: str, ours: str, holds: bool, *, explained: str = "") -> None:
+        """Record one claim of the paper; ``holds`` must be computed from this run's numbers (bool or numpy bool).
+        ``explained``: for a claim memlab is known to depart from, the experiment or figure that shows why (a
+        failing claim is then 'differs', not a failure: :mod:`memlab.claims`)."""
         if not isinstance(holds, (bool, np.bool_)):
             raise ValueError(f"claim {id!r}: holds must be a bool computed from the run, got {type(holds).__name__}")
         for field, value in (("id", id), ("claim", claim), ("paper", paper), ("ours", ours)):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"claim {id!r}: {field} must be a non-empty string, got {value!r}")
+        if not isinstance(explained, str):
+            raise ValueError(f"claim {id!r}: explained must be a string, got {type(explained).__name__}")
         if any(c["id"] == id for c in self.claims):
             raise ValueError(f"claim id {id!r} recorded twice")
-        self.claims.append({"id": id, "claim": claim, "paper": paper, "ours": ours, "holds": bool(holds)})
+        self.claims.append({"id": id, "claim": claim, "paper": paper, "ours": ours, "holds": bool(holds),
+                            "status": claim_status(bool(holds), self.profile, explained),
+                            **({"explained": explained} if explained else {})})
 
 
 # ---------------------------------------------------------------- running
