@@ -91,6 +91,7 @@ def check_tiny_run(request):
         results = json.loads((out / "results.json").read_text())
         assert results["claims"] and all(isinstance(c["holds"], bool) for c in results["claims"])
         assert list(out.glob("*.png")) and (out / "summary.md").exists()
+        assert results["blank_panels"] == [], "figure panels that show nothing (all NaN, no word of why)"
         cells = sorted(p.name for p in (out / "cells").glob("*.json"))
         again = run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=out, progress=False)
         assert json.loads((again / "results.json").read_text())["claims"] == results["claims"]

@@ -6,6 +6,7 @@ Save figures with ``Run.save_figure(fig, "name.png")`` (PNG, dpi 150, atomic, cl
 from __future__ import annotations
 
 import matplotlib
+import matplotlib.collections
 
 matplotlib.use("Agg")
 
@@ -45,3 +46,40 @@ def figure(nrows: int = 1, ncols: int = 1, width: float | None = None, height: f
     size = (width or PANEL_WIDTH * ncols, height or PANEL_HEIGHT * nrows)
     kwargs.setdefault("layout", "constrained")
     return plt.subplots(nrows, ncols, figsize=size, **kwargs)
+
+
+def blank_panels(fig) -> list[str]:
+    """The panels of ``fig`` that show nothing: visible axes with no finite data point (lines, markers, bars,
+    images, filled areas) and no text on them. A panel whose data are all NaN (a run that did not train) must say
+    so in words instead (``ax.text``), or be hidden. Returns each blank panel's title (or 'panel i')."""
+    import numpy as np
+
+    def finite(values) -> bool:
+        values = np.ma.filled(np.ma.asarray(values, float), np.nan)
+        return bool(values.size and np.isfinite(values).any())
+
+    def shows_data(ax) -> bool:  # reference lines (axhline, axvline: not in data coordinates) are not data
+        if any(finite(line.get_xydata()[:, 1]) for line in ax.lines
+               if line.get_visible() and line.get_transform() == ax.transData):
+            return True
+        for c in ax.collections:
+            if not c.get_visible():
+                continue
+            if isinstance(c, matplotlib.collections.PathCollection):  # scatter: the points are its offsets
+                if len(c.get_offsets()) and finite(np.asarray(c.get_offsets())[:, 1]):
+                    return True
+            elif c.get_array() is not None:  # an image-like mesh: its values
+                if finite(c.get_array()):
+                    return True
+            elif any(len(p.vertices) and finite(p.vertices[:, 1]) for p in c.get_paths()):  # error bars, areas
+                return True
+        if any(image.get_visible() and finite(image.get_array()) for image in ax.images):
+            return True
+        return any(p.get_visible() and finite([p.get_height()]) for p in ax.patches if hasattr(p, "get_height"))
+
+    blank = []
+    for i, ax in enumerate(fig.axes):
+        if not ax.get_visible() or not ax.axison or ax.texts or shows_data(ax):
+            continue
+        blank.append(ax.get_title() or f"panel {i}")
+    return blank

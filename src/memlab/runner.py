@@ -160,6 +160,7 @@ class Run:
         self.cell_peak_rss_mb: dict[str, float | None] = {}
         self.cell_software: dict[str, dict | None] = {}
         self.claims: list[dict] = []
+        self.blank_panels: list[str] = []  # 'figure.png: panel title' for every panel that shows nothing
         self._interrupt = interrupt or StickyInterrupt()
 
     @property
@@ -392,11 +393,15 @@ class Run:
         return markdown_table(header, rows, fmt)
 
     def save_figure(self, fig, filename: str) -> Path:
-        """Save a matplotlib figure as PNG (dpi 150) atomically, then close it."""
+        """Save a matplotlib figure as PNG (dpi 150) atomically, then close it. A panel that shows nothing (all its
+        data NaN and no word of why: ``plots.blank_panels``) is listed in results.json's ``blank_panels``."""
         import matplotlib.pyplot as plt
+
+        from memlab.plots import blank_panels
 
         if not str(filename).endswith(".png"):
             raise ValueError(f"figure file name must end in .png; got {filename!r}")
+        self.blank_panels += [f"{filename}: {panel}" for panel in blank_panels(fig)]
         buf = io.BytesIO()
         try:
             fig.savefig(buf, format="png", dpi=150)
@@ -596,6 +601,7 @@ def run_experiment(
             "config": header["config"],
             "results": results,
             "claims": run.claims,
+            "blank_panels": run.blank_panels,
             "elapsed_s": round(time.perf_counter() - start, 3),  # this invocation only (a resumed run skips cells)
             "executor": run.executor.name,
             "cpu_devices": jax.local_device_count(),  # of this process (memlab.devices; cells elsewhere: theirs)

@@ -170,6 +170,7 @@ def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp(exp.name)
     run_experiment(exp, "tiny", out_dir=out, progress=False)
     first = json.loads((out / "results.json").read_text())
+    assert first["blank_panels"] == []  # no figure panel without data and a word of why
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
     run_experiment(exp, "tiny", out_dir=out, progress=False)  # every cell is stored: nothing is recomputed
     return exp, out, first, json.loads((out / "results.json").read_text()), stamps

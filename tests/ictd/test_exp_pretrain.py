@@ -136,6 +136,7 @@ def test_tiny_profile_writes_the_contract_and_resumes(name, tmp_path):
     exp = _capturing(BY_NAME[name], runs)
     out = run_experiment(exp, "tiny", out_dir=tmp_path, progress=False)
     results = json.loads((out / "results.json").read_text())
+    assert results["blank_panels"] == []  # no figure panel without data and a word of why
     claims = results["claims"]
     assert claims and all(set(c) == {"id", "claim", "paper", "ours", "holds"} for c in claims)
     assert all(isinstance(c["holds"], bool) for c in claims)

@@ -277,6 +277,7 @@ def test_tiny_profile_end_to_end_and_resume(tmp_path):
         profile.validate()
     out = run_experiment(exp, "tiny", out_dir=tmp_path, progress=False)
     first = json.loads((out / "results.json").read_text())
+    assert first["blank_panels"] == []  # no figure panel without data and a word of why
     claims = first["claims"]
     assert len(claims) >= 6
     for claim in claims:

@@ -122,6 +122,7 @@ def test_profiles_are_valid_and_the_paper_profile_has_the_paper_sizes():
 def test_tiny_profile_end_to_end_and_resume(tmp_path):
     out = run_experiment(EXP, "tiny", out_dir=tmp_path, progress=False)
     results = json.loads((out / "results.json").read_text())
+    assert results["blank_panels"] == []  # no figure panel without data and a word of why
     claims = {c["id"]: c for c in results["claims"]}
     assert {"transformer-equals-weighted-softmax-td", "msve-decreases[gamma=0.9]",
             "one-theta-all-tasks[gamma=0.5]"} <= set(claims)

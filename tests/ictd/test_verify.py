@@ -90,6 +90,7 @@ def test_profiles():
 def test_tiny_profile_end_to_end_and_resume(tmp_path):
     run_experiment(EXP, "tiny", out_dir=tmp_path, progress=False)
     first = json.loads((tmp_path / "results.json").read_text())
+    assert first["blank_panels"] == []  # no figure panel without data and a word of why
     claims = first["claims"]
     assert all(set(c) == {"id", "claim", "paper", "ours", "holds"} and isinstance(c["holds"], bool) for c in claims)
     holds = {c["id"]: c["holds"] for c in claims}
