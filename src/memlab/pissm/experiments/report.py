@@ -170,21 +170,43 @@ def stability_row(model: str, scheme: str, value: float, cells: list[dict]) -> S
 
 def plot_log_likelihoods(table: list[Table1Row]):
     """Table 1 as bars: per data set, each row's mean test log-likelihood per step (error bar: std over seeds);
-    pi-SSM red, the particle filter grey, the rest blue. Returns the figure."""
+    pi-SSM red, the particle filter grey, the rest blue; the paper's number as a black diamond. A row far below the
+    others (a failed gain) is cut at the panel's edge with its value written on it; a row with no finite value says
+    why in words. Returns the figure."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     datasets = list(dict.fromkeys(r.dataset for r in table))
-    fig, axes = plots.figure(1, max(len(datasets), 1), width=4.2 * max(len(datasets), 1), height=3.2, squeeze=False)
+    fig, axes = plots.figure(1, max(len(datasets), 1), width=4.6 * max(len(datasets), 1), height=3.6, squeeze=False)
     for ax, data_name in zip(axes[0], datasets):
         rows = [r for r in table if r.dataset == data_name]
-        names, means = [r.model for r in rows], [r.ll_mean for r in rows]
-        colors = ["C3" if m.startswith("pissm") else "C7" if m == "pf" else "C0" for m in names]
-        ax.barh(range(len(rows)), means, xerr=[r.ll_std for r in rows], color=colors)
-        ax.set_yticks(range(len(rows)), names)
+        means = np.array([r.ll_mean for r in rows])
+        finite = means[np.isfinite(means)]
+        # the axis spans the rows that are not far below the best (the paper's values included), so one diverged
+        # row (Lorenz at -80) does not squash the rest
+        paper = np.array([np.nan if r.paper_ll is None else r.paper_ll for r in rows])
+        shown = np.concatenate([finite, paper[np.isfinite(paper)]])
+        top = shown.max() if shown.size else 1.0
+        near = shown[shown >= top - 3 * max(np.median(np.abs(shown - np.median(shown))), 0.5)] if shown.size else shown
+        left = min(near.min() if near.size else 0.0, 0.0)
+        left -= 0.08 * (top - left + 1e-9)
+        colors = ["C3" if r.model.startswith("pissm") else "C7" if r.model == "pf" else "C0" for r in rows]
+        ax.barh(range(len(rows)), np.where(np.isfinite(means), np.maximum(means, left), 0.0),
+                xerr=[r.ll_std if np.isfinite(r.ll_mean) and r.ll_mean >= left else 0.0 for r in rows], color=colors)
+        for i, r in enumerate(rows):
+            if not np.isfinite(r.ll_mean):
+                ax.text(0.0, i, " no run trained" if r.failed else " no finite score", va="center", fontsize=7)
+            elif r.ll_mean < left:
+                ax.text(max(0.0, left), i, f" ← {r.ll_mean:.1f} (bar cut)", va="center", ha="left", fontsize=7)
+        ax.plot(paper, range(len(rows)), "kD", ms=4, label="paper")
+        ax.set_xlim(left, None)
+        ax.set_yticks(range(len(rows)), [r.model for r in rows])
         ax.invert_yaxis()
-        finite = [m for m in means if np.isfinite(m)]
-        if finite:
-            lo = min(finite)
-            ax.set_xlim(lo - 0.1 * (max(finite) - lo + 1e-9), None)
-        ax.set_title(f"{data_name}: test log q(y_t | y_1:t-1) per step")
+        ax.set_title(f"Table 1, {data_name}: test log q(y_t | y_1:t-1) per step", fontsize=9)
+    handles = [Patch(color="C3", label="pi-SSM"), Patch(color="C0", label="baselines"),
+               Patch(color="C7", label="particle filter"), Line2D([], [], color="k", marker="D", ls="", ms=4,
+                                                                 label="paper (Table 1)")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=7)
     return fig
 
 
@@ -196,17 +218,21 @@ def plot_stability(model: str, panels: list[tuple[str, float, dict]]):
         ratio = np.asarray(record["recurrent_norm"], float) / np.asarray(record["radius"], float)
         steps = np.arange(1, ratio.size + 1)
         epochs = np.arange(1, len(record["train_loss"]) + 1) * ratio.size / max(len(record["train_loss"]), 1)
-        ax.plot(epochs, record["train_loss"], "C0o-", label="training loss (epoch mean)")
+        loss = ax.plot(epochs, record["train_loss"], "C0o-", label="training loss (epoch mean, left)")
         ax.set_xlabel("optimiser step")
         ax.set_ylabel("loss = -log q per step", color="C0")
         twin = ax.twinx()
-        twin.plot(steps, ratio, "C3", lw=1, label="||U||_inf / radius")
-        twin.axhline(1.0, color="k", ls=":", lw=1)
+        norm = twin.plot(steps, ratio, "C3", lw=1, label="||U||_inf / l1 radius (right)")
+        bound = [twin.axhline(1.0, color="k", ls=":", lw=1, label="ISS bound: ratio 1")]
         twin.set_ylabel("||U||_inf / l1 radius", color="C3")
+        handles = loss + norm + bound
         ax.set_title(f"{model}, {label} = {value:g}{FAILED[record['failed']]}")
         if record.get("failed_epoch", -1) >= 0:  # training stopped there: say so where the loss curve ends
             ax.text(0.02, 0.86, f"stopped after epoch {record['failed_epoch'] + 1}: a non-finite value",
                     transform=ax.transAxes, va="top", fontsize=7)
+    fig.suptitle("Fig. 8 (paper: the ISS run trains with ||U|| held below its bound; GC at the largest delta "
+                 "lets it grow and fails)", fontsize=9)
+    fig.legend(handles, [h.get_label() for h in handles], loc="outside lower center", ncol=3, fontsize=7)
     return fig
 
 
