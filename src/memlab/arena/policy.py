@@ -3,8 +3,10 @@
 Every sequence is its own task, drawn as the ictd study draws its pretraining tasks: a randomised Boyan chain with a
 random feature map (paper 2, Algorithm 2 of App. F.3, ``memlab.ictd.boyan.boyan_chain``): m states, features
 x(s) ~ U(-1, 1)^d, w* ~ U(-1, 1)^d, rewards r = (I - gamma P) X w*, so that v = (I - gamma P)^{-1} r = X w* is linear
-in the features; one trajectory S_0, R_1, S_1, ..., R_n, S_n from p0 (``ictd.mrp.sample_trajectory``, R_k = r(S_{k-1})).
-The canonical sizes are Table 1's: m = 64, d = 4, gamma = 0.9.
+in the features; one trajectory S_0, R_1, S_1, ..., R_n, S_n from Algorithm 2's p0 (``ictd.mrp.sample_trajectory``,
+R_k = r(S_{k-1})). The canonical sizes are Table 1's: m = 64, d = 4, gamma = 0.9. Table 1 trains at one context
+length, n = 10; here every context length from the burn-in to n = length / 2 is scored (4..32 at the leaderboard's
+length 64, which contains n = 10).
 
 The sequence alternates two kinds of step (2n steps; n = ceil(length / 2) transitions):
 
@@ -30,14 +32,16 @@ model may beat it: ``reference_exact = False``. Two choices make it well-posed:
 
 * burn-in: for k < d transitions rank A_k <= k < d and the fixed point is not unique; those query steps are not
   scored (``burn_in`` = d by default);
-* ridge: for k >= d, A_k can still be nearly singular, and the plain LSTD solution is heavy-tailed (its mean squared
-  error over 4000 sequences was 1.2e4 at k >= 5, its median 0.10). memlab solves the fixed-point equation in the
-  ridge-regularised (Tikhonov) sense, w_k = argmin |A_k w - b_k|^2 + lambda |w|^2 = (A_k^T A_k + lambda I)^{-1}
-  A_k^T b_k, whose lambda -> 0 limit is the minimum-norm solution (the LSTD solution when A_k is invertible) and
-  whose weight fades as A_k grows with k. lambda = 1 (``ridge``): of 0.03, 0.1, 0.3, 1, 3 it had the lowest mean loss
-  over k = 1..32 together with 0.3 (0.082 against 0.084-0.108) and the lightest tail.
+* ridge: for k >= d, A_k can still be nearly singular, and the plain LSTD solution is heavy-tailed (its mean
+  squared error over 4000 sequences was 1.2e4 at k >= 5, its median at k = 5 0.10). memlab solves the fixed-point
+  equation in the ridge-regularised (Tikhonov) sense, w_k = argmin |A_k w - b_k|^2 + lambda |w|^2
+  = (A_k^T A_k + lambda I)^{-1} A_k^T b_k, whose lambda -> 0 limit is the minimum-norm solution (the LSTD
+  solution when A_k is invertible) and whose weight fades as A_k grows with k. lambda = 1 (``ridge``): of 0.03,
+  0.1, 0.3, 1, 3 it had, with 0.3, the lowest mean loss over k = 1..32 (0.082 against 0.090-0.108 for the others;
+  4000 sequences) and the lighter tail.
 
-With these the reference's loss is about a fifth of the trivial one at length 64 (``value_losses`` reports both).
+With these the reference's loss is 0.063 against the trivial 0.446 (1024 sequences of length 64, k = 4..32;
+``value_losses`` reports both, and the TD loss per context length: 0.22 at k = 4, 0.019 at k = 32).
 """
 
 from __future__ import annotations
