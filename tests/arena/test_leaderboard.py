@@ -33,7 +33,8 @@ def test_analyse_averages_seeds_and_picks_the_closest_layer():
     cells = {"lgssm.gru": {"gap": [0.2, 0.4], "eval_gap": [[0.9, 0.2], [0.7, 0.4]], "parameters": 10, "state": 8,
                            "compiled_distance": [0.1, 0.3], "gradient_cosine": [0.5, 0.7]},
              "lgssm.lru": {"gap": [0.1, 0.1], "eval_gap": [[0.5, 0.1], [0.5, 0.1]], "parameters": 12, "state": 16,
-                           "compiled_distance": [0.0, 0.0], "gradient_cosine": [1.0, 1.0]}}
+                           "compiled_distance": [0.0, 0.0], "gradient_cosine": [1.0, 1.0],
+                           "longer_gap": []}}  # a (0, seeds) array as the cell store gives it back
     board = analyse(cfg, cells)
     gru = board.stats["lgssm"]["gru"]
     assert gru.gap == pytest.approx(0.3) and gru.se == pytest.approx(0.1) and gru.budget == pytest.approx([0.8, 0.3])

@@ -4,6 +4,8 @@
     hmm.py     next-observation prediction on HMMs; reference: the exact filter (``memlab.belief``)
     lgssm.py   next-observation prediction on linear-Gaussian models; reference: the Kalman filter
                (``memlab.pissm.kalman``)
+    policy.py  the value of a state in context on random MRPs (``memlab.ictd``); reference: the TD fixed point of the
+               context (approximate)
     tasks.py   the tasks by name (``register_task`` adds one)
     layers.py  the sequence layers by name, one interface (``register_layer`` adds one)
     model.py   the one model every layer runs in: embed -> pre-norm blocks -> head
@@ -19,6 +21,7 @@ from memlab.arena.hmm import HMMTask, mess3, random_hmm, two_state
 from memlab.arena.layers import LAYERS, LayerSpec, make_layer, register_layer, state_size
 from memlab.arena.lgssm import LGSSMTask, random_lgssm
 from memlab.arena.model import SequenceModel, parameter_count
+from memlab.arena.policy import PolicyEvalTask, value_losses
 from memlab.arena.task import (
     Batch,
     Task,
@@ -44,7 +47,8 @@ from memlab.arena.train import (
 )
 
 __all__ = ["LAYERS", "TASKS", "Baselines", "Batch", "Comparison", "Compiled", "HMMTask", "LGSSMTask", "LayerSpec",
-           "Scores", "SequenceModel", "Task", "TaskSpec", "TrainConfig", "TrainResult", "baselines",
+           "PolicyEvalTask", "Scores", "SequenceModel", "Task", "TaskSpec", "TrainConfig", "TrainResult", "baselines",
            "categorical_kl", "compare", "compiled_model", "cross_entropy", "make_layer", "make_model", "make_task",
            "make_train", "masked_mean", "mess3", "normalised_gap", "parameter_count", "random_hmm", "random_lgssm",
-           "reference_is_exact", "register_layer", "register_task", "score", "squared_error", "state_size", "two_state"]
+           "reference_is_exact", "register_layer", "register_task", "score", "squared_error", "state_size",
+           "two_state", "value_losses"]

@@ -13,6 +13,13 @@ can reach, and a trained model's distance to it shows whether training found tha
 * hmm (a near-deterministic T = (1 - eps) D + eps Q) -- the time-invariant Adaptive Logit Filter (paper 1, eq. 24),
   a linear recurrence in the logits with delta = sqrt(eps) (eq. 48), read out as log(E T softmax(w / delta)). It is
   an approximation: the paper bounds its decoding error (Theorem 5.5), not its predictive loss; its gap is not zero.
+* policy-eval -- paper 2's theta* (eq. 15): L layers of the dual-head softmax transformer on the prompt (13) of every
+  prefix of the context, i.e. L iterations of weighted softmax TD (Theorem 1), read at the query. An approximation of
+  the task's reference, for two reasons: weighted softmax TD is TD in the kernel space of exp(<x, x'>) normalised over
+  the context, whose fixed point is not the linear TD fixed point of the features; and on the Boyan features
+  (U(-1, 1)^4) the kernel is far from diagonal, Assumption 5.1 (min_s M_pi(s, s) >= (1 + gamma) / 2) fails and the
+  iteration is no contraction: its gap was 0.56 at Table 1's L = 3, 0.50 at L = 2, 3.0 at L = 15 (Fig. 1's depth)
+  and 8.2 at L = 30 (512 sequences of length 64).
 """
 
 from __future__ import annotations
@@ -30,11 +37,13 @@ from jax import Array
 
 from memlab.arena.hmm import HMMTask, predictive_logits
 from memlab.arena.lgssm import LGSSMTask
+from memlab.arena.policy import PolicyEvalTask
 from memlab.belief.alf import alf_backbone
 from memlab.belief.structure import is_permutation
+from memlab.ictd.softmax_td import feature_scores, kernel_weights, td_with_weights
 from memlab.layers.lru import LRU
 
-__all__ = ["Compiled", "compiled_model", "kalman_predictor", "kalman_transient", "logit_filter"]
+__all__ = ["Compiled", "compiled_model", "kalman_predictor", "kalman_transient", "logit_filter", "softmax_ictd"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +147,33 @@ def logit_filter(task: HMMTask) -> tuple[Callable[[Array], Array], bool]:
     return predict, exact
 
 
+def softmax_ictd(task: PolicyEvalTask, num_layers: int = 3) -> Callable[[Array], Array]:
+    """theta* of paper 2 (eq. 15) with ``num_layers`` layers on every prefix of a policy-eval sequence: (L, 2d + 2)
+    -> (L, 1), at both steps of pair k the value of the query S_k from transitions 1..k.
+
+    For prefix k the prompt (13) has columns x(S_0), ..., x(S_{k-1}) with rewards R_1..R_k and the query x(S_k); by
+    Theorem 1 the L-layer forward's readout is v_L(S_k) of weighted softmax TD (``ictd.softmax_td``), computed here on
+    the whole trajectory with the sources after k given score -inf (weight 0), so all prefixes share one program.
+    """
+    d = task.feature_dim
+
+    def predict(inputs: Array) -> Array:
+        transitions = inputs[0::2]  # (n, 2d + 2): [x(S_{k-1}), R_k, x(S_k), 0]
+        n = transitions.shape[0]
+        X = jnp.concatenate([transitions[:, :d], transitions[-1:, d + 1:2 * d + 1]])  # (n + 1, d): x(S_0..S_n)
+        scores = feature_scores(X)  # <x(S_i), x(S_j)>: A = diag(I_d, 0) of eq. (15)
+        rows = jnp.arange(n + 1)[:, None]
+
+        def prefix(k):  # v_L(S_k) from the prompt of transitions 1..k
+            K = kernel_weights(jnp.where(rows < k, scores, -jnp.inf), "softmax")  # eq. (4), (12)
+            return td_with_weights(K, transitions[:, d], task.gamma, num_layers)[-1, k]  # eq. (20)
+
+        values = jax.vmap(prefix)(jnp.arange(1, n + 1))
+        return jnp.repeat(values, 2)[:inputs.shape[0], None]
+
+    return predict
+
+
 def compiled_model(task) -> Compiled | None:
     """The compiled solution of ``task``, or None where memlab has none."""
     if isinstance(task, LGSSMTask):
@@ -150,4 +186,6 @@ def compiled_model(task) -> Compiled | None:
             return None
         return Compiled(predict, "exact linear filter, paper 1 Thm 4.4" if exact else
                         "ALF (delta = sqrt(eps)), paper 1 eq. (24)", exact=exact)
+    if isinstance(task, PolicyEvalTask):
+        return Compiled(softmax_ictd(task), "theta* (paper 2, eq. 15), 3 layers: weighted softmax TD", exact=False)
     return None

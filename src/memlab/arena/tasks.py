@@ -8,6 +8,7 @@ from typing import NamedTuple
 from memlab.arena.hmm import HMMTask, mess3, noisy_cycle, random_hmm, two_state
 from memlab.arena.layers import source_fingerprint
 from memlab.arena.lgssm import random_lgssm
+from memlab.arena.policy import PolicyEvalTask
 from memlab.arena.task import Task
 from memlab.plugins import load_plugins
 
@@ -35,6 +36,10 @@ TASKS: dict[str, TaskSpec] = {
                           "linear-recurrent-memory-pomdp"),
     "lgssm": TaskSpec(lambda: random_lgssm(0, 4, 2), "random stable linear-Gaussian model, 4 states, 2 outputs, "
                       "spectral radius 0.95, observation noise 0.1 (seed 0)", "pi-ssm-hybrid-state-space"),
+    "policy-eval": TaskSpec(PolicyEvalTask, "value of the query state in context, a fresh randomised Boyan chain per "
+                            "sequence (paper 2's Algorithm 2 and Table 1: 64 states, d = 4, gamma = 0.9); reference: "
+                            "the ridge TD fixed point of the context so far (approximate)",
+                            "softmax-transformers-in-context-td"),
 }
 
 

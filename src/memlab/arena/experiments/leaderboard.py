@@ -176,7 +176,9 @@ def analyse(cfg: LeaderboardConfig, cells: dict) -> Leaderboard:
                                    else float("nan"), gaps.tolist(), np.asarray(c["eval_gap"]).mean(0).tolist(),
                                    int(c["parameters"]), int(c["state"]), float(np.mean(c["compiled_distance"])),
                                    float(np.mean(c["gradient_cosine"])),
-                                   np.asarray(c.get("longer_gap", np.zeros((0, len(gaps)))), float).mean(1).tolist(),
+                                   # (multiples, seeds); the store gives an empty one back as [] (shape lost)
+                                   np.asarray(c.get("longer_gap", []), float).reshape(len(cfg.longer), len(gaps))
+                                   .mean(1).tolist(),
                                    float(np.mean(c.get("distance_loss", np.nan))))
     steps = [cfg.train.eval_every * (i + 1) for i in range(cfg.train.steps // cfg.train.eval_every)]
     closest = {t: min(stats[t], key=lambda m: stats[t][m].gap) for t in cfg.tasks}
