@@ -36,8 +36,9 @@ SUMMARY = """# arena.leaderboard
 Every layer in the same model (embed, {depth} pre-norm block(s) of width {width}: the layer, then an MLP; a linear
 head), trained on sequences drawn afresh at every step ({steps} Adam steps, batch {batch}, length {length}, peak
 learning rate {lr:g}), {seeds} seed(s), scored on {test_batch} held-out sequences by the normalised gap
-g = (L_model − L_ref) / (L_trivial − L_ref): 0 is the optimal predictor (the exact filter, the Kalman filter), 1 is
-the best predictor without memory.
+g = (L_model − L_ref) / (L_trivial − L_ref): 0 is the task's reference (the optimal predictor: the exact filter, the
+Kalman filter; or, where the task is marked "≈ reference", a stated approximation a model may beat: the TD fixed
+point of the context, a particle filter), 1 is the best predictor without memory.
 
 ![gaps](gaps.png)
 
@@ -48,10 +49,11 @@ the best predictor without memory.
 {table}
 
 Where a task has a compiled solution (`arena.compiled`: the steady-state Kalman predictor as an LRU on lgssm, the
-ALF on the near-deterministic HMMs), "distance to compiled" is the mean per-step distance of the trained model's
-predictions from the compiled model's (KL for symbols, squared error for vectors) and "input-gradient cosine" the
-cosine between the two models' gradients of the final step's loss with respect to the input sequence; "distance to
-reference" the same distance from the optimal predictor's predictions (KL(reference ‖ model) or squared error).
+ALF on the near-deterministic HMMs, θ* as softmax attention on policy-eval), "distance to compiled" is the mean
+per-step distance of the trained model's predictions from the compiled model's (KL for symbols, squared error for
+vectors) and "input-gradient cosine" the cosine between the two models' gradients of the final step's loss with
+respect to the input sequence; "distance to reference" the same distance from the optimal predictor's predictions
+(KL(reference ‖ model) or squared error).
 "gap at kT" (where shown): the gap on held-out sequences k times the training length T (length generalisation).
 
 Tasks: {tasks}
@@ -230,7 +232,8 @@ def _claims(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
 
 def _table(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> str:
     longer = [f"gap at {k}T" for k in cfg.longer]
-    rows = [(t, m, s.gap, s.se, *s.longer, s.reference_distance, s.parameters, s.state, s.compiled_distance,
+    names = {t: t if reference_is_exact(make_task(t)) else f"{t} (≈ reference)" for t in cfg.tasks}
+    rows = [(names[t], m, s.gap, s.se, *s.longer, s.reference_distance, s.parameters, s.state, s.compiled_distance,
              s.gradient_cosine) for t in cfg.tasks for m, s in board.stats[t].items()]
     return run.save_table("leaderboard.csv", ["task", "layer", "gap", "se", *longer, "distance to reference",
                                               "parameters", "state", "distance to compiled",
