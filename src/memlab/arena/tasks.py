@@ -8,6 +8,8 @@ from typing import NamedTuple
 from memlab.arena.hmm import HMMTask, mess3, noisy_cycle, random_hmm, two_state
 from memlab.arena.layers import source_fingerprint
 from memlab.arena.lgssm import random_lgssm
+from memlab.arena.mqar import MQARTask
+from memlab.arena.recall_predict import RecallPredictTask
 from memlab.arena.task import Task
 from memlab.plugins import load_plugins
 
@@ -35,6 +37,12 @@ TASKS: dict[str, TaskSpec] = {
                           "linear-recurrent-memory-pomdp"),
     "lgssm": TaskSpec(lambda: random_lgssm(0, 4, 2), "random stable linear-Gaussian model, 4 states, 2 outputs, "
                       "spectral radius 0.95, observation noise 0.1 (seed 0)", "pi-ssm-hybrid-state-space"),
+    "recall-predict": TaskSpec(RecallPredictTask, "paper 4's recall-predict task, well-posed linear target, A.1's "
+                               "content law (alpha = 1, 32-point grid) and tags +-1, query inserted before and after "
+                               "the length - 2 context tokens; reference: the recall band's fitted predictor "
+                               "(approximate)", "mamba-measure-valued-recall"),
+    "mqar": TaskSpec(MQARTask, "Zoology's multi-query associative recall: vocabulary 128 (63 keys, 64 values, filler "
+                     "0), 4 key-value pairs, query gaps of power law 0.01; reference: exact lookup", ""),
 }
 
 
