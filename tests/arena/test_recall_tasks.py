@@ -14,7 +14,7 @@ from memlab.arena.mqar import MQARTask
 from memlab.arena.recall_predict import RecallPredictTask, context_predictor
 from memlab.arena.task import Batch, reference_is_exact
 from memlab.arena.tasks import make_task
-from memlab.arena.train import TrainConfig, baselines, make_train, score
+from memlab.arena.train import TrainConfig, baselines, compare, make_train, score
 from memlab.recall import RecallTask, baseline_mse, value_moments
 
 # -- MQAR ----------------------------------------------------------------------------------------------------------
@@ -189,3 +189,16 @@ def test_a_few_training_steps_give_finite_losses(name):
     result = jax.jit(make_train(task, "lru", 8, 1, TrainConfig(steps=4, batch=8, length=16, eval_every=2), test))(
         jax.random.key(9))
     assert np.all(np.isfinite(np.asarray(result.train_loss))) and np.all(np.isfinite(np.asarray(result.eval_loss)))
+
+
+def test_compare_reads_the_last_scored_step_where_the_final_step_is_not_scored():
+    """MQAR's queries sit at even positions, so the final step of an even length is never scored: the input-gradient
+    cosine reads each sequence's last query instead (1 for a model against itself, below 1 against a softer one)."""
+    task = MQARTask()
+    batch = task.sample(jax.random.key(10), 16, 32)
+    assert not np.any(np.asarray(batch.mask)[:, -1])
+    sharp, soft = lookup_attention(task), lookup_attention(task, 2.0, 2.0)
+    itself = compare(task, soft, soft, batch)
+    assert float(itself.distance) == 0.0 and float(itself.gradient_cosine) == pytest.approx(1.0, abs=1e-5)
+    other = compare(task, soft, sharp, batch)
+    assert float(other.distance) > 0.0 and -1.0 <= float(other.gradient_cosine) < 0.999
