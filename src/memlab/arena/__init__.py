@@ -6,11 +6,15 @@
                (``memlab.pissm.kalman``)
     policy.py  the value of a state in context on random MRPs (``memlab.ictd``); reference: the TD fixed point of the
                context (approximate)
+    recall_predict.py  paper 4's recall-predict task (well-posed variant); reference: the recall band's predictor
+               (``memlab.recall.band``, approximate)
+    mqar.py    Zoology's multi-query associative recall; reference: exact lookup
     tasks.py   the tasks by name (``register_task`` adds one)
     layers.py  the sequence layers by name, one interface (``register_layer`` adds one)
     model.py   the one model every layer runs in: embed -> pre-norm blocks -> head
     train.py   make_train(...) -> train(key); score a model beside the reference and trivial predictors; compare two
-    compiled.py  compiled solutions: the steady-state Kalman predictor as an LRU, the ALF
+    compiled.py  compiled solutions: the steady-state Kalman predictor as an LRU, the ALF, theta* as softmax
+                 attention, attention as exact lookup
 
 Experiments, in ``experiments/``: ``arena.leaderboard``, ``arena.compiled``. The arena sits above the four paper
 studies: it uses their public references, and no study imports it.
@@ -21,7 +25,9 @@ from memlab.arena.hmm import HMMTask, mess3, random_hmm, two_state
 from memlab.arena.layers import LAYERS, LayerSpec, make_layer, register_layer, state_size
 from memlab.arena.lgssm import LGSSMTask, random_lgssm
 from memlab.arena.model import SequenceModel, parameter_count
+from memlab.arena.mqar import MQARTask
 from memlab.arena.policy import PolicyEvalTask, value_losses
+from memlab.arena.recall_predict import RecallPredictTask
 from memlab.arena.task import (
     Batch,
     Task,
@@ -47,8 +53,8 @@ from memlab.arena.train import (
 )
 
 __all__ = ["LAYERS", "TASKS", "Baselines", "Batch", "Comparison", "Compiled", "HMMTask", "LGSSMTask", "LayerSpec",
-           "PolicyEvalTask", "Scores", "SequenceModel", "Task", "TaskSpec", "TrainConfig", "TrainResult", "baselines",
-           "categorical_kl", "compare", "compiled_model", "cross_entropy", "make_layer", "make_model", "make_task",
-           "make_train", "masked_mean", "mess3", "normalised_gap", "parameter_count", "random_hmm", "random_lgssm",
-           "reference_is_exact", "register_layer", "register_task", "score", "squared_error", "state_size",
-           "two_state", "value_losses"]
+           "MQARTask", "PolicyEvalTask", "RecallPredictTask", "Scores", "SequenceModel", "Task", "TaskSpec",
+           "TrainConfig", "TrainResult", "baselines", "categorical_kl", "compare", "compiled_model", "cross_entropy",
+           "make_layer", "make_model", "make_task", "make_train", "masked_mean", "mess3", "normalised_gap",
+           "parameter_count", "random_hmm", "random_lgssm", "reference_is_exact", "register_layer", "register_task",
+           "score", "squared_error", "state_size", "two_state", "value_losses"]

@@ -8,7 +8,9 @@ from typing import NamedTuple
 from memlab.arena.hmm import HMMTask, mess3, noisy_cycle, random_hmm, two_state
 from memlab.arena.layers import source_fingerprint
 from memlab.arena.lgssm import random_lgssm
+from memlab.arena.mqar import MQARTask
 from memlab.arena.policy import PolicyEvalTask
+from memlab.arena.recall_predict import RecallPredictTask
 from memlab.arena.task import Task
 from memlab.plugins import load_plugins
 
@@ -40,6 +42,12 @@ TASKS: dict[str, TaskSpec] = {
                             "sequence (paper 2's Algorithm 2 and Table 1: 64 states, d = 4, gamma = 0.9); reference: "
                             "the ridge TD fixed point of the context so far (approximate)",
                             "softmax-transformers-in-context-td"),
+    "recall-predict": TaskSpec(RecallPredictTask, "paper 4's recall-predict task, well-posed linear target, A.1's "
+                               "content law (alpha = 1, 32-point grid) and tags +-1, query inserted before and after "
+                               "the length - 2 context tokens; reference: the recall band's fitted predictor "
+                               "(approximate)", "mamba-measure-valued-recall"),
+    "mqar": TaskSpec(MQARTask, "Zoology's multi-query associative recall: vocabulary 128 (63 keys, 64 values, filler "
+                     "0), 4 key-value pairs, query gaps of power law 0.01; reference: exact lookup", ""),
 }
 
 

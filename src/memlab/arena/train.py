@@ -143,10 +143,11 @@ def score(task: Task, model: Callable[[Array], Array], batch: Batch, base: Basel
 
 class Comparison(NamedTuple):
     """How close two models are on a batch: ``distance`` the mean over scored steps of ``task.distance`` between
-    their outputs (the first model's against the second's); ``gradient_cosine`` the mean over sequences (whose final
-    step is scored) of the cosine between the gradients, with respect to the whole input sequence, of each model's
-    loss at the final step (von Oswald et al. 2023 compare models by the input gradients of their predictions; the
-    loss's is the prediction's weighted by d loss / d prediction, one number per sequence)."""
+    their outputs (the first model's against the second's); ``gradient_cosine`` the mean over sequences (with a
+    scored step) of the cosine between the gradients, with respect to the whole input sequence, of each model's
+    loss at the sequence's last scored step (the final step where every step is scored; von Oswald et al. 2023
+    compare models by the input gradients of their predictions; the loss's is the prediction's weighted by
+    d loss / d prediction, one number per sequence), NaN if no sequence has one."""
 
     distance: Array
     gradient_cosine: Array
@@ -154,13 +155,19 @@ class Comparison(NamedTuple):
 
 def compare(task: Task, model: Callable[[Array], Array], other: Callable[[Array], Array], batch: Batch) -> Comparison:
     """:class:`Comparison` of ``model`` with ``other`` (each one sequence (L, input_size) -> (L, output_size))."""
+    length = batch.mask.shape[1]
+    last = length - 1 - jnp.argmax(batch.mask[:, ::-1], axis=1)  # (B,): each sequence's last scored step
+    last_scored = jax.nn.one_hot(last, length, dtype=bool) & batch.mask  # all False in a sequence with none
+
     def final_loss(m, inputs):  # sequences are independent: the gradient of the sum is each sequence's own
-        return jnp.sum(jnp.where(batch.mask[:, -1], task.loss(jax.vmap(m)(inputs), batch)[:, -1], 0.0))
+        return jnp.sum(jnp.where(last_scored, task.loss(jax.vmap(m)(inputs), batch), 0.0))
 
     outputs, other_outputs = jax.vmap(model)(batch.inputs), jax.vmap(other)(batch.inputs)
     distance = masked_mean(task.distance(outputs, other_outputs), batch.mask)
     g, h = (jax.grad(final_loss, argnums=1)(m, batch.inputs).reshape(batch.inputs.shape[0], -1) for m in (model, other))
     norms = jnp.linalg.norm(g, axis=-1) * jnp.linalg.norm(h, axis=-1)
-    scored = batch.mask[:, -1] & (norms > 0)  # a sequence whose final step is not scored has no gradient to compare
+    scored = jnp.any(batch.mask, axis=1) & (norms > 0)  # a sequence with no scored step has no gradient to compare
     cosine = jnp.sum(g * h, -1) / jnp.where(scored, norms, 1.0)
-    return Comparison(distance, jnp.sum(jnp.where(scored, cosine, 0.0)) / jnp.maximum(jnp.sum(scored), 1))
+    count = jnp.sum(scored)
+    return Comparison(distance, jnp.where(count > 0, jnp.sum(jnp.where(scored, cosine, 0.0)) / jnp.maximum(count, 1),
+                                          jnp.nan))

@@ -49,11 +49,11 @@ point of the context, a particle filter), 1 is the best predictor without memory
 {table}
 
 Where a task has a compiled solution (`arena.compiled`: the steady-state Kalman predictor as an LRU on lgssm, the
-ALF on the near-deterministic HMMs, θ* as softmax attention on policy-eval), "distance to compiled" is the mean
-per-step distance of the trained model's predictions from the compiled model's (KL for symbols, squared error for
-vectors) and "input-gradient cosine" the cosine between the two models' gradients of the final step's loss with
-respect to the input sequence; "distance to reference" the same distance from the optimal predictor's predictions
-(KL(reference ‖ model) or squared error).
+ALF on the near-deterministic HMMs, θ* as softmax attention on policy-eval, attention as exact lookup on mqar),
+"distance to compiled" is the mean per-step distance of the trained model's predictions from the compiled model's
+(KL for symbols, squared error for vectors) and "input-gradient cosine" the cosine between the two models' gradients
+of the last scored step's loss with respect to the input sequence; "distance to reference" the same distance from
+the reference's predictions (KL(reference ‖ model) or squared error).
 "gap at kT" (where shown): the gap on held-out sequences k times the training length T (length generalisation).
 
 Tasks: {tasks}
