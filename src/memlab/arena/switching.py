@@ -221,8 +221,9 @@ def exact_predictive_mean(task: SwitchingLGSSMTask, ys: Array) -> Array:
 
 def particle_predictive_mean(task: SwitchingLGSSMTask, ys: Array, key: Array, num_particles: int) -> Array:
     """E[y_{t+1} | y_{1:t}] (L, D) for one sequence ys (L, D) by the Rao-Blackwellised particle filter of the
-    module docstring with P = ``num_particles`` mode histories (``lax.scan``; vmap and jit outside). It equals
-    :func:`exact_predictive_mean` while K^t <= P up to resampling noise, and exactly when all modes are equal."""
+    module docstring with P = ``num_particles`` mode histories (``lax.scan``; vmap and jit outside). It is
+    :func:`exact_predictive_mean` at every step t with K^(t-1) <= P (``optimal_resample`` keeps every history while
+    they fit), and at every step when all modes are equal."""
     P = check_int("num_particles", num_particles)
 
     def step(bank, inputs):
