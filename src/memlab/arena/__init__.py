@@ -4,6 +4,9 @@
     hmm.py     next-observation prediction on HMMs; reference: the exact filter (``memlab.belief``)
     lgssm.py   next-observation prediction on linear-Gaussian models; reference: the Kalman filter
                (``memlab.pissm.kalman``)
+    switching.py  the same for switching linear-Gaussian models (K modes); reference: a Rao-Blackwellised
+               particle filter (approximate), beside the exact enumeration of mode histories for short sequences
+    small_kalman.py  the Kalman step for small matrices, fused under vmap (the particle filter's engine)
     policy.py  the value of a state in context on random MRPs (``memlab.ictd``); reference: the TD fixed point of the
                context (approximate)
     recall_predict.py  paper 4's recall-predict task (well-posed variant); reference: the recall band's predictor
@@ -28,6 +31,7 @@ from memlab.arena.model import SequenceModel, parameter_count
 from memlab.arena.mqar import MQARTask
 from memlab.arena.policy import PolicyEvalTask, value_losses
 from memlab.arena.recall_predict import RecallPredictTask
+from memlab.arena.switching import SwitchingLGSSMTask, exact_predictive_mean, random_switching_lgssm
 from memlab.arena.task import (
     Batch,
     Task,
@@ -53,8 +57,9 @@ from memlab.arena.train import (
 )
 
 __all__ = ["LAYERS", "TASKS", "Baselines", "Batch", "Comparison", "Compiled", "HMMTask", "LGSSMTask", "LayerSpec",
-           "MQARTask", "PolicyEvalTask", "RecallPredictTask", "Scores", "SequenceModel", "Task", "TaskSpec",
-           "TrainConfig", "TrainResult", "baselines", "categorical_kl", "compare", "compiled_model", "cross_entropy",
-           "make_layer", "make_model", "make_task", "make_train", "masked_mean", "mess3", "normalised_gap",
-           "parameter_count", "random_hmm", "random_lgssm", "reference_is_exact", "register_layer", "register_task",
-           "score", "squared_error", "state_size", "two_state", "value_losses"]
+           "MQARTask", "PolicyEvalTask", "RecallPredictTask", "Scores", "SequenceModel", "SwitchingLGSSMTask", "Task",
+           "TaskSpec", "TrainConfig", "TrainResult", "baselines", "categorical_kl", "compare", "compiled_model",
+           "cross_entropy", "exact_predictive_mean", "make_layer", "make_model", "make_task", "make_train",
+           "masked_mean", "mess3", "normalised_gap", "parameter_count", "random_hmm", "random_lgssm",
+           "random_switching_lgssm", "reference_is_exact", "register_layer", "register_task", "score",
+           "squared_error", "state_size", "two_state", "value_losses"]

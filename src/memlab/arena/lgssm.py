@@ -19,7 +19,7 @@ from memlab.arena.task import Batch, squared_error
 from memlab.checks import check_int, check_real
 from memlab.pissm.kalman import kalman_filter, sample_lgssm
 
-__all__ = ["LGSSMTask", "random_lgssm"]
+__all__ = ["LGSSMTask", "best_linear_prediction", "random_lgssm"]
 
 
 class LGSSMTask(eqx.Module):
@@ -74,12 +74,18 @@ class LGSSMTask(eqx.Module):
         y_mean = mean @ C.T  # E[y_t] (L, D)
         y_cov = jnp.einsum("dm,tmn,en->tde", C, cov, C) + R  # Cov(y_t)
         cross = jnp.einsum("dm,mk,tkn,en->tde", C, A, cov, C)  # Cov(y_{t+1}, y_t)
-        gain = jnp.linalg.solve(y_cov, jnp.swapaxes(cross, -1, -2)).swapaxes(-1, -2)  # cross y_cov^{-1}
-        next_mean = mean @ (C @ A).T  # E[y_{t+1}]
-        return next_mean + jnp.einsum("tde,bte->btd", gain, batch.inputs - y_mean)
+        return best_linear_prediction(batch.inputs, y_mean, y_cov, mean @ (C @ A).T, cross)
 
     def distance(self, outputs: Array, reference: Array) -> Array:
         return squared_error(outputs, reference)
+
+
+def best_linear_prediction(ys: Array, y_mean: Array, y_cov: Array, next_mean: Array, cross: Array) -> Array:
+    """E[y_{t+1}] + Cov(y_{t+1}, y_t) Cov(y_t)^{-1} (y_t - E[y_t]) (B, L, D): the best linear predictor of y_{t+1}
+    from y_t (the conditional mean when the pair is jointly Gaussian). ys (B, L, D); y_mean (L, D) E[y_t], y_cov
+    (L, D, D) Cov(y_t), next_mean (L, D) E[y_{t+1}], cross (L, D, D) Cov(y_{t+1}, y_t)."""
+    gain = jnp.linalg.solve(y_cov, jnp.swapaxes(cross, -1, -2)).swapaxes(-1, -2)  # cross y_cov^{-1}
+    return next_mean + jnp.einsum("tde,bte->btd", gain, ys - y_mean)
 
 
 def random_lgssm(seed: int, state_size: int, obs_size: int, radius: float = 0.95, noise: float = 0.1) -> LGSSMTask:

@@ -11,6 +11,7 @@ from memlab.arena.lgssm import random_lgssm
 from memlab.arena.mqar import MQARTask
 from memlab.arena.policy import PolicyEvalTask
 from memlab.arena.recall_predict import RecallPredictTask
+from memlab.arena.switching import random_switching_lgssm
 from memlab.arena.task import Task
 from memlab.plugins import load_plugins
 
@@ -48,6 +49,10 @@ TASKS: dict[str, TaskSpec] = {
                                "(approximate)", "mamba-measure-valued-recall"),
     "mqar": TaskSpec(MQARTask, "Zoology's multi-query associative recall: vocabulary 128 (63 keys, 64 values, filler "
                      "0), 4 key-value pairs, query gaps of power law 0.01; reference: exact lookup", ""),
+    "switching": TaskSpec(lambda: random_switching_lgssm(0), "switching linear-Gaussian model, 3 modes turning the "
+                          "state by pi/4, pi/2, 3 pi/4 per step, stay probability 0.95, 4 states, 2 outputs, "
+                          "radius 0.95, observation noise 0.1 (seed 0); reference: a 32-particle Rao-Blackwellised "
+                          "particle filter (approximate)", "pi-ssm-hybrid-state-space"),
 }
 
 
