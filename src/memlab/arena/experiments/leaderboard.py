@@ -29,7 +29,7 @@ from memlab.store import cell
 
 FLOOR = 1e-3  # the smallest gap the figures resolve
 
-ALL_LAYERS = ("lru", "s5", "mamba", "gru", "lstm", "attention", "linear-attention", "gated-deltanet")
+ALL_LAYERS = ("lru", "s5", "mamba", "gru", "lstm", "attention", "linear-attention", "gated-deltanet", "lof")
 
 SUMMARY = """# arena.leaderboard
 
@@ -258,7 +258,7 @@ def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
 
 
 # quick: the canonical task of each family with a reference (hmm-mess3, lgssm), 400 steps, 2 seeds: about 4
-# minutes on the 2 cores, compiles included (8 layers x 2 tasks, a cell compiles in 11-20 s)
+# minutes on the 2 cores, compiles included (9 layers x 2 tasks, a cell compiles in 11-20 s)
 QUICK_TRAIN = TrainConfig(steps=400, batch=32, length=64, learning_rate=3e-3, eval_every=100)
 
 PAPER = LeaderboardConfig(seeds=3, train=TrainConfig(steps=5000, eval_every=250), width=64, depth=2, longer=(2, 4))
