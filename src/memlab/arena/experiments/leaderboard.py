@@ -223,6 +223,11 @@ def _claims(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
         run.claim("no-layer-beats-the-reference", "no trained layer beats the optimal predictor (a check of the "
                   "references and the harness)", "arena",
                   f"lowest gap: {worst[1]} on {worst[0]} {s.gap:.3f} ± {s.se:.3f}", bool(s.gap > -tolerance))
+    if "mqar" in cfg.tasks and "attention" in cfg.layers:  # Zoology (Arora et al. 2023, Fig. 2): attention solves
+        s = board.stats["mqar"]["attention"]  # MQAR at every model width it tried, gated convolutions need more
+        run.claim("attention-solves-mqar", f"softmax attention solves MQAR at width {cfg.width}: gap <= 0.05",
+                  "Zoology (Arora et al. 2023), Fig. 2: attention solves MQAR at the smallest width",
+                  f"gap {s.gap:.3f} ± {s.se:.3f}", bool(s.gap <= 0.05))
     memoryless = [(t, m) for t in cfg.tasks for m in cfg.layers if board.stats[t][m].gap >= 1.0]
     run.claim("every-layer-uses-memory", "every layer beats the best predictor without memory on every task",
               "arena", "all below 1" if not memoryless else "not below 1: " + ", ".join(f"{m} on {t}"
