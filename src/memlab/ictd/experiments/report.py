@@ -332,9 +332,9 @@ def plot_trajectories(grid: list[list[View]], window: int):
     """Fig. 5 / 6(a,b): trailing average (``window``) per seed, mean +- s.e.m. over seeds. ``grid`` rows: score forms
     (paper, mirrored), columns: settings (masks); one panel of V_em and A_em per view, each seed truncated at its best
     step as App. F.3 does, and below each column one panel of d_t, which the score form does not change (every seed
-    to the end of training). Where truncated seeds have left the mean (fewer than all seeds), the curve is pale and a
-    dotted line marks the first step with fewer seeds: what the remaining seeds average to is no longer comparable
-    with the steps before. One legend below the panels."""
+    to the end of training). A grey step line gives the share of seeds still in the mean; where fewer than half of
+    them are left, the curve is pale: a mean of the few seeds that trained longest is not comparable with the steps
+    before (the paper run's Fig. 5 jumped there). One legend below the panels."""
     R, C = len(grid), len(grid[0])
     fig, axes = plots.figure(R + 1, C, width=max(5.2 * C, 8.0), height=2.4 * (R + 1) + 0.6, squeeze=False,
                              sharex="col")
@@ -344,14 +344,13 @@ def plot_trajectories(grid: list[list[View]], window: int):
             view, ax = grid[r][c], axes[r, c]
             for data, color in ((view.V_em, "tab:blue"), (view.A_em, "tab:orange")):
                 mean, sem, count = truncated_mean_sem(trailing_mean(data, window), view.stop)
-                steps, full = np.arange(mean.size), count == seeds
-                pale = ~full | np.append(~full[1:], False)  # from the last step with every seed on: no gap
-                ax.plot(np.where(full, steps, np.nan), mean, color=color, lw=1.2)
-                ax.fill_between(steps, mean - sem, mean + sem, where=full, color=color, alpha=0.25, lw=0)
+                steps, enough = np.arange(mean.size), 2 * count >= seeds
+                pale = ~enough | np.append(~enough[1:], False)  # from the last step with enough seeds: no gap
+                ax.plot(np.where(enough, steps, np.nan), mean, color=color, lw=1.2)
+                ax.fill_between(steps, mean - sem, mean + sem, where=enough, color=color, alpha=0.25, lw=0)
                 ax.plot(np.where(pale, steps, np.nan), mean, color=color, lw=0.8, alpha=0.45)
-            first = int(view.stop.min()) + 1  # the first step that the earliest-stopping seed did not reach
-            if first <= int(view.stop.max()):
-                ax.axvline(first, color="0.3", ls=":", lw=1)
+            if count.min() < seeds:
+                ax.plot(steps, count / seeds, color="0.5", lw=0.8, drawstyle="steps-post")
             truncated = np.sum(view.stop < view.V_em.shape[1] - 1)
             ax.set(ylim=(-0.03, 1.03), ylabel="score",
                    title=f"{view.title}\n({truncated}/{seeds} seeds truncated at their best step)")
@@ -364,10 +363,10 @@ def plot_trajectories(grid: list[list[View]], window: int):
         ax.axhline(1 / view.n, color="0.4", ls=":", lw=1)
         ax.set(xlabel="training step", ylabel="$d_t$",
                title=f"{view.title.split(':')[0]}: $d_t$, every seed to the end")
-    handles = [plots.key(f"$V_{{em}}$ (all {seeds} seeds; band ± s.e.m.)", color="tab:blue"),
-               plots.key(f"$A_{{em}}$ (all {seeds} seeds)", color="tab:orange"),
-               plots.key("pale: fewer seeds (the others stopped)", lw=0.8, alpha=0.45),
-               plots.key(f"first step with < {seeds} seeds", ls=":", lw=1, color="0.3"),
+    handles = [plots.key("$V_{em}$ (band ± s.e.m.)", color="tab:blue"),
+               plots.key("$A_{em}$", color="tab:orange"),
+               plots.key(f"pale: fewer than half of the {seeds} seeds left", lw=0.8, alpha=0.45),
+               plots.key("share of seeds in the mean (the others stopped at their best step)", lw=0.8, color="0.5"),
                plots.key("$d_t$", color="tab:green"),
                plots.key(f"uniform attention 1/n = {1 / grid[0][0].n:.2g}", ls=":", lw=1, color="0.4")]
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=7)
