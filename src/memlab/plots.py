@@ -85,9 +85,6 @@ def blank_panels(fig) -> list[str]:
     return blank
 
 
-PAPER_STYLE = {"color": "k", "marker": "D", "ls": "", "ms": 4}  # the paper's number beside ours, in every figure
-
-
 def key(label: str, color: str = "0.35", **style):
     """A legend entry for a line style that several curves share (e.g. ``key("fit", ls="--")``), drawn in grey so
     that it names the style, not a curve. Pass it in ``handles`` to ``legend``."""
