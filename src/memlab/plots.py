@@ -83,3 +83,17 @@ def blank_panels(fig) -> list[str]:
             continue
         blank.append(ax.get_title() or f"panel {i}")
     return blank
+
+
+def key(label: str, color: str = "0.35", **style):
+    """A legend entry for a line style that several curves share (e.g. ``key("fit", ls="--")``), drawn in grey so
+    that it names the style, not a curve. Pass it in ``handles`` to ``legend``."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color=color, label=label, **style)
+
+
+def legend_outside(ax, handles=None, **kwargs):
+    """The legend of ``ax`` to the right of its axes, where it covers no data (constrained layout makes room)."""
+    kwargs = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, **kwargs}
+    return ax.legend(handles=handles, **kwargs) if handles is not None else ax.legend(**kwargs)

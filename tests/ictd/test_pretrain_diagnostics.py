@@ -16,7 +16,7 @@ from memlab.ictd.experiments.cells import (
     trailing_mean,
     truncated_mean_sem,
 )
-from memlab.ictd.experiments.report import plot_blocks
+from memlab.ictd.experiments.report import plot_blocks, plot_trajectories
 from memlab.ictd.transformer import theta_star
 
 # --------------------------------------------------------------------------- numbers behind the figures
@@ -102,3 +102,24 @@ def test_block_heatmap_is_the_seed_mean_scaled_by_its_max():
     images = [ax.images[0].get_array() for ax in fig.axes if ax.images]
     np.testing.assert_allclose(images[0], V)
     np.testing.assert_allclose(images[1], A)
+
+
+def test_trajectories_average_the_seeds_that_reach_each_step_and_draw_d_t_once_per_setting():
+    rng = np.random.default_rng(0)
+    S, T, stop = 3, 12, np.array([11, 5, 8])
+    V, A, d = rng.uniform(size=(3, S, T))
+    views = [View(f"m{c}: scores", V, A, d, stop, 10) for c in range(2)]
+    fig = plot_trajectories([[views[0], views[1]], [views[0], views[1]]], window=1)  # 2 forms x 2 settings
+    axes = np.array(fig.axes).reshape(3, 2)
+    assert [ax.get_ylabel() for ax in axes[:, 0]] == ["score", "score", "$d_t$"]  # d_t once per column
+    solid, pale = axes[0, 0].lines[:2]  # V_em: while at least half the seeds are in the mean, then the pale rest
+    reference = [V[stop >= t, t].mean() for t in range(T)]  # the seeds that reach step t
+    x, y = solid.get_xydata().T
+    np.testing.assert_array_equal(np.flatnonzero(np.isfinite(x)), np.arange(9))  # 2 or 3 of 3 seeds: steps 0..8
+    np.testing.assert_allclose(y[:9], reference[:9])
+    x, y = pale.get_xydata().T
+    np.testing.assert_array_equal(np.flatnonzero(np.isfinite(x)), np.arange(8, 12))  # joined at step 8
+    np.testing.assert_allclose(y[8:], reference[8:])
+    share = axes[0, 0].lines[-1].get_ydata()
+    np.testing.assert_allclose(share, [(stop >= t).mean() for t in range(T)])
+    np.testing.assert_allclose(axes[2, 0].lines[0].get_ydata(), d.mean(0))  # d_t untruncated, every seed

@@ -182,12 +182,14 @@ def _plot(ax, cfg, analysis: ReturnsAnalysis, memories, tail=False):
 
 
 def _figure(cfg, analysis: ReturnsAnalysis, run, memories, filename, title):
-    fig, axes = plots.figure(1, 2, width=10.0, height=3.6)
+    fig, axes = plots.figure(1, 2, width=11.5, height=3.6)
     _plot(axes[0], cfg, analysis, memories)
-    axes[0].set_title(f"(a) {title}")
+    axes[0].set_title(f"(a) {title}", fontsize=9)
     _plot(axes[1], cfg, analysis, memories, tail=True)
-    axes[1].set_title(f"(b) last {min(cfg.tail, analysis.curves[memories[0]].shape[1])} updates")
-    axes[0].legend(fontsize=7, loc="lower right")
+    axes[1].set_title(f"(b) last {min(cfg.tail, analysis.curves[memories[0]].shape[1])} updates", fontsize=9)
+    # beside the panels: inside (a) it covered the curves of the first updates
+    handles = [*axes[0].get_legend_handles_labels()[0], plots.key("± 1 std over seeds (shaded)", lw=6, alpha=0.2)]
+    plots.legend_outside(axes[1], handles=handles, fontsize=7)
     run.save_figure(fig, filename)
 
 
@@ -258,7 +260,7 @@ def _ordering_claim(run, analysis: ReturnsAnalysis, id, claim, paper, better, wo
 
 def run_ringworld_returns(cfg: RingWorldPPOConfig, run) -> dict:
     analysis = analyse(cfg, run.sweep(sweep_cells(cfg, run), "PPO runs"))
-    _figure(cfg, analysis, run, cfg.memories, "returns.png", "episodic return vs update")
+    _figure(cfg, analysis, run, cfg.memories, "returns.png", "Fig. 3 (paper): episodic return vs update")
     _returns_claims(cfg, analysis, run)
     run.write_summary(_summary(cfg, analysis, run, "belief.ringworld-returns", "Fig. 3",
                                "![returns](returns.png)"))
@@ -314,8 +316,8 @@ def run_deep_alf_inits(cfg: RingWorldPPOConfig, run) -> dict:
     analysis = analyse(cfg, run.sweep(sweep_cells(cfg, run), "PPO runs"))
     fig9 = [m for m in FIG9 if m in cfg.memories]
     fig10 = [m for m in FIG10 if m in cfg.memories]
-    _figure(cfg, analysis, run, fig9, "informed.png", "informed Deep ALF vs ALF and LOF + softmax (Fig. 9)")
-    _figure(cfg, analysis, run, fig10, "initialisations.png", "Deep ALF initialisations vs S5 (Fig. 10)")
+    _figure(cfg, analysis, run, fig9, "informed.png", "Fig. 9 (paper): informed Deep ALF vs ALF and LOF + softmax")
+    _figure(cfg, analysis, run, fig10, "initialisations.png", "Fig. 10 (paper): Deep ALF initialisations vs S5")
     _inits_claims(cfg, analysis, run)
     run.write_summary(_summary(cfg, analysis, run, "belief.deep-alf-inits", "Figs. 9, 10",
                                "![Fig. 9](informed.png)\n\n![Fig. 10](initialisations.png)"))

@@ -161,11 +161,12 @@ def analyse(cfg: MaskRelaxationConfig, cells: dict, seconds: dict | None = None)
 
 def _figures(cfg: MaskRelaxationConfig, s: MaskStats, run: Run) -> None:
     fig = plot_trajectories(s.grid, cfg.smooth_window)
-    fig.suptitle("Fig. 6(a, b): training trajectories; left full mask, right relaxed; top pair paper scores, "
-                 "bottom pair mirrored scores")
+    fig.suptitle(f"Fig. 6(a, b) (paper, App. F.5): training trajectories (trailing mean {cfg.smooth_window}, mean ± "
+                 "s.e.m. over seeds)\nleft full mask, right relaxed; rows: paper scores, mirrored scores, d_t",
+                 fontsize=10)
     run.save_figure(fig, "fig6ab_trajectories.png")
     fig = plot_emergence_vs_dt(s.grid, cfg.num_bins)
-    fig.suptitle("Fig. 6(c, d): emergence vs d_t (d_t at ρ = 0, eq. 34); top paper scores, bottom mirrored")
+    fig.suptitle("Fig. 6(c, d) (paper): emergence vs d_t (d_t at ρ = 0, eq. 34); top paper scores, bottom mirrored")
     run.save_figure(fig, "fig6cd_emergence_vs_dt.png")
     rows = []
     for form in FORMS:
@@ -173,7 +174,7 @@ def _figures(cfg: MaskRelaxationConfig, s: MaskStats, run: Run) -> None:
             ck = st.of_form(form)
             rows.append((checkpoint_title(f"{LABELS[m]}, {form} rule", ck.step, ck.score), ck.V, ck.A))
     fig = plot_blocks(rows)
-    fig.suptitle(f"Fig. 6(e, f): mean V0, A0 at best joint emergence ({cfg.train.num_seeds} seeds)")
+    fig.suptitle(f"Fig. 6(e, f) (paper): mean V0, A0 at best joint emergence ({cfg.train.num_seeds} seeds)")
     run.save_figure(fig, "fig6ef_blocks.png")
 
 

@@ -176,13 +176,15 @@ def _figures(cfg: PretrainExperimentConfig, s: PretrainStats, run: Run) -> None:
         (checkpoint_title("paper rule max min(V_em, A_em)", st.best.step, st.best.score), st.best.V, st.best.A),
         (checkpoint_title("mirrored rule max min(V_em(−V), A_em(−A))", st.mirror.step, st.mirror.score),
          st.mirror.V, st.mirror.A)])
-    fig.suptitle(f"Fig. 3(a): learned V0, A0 at the best checkpoint, mean of {train.num_seeds} seeds")
+    fig.suptitle(f"Fig. 3(a) (paper): learned V0, A0 at the best checkpoint, mean of {train.num_seeds} seeds")
     run.save_figure(fig, "fig3a_blocks.png")
     fig = plot_emergence_vs_dt(views, cfg.num_bins)
-    fig.suptitle(f"Fig. 3(b): emergence vs kernel diagonal mean, {train.num_steps} steps × {train.num_seeds} seeds")
+    fig.suptitle(f"Fig. 3(b) (paper): emergence vs kernel diagonal mean, {train.num_steps} steps × "
+                 f"{train.num_seeds} seeds")
     run.save_figure(fig, "fig3b_emergence_vs_dt.png")
-    fig = plot_trajectories(views, cfg.smooth_window)
-    fig.suptitle(f"Fig. 5: emergence vs training step (trailing mean {cfg.smooth_window}, mean ± s.e.m. over seeds)")
+    fig = plot_trajectories([[v] for v in s.views.values()], cfg.smooth_window)  # rows: paper, mirrored scores
+    fig.suptitle(f"Fig. 5 (paper, App. F.3): emergence vs training step\n(trailing mean {cfg.smooth_window}, mean ± "
+                 "s.e.m. over seeds)", fontsize=10)
     run.save_figure(fig, "fig5_emergence_vs_step.png")
 
 

@@ -329,27 +329,47 @@ def plot_blocks(rows: list[tuple[str, np.ndarray, np.ndarray]]):
 
 
 def plot_trajectories(grid: list[list[View]], window: int):
-    """Fig. 5 / 6(a,b): per view, trailing average (``window``) per seed, truncated at ``stop``, mean +- s.e.m. over
-    seeds; top V_em and A_em, bottom d_t. ``grid`` rows of views, each view taking two axes rows."""
+    """Fig. 5 / 6(a,b): trailing average (``window``) per seed, mean +- s.e.m. over seeds. ``grid`` rows: score forms
+    (paper, mirrored), columns: settings (masks); one panel of V_em and A_em per view, each seed truncated at its best
+    step as App. F.3 does, and below each column one panel of d_t, which the score form does not change (every seed
+    to the end of training). A grey step line gives the share of seeds still in the mean; where fewer than half of
+    them are left, the curve is pale: a mean of the few seeds that trained longest is not comparable with the steps
+    before (the paper run's Fig. 5 jumped there). One legend below the panels."""
     R, C = len(grid), len(grid[0])
-    fig, axes = plots.figure(2 * R, C, width=5.2 * C, height=2.5 * 2 * R, squeeze=False)
-    for r, views in enumerate(grid):
-        for c, view in enumerate(views):
-            top, bottom = axes[2 * r, c], axes[2 * r + 1, c]
-            for data, ax, label, color in ((view.V_em, top, "$V_{em}$", "tab:blue"),
-                                           (view.A_em, top, "$A_{em}$", "tab:orange"),
-                                           (view.d_t, bottom, "$d_t$", "tab:green")):
-                mean, sem, _ = truncated_mean_sem(trailing_mean(data, window), view.stop)
-                steps = np.arange(mean.size)
-                ax.plot(steps, mean, color=color, lw=1.2, label=label)
-                ax.fill_between(steps, mean - sem, mean + sem, color=color, alpha=0.25, lw=0)
-            bottom.axhline(1 / view.n, color="0.4", ls=":", lw=1, label=f"uniform attention 1/n = {1 / view.n:.2g}")
+    fig, axes = plots.figure(R + 1, C, width=max(5.2 * C, 8.0), height=2.4 * (R + 1) + 0.6, squeeze=False,
+                             sharex="col")
+    seeds = grid[0][0].stop.size
+    for c in range(C):
+        for r in range(R):
+            view, ax = grid[r][c], axes[r, c]
+            for data, color in ((view.V_em, "tab:blue"), (view.A_em, "tab:orange")):
+                mean, sem, count = truncated_mean_sem(trailing_mean(data, window), view.stop)
+                steps, enough = np.arange(mean.size), 2 * count >= seeds
+                pale = ~enough | np.append(~enough[1:], False)  # from the last step with enough seeds: no gap
+                ax.plot(np.where(enough, steps, np.nan), mean, color=color, lw=1.2)
+                ax.fill_between(steps, mean - sem, mean + sem, where=enough, color=color, alpha=0.25, lw=0)
+                ax.plot(np.where(pale, steps, np.nan), mean, color=color, lw=0.8, alpha=0.45)
+            if count.min() < seeds:
+                ax.plot(steps, count / seeds, color="0.5", lw=0.8, drawstyle="steps-post")
             truncated = np.sum(view.stop < view.V_em.shape[1] - 1)
-            top.set(ylim=(-0.03, 1.03), ylabel="score",
-                    title=f"{view.title}\n({truncated}/{view.stop.size} seeds truncated at their best step)")
-            bottom.set(xlabel="training step", ylabel="$d_t$")
-            top.legend(loc="best")
-            bottom.legend(loc="best")
+            ax.set(ylim=(-0.03, 1.03), ylabel="score",
+                   title=f"{view.title}\n({truncated}/{seeds} seeds truncated at their best step)")
+        view, ax = grid[0][c], axes[R, c]
+        every_step = np.full(view.stop.size, view.d_t.shape[1] - 1)
+        mean, sem, _ = truncated_mean_sem(trailing_mean(view.d_t, window), every_step)
+        steps = np.arange(mean.size)
+        ax.plot(steps, mean, color="tab:green", lw=1.2)
+        ax.fill_between(steps, mean - sem, mean + sem, color="tab:green", alpha=0.25, lw=0)
+        ax.axhline(1 / view.n, color="0.4", ls=":", lw=1)
+        ax.set(xlabel="training step", ylabel="$d_t$",
+               title=f"{view.title.split(':')[0]}: $d_t$, every seed to the end")
+    handles = [plots.key("$V_{em}$ (band ± s.e.m.)", color="tab:blue"),
+               plots.key("$A_{em}$", color="tab:orange"),
+               plots.key(f"pale: fewer than half of the {seeds} seeds left", lw=0.8, alpha=0.45),
+               plots.key("share of seeds in the mean (the others stopped at their best step)", lw=0.8, color="0.5"),
+               plots.key("$d_t$", color="tab:green"),
+               plots.key(f"uniform attention 1/n = {1 / grid[0][0].n:.2g}", ls=":", lw=1, color="0.4")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=7)
     return fig
 
 

@@ -14,6 +14,7 @@ from memlab import plots
 from memlab.pissm import metrics
 from memlab.pissm.data import Split
 from memlab.pissm.pong_modes import true_eigenvalues
+from memlab.pissm.runs import NUM_MODES
 
 __all__ = ["CHOICES", "DIRECT", "STABILITY_COLUMNS", "STABILITY_FORMATS", "TABLE1_COLUMNS", "TABLE1_FORMATS",
            "StabilityRow", "Table1Row", "blank", "plot_imputation", "plot_log_likelihoods", "plot_modes",
@@ -251,14 +252,27 @@ def plot_modes(split: Split, evaluation: dict, estimator: str):
     grid = fig.add_gridspec(3, 4)
     b = evaluation["b"]
     y, x, T = np.asarray(split.y[b]), np.asarray(split.x[b]), split.y.shape[1]
-    modes = np.asarray(evaluation["modes"])
-    ax = fig.add_subplot(grid[0, :2])
-    ax.scatter(x[:, 0], x[:, 2], c=np.asarray(split.z[b]), cmap="tab10", vmin=0, vmax=9, s=12)
-    ax.set(title="true trajectory, true mode (velocity quadrant)", xlim=(0, 1), ylim=(0, 1), aspect="equal")
-    ax = fig.add_subplot(grid[0, 2:])
+    modes, true_modes = np.asarray(evaluation["modes"]), np.asarray(split.z[b])
+    box = (-0.05, 1.05)  # the unit box with a margin: markers on a wall are not cut in half
+    ax = fig.add_subplot(grid[0, 0])
+    ax.scatter(x[:, 0], x[:, 2], c=true_modes, cmap="tab10", vmin=0, vmax=9, s=12)
+    ax.set(title="true path, true mode\n(velocity quadrant)", xlim=box, ylim=box, aspect="equal")
+    ax = fig.add_subplot(grid[0, 1])
     ax.scatter(y[:, 0], y[:, 1], c=modes % 20, cmap="tab20", vmin=0, vmax=19, s=12)
     ax.plot(x[:, 0], x[:, 2], "k-", lw=0.5, alpha=0.5)
-    ax.set(title="observations coloured by the sampled mode z_t", xlim=(-0.1, 1.1), ylim=(-0.1, 1.1), aspect="equal")
+    ax.set(title="observations coloured by\nthe sampled mode z_t", xlim=(-0.1, 1.1), ylim=(-0.1, 1.1), aspect="equal")
+    # the modes against time, the paper's second row: persistence is one colour per interval between bounces
+    ax = fig.add_subplot(grid[0, 2:])
+    ax.scatter(np.arange(T), np.ones(T), c=true_modes, cmap="tab10", vmin=0, vmax=9, s=28, marker="s")
+    ax.scatter(np.arange(T), np.zeros(T), c=modes % 20, cmap="tab20", vmin=0, vmax=19, s=28, marker="s")
+    for t in np.flatnonzero(np.asarray(split.events[b]).any(-1)):
+        ax.axvline(t, color="k", lw=0.5, alpha=0.3)
+    in_use = evaluation.get("modes_in_use")
+    ax.set(yticks=[0, 1], yticklabels=["sampled z_t", "true mode"], ylim=(-0.6, 1.6), xlim=(-1, T),
+           xlabel="t (grey: true bounces)",
+           title="modes along the sequence" + (f"\n{in_use} of {NUM_MODES['pong']} modes in use on the test split "
+                                               "(paper: 4 dominant)" if in_use is not None else ""))
+    ax.grid(False)
     ax = fig.add_subplot(grid[1, :])
     bounces = np.flatnonzero(np.asarray(split.events[b]).any(-1))
     eig = np.asarray(evaluation["eigenvalues"])
@@ -268,11 +282,12 @@ def plot_modes(split: Split, evaluation: dict, estimator: str):
         ax.plot(truth[:, i], style, ls=":", lw=1.5, label=f"true: eigenvalue {i + 1}")
     for t in bounces:
         ax.axvline(t, color="k", lw=0.5, alpha=0.3)
-    ax.set(xlabel="t (grey: true bounces)", ylabel="eigenvalue", title="two smallest eigenvalues of the step map")
+    ax.set(xlabel="t (grey: true bounces)", ylabel="eigenvalue",
+           title="two smallest eigenvalues of the sampled step map A_z_t; dotted: the true step's (paper: they track "
+                 "the truth)")
     ax.set_ylim(-1.75, 1.2)  # room below the true -1 for the legend: it hid the last bounces
     ax.legend(ncol=4, fontsize=7, loc="lower center")
-    for j, t in enumerate(SNAPSHOTS):
-        t = min(t, T - 1)
+    for j, t in enumerate(sorted({min(t, T - 1) for t in SNAPSHOTS})):  # a short test sequence: its last step once
         ax = fig.add_subplot(grid[2, j])
         ax.plot(x[max(t - 10, 0): t + 1, 0], x[max(t - 10, 0): t + 1, 2], "k-", lw=0.8, alpha=0.5)
         ax.plot(x[t, 0], x[t, 2], "k*", ms=8, label="true position")
@@ -281,25 +296,43 @@ def plot_modes(split: Split, evaluation: dict, estimator: str):
                  label="pi-SSM q(y_t | y_1:t-1)")
         _ellipse(ax, evaluation["pf_obs_means"][t], evaluation["pf_obs_covs"][t], color="C2", ls="--",
                  label="particle filter (true dynamics)")
-        ax.set(title=f"t = {t}", xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), aspect="equal")
+        ax.set(title=f"t = {t}", xlim=(-0.1, 1.1), ylim=(-0.1, 1.1), aspect="equal")  # ellipses at a wall
         if j == 0:
             ax.legend(fontsize=6, loc="lower left")
-    fig.suptitle(f"Fig. 9, estimator {estimator}")
+    fig.suptitle(f"Fig. 9 (paper, App. H.1; Fig. 4 in the main text), estimator {estimator}")
     return fig
 
 
 def plot_imputation(test: Split, mask, b: int, paths: dict[str, np.ndarray]):
     """One panel per model of ``paths`` (model -> (T, 2) sample-mean filtered position along test sequence ``b``):
-    the true path, the kept observations (``mask``), and the estimate, circled at the removed steps. Returns the
-    figure."""
+    the true path, the kept observations (``mask``), and the estimate, circled at the removed steps. Every panel
+    spans the same box: the true path, the observations and the estimates, but no more than half the true path's
+    extent beyond it on each side, so that one estimate that runs away does not shrink the others; a panel whose
+    estimate leaves that box says how many of its points are outside. Returns the figure."""
     y, x, m = np.asarray(test.y[b]), np.asarray(test.x[b]), np.asarray(mask[b])
+    truth = x[:, [0, 2]]
+    estimates = np.concatenate([est for est in paths.values()]) if paths else truth
+    shown = np.concatenate([truth, y[m], estimates])
+    shown = shown[np.isfinite(shown).all(-1)]
+    t_lo, t_hi = truth.min(0), truth.max(0)
+    reach = 0.5 * np.maximum(t_hi - t_lo, 0.1)
+    lo = np.maximum(shown.min(0), t_lo - reach)
+    hi = np.minimum(shown.max(0), t_hi + reach)
+    pad = 0.05 * (hi - lo)
+    lo, hi = lo - pad, hi + pad
     # square panels: narrower than tall, else constrained layout pushes the titles out of the figure
     fig, axes = plots.figure(1, len(paths), width=3.2 * len(paths), height=3.8, squeeze=False)
     for ax, (name, est) in zip(axes[0], paths.items()):
-        ax.plot(x[:, 0], x[:, 2], "k-", lw=0.8, alpha=0.6, label="true path")
+        ax.plot(truth[:, 0], truth[:, 1], "k-", lw=0.8, alpha=0.6, label="true path")
         ax.plot(y[m, 0], y[m, 1], "k.", ms=4, label="kept observations")
-        ax.plot(est[:, 0], est[:, 1], "C3-", lw=0.8)
+        ax.plot(est[:, 0], est[:, 1], "C3-", lw=0.8, label="estimate (sample mean)")
         ax.plot(est[~m, 0], est[~m, 1], "C3o", ms=3, mfc="none", label="imputed (removed steps)")
-        ax.set(title=name, xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), aspect="equal")
-    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=7)
+        outside = int(np.sum(~(np.all((est >= lo) & (est <= hi), -1))))
+        if outside:
+            ax.text(0.02, 0.02, f"{outside}/{len(est)} estimates outside the view", transform=ax.transAxes,
+                    fontsize=7, color="C3")
+        ax.set(title=name, xlim=(lo[0], hi[0]), ylim=(lo[1], hi[1]), aspect="equal")
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncols=4, fontsize=7)
+    fig.suptitle(f"App. H.1 (paper: imputation, shown as animations)\n{np.mean(~m):.0%} of this test sequence's "
+                 "observations removed", fontsize=9)
     return fig

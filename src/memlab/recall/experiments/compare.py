@@ -100,10 +100,11 @@ def _results(stats: CompareStats) -> dict:
 
 def _figures(cfg: CompareConfig, stats: CompareStats, run: Run) -> None:
     curves, keys = stats.curves, stats.keys
-    fig, ax = plots.figure(1, 1, width=5.0, height=3.6)
-    plot_curves(ax, curves, keys, lambda k, c: f"{k[0]} (C = {c.fit.C:.2f})", bands(cfg))
-    ax.set_title(f"α = {keys[0][1]:g}, T = {keys[0][2]}, target {cfg.target}: same data, same training", fontsize=9)
-    ax.legend()
+    fig, ax = plots.figure(1, 1, width=7.0, height=3.6)
+    handles = plot_curves(ax, curves, keys, lambda k, c: f"{k[0]} (C = {c.fit.C:.2f})", bands(cfg))
+    ax.set_title(f"§7 (paper: S6 reaches attention's rate; no numbers given)\nα = {keys[0][1]:g}, T = {keys[0][2]}, "
+                 f"target {cfg.target}: same data, same training", fontsize=9)
+    plots.legend_outside(ax, handles=handles.curves + handles.styles, fontsize=7)
     run.save_figure(fig, "attention_vs_s6.png")
 
 

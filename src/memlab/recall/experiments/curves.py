@@ -13,21 +13,24 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 from jax import Array
 from matplotlib import ticker
 
+from memlab import plots
 from memlab.checks import check_choice, check_choices, check_increasing_ints, check_int, check_real
 from memlab.recall.band import AchievableBand, achievable_band
 from memlab.recall.metrics import LearningCurve, TagOnlyComparison, curve_label
+from memlab.recall.rate import rate_axis
 from memlab.recall.runs import STUDENTS, curve_cell
 from memlab.recall.task import TARGETS, RecallTask
 from memlab.recall.train import TrainConfig
 
-__all__ = ["BAND", "BAND_HEADER", "CHOICES", "FIT_FORMAT", "FIT_HEADER", "RISK_HEADER", "CurveConfig", "CurveStats",
-           "band_rows", "bands", "beats_tag_only", "budget_line", "curve_cells", "curve_color", "fit_rows", "n_ticks",
-           "plot_curves", "recall_claims", "report", "risk_rows", "schedule", "tag_only_lines"]
+__all__ = ["BAND", "BAND_HEADER", "CHOICES", "FIT_FORMAT", "FIT_HEADER", "RISK_HEADER", "CurveConfig", "CurveHandles",
+           "CurveStats", "band_rows", "bands", "beats_tag_only", "budget_line", "curve_cells", "curve_color",
+           "fit_rows", "n_ticks", "plot_curves", "recall_claims", "report", "risk_rows", "schedule", "tag_only_lines"]
 
 CHOICES = """## Choices the paper leaves open, and where memlab departs from its text
 
@@ -262,27 +265,49 @@ def recall_claims(run, comparisons: Mapping[tuple, TagOnlyComparison], keys: Seq
                   t.first_n is not None)
 
 
+class CurveHandles(NamedTuple):
+    """Legend entries of ``plot_curves``: one per curve (``curves``), one per line style (``styles``, grey)."""
+
+    curves: list
+    styles: list
+
+
 def plot_curves(ax, curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple], label: Callable,
-                band: Mapping[tuple, AchievableBand] | None = None) -> None:
+                band: Mapping[tuple, AchievableBand] | None = None,
+                paper_c: Mapping[float, float] | None = None) -> CurveHandles:
     """Measured risk (solid), the eq. (1) fit (dashed) per curve; ``label(key, curve)`` names each curve. With
     ``band``: per (alpha, T) the tag-only risk (dotted) and the context predictor's (dash-dot), in the colour of its
-    first curve (grey, with a legend entry, when every curve shares one (alpha, T))."""
+    first curve (grey when every curve shares one (alpha, T)). With ``paper_c`` (alpha -> the paper's C): per curve
+    on A.1's schedule, the paper's rate drawn from our fit's value at the smallest n (thick and pale), so that its
+    slope stands beside ours. Returns the legend entries."""
+    handles = []
     for key in keys:
         c, color = curves[key], curve_color(key, keys)
         budget = "/steps=" in key[0]  # open squares, in the colour of the same curve on A.1's schedule
-        ax.plot(c.n, c.mse, "s-" if budget else "o-", mfc="none" if budget else color, color=color,
-                label=label(key, c))
+        handles += ax.plot(c.n, c.mse, "s-" if budget else "o-", mfc="none" if budget else color, color=color,
+                           label=label(key, c))
         grid = np.geomspace(c.n.min(), c.n.max(), 50)
         ax.plot(grid, c.fit.predict(grid, key[1]), "--", color=color, lw=1.0)
+        if paper_c and key[1] in paper_c and not budget:
+            start = c.fit.predict(grid[:1], key[1])
+            shift = rate_axis(grid, key[1]) - rate_axis(grid[:1], key[1])
+            ax.plot(grid, start * np.exp(-paper_c[key[1]] * shift), "-", color=color, lw=4, alpha=0.3)
+    styles = [plots.key("fit of eq. (1)", ls="--", lw=1.0)]
+    if paper_c and any(k[1] in paper_c for k in keys):
+        styles.append(plots.key("paper's C (A.2), from our fit at the smallest n", lw=4, alpha=0.3))
     tasks = list(dict.fromkeys(k[1:] for k in keys))
     for alpha, T in tasks if band else ():
         one = len(tasks) == 1
         color = "0.4" if one else curve_color(next(k for k in keys if k[1:] == (alpha, T)), keys)
-        ax.axhline(band[alpha, T].tag_only, color=color, ls=":", lw=0.9, label="tag-only risk" if one else None)
-        ax.axhline(band[alpha, T].context, color=color, ls="-.", lw=0.9,
-                   label=f"context predictor (T = {T})" if one else None)
+        ax.axhline(band[alpha, T].tag_only, color=color, ls=":", lw=0.9)
+        ax.axhline(band[alpha, T].context, color=color, ls="-.", lw=0.9)
+    if band:
+        styles += [plots.key("tag-only risk", ls=":", lw=0.9),
+                   plots.key("context predictor" + (f" (T = {tasks[0][1]})" if len(tasks) == 1 else ""),
+                             ls="-.", lw=0.9)]
     ax.set(xscale="log", yscale="log", xlabel="training examples n", ylabel="best validation MSE")
     n_ticks(ax, curves[keys[0]].n)
+    return CurveHandles(handles, styles)
 
 
 def curve_color(key: tuple, keys: Sequence[tuple]) -> str:

@@ -117,21 +117,24 @@ def _results(stats: RateStats) -> dict:
 
 def _figures(cfg: RateConfig, stats: RateStats, run: Run) -> None:
     curves, keys = stats.curves, stats.keys
-    fig, axes = plots.figure(1, 2, width=9.0, height=3.6)
-    plot_curves(axes[0], curves, keys, lambda k, c: f"{_name(k, keys)} (C = {c.fit.C:.2f})", bands(cfg))
-    axes[0].set_title(f"T = {keys[0][2]}: solid measured, dashed fit of eq. (1),\ndotted tag-only risk, dash-dot "
-                      "context predictor", fontsize=8)
+    fig, axes = plots.figure(1, 2, width=9.0, height=4.4)
+    handles = plot_curves(axes[0], curves, keys, lambda k, c: f"{_name(k, keys)} (C = {c.fit.C:.2f})", bands(cfg),
+                          paper_c=PAPER_C)
+    axes[0].set_title(f"T = {keys[0][2]}: best validation MSE", fontsize=9)
     for k in keys:
         c, color = curves[k], curve_color(k, keys)
         budget = "/steps=" in k[0]  # as in plot_curves: open squares
         axes[1].plot(c.n, c.mse / c.baseline_mean, "s-" if budget else "o-", mfc="none" if budget else color,
-                     color=color, label=_name(k, keys))
+                     color=color)
         axes[1].axhline(c.baseline_tag_only / c.baseline_mean, color=color, ls=":", lw=0.8)
     axes[1].set(xscale="log", yscale="log", xlabel="training examples n", ylabel="MSE / risk of the mean predictor",
-                title="relative to the target scale")
+                title="relative to the target scale (dotted: tag-only risk)")
+    axes[1].title.set_fontsize(9)
     n_ticks(axes[1], curves[keys[0]].n)
-    for ax in axes:
-        ax.legend()
+    # one legend for both panels, below them: the curves are the same, and inside a panel it covered data
+    fig.legend(handles=handles.curves + handles.styles, loc="outside lower center", ncols=3, fontsize=7)
+    fig.suptitle("Fig. 1 (paper, App. A.2): risk vs n; paper C ≈ "
+                 + ", ".join(f"{c} (α = {a:g})" for a, c in PAPER_C.items()), fontsize=10)
     run.save_figure(fig, "rate.png")
 
 
