@@ -92,7 +92,8 @@ def test_tiny_profile_end_to_end_and_resume(tmp_path):
     first = json.loads((tmp_path / "results.json").read_text())
     assert first["blank_panels"] == []  # no figure panel without data and a word of why
     claims = first["claims"]
-    assert all({"id", "claim", "paper", "ours", "holds", "status"} <= set(c) and isinstance(c["holds"], bool) for c in claims)
+    assert all({"id", "claim", "paper", "ours", "holds", "status"} <= set(c) and isinstance(c["holds"], bool)
+               for c in claims)
     holds = {c["id"]: c["holds"] for c in claims}
     assert set(holds) == {"theorem-1[softmax]", "theorem-1[relu]", "theorem-1[elu1]", "theorem-1[rbf]", "lemma-1"}
     assert all(holds.values()), claims  # exact identities: they hold at any size
