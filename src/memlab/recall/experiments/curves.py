@@ -274,12 +274,15 @@ class CurveHandles(NamedTuple):
 
 def plot_curves(ax, curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple], label: Callable,
                 band: Mapping[tuple, AchievableBand] | None = None,
-                paper_c: Mapping[float, float] | None = None) -> CurveHandles:
+                paper_c: Mapping[float, float] | None = None,
+                paired: Mapping[tuple, TagOnlyComparison] | None = None) -> CurveHandles:
     """Measured risk (solid), the eq. (1) fit (dashed) per curve; ``label(key, curve)`` names each curve. With
     ``band``: per (alpha, T) the tag-only risk (dotted) and the context predictor's (dash-dot), in the colour of its
     first curve (grey when every curve shares one (alpha, T)). With ``paper_c`` (alpha -> the paper's C): per curve
     on A.1's schedule, the paper's rate drawn from our fit's value at the smallest n (thick and pale), so that its
-    slope stands beside ours. Returns the legend entries."""
+    slope stands beside ours. With ``paired`` (``metrics.tag_only_comparison``): per curve the tag-only risk of its
+    own validation sets at every n (x markers), the comparison the recalls[...] claims make. Returns the legend
+    entries."""
     handles = []
     for key in keys:
         c, color = curves[key], curve_color(key, keys)
@@ -292,9 +295,14 @@ def plot_curves(ax, curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple]
             start = c.fit.predict(grid[:1], key[1])
             shift = rate_axis(grid, key[1]) - rate_axis(grid[:1], key[1])
             ax.plot(grid, start * np.exp(-paper_c[key[1]] * shift), "-", color=color, lw=4, alpha=0.3)
+        if paired and key in paired:
+            ax.plot(paired[key].n, paired[key].tag_only, "x", color=color, ms=5)
     styles = [plots.key("fit of eq. (1)", ls="--", lw=1.0)]
     if paper_c and any(k[1] in paper_c for k in keys):
         styles.append(plots.key("paper's C (A.2), from our fit at the smallest n", lw=4, alpha=0.3))
+    if paired:
+        styles.append(plots.key("tag-only risk of the validation set (the recalls claim's comparison)", ls="",
+                                marker="x", ms=5))
     tasks = list(dict.fromkeys(k[1:] for k in keys))
     for alpha, T in tasks if band else ():
         one = len(tasks) == 1
@@ -302,7 +310,7 @@ def plot_curves(ax, curves: Mapping[tuple, LearningCurve], keys: Sequence[tuple]
         ax.axhline(band[alpha, T].tag_only, color=color, ls=":", lw=0.9)
         ax.axhline(band[alpha, T].context, color=color, ls="-.", lw=0.9)
     if band:
-        styles += [plots.key("tag-only risk", ls=":", lw=0.9),
+        styles += [plots.key("tag-only risk (population)", ls=":", lw=0.9),
                    plots.key("context predictor" + (f" (T = {tasks[0][1]})" if len(tasks) == 1 else ""),
                              ls="-.", lw=0.9)]
     ax.set(xscale="log", yscale="log", xlabel="training examples n", ylabel="best validation MSE")

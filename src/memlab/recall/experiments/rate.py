@@ -119,7 +119,7 @@ def _figures(cfg: RateConfig, stats: RateStats, run: Run) -> None:
     curves, keys = stats.curves, stats.keys
     fig, axes = plots.figure(1, 2, width=9.0, height=4.4)
     handles = plot_curves(axes[0], curves, keys, lambda k, c: f"{_name(k, keys)} (C = {c.fit.C:.2f})", bands(cfg),
-                          paper_c=PAPER_C)
+                          paper_c=PAPER_C, paired=stats.tag_only)
     axes[0].set_title(f"T = {keys[0][2]}: best validation MSE", fontsize=9)
     for k in keys:
         c, color = curves[k], curve_color(k, keys)
