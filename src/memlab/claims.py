@@ -30,8 +30,8 @@ SYMBOLS = {"holds": "✓", "size": "✗ size", "differs": "≠ explained", "fail
 
 LEGEND = {  # status -> what one claim's symbol means
     "holds": "holds",
-    "size": "fails at this run's reduced size (fewer seeds, epochs or steps than the paper's); the paper profile "
-            "decides",
+    "size": "fails at this run's reduced size (fewer seeds, epochs or steps than the paper's), which the paper "
+            "profile decides",
     "differs": "differs from the paper, and the experiment named beside it shows why",
     "fails": "fails at the paper's scale",
 }

@@ -332,6 +332,8 @@ def _section_heading(summary: str, doc: dict | None, folder: str) -> tuple[str, 
     name = doc["experiment"]
     rest = title[len(name):].strip(" —-:") if title.startswith(name) else title
     heading = f"{name} ({doc['profile']})" + (f" — {rest}" if rest else "")
+    if doc["paper_ref"] in heading:
+        return heading, body.strip()
     return heading, f"*Paper: {doc['paper_ref']}.*\n\n{body.strip()}"
 
 
@@ -363,7 +365,7 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
                       _megabytes(doc.get("peak_rss_mb"))))
     timing = markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed", "executor",
                              "peak memory"], times)
-    legend = "; ".join(f"{SYMBOLS[s]} {LEGEND[s]}" for s in STATUSES)
+    legend = "; ".join(f"{SYMBOLS[s]}: {LEGEND[s]}" for s in STATUSES)
     parts = ["# memlab report", "", status_counts(statuses) + ".", "", f"Statuses: {legend}."
              + (f" Where `{paper_root}` holds a paper-scale run of an experiment, its verdict is shown beside ours."
                 if paper else ""), ""]
