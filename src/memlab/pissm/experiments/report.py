@@ -200,14 +200,16 @@ def plot_log_likelihoods(table: list[Table1Row]):
             elif r.ll_mean < left:
                 ax.text(max(0.0, left), i, f" ← {r.ll_mean:.1f} (bar cut)", va="center", ha="left", fontsize=7)
         ax.plot(paper, range(len(rows)), "kD", ms=4, label="paper")
-        ax.set_xlim(left, None)
+        ax.axvline(rows[0].ll_ceiling, color="k", ls="--", lw=0.8)  # no predictor scores above it
+        ax.set_xlim(left, max(rows[0].ll_ceiling, top) + 0.05 * (top - left + 1e-9))
         ax.set_yticks(range(len(rows)), [r.model for r in rows])
         ax.invert_yaxis()
         ax.set_title(f"Table 1, {data_name}: test log q(y_t | y_1:t-1) per step", fontsize=9)
     handles = [Patch(color="C3", label="pi-SSM"), Patch(color="C0", label="baselines"),
                Patch(color="C7", label="particle filter"), Line2D([], [], color="k", marker="D", ls="", ms=4,
-                                                                 label="paper (Table 1)")]
-    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=7)
+                                                                 label="paper (Table 1)"),
+               Line2D([], [], color="k", ls="--", lw=0.8, label="ceiling (noise log-density)")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7)
     return fig
 
 
