@@ -100,7 +100,7 @@ def test_cli_names_experiments_and_keeps_to_those_with_the_profile(fake_lab, tmp
     started = []
     monkeypatch.setattr("memlab.reproduce.reproduce",
                         lambda names, *a, **k: started.extend(names) or [])
-    monkeypatch.setattr(cli, "build_report", lambda out: (out / "report.md", ""))
+    monkeypatch.setattr(cli, "build_report", lambda out, paper=None: (out / "report.md", ""))
     assert cli.main(["reproduce", "--profile", "core", "--out", str(tmp_path)]) == 0
     assert started == ["fake.other"]  # fake.means has no profile 'core'
     assert cli.main(["reproduce", "fake.means", "--profile", "core", "--out", str(tmp_path)]) == 2

@@ -54,7 +54,7 @@ def test_run_writes_every_file(exp, fake_lab, tmp_path):
 
     doc = _strict_load(out / "results.json")
     assert set(doc) == {"experiment", "profile", "paper_ref", "config", "results", "claims", "elapsed_s", "executor",
-                        "cells", "peak_rss_mb", "software", "cpu_devices", "cell_store"}
+                        "cells", "peak_rss_mb", "software", "cpu_devices", "cell_store", "blank_panels"}
     assert doc["cpu_devices"] == 1  # conftest.py: one CPU device in the tests
     assert doc["executor"] == "local" and doc["cells"]["computed"] == 4 and doc["cells"]["resumed"] == 0
     assert set(doc["cells"]["seconds"]) == set(doc["cells"]["peak_rss_mb"]) == {f"cell-{i}" for i in range(4)}
@@ -186,7 +186,8 @@ def test_run_checks_cells_claims_and_file_names(fake_lab, tmp_path):
     with pytest.raises(ValueError, match="holds must be a bool"):
         run.claim("c", "claim", "Fig. 1", "0.1", holds=1)
     run.claim("c", "claim", "Fig. 1", "0.1", holds=np.bool_(True))
-    assert run.claims == [{"id": "c", "claim": "claim", "paper": "Fig. 1", "ours": "0.1", "holds": True}]
+    assert run.claims == [{"id": "c", "claim": "claim", "paper": "Fig. 1", "ours": "0.1", "holds": True,
+                          "status": "holds"}]
     assert type(run.claims[0]["holds"]) is bool
     with pytest.raises(ValueError, match="recorded twice"):
         run.claim("c", "claim", "Fig. 1", "0.1", holds=True)
