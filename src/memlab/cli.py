@@ -37,8 +37,8 @@ from memlab.runner import (
 )
 from memlab.store import StoreError
 
-_LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")  # [text](target "title")
 PAPER_RESULTS = "paper-results"  # where the committed paper-scale runs live (the repository's own)
+_LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")  # [text](target "title")
 _ABSOLUTE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|/|#)")  # URL scheme, absolute path or anchor
 
 
@@ -353,10 +353,11 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
     documents = {path: _read_results(path) for path in sorted(root.rglob("results.json"))}
     paper = _paper_scale_verdicts(paper_root, root)
     paper = {name: v for name, v in paper.items() if any(d and d["experiment"] == name for d in documents.values())}
-    statuses, contents, times = [], [], []
-    for doc in filter(None, documents.values()):
-        mine = [status_of(c, doc["profile"]) for c in doc["claims"]]
-        statuses += mine
+    statuses = {path: [status_of(c, doc["profile"]) for c in doc["claims"]]
+                for path, doc in documents.items() if doc is not None}  # per results.json, claim by claim
+    contents, times = [], []
+    for path, mine in statuses.items():
+        doc = documents[path]
         contents.append((f"{doc['experiment']} ({doc['profile']})", len(mine),
                          *(mine.count(s) or "" for s in STATUSES)))
         cells = doc.get("cells", {})
@@ -366,7 +367,8 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
     timing = markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed", "executor",
                              "peak memory"], times)
     legend = "; ".join(f"{SYMBOLS[s]}: {LEGEND[s]}" for s in STATUSES)
-    parts = ["# memlab report", "", status_counts(statuses) + ".", "", f"Statuses: {legend}."
+    every_status = [s for mine in statuses.values() for s in mine]
+    parts = ["# memlab report", "", status_counts(every_status) + ".", "", f"Statuses: {legend}."
              + (f" Where `{paper_root}` holds a paper-scale run of an experiment, its verdict is shown beside ours."
                 if paper else ""), ""]
     if contents:
@@ -384,9 +386,10 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
                 parts += [f"![{png.stem}]({target})", ""]
         if doc is not None and doc["claims"]:
             verdicts = paper.get(doc["experiment"], {})
-            rows = [(c["id"], c["claim"], c["paper"], c["ours"], SYMBOLS[status_of(c, doc["profile"])]
+            rows = [(c["id"], c["claim"], c["paper"], c["ours"], SYMBOLS[status]
                      + (f" — {c['explained']}" if c.get("explained") else ""),
-                     *([", ".join(verdicts.get(c["id"], [])) or "—"] if verdicts else [])) for c in doc["claims"]]
+                     *([", ".join(verdicts.get(c["id"], [])) or "—"] if verdicts else []))
+                    for c, status in zip(doc["claims"], statuses[summary.parent / "results.json"], strict=True)]
             parts += [f"### Claims of {doc['experiment']} ({doc['profile']})", "",
                       markdown_table(["id", "claim", "paper", "ours", "status",
                                       *(["paper-scale run"] if verdicts else [])], rows), ""]

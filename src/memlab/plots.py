@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import matplotlib
 import matplotlib.collections
+import numpy as np
 
 matplotlib.use("Agg")
 
@@ -52,8 +53,6 @@ def blank_panels(fig) -> list[str]:
     """The panels of ``fig`` that show nothing: visible axes with no finite data point (lines, markers, bars,
     images, filled areas) and no text on them. A panel whose data are all NaN (a run that did not train) must say
     so in words instead (``ax.text``), or be hidden. Returns each blank panel's title (or 'panel i')."""
-    import numpy as np
-
     def finite(values) -> bool:
         values = np.ma.filled(np.ma.asarray(values, float), np.nan)
         return bool(values.size and np.isfinite(values).any())

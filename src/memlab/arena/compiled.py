@@ -182,6 +182,8 @@ def softmax_ictd(task: PolicyEvalTask, num_layers: int = 3) -> Callable[[Array],
         return jnp.repeat(values, 2)[:inputs.shape[0], None]
 
     return predict
+
+
 class LookupAttention(eqx.Module):
     """One softmax-attention head over [x_t, x_{t-1}] (one-hot tokens, width 2V) read out as ``gamma`` times the
     attended value's value-vocabulary part: (L, V) -> (L, V/2) logits (module docstring)."""

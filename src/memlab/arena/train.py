@@ -168,6 +168,4 @@ def compare(task: Task, model: Callable[[Array], Array], other: Callable[[Array]
     norms = jnp.linalg.norm(g, axis=-1) * jnp.linalg.norm(h, axis=-1)
     scored = jnp.any(batch.mask, axis=1) & (norms > 0)  # a sequence with no scored step has no gradient to compare
     cosine = jnp.sum(g * h, -1) / jnp.where(scored, norms, 1.0)
-    count = jnp.sum(scored)
-    return Comparison(distance, jnp.where(count > 0, jnp.sum(jnp.where(scored, cosine, 0.0)) / jnp.maximum(count, 1),
-                                          jnp.nan))
+    return Comparison(distance, masked_mean(cosine, scored))  # 0 / 0 = NaN where no sequence has a scored step

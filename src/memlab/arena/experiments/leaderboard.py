@@ -214,8 +214,8 @@ def _figures(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
     run.save_figure(fig, "budget.png")
 
 
-def _claims(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
-    exact = [t for t in cfg.tasks if reference_is_exact(make_task(t))]  # an approximate reference may be beaten
+def _claims(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Run) -> None:
+    """``exact``: the tasks whose reference is the exact optimum (an approximate reference may be beaten)."""
     if exact:
         worst = min(((t, m) for t in exact for m in cfg.layers), key=lambda k: board.stats[k[0]][k[1]].gap)
         s = board.stats[worst[0]][worst[1]]
@@ -235,9 +235,9 @@ def _claims(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
               not memoryless)
 
 
-def _table(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> str:
+def _table(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Run) -> str:
     longer = [f"gap at {k}T" for k in cfg.longer]
-    names = {t: t if reference_is_exact(make_task(t)) else f"{t} (≈ reference)" for t in cfg.tasks}
+    names = {t: t if t in exact else f"{t} (≈ reference)" for t in cfg.tasks}
     rows = [(names[t], m, s.gap, s.se, *s.longer, s.reference_distance, s.parameters, s.state, s.compiled_distance,
              s.gradient_cosine) for t in cfg.tasks for m, s in board.stats[t].items()]
     return run.save_table("leaderboard.csv", ["task", "layer", "gap", "se", *longer, "distance to reference",
@@ -250,7 +250,8 @@ def _table(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> str:
 def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
     board = analyse(cfg, run.sweep(sweep_cells(cfg, run), "train layers"))
     _figures(cfg, board, run)
-    _claims(cfg, board, run)
+    exact = [t for t in cfg.tasks if reference_is_exact(make_task(t))]
+    _claims(cfg, board, exact, run)
     closest = "Closest to the optimum: " + "; ".join(f"{t}: {m} ({board.stats[t][m].gap:.3f})"
                                                      for t, m in board.closest.items()) + "."
     tasks = "; ".join(f"`{t}` {TASKS[t].description}" + (f" (its optimum is the subject of `{TASKS[t].paper}`)"
@@ -258,7 +259,7 @@ def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
     tc = cfg.train
     run.write_summary(SUMMARY.format(depth=cfg.depth, width=cfg.width, steps=tc.steps, batch=tc.batch,
                                      length=tc.length, lr=tc.learning_rate, seeds=cfg.seeds, test_batch=cfg.test_batch,
-                                     closest=closest, table=_table(cfg, board, run), tasks=tasks))
+                                     closest=closest, table=_table(cfg, board, exact, run), tasks=tasks))
     return board
 
 
