@@ -27,7 +27,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from timing import peer, side_by_side, timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
+
+# benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
+from timing import ROUNDS, isolated, peer, side_by_side, timed
 
 from memlab.belief import fast_filters
 from memlab.belief.examples import example_filters, two_state_example
@@ -151,7 +153,7 @@ def serial_filters(N: int, K: int = 1000, B: int = 2000, final_only: bool = Fals
                                                                             log_E[y]).filtered_probs)(ys)))
         impls.append(("dynamax hmm_filter (vmapped)", lambda: dyn(ys)))
     return side_by_side(f"exact HMM filter, serial, {'final belief' if final_only else 'every belief stored'}",
-                        impls, repeats=5, missing=None if dynamax else "pip install -e '.[bench]' adds dynamax",
+                        impls, missing=None if dynamax else "pip install -e '.[bench]' adds dynamax",
                         extra={"N": N, "T": K, "batch": B, "output": "memlab: log beliefs / logits; dynamax: "
                                "probabilities; diff in probabilities"})
 
@@ -175,33 +177,34 @@ def parallel_filters(N: int, K: int = 1000, B: int = 2000, chunk: int = 250, fin
                                                                       log_E[s]).filtered_probs)(y)))
         impls.append(("dynamax parallel hmm_filter (vmapped)", lambda: _chunked(dyn, ys, chunk)))
     return side_by_side(f"exact HMM filter, parallel, {'final belief' if final_only else 'every belief stored'}",
-                        impls, repeats=3, missing=None if par else "pip install -e '.[bench]' adds dynamax",
+                        impls, missing=None if par else "pip install -e '.[bench]' adds dynamax",
                         extra={"N": N, "T": K, "batch": B, "output": "memlab: logits; dynamax: probabilities; "
                                f"diff in probabilities; batch in chunks of {chunk}"})
 
 
-def result_alone(N: int, K: int = 1000, B: int = 2000) -> dict:
+def result_alone(N: int, K: int = 1000, B: int = 2000) -> list[dict]:
     """What the stored-belief rows cannot avoid: a fresh (B, K, N) float32 result allocated and written once (a
     constant, no filter), split over the devices as the public filters are, and on one device. Its first touch of
     every memory page costs the kernel a page fault, which does not spread over the devices."""
     ys = jnp.zeros((B, K), jnp.int32)
     fill = lambda y: jnp.zeros((y.shape[0], K, N), jnp.float32) + y[:, :1, None]  # noqa: E731
     split, whole = jax.jit(lambda ys: over_devices(fill, ys)), jax.jit(fill)
-    return {"benchmark": "a (batch, T, N) result alone, allocated and written once (no filter)", "N": N, "T": K,
-            "batch": B, "seconds_split": timed(lambda: split(ys), repeats=5),
-            "seconds_one_device": timed(lambda: whole(ys), repeats=5)}
+    return [{"benchmark": "a (batch, T, N) result alone, allocated and written once (no filter)", "N": N, "T": K,
+             "batch": B, "seconds_split": timed(lambda: split(ys), repeats=ROUNDS),
+             "seconds_one_device": timed(lambda: whole(ys), repeats=ROUNDS)}]
 
 
 def exact_filters() -> list[dict]:
+    """Every workload in its own process (``timing.isolated``): the parallel filters allocate and free up to 1 GB."""
     rows = []
     for N in (2, 12, 64):
         for final_only in (False, True):
-            rows += serial_filters(N, final_only=final_only)
-        rows.append(result_alone(N))
+            rows += isolated(serial_filters, N, final_only=final_only)
+        rows += isolated(result_alone, N)
     # whole batches where they fit: N = 2 holds 16 KB per sequence; N = 12 0.6 MB, N = 64 16 MB per sequence and array
     for N, B, chunk in ((2, 2000, 2000), (12, 2000, 250), (64, 100, 25)):
         for final_only in (False, True):
-            rows += parallel_filters(N, B=B, chunk=chunk, final_only=final_only)
+            rows += isolated(parallel_filters, N, B=B, chunk=chunk, final_only=final_only)
     return rows
 
 

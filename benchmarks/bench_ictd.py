@@ -40,7 +40,7 @@ def forward_rows(d: int = 8, num_layers: int = 15, gamma: float = 0.9) -> list[d
         td = jax.jit(jax.vmap(lambda X, R: weighted_softmax_td(X, R, gamma, num_layers)[-1, -1]))
         implementations.append(("weighted softmax TD (direct)", lambda td=td, X=X, R=R: td(X, R)))
         flops = 4.0 * (n + 1) ** 2 * (d + 3) * num_layers * batch
-        for row in side_by_side(f"theta* vs TD, n={n} L={num_layers} d={d}", implementations, repeats=3,
+        for row in side_by_side(f"theta* vs TD, n={n} L={num_layers} d={d}", implementations,
                                 extra={"batch": batch}):
             rows.append({**row, "prompts_per_s": batch / row["seconds"], "GFLOP_per_s": flops / row["seconds"] / 1e9})
     return rows

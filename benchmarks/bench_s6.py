@@ -42,12 +42,12 @@ mambapy = peer("mambapy.mamba")
 torch = peer("torch")
 
 
-def _rows(workload, implementations, batch, length, reference=None, repeats=3):
+def _rows(workload, implementations, batch, length, reference=None):
     """side_by_side rows, plus tokens/s; the reference is mambapy's pscan when mambapy is installed."""
     names = [name for name, _ in implementations]
     reference = reference if reference in names else None
     missing = None if reference is not None else MISSING
-    rows = side_by_side(workload, implementations, reference=reference, repeats=repeats, missing=missing,
+    rows = side_by_side(workload, implementations, reference=reference, missing=missing,
                         extra={"batch": batch, "L": length})
     for row in rows:
         row["tokens_per_s"] = batch * length / row["seconds"]
@@ -176,9 +176,9 @@ def general_s6_rows() -> list[dict]:
     flat_grad = lambda layer: jnp.concatenate([g.reshape(-1) for g in jax.tree.leaves(grad(layer, u))])  # noqa: E731
     reference = "jax.scipy.linalg.expm (before)"
     rows = _rows("S6 general A forward", [(name, lambda m=m: fwd(m, u)) for name, m in layers.items()],
-                 BATCH, S6_L, reference, repeats=5)
+                 BATCH, S6_L, reference)
     rows += _rows("S6 general A forward+backward", [(name, lambda m=m: flat_grad(m)) for name, m in layers.items()],
-                  BATCH, S6_L, reference, repeats=3)
+                  BATCH, S6_L, reference)
     return rows
 
 

@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE))  # the bench_*.py modules import the shared helper
 def _load(path: Path):
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # under its own name, so timing.isolated can run its functions in a new process
     spec.loader.exec_module(module)
     return module
 

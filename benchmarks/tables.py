@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-SIDE_BY_SIDE = ("workload", "implementation", "seconds", "reference", "speedup", "max_abs_diff")  # timing.py
+SIDE_BY_SIDE = ("workload", "implementation", "seconds", "reference", "speedup", "max_abs_diff",  # timing.py
+                "seconds_q25", "seconds_q75", "speedup_q25", "speedup_q75", "rounds", "load1_before", "load1_after",
+                "other_cpus", "unreliable")
 
 
 def _cell(value) -> str:
@@ -71,18 +74,37 @@ def side_by_side_table(rows: list[dict]) -> str:
     rates = [k for k in varying if k not in sizes]
     reference = rows[0]["reference"]
     note = [f"reference: {_cell(reference)}", *(f"{k} = {_cell(rows[0][k])}" for k in same)]
+    if "rounds" in rows[0]:
+        note.append(f"rounds = {rows[0]['rounds']}" if all(r.get("rounds") == rows[0]["rounds"] for r in rows)
+                    else "rounds = " + "–".join(str(f(r.get("rounds", 0) for r in rows)) for f in (min, max)))
     body = []
     for r in rows:
         if "speedup" not in r:
             ratio, diff = "—", "—"
         else:
             is_reference = r["implementation"] == reference
-            ratio = "reference" if is_reference else f"{r['speedup']:.2f}×"
+            ratio = "reference" if is_reference else f"{r['speedup']:.2f}×" + _range(r, "speedup", ".2f")
             diff = "—" if is_reference else f"{r['max_abs_diff']:.1e}"
-        body.append([*(_cell(r.get(k, "")) for k in sizes), _cell(r["implementation"]), f"{r['seconds']:.3g}",
-                     ratio, diff, *(_cell(r.get(k, "")) for k in rates)])
+        body.append([*(_cell(r.get(k, "")) for k in sizes), _cell(r["implementation"]) + _load_mark(r),
+                     f"{r['seconds']:.3g}" + _range(r, "seconds", ".3g"), ratio, diff,
+                     *(_cell(r.get(k, "")) for k in rates)])
     return (f"**{_cell(rows[0]['workload'])}** ({'; '.join(note)})\n\n" +
             _table([*sizes, "implementation", "seconds", "speed-up", "max output diff", *rates], body))
+
+
+def _range(row: dict, name: str, spec: str) -> str:
+    """" (q25–q75)" of a median the row records with its quartiles (timing.side_by_side), else nothing."""
+    if f"{name}_q25" not in row:
+        return ""
+    return f" ({row[f'{name}_q25']:{spec}}–{row[f'{name}_q75']:{spec}})"
+
+
+def _load_mark(row: dict) -> str:
+    """A warning on a row timed while other processes used the CPU (timing.Load)."""
+    if not row.get("unreliable"):
+        return ""
+    return (f" ⚠ unreliable: other processes used {row.get('other_cpus', float('nan')):.2f} CPUs, load average "
+            f"{row.get('load1_before', float('nan')):.2f} → {row.get('load1_after', float('nan')):.2f}")
 
 
 def other_table(rows: list[dict]) -> str:
@@ -117,6 +139,26 @@ def markdown(path: Path, level: int = 2) -> str:
     parts += [side_by_side_table(rows) for rows in workloads.values()]
     parts += [other_table(rows) for rows in shapes.values()]
     return "\n".join(parts)
+
+
+PEERS = re.compile(r"dynamax|mambapy|filterpy|torch|PyTorch", re.IGNORECASE)
+RATIO = re.compile(r"(\d+(?:\.\d+)?)\s*×")
+
+
+def quoted_peer_ratios(text: str) -> list[str]:
+    """The ratios ("1.23×") that a text's lines naming a peer library quote: each must come from a results file."""
+    return [m.group(1) for line in text.splitlines() if PEERS.search(line) for m in RATIO.finditer(line)]
+
+
+def recorded_ratios() -> set[str]:
+    """Every speed-up in benchmarks/results/*.json (median and quartiles) at the precisions the docs may quote."""
+    ratios = set()
+    for path in RESULTS.glob("*.json"):
+        for row in json.loads(path.read_text(encoding="utf-8"))["rows"]:
+            for key in ("speedup", "speedup_q25", "speedup_q75"):
+                if isinstance(row.get(key), float):
+                    ratios |= {f"{row[key]:.{digits}f}" for digits in (0, 1, 2)}
+    return ratios
 
 
 def main(argv: list[str]) -> int:

@@ -3,8 +3,11 @@ from benchmarks/results/*.json (every number on the Benchmarks page comes from t
 
 import importlib.util
 import json
+import os
 import re
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -27,16 +30,49 @@ def _script(name: str):
 tables = _script("tables")
 
 
-def test_side_by_side_rows_record_rounds_ratio_and_difference():
+def test_side_by_side_rows_record_medians_quartiles_paired_ratios_and_difference():
     timing = _script("timing")
     x = np.arange(1000.0)
     rows = timing.side_by_side("sum", [("ours", lambda: x.cumsum() + 1e-9), ("peer", lambda: np.cumsum(x))],
-                               repeats=3, extra={"n": 1000})
+                               extra={"n": 1000})
     assert [r["implementation"] for r in rows] == ["ours", "peer"]
-    assert all(r["reference"] == "peer" and r["n"] == 1000 and 3 <= r["rounds"] <= timing.MAX_ROUNDS for r in rows)
-    assert rows[1]["speedup"] == 1.0 and rows[1]["max_abs_diff"] == 0.0
+    assert all(r["reference"] == "peer" and r["n"] == 1000 and timing.ROUNDS <= r["rounds"] <= timing.MAX_ROUNDS
+               for r in rows)
+    assert all(r["seconds_q25"] <= r["seconds"] <= r["seconds_q75"] for r in rows)
+    assert rows[1]["speedup"] == 1.0 and rows[1]["max_abs_diff"] == 0.0 and "speedup_q25" not in rows[1]
     assert rows[0]["speedup"] == pytest.approx(rows[1]["seconds"] / rows[0]["seconds"])
+    assert rows[0]["speedup_q25"] <= rows[0]["speedup_q75"]
     assert 0 < rows[0]["max_abs_diff"] < 1e-6
+    assert all({"load1_before", "load1_after", "unreliable"} <= set(r) for r in rows)
+
+
+def test_a_row_timed_beside_a_busy_process_is_marked_unreliable():
+    timing = _script("timing")
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        x = np.arange(100_000.0)
+        rows = timing.side_by_side("sum", [("ours", lambda: x.cumsum()), ("peer", lambda: np.cumsum(x))])
+    finally:
+        busy.kill()
+        busy.wait()
+    assert all(r["other_cpus"] > timing.OTHER_CPUS_MAX and r["unreliable"] for r in rows), rows
+
+
+def test_isolated_runs_a_workload_in_a_new_process():
+    timing = _script("timing")
+    assert timing.isolated(os.getpid) != os.getpid()
+
+
+def test_table_shows_medians_with_quartiles_and_marks_unreliable_rows():
+    rows = [_row("ours", 2, 0.01, 3.0) | {"seconds_q25": 0.009, "seconds_q75": 0.012, "speedup_q25": 2.5,
+                                          "speedup_q75": 3.25, "unreliable": True, "other_cpus": 0.9,
+                                          "load1_before": 1.0, "load1_after": 1.5},
+            _row("peer", 2, 0.03, 1.0) | {"seconds_q25": 0.029, "seconds_q75": 0.031, "unreliable": False}]
+    text = tables.side_by_side_table(rows)
+    assert "| ours ⚠ unreliable: other processes used 0.90 CPUs, load average 1.00 → 1.50 | 0.01 (0.009–0.012) | " \
+           "3.00× (2.50–3.25) |" in text
+    assert "| peer | 0.03 (0.029–0.031) | reference | — |" in text
 
 
 def _row(impl: str, N: int, seconds: float, speedup: float) -> dict:
@@ -70,3 +106,16 @@ def test_every_results_file_renders_with_its_date_and_machine_and_its_ratios():
 def test_script_title_is_the_docstrings_first_phrase():
     assert tables.script_title("belief") == "Belief study throughput on the CPU"
     assert tables.script_title("paper_memory").startswith("Peak resident memory of every experiment's paper profile")
+
+
+def test_quoted_peer_ratios_are_found_on_lines_naming_a_peer():
+    text = "memlab is 1.31× dynamax here\nthe recall pass runs 1.76× faster on 2 cores\nmambapy: 25×, 26.5 × torch"
+    assert tables.quoted_peer_ratios(text) == ["1.31", "25", "26.5"]
+
+
+def test_every_ratio_the_docs_quote_beside_a_peer_comes_from_a_results_file():
+    root = BENCHMARKS.parent
+    recorded = tables.recorded_ratios()
+    for path in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        for ratio in tables.quoted_peer_ratios(path.read_text(encoding="utf-8")):
+            assert ratio in recorded, f"{path.relative_to(root)} quotes {ratio}× beside a peer; no results file has it"
