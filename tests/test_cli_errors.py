@@ -249,9 +249,10 @@ def test_data_dir_must_hold_the_nclt_files(tmp_path):
     (tmp_path / "empty").mkdir()
     for folder, fragment in [(tmp_path / "missing", f"({tmp_path / 'missing'} is not a folder)"),
                              (tmp_path / "empty", f"not found under {tmp_path / 'empty'}")]:
-        done = memlab("run", "pissm.table1", "--out", str(tmp_path / "o"), "--data-dir", str(folder))
+        done = memlab("run", "pissm.table1", "--profile", "paper", "--out", str(tmp_path / "o"), "--data-dir",
+                      str(folder))  # paper reads NCLT; the config is refused before any cell runs
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-        assert done.stderr.startswith("memlab: error: invalid config for pissm.table1 (quick): NCLT session") and \
+        assert done.stderr.startswith("memlab: error: invalid config for pissm.table1 (paper): NCLT session") and \
             fragment in done.stderr and "groundtruth_2012-01-22.csv" in done.stderr, done.stderr
     done = memlab("run", "pissm.table1", "--profile", "tiny", "--out", str(tmp_path / "o"), "--data-dir",
                   str(tmp_path / "empty"))  # tiny reads no NCLT
