@@ -151,12 +151,12 @@ def test_pissm_training_with_its_minibatch_gradient_over_two_devices():
     code = """
         import json, equinox as eqx, jax, numpy as np
         from memlab.pissm.data.pong import NOISE_STD, OBSERVATION_MATRIX, simulate_pong
-        from memlab.pissm.model import PiSSM
+        from memlab.pissm.model import PiSSM, PiSSMConfig
         from memlab.pissm.train import TrainConfig, make_train
         y = simulate_pong(jax.random.key(0), 24, 12).y
         mask = np.ones(y.shape[:2], bool)
-        model = PiSSM(4, 2, 3, R=NOISE_STD**2 * np.eye(2), C=OBSERVATION_MATRIX, key=jax.random.key(1), gain="gru",
-                      hidden_size=8)
+        model = PiSSM(PiSSMConfig(4, 2, 3, gain="gru", hidden_size=8), R=NOISE_STD**2 * np.eye(2),
+                      C=OBSERVATION_MATRIX, key=jax.random.key(1))
         config = TrainConfig(epochs=1, batch_size=16, stability="iss", warmup_epochs=0,
                              gradient_parts=None if jax.local_device_count() == 2 else 2)
         result = eqx.filter_jit(make_train(config))(jax.random.key(3), model, y[:16], mask[:16], y[16:], mask[16:])

@@ -17,9 +17,12 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from memlab.layers.gated_rnn import GRUCell, LSTMCell
 from memlab.pissm.data.pong import OBSERVATION_MATRIX
+from memlab.pissm.gain import GAIN_BOUND, OFF_DIAGONAL_BOUND, ExactGain, PaperGain, WhitenedGain
 from memlab.pissm.kalman import kalman_filter, sample_lgssm, symmetrise
-from memlab.pissm.model import GAIN_BOUND, JITTER, OFF_DIAGONAL_BOUND, PiSSM, roundoff_floor
+from memlab.pissm.model import JITTER, PiSSM, PiSSMConfig, roundoff_floor
+from memlab.pissm.train import gated_cells
 
 M, N, T = 3, 2, 12
 
@@ -37,8 +40,8 @@ def spd(rng, n, scale):
 def lg_model(K, seed=0, identical=False, gain="exact", **kwargs):
     """A float64-ready PiSSM with random stable A_k, random C_k, diagonal Q and P_0, SPD R, nonzero m_0."""
     rng = np.random.default_rng(seed)
-    model = PiSSM(M, N, K, R=spd(rng, N, 0.3), key=jax.random.key(seed), gain=gain,
-                  initial_mean=rng.normal(size=M), **kwargs)
+    model = PiSSM(PiSSMConfig(M, N, K, gain=gain, **kwargs), R=spd(rng, N, 0.3), key=jax.random.key(seed),
+                  initial_mean=rng.normal(size=M))
     A = np.stack([0.95 * np.linalg.qr(rng.normal(size=(M, M)))[0] for _ in range(K)])
     C = rng.normal(size=(K, N, M))
     if identical:
@@ -156,14 +159,15 @@ def pong_model(gain, covariance="full", key=0, gain_form="bounded"):
     """PiSSM on Pong's state [p_x, v_x, p_y, v_y] with three constant-velocity modes (velocity signs flipped)."""
     cv = np.kron(np.eye(2), np.array([[1.0, 1.0], [0.0, 1.0]]))
     A = np.stack([cv @ np.diag([1.0, s1, 1.0, s2]) for s1, s2 in ((1, 1), (-1, 1), (1, -1))])
-    model = PiSSM(4, 2, 3, R=0.0025 * np.eye(2), C=OBSERVATION_MATRIX, key=jax.random.key(key), gain=gain,
-                  hidden_size=16, covariance=covariance, process_var=1e-4, initial_mean=[0.5, 0.0, 0.5, 0.0],
-                  gain_form=gain_form)
+    config = PiSSMConfig(4, 2, 3, gain=gain, gain_form=gain_form, covariance=covariance, hidden_size=16,
+                         process_var=1e-4)
+    model = PiSSM(config, R=0.0025 * np.eye(2), C=OBSERVATION_MATRIX, key=jax.random.key(key),
+                  initial_mean=[0.5, 0.0, 0.5, 0.0])
     return eqx.tree_at(lambda m: m.A, model, jnp.asarray(A, model.A.dtype))
 
 
 def scale_readout(model, factor):
-    return eqx.tree_at(lambda m: m.readout.weight, model, factor * model.readout.weight)
+    return eqx.tree_at(lambda m: m.gain.readout.weight, model, factor * model.gain.readout.weight)
 
 
 def random_positions(seed, num_steps):
@@ -193,8 +197,8 @@ def test_gain_factor_at_identity_is_the_exact_gain(gain_form):
     """Readout weights and bias zero -> Ltilde = I -> L L^T = S^{-1}: the GRU model is the exact-gain model, with
     the bound and without it (the ablation starts where the bounded gain does)."""
     gru = pong_model("gru", gain_form=gain_form)
-    gru = eqx.tree_at(lambda m: (m.readout.weight, m.readout.bias), gru,
-                      (jnp.zeros_like(gru.readout.weight), jnp.zeros_like(gru.readout.bias)))
+    gru = eqx.tree_at(lambda m: (m.gain.readout.weight, m.gain.readout.bias), gru,
+                      (jnp.zeros_like(gru.gain.readout.weight), jnp.zeros_like(gru.gain.readout.bias)))
     exact = pong_model("exact")
     y = random_positions(1, T_SHORT)
     mask = jnp.asarray(np.random.default_rng(0).random(T_SHORT) < 0.8)
@@ -213,7 +217,7 @@ def test_unbounded_gain_can_leave_the_bounded_range():
     the exact filter's), the ablation without the bound does not (the two differ; module doc)."""
     y = random_positions(1, T_SHORT)
     mask = jnp.ones(T_SHORT, bool)
-    bias = lambda m: eqx.tree_at(lambda m: m.readout.bias, m, jnp.full_like(m.readout.bias, 2.0))  # noqa: E731
+    bias = lambda m: eqx.tree_at(lambda m: m.gain.readout.bias, m, jnp.full_like(m.gain.readout.bias, 2.0))  # noqa: E731
     a = run(bias(pong_model("gru", gain_form="bounded")), y, mask, jax.random.key(2))
     b = run(bias(pong_model("gru", gain_form="unbounded")), y, mask, jax.random.key(2))
     # exp(2)^2 ~ 55 x the exact gain's factor against at most 2 x: the unbounded filter overshoots every update
@@ -225,11 +229,12 @@ def test_unbounded_gain_can_leave_the_bounded_range():
 def test_learned_gain_stays_between_zero_and_twice_the_kalman_gain(x64):
     """M = N = 1: K_t = l_t^2 x (Kalman gain) with l_t^2 in (0, 2) (module doc), so |1 - K C| < 1. l_t^2 is read
     off the outputs: K_t = (mu_{t|t} - mu_{t|t-1}) / r_t and the Kalman gain P C / S with P = (S - R) / C^2."""
-    model = PiSSM(1, 1, 1, R=np.array([[0.3]]), key=jax.random.key(1), gain="gru", hidden_size=8, process_var=0.1,
-                  mode_spread=0.01)
-    readout, cell = model.readout, model.cell
+    model = PiSSM(PiSSMConfig(1, 1, 1, gain="gru", hidden_size=8, process_var=0.1, mode_spread=0.01),
+                  R=np.array([[0.3]]), key=jax.random.key(1))
+    readout, cell = model.gain.readout, model.gain.cell
     # a loud readout and input weights (the cell's inputs are squashed into (-1, 1)) swing l_t^2 across its range
-    model = eqx.tree_at(lambda m: (m.readout.weight, m.readout.bias, m.cell.W_r, m.cell.W_g), model,
+    model = eqx.tree_at(lambda m: (m.gain.readout.weight, m.gain.readout.bias, m.gain.cell.W_r, m.gain.cell.W_g),
+                        model,
                         (1e3 * readout.weight, jnp.asarray([0.5]), 5 * cell.W_r, 5 * cell.W_g))
     y = 2.0 * jax.random.normal(jax.random.key(1), (300, 1), jnp.float64)
     out = run(model, y, jnp.ones(300, bool), jax.random.key(2))
@@ -253,9 +258,9 @@ def fixed_gain_factor(model, diagonal, off_diagonal):
 
     raw_d = logit(diagonal / GAIN_BOUND) - logit(1 / GAIN_BOUND)  # the model adds logit(1 / GAIN_BOUND)
     raw_o = np.arctanh(off_diagonal / OFF_DIAGONAL_BOUND)
-    bias = jnp.asarray([raw_d, raw_o, raw_d], model.readout.bias.dtype)  # tril order (0,0), (1,0), (1,1)
-    zero = jnp.zeros_like(model.readout.weight)
-    return eqx.tree_at(lambda m: (m.readout.weight, m.readout.bias), model, (zero, bias))
+    bias = jnp.asarray([raw_d, raw_o, raw_d], model.gain.readout.bias.dtype)  # tril order (0,0), (1,0), (1,1)
+    zero = jnp.zeros_like(model.gain.readout.weight)
+    return eqx.tree_at(lambda m: (m.gain.readout.weight, m.gain.readout.bias), model, (zero, bias))
 
 
 BLOW_UP = ("(fixed) model.py bounded Ltilde entrywise (diagonal in (0, sqrt 2), off-diagonal in (-1/2, 1/2)); "
@@ -394,17 +399,17 @@ def test_paper_gain_starts_as_the_first_steps_kalman_gain_and_is_unbounded(x64, 
     """``gain_form="paper"``: L_t read straight from the RNN (eq. 7). With the readout weights at 0 its bias gives
     L L^T = S_0^{-1} at every step, S_0 = C P_0 C^T + R: the filter equals a fixed-factor filter in NumPy (and the
     Kalman filter at step 1). Nothing bounds L: 1.8 times that factor makes the covariance grow without bound."""
-    built = PiSSM(M, N, 1, R=0.3 * np.eye(N), C=np.ones((N, M)), initial_var=0.7, key=jax.random.key(1), gain=cell,
-                  gain_form="paper")
+    built = PiSSM(PiSSMConfig(M, N, 1, gain=cell, gain_form="paper", initial_var=0.7), R=0.3 * np.eye(N),
+                  C=np.ones((N, M)), key=jax.random.key(1))
     L = np.zeros((N, N))
-    L[np.tril_indices(N)] = np.asarray(built.readout.bias)
+    L[np.tril_indices(N)] = np.asarray(built.gain.readout.bias)
     np.testing.assert_allclose(L @ L.T, np.linalg.inv(0.7 * np.ones((N, N)) * M + 0.3 * np.eye(N)), rtol=1e-12)
     model, rng = lg_model(K=1, gain=cell, gain_form="paper", hidden_size=8)  # lg_model sets A, C, P_0 afterwards
     C, (_, R, P0) = np.asarray(model.C[0]), (np.asarray(X) for X in model.noise())
     factor = np.linalg.inv(C @ P0 @ C.T + R)
     bias = jnp.asarray(np.linalg.cholesky(factor)[np.tril_indices(N)])
-    model = eqx.tree_at(lambda m: (m.readout.weight, m.readout.bias), model,
-                        (jnp.zeros_like(model.readout.weight), bias))
+    model = eqx.tree_at(lambda m: (m.gain.readout.weight, m.gain.readout.bias), model,
+                        (jnp.zeros_like(model.gain.readout.weight), bias))
     y, mask = sample_data(model, rng), jnp.ones(T, bool)
     out = run(model, y, mask, jax.random.key(0))
     means, covs = fixed_factor_filter(model, y, factor)
@@ -413,7 +418,7 @@ def test_paper_gain_starts_as_the_first_steps_kalman_gain_and_is_unbounded(x64, 
     kalman = kalman_reference(model, y, mask)
     np.testing.assert_allclose(out.means[0], kalman.means[0], rtol=0, atol=1e-10)
     assert np.max(np.abs(np.asarray(out.means[1:]) - np.asarray(kalman.means[1:]))) > 1e-3  # a fixed factor, not Kalman
-    loud = eqx.tree_at(lambda m: m.readout.bias, model, 1.8 * model.readout.bias)
+    loud = eqx.tree_at(lambda m: m.gain.readout.bias, model, 1.8 * model.gain.readout.bias)
     traces = np.trace(np.asarray(run(loud, y, mask, jax.random.key(0)).covariances), axis1=1, axis2=2)
     assert traces[3] / traces[0] > 1e6, traces  # K = Sigma C^T L L^T grows with Sigma: doubly exponential
 
@@ -470,7 +475,7 @@ def test_bad_inputs_raise_value_error():
 
     def build(state_size=4, observation_size=2, num_modes=3, R=None, C=OBSERVATION_MATRIX, **kwargs):
         R = np.eye(2) if R is None else R
-        return PiSSM(state_size, observation_size, num_modes, R=R, C=C, key=key, hidden_size=16, **kwargs)
+        return PiSSM(PiSSMConfig(state_size, observation_size, num_modes, hidden_size=16, **kwargs), R=R, C=C, key=key)
 
     with pytest.raises(ValueError, match="gain"):
         build(gain="kalman")
@@ -489,6 +494,52 @@ def test_bad_inputs_raise_value_error():
         build(C=np.zeros((2, 5)))
 
 
+def test_config_rejects_each_bad_field_by_name():
+    bad = {"hidden_size": 0, "mode_hidden": 0, "transition_hidden": -1, "gain_form": "printed",
+           "mode_sampling": "uniform", "process_var": 0.0, "mode_net_gain": -1.0, "mode_spread": -0.1,
+           "initial_var": float("nan"), "learn_noise": "yes"}
+    for name, value in bad.items():
+        with pytest.raises(ValueError, match=name):
+            PiSSMConfig(4, 2, 3, **{name: value})
+    with pytest.raises(ValueError, match="PiSSMConfig"):
+        PiSSM({"state_size": 4, "observation_size": 2, "num_modes": 3}, R=np.eye(2), key=jax.random.key(0))
+
+
+def test_models_that_differ_only_in_initial_values_share_one_compiled_program():
+    """The model keeps the config's switches as static fields, not its initial values, so jit does not compile
+    again for a new process or prior variance (pong_modes' rules try four) and does for a new switch."""
+    def structure(**options):
+        model = PiSSM(PiSSMConfig(4, 2, 3, hidden_size=8, **options), R=np.eye(2), key=jax.random.key(0))
+        return jax.tree_util.tree_structure(model)
+
+    plain = structure()
+    assert structure(process_var=0.3, initial_var=2.0, mode_spread=0.4, mode_net_gain=1.0) == plain
+    for switch in ({"mode_sampling": "posterior"}, {"covariance": "diagonal"}, {"learn_noise": True},
+                   {"gain_form": "unbounded"}, {"gain": "exact"}):
+        assert structure(**switch) != plain, switch
+
+
+@pytest.mark.parametrize(("gain", "gain_form", "variant", "cell", "cell_inputs"), [
+    ("exact", "bounded", ExactGain, None, None),
+    ("exact", "paper", ExactGain, None, None),
+    ("gru", "paper", PaperGain, GRUCell, 4 * 5 // 2 + 2),  # [tril Sigma, r_t]
+    ("lstm", "paper", PaperGain, LSTMCell, 4 * 5 // 2 + 2),
+    ("gru", "bounded", WhitenedGain, GRUCell, 4 + 2 * 2),  # [log diag Sigma, log diag S, G^-1 r_t]
+    ("lstm", "unbounded", WhitenedGain, LSTMCell, 4 + 2 * 2),
+])
+def test_config_chooses_the_gain_variant_by_type(gain, gain_form, variant, cell, cell_inputs):
+    """The config's gain and gain_form give one gain module (gain.py) with the configured cell; the RNN gains hold
+    the only gated cell (what the ISS projection of train.py finds), the exact gain none."""
+    model = pong_model(gain, gain_form=gain_form)
+    assert type(model.gain) is variant
+    assert gated_cells(model) == ([] if cell is None else [model.gain.cell])
+    if cell is not None:
+        assert type(model.gain.cell) is cell and model.gain.cell.input_size == cell_inputs
+        assert model.gain.cell.hidden_size == 16
+    if variant is WhitenedGain:
+        assert model.gain.bounded == (gain_form == "bounded")
+
+
 # ------------------------------------------------------------------------------- REINFORCE, exact enumeration
 
 K_R = 3
@@ -499,8 +550,8 @@ def reinforce_problem(initial_var):
     x_1 ~ N(m_1(z_1), P_1(z_1) + JITTER I) from the filtered moments, z_2 ~ q(. | x_1); given the modes the
     log-likelihoods are g(z_1) and f(z_1, z_2), computed here in NumPy (Kalman update, eq. 18-21)."""
     rng = np.random.default_rng(4)
-    model = PiSSM(2, 2, K_R, R=0.2 * np.eye(2), key=jax.random.key(4), gain="exact", initial_var=initial_var,
-                  initial_mean=np.array([0.6, -0.4]), process_var=0.05, mode_net_gain=1.0)
+    config = PiSSMConfig(2, 2, K_R, gain="exact", initial_var=initial_var, process_var=0.05, mode_net_gain=1.0)
+    model = PiSSM(config, R=0.2 * np.eye(2), key=jax.random.key(4), initial_mean=np.array([0.6, -0.4]))
     A = np.stack([np.linalg.qr(rng.normal(size=(2, 2)))[0] for _ in range(K_R)])
     C = np.stack([np.eye(2) + 0.5 * rng.normal(size=(2, 2)) for _ in range(K_R)])
     b = 0.3 * rng.normal(size=(K_R, 2))
@@ -664,8 +715,8 @@ def textbook_filter(model, y, mask, key):
     ``jax.jacfwd``, every product with ``@`` and every Gaussian density from its own Cholesky factor.
     Returns (log_likelihoods (z_t summed out), obs_means, obs_covs, filtered_obs, score_log_probs, modes, mode_probs,
     means, covs, sampled_log_likelihoods)."""
+    from memlab.pissm.gain import _DIAGONAL_OFFSET
     from memlab.pissm.metrics import gaussian_log_density
-    from memlab.pissm.model import _DIAGONAL_OFFSET
     y = jnp.where(mask[:, None], y, 0.0)
     Q, R, P0 = model.noise()
     M, eye, K_modes = model.state_size, jnp.eye(model.state_size, dtype=model.A.dtype), model.num_modes
@@ -679,11 +730,11 @@ def textbook_filter(model, y, mask, key):
     def gain_factor(S_chol, features, rnn_state, observed):
         N = S_chol.shape[0]
         S_chol_inv = jax.scipy.linalg.solve_triangular(S_chol, jnp.eye(N, dtype=S_chol.dtype), lower=True)
-        new_state = model.cell(rnn_state, model.gain_input(features))
+        new_state = model.gain.cell(rnn_state, model.gain.gain_input(features))
         rnn_state = jax.tree_util.tree_map(lambda new, old: jnp.where(observed, new, old), new_state, rnn_state)
         h = rnn_state[0] if isinstance(rnn_state, tuple) else rnn_state
         rows, cols = np.tril_indices(N)
-        raw = jnp.zeros((N, N), S_chol.dtype).at[rows, cols].set(model.readout(model.norm(h)))
+        raw = jnp.zeros((N, N), S_chol.dtype).at[rows, cols].set(model.gain.readout(model.gain.norm(h)))
         diagonal = GAIN_BOUND * jax.nn.sigmoid(jnp.diagonal(raw) + _DIAGONAL_OFFSET)
         L_tilde = jnp.tril(OFF_DIAGONAL_BOUND * jnp.tanh(raw), -1) + jnp.diag(diagonal)
         holder = jnp.sqrt(jnp.max(jnp.sum(jnp.abs(L_tilde), 0)) * jnp.max(jnp.sum(jnp.abs(L_tilde), 1)))
@@ -733,8 +784,8 @@ def mlp_gru_model(seed=0):
     model, rng = lg_model(K=3, seed=seed, gain="gru", hidden_size=8, transition_hidden=6)
     mlp = model.transition_mlp
     weight = jnp.asarray(0.3 * rng.normal(size=mlp.layers[-1].weight.shape), model.A.dtype)
-    model = eqx.tree_at(lambda m: (m.transition_mlp.layers[-1].weight, m.readout.weight),
-                        model, (weight, 30.0 * model.readout.weight))
+    model = eqx.tree_at(lambda m: (m.transition_mlp.layers[-1].weight, m.gain.readout.weight),
+                        model, (weight, 30.0 * model.gain.readout.weight))
     return model, rng
 
 
@@ -785,8 +836,8 @@ def diverged_model():
     """The pi-SSM-GRU that went NaN in training (Pong, noise 0.01, 4000 sequences, seed 0: its parameters after 13
     Adam steps, one training sequence and the key of its sampled path), rebuilt from ``FIXTURE``."""
     saved = np.load(FIXTURE)
-    template = PiSSM(4, 2, 18, R=1e-4 * np.eye(2), C=OBSERVATION_MATRIX, key=jax.random.key(0), gain="gru",
-                     hidden_size=64)
+    template = PiSSM(PiSSMConfig(4, 2, 18, gain="gru", hidden_size=64), R=1e-4 * np.eye(2), C=OBSERVATION_MATRIX,
+                     key=jax.random.key(0))
     params, static = eqx.partition(template, eqx.is_inexact_array)
     leaves, treedef = jax.tree_util.tree_flatten(params)
     names = sorted(k for k in saved.files if k.startswith("leaf_"))
@@ -836,8 +887,8 @@ def test_predictions_do_not_depend_on_how_many_sequences_share_a_batch():
     the same keys: the same numbers. On jax 0.10.2 (jax-ml/jax#39103, tests/test_backend.py) sequences 455
     onwards of the big batch got a wrong predicted mean at step 2 (log-likelihoods off by tens of nats)."""
     rng = np.random.default_rng(0)
-    model = PiSSM(4, 2, 18, R=0.0025 * np.eye(2), C=OBSERVATION_MATRIX, key=jax.random.key(0), gain="exact",
-                  initial_mean=np.array([0.5, 0.0, 0.5, 0.0]), initial_var=0.1)
+    model = PiSSM(PiSSMConfig(4, 2, 18, gain="exact", initial_var=0.1), R=0.0025 * np.eye(2), C=OBSERVATION_MATRIX,
+                  key=jax.random.key(0), initial_mean=np.array([0.5, 0.0, 0.5, 0.0]))
     y = jnp.asarray(rng.uniform(size=(600, 3, 2)), jnp.float32)
     mask = jnp.ones((600, 3), bool)
     keys = jax.random.split(jax.random.key(1), 600)

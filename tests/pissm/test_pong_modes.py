@@ -11,6 +11,7 @@ import pytest
 from memlab.pissm import metrics, runs
 from memlab.pissm.data import Split
 from memlab.pissm.data.pong import simulate_pong, step_maps
+from memlab.pissm.gain import ExactGain
 from memlab.pissm.pong_modes import (
     SwitchingRule,
     mode_statistics,
@@ -96,7 +97,7 @@ def test_oracle_model_has_the_true_step_maps_and_the_exact_gain():
     np.testing.assert_array_equal(np.asarray(model.A), A.astype(np.float32))
     np.testing.assert_array_equal(np.asarray(model.b), b.astype(np.float32))
     np.testing.assert_array_equal(np.asarray(model.C), np.broadcast_to(np.asarray(data.C), (5, 2, 4)))
-    assert model.gain == "exact" and model.num_modes == 5
+    assert isinstance(model.gain, ExactGain) and model.num_modes == 5
 
 
 def test_switching_rule_names_the_wall_of_every_single_hit_from_the_true_state():

@@ -8,6 +8,7 @@ linear-Gaussian data a GRU gain started far from Kalman's is trained to the Kalm
 Every training is compiled once per module (fixtures) and reused; each compile costs ~10-20 s on 2 cores."""
 
 import dataclasses
+import operator
 
 import equinox as eqx
 import jax
@@ -18,8 +19,9 @@ import pytest
 
 from memlab.layers.gated_rnn import GRUCell, LSTMCell, iss_margin
 from memlab.pissm.data.pong import NOISE_STD, OBSERVATION_MATRIX, simulate_pong
+from memlab.pissm.gain import GAIN_BOUND
 from memlab.pissm.kalman import kalman_filter, sample_lgssm
-from memlab.pissm.model import GAIN_BOUND, PiSSM
+from memlab.pissm.model import PiSSM, PiSSMConfig
 from memlab.pissm.train import (
     TrainConfig,
     correlated_noise,
@@ -48,8 +50,8 @@ def data():
 
 
 def make_model(gain, num_modes, **kwargs):
-    return PiSSM(4, 2, num_modes, R=NOISE_STD**2 * np.eye(2), C=OBSERVATION_MATRIX, key=jax.random.key(1),
-                 gain=gain, hidden_size=16, **kwargs)
+    return PiSSM(PiSSMConfig(4, 2, num_modes, gain=gain, hidden_size=16, **kwargs), R=NOISE_STD**2 * np.eye(2),
+                 C=OBSERVATION_MATRIX, key=jax.random.key(1))
 
 
 @eqx.filter_jit
@@ -159,8 +161,9 @@ def test_warmup_freezes_the_mode_network_only(gru_run):
     r = gru_run.result
     assert int(r.best_epoch) >= 0
     assert same(r.model.mode_net, gru_run.initial.mode_net)
-    for name in ("A", "C", "cell", "readout", "log_q", "initial_mean"):
-        assert not same(getattr(r.model, name), getattr(gru_run.initial, name)), name
+    for name in ("A", "C", "gain.cell", "gain.readout", "log_q", "initial_mean"):
+        part = operator.attrgetter(name)
+        assert not same(part(r.model), part(gru_run.initial)), name
 
 
 def test_mode_network_trains_without_warmup(lstm_run):
@@ -216,16 +219,16 @@ def test_frozen_mask_and_gated_cells():
     assert jax.tree_util.tree_leaves(mask.mode_net) and all(jax.tree_util.tree_leaves(mask.mode_net))
     assert sum(flags) == len(leaves(model.mode_net))
     cells = gated_cells(model)
-    assert len(cells) == 1 and cells[0] is model.cell and isinstance(model.cell, GRUCell)
+    assert len(cells) == 1 and cells[0] is model.gain.cell and isinstance(model.gain.cell, GRUCell)
     assert gated_cells(make_model("exact", 3)) == []
 
 
 @pytest.mark.parametrize("gain", ["gru", "lstm"])
 def test_iss_condition_holds_after_training(gain, gru_run, lstm_run):
     run = {"gru": gru_run, "lstm": lstm_run}[gain]
-    r, cell = run.result, run.result.model.cell
+    r, cell = run.result, run.result.model.gain.cell
     assert isinstance(cell, GRUCell if gain == "gru" else LSTMCell)
-    before = iss_margin(run.initial.cell)
+    before = iss_margin(run.initial.gain.cell)
     after = iss_margin(cell)
     if gain == "gru":
         assert before.margin < EPS  # the projection had work to do
@@ -353,9 +356,10 @@ def test_learned_gain_recovers_the_optimal_filter_from_a_wrong_start():
                                               observe_initial=True))(test_y)
     optimum = float(jnp.mean(kalman.log_likelihoods))
 
-    model = PiSSM(2, 1, 1, R=R, C=C, key=jax.random.key(3), gain="gru", hidden_size=8, initial_var=prior_var)
+    model = PiSSM(PiSSMConfig(2, 1, 1, gain="gru", hidden_size=8, initial_var=prior_var), R=R, C=C,
+                  key=jax.random.key(3))
     start = np.log(0.35 / GAIN_BOUND / (1 - 0.35 / GAIN_BOUND)) - np.log(1 / (GAIN_BOUND - 1))  # sigmoid^-1 - offset
-    model = eqx.tree_at(lambda m: (m.A, m.log_q, m.readout.bias), model,
+    model = eqx.tree_at(lambda m: (m.A, m.log_q, m.gain.readout.bias), model,
                         (A[None], jnp.log(jnp.diag(Q)), jnp.array([start])))
     dynamics = ("A", "b", "C", "log_q", "R_sqrt", "initial_mean", "initial_log_var", "mode_net")
     config = TrainConfig(epochs=8, batch_size=16, warmup_epochs=0, fixed_params=dynamics, stability="iss")

@@ -2,13 +2,14 @@
 Kalman-style gain, against the Kalman filter, particle filters and SLDS-type baselines.
 
 The library (``__all__`` below is what other code may import): the data sets, the Predictions interface, the exact
-Kalman filter and particle filters, pi-SSM (eq. 7), the LG variant, the baselines, training (eq. 8-9), metrics and
-the Pong mode analysis. The experiments live in ``experiments/``; nothing outside them imports them. Module by
-module: docs/studies/pissm.md.
+Kalman filter and particle filters, pi-SSM (eq. 7: its config and its gain variants), the LG variant, the baselines,
+training (eq. 8-9), metrics and the Pong mode analysis. The experiments live in ``experiments/``; nothing outside
+them imports them. Module by module: docs/studies/pissm.md.
 """
 
 from memlab.pissm.baselines import DirectRNN, LGBaseline, ObservationOnly
 from memlab.pissm.data import Dataset, Split, SplitLayout
+from memlab.pissm.gain import ExactGain, PaperGain, WhitenedGain
 from memlab.pissm.kalman import KalmanFiltered, kalman_filter, sample_lgssm
 from memlab.pissm.lg import LGFiltered, LGVariant
 from memlab.pissm.metrics import (
@@ -21,7 +22,7 @@ from memlab.pissm.metrics import (
     predictive_log_likelihood,
     to_db,
 )
-from memlab.pissm.model import PiSSM, roundoff_floor
+from memlab.pissm.model import PiSSM, PiSSMConfig, roundoff_floor
 from memlab.pissm.particle import ParticleFiltered, bootstrap_particle_filter
 from memlab.pissm.pong_modes import (
     SwitchingRule,
@@ -62,19 +63,23 @@ __all__ = [
     "MODELS",
     "Dataset",
     "DirectRNN",
+    "ExactGain",
     "KalmanFiltered",
     "LGBaseline",
     "LGFiltered",
     "LGVariant",
     "ObservationOnly",
+    "PaperGain",
     "ParticleFiltered",
     "PiSSM",
+    "PiSSMConfig",
     "Predictions",
     "Split",
     "SplitLayout",
     "SwitchingRule",
     "TrainConfig",
     "TrainResult",
+    "WhitenedGain",
     "bootstrap_particle_filter",
     "estimator_options",
     "evaluate",

@@ -15,10 +15,13 @@ Inference, Algorithm "Inference in pi-SSM" (App. E.1), one step from q(x_{t-1} |
     7  L_t = RNN([Sigma_{t|t-1}, r_t])
     8  K_t = Sigma_{t|t-1} C_z^T L_t L_t^T
     9  mu_{t|t} = mu_{t|t-1} + K_t r_t,  r_t = y_t - C_z mu_{t|t-1}            eq. (7)
-The choices the paper leaves open or gets wrong (moments vs the sample in step 6, the Joseph form instead of eq.
-(7)'s covariance, full covariances, the bounded gain factor, missing steps, the first observation, ``gain="exact"``,
-``gain_form="paper"`` / ``"unbounded"``, mode sampling and symmetry breaking), each with the reason the mathematics
-or a measurement gives, are on the study's documentation page (docs/studies/pissm.md, "The π-SSM model").
+A model is built as ``PiSSM(PiSSMConfig(M, N, K, ...), R=R, key=key)``: the config holds the sizes, the variants
+and the initial values; steps 7-8 are a gain module chosen by the config (gain.py: ``ExactGain``, ``PaperGain``,
+``WhitenedGain``). The choices the paper leaves open or gets wrong (moments vs the sample in step 6, the Joseph form
+instead of eq. (7)'s covariance, full covariances, the bounded gain factor, missing steps, the first observation,
+the exact gain, eq. (7)'s gain as printed and the unbounded ablation, mode sampling and symmetry breaking), each
+with the reason the mathematics or a measurement gives, are on the study's documentation page
+(docs/studies/pissm.md, "The π-SSM model").
 
 Returned per step (``Predictions``): ``log_likelihoods`` = log q(y_t | y_{1:t-1}) = log sum_k q(k | x_{t-1})
 N(y_t; C_k mu_k, S_k), the normaliser of eq. (6): the predictive density of section 6 with z_t summed out exactly
@@ -31,7 +34,10 @@ eq. (6) posterior.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import typing
+from typing import Literal
 
 import equinox as eqx
 import jax
@@ -40,34 +46,79 @@ import numpy as np
 from jax import Array
 
 from memlab.checks import check_choice, check_covariance, check_int, check_matrix, check_real
-from memlab.layers.gated_rnn import BoundedInput, GRUCell, LSTMCell
+from memlab.layers.gated_rnn import GRUCell, LSTMCell
+from memlab.pissm.gain import ExactGain, PaperGain, WhitenedGain
 from memlab.pissm.kalman import check_observations, symmetrise
 from memlab.pissm.metrics import gaussian_log_density_from_cholesky
 from memlab.pissm.predictions import Predictions
 from memlab.pissm.small_matmul import fused_matmul, fused_matvec
 
-GAINS = ("gru", "lstm", "exact")
-# the RNN gain factor: around the exact gain and bounded, eq. (7) as printed, or around the exact gain unbounded
-GAIN_FORMS = ("bounded", "paper", "unbounded")
-MODE_SAMPLING = ("prior", "posterior")  # z_t ~ q(z_t | x_{t-1}) (App. E.1's box) or eq. (6) (section 5's text)
-COVARIANCES = ("full", "diagonal")
-GAIN_BOUND = math.sqrt(2.0)  # Ltilde's diagonal lies in (0, GAIN_BOUND): see the module docstring
-OFF_DIAGONAL_BOUND = 0.5
-_DIAGONAL_OFFSET = math.log(1.0 / (GAIN_BOUND - 1.0))  # sigmoid(offset) * GAIN_BOUND = 1: Ltilde starts at I
+__all__ = ["COVARIANCES", "GAINS", "GAIN_FORMS", "MODE_SAMPLING", "PiSSM", "PiSSMConfig", "path_noise",
+           "roundoff_floor"]
+
+Gain = Literal["gru", "lstm", "exact"]  # the gain RNN's cell, or the exact Kalman gain (gain.py)
+GainForm = Literal["bounded", "paper", "unbounded"]  # how a GRU / LSTM gives the gain: gain.py's variants
+ModeSampling = Literal["prior", "posterior"]  # z_t ~ q(z_t | x_{t-1}) (App. E.1's box) or eq. (6) (section 5's text)
+Covariance = Literal["full", "diagonal"]
+GAINS, GAIN_FORMS, MODE_SAMPLING, COVARIANCES = (typing.get_args(t) for t in (Gain, GainForm, ModeSampling, Covariance))
+CELL_TYPES = {"gru": GRUCell, "lstm": LSTMCell}
 JITTER = 1e-6  # added to Sigma before its Cholesky factor (the sample only; the filter keeps Sigma as is)
 ROUNDOFF_ULPS = 100.0  # ``roundoff_floor``: covariances are lifted by 100 ulps of their mean variance
 MODE_SPREAD = 0.1  # std of each A_z's initial deviation from I (module doc: symmetry breaking)
 MODE_NET_GAIN = 4.0  # scale of q(z | x)'s initial output layer: a random partition of the state space, not uniform
 
 
+@dataclasses.dataclass(frozen=True)
+class PiSSMConfig:
+    """The sizes, variants and initial values of a pi-SSM; the arrays it starts from (R, C, the prior mean, the
+    mode network's input scaling) are ``PiSSM``'s own arguments.
+
+    ``gain`` and ``gain_form`` choose the gain module (gain.py): "exact" -> ``ExactGain``; "gru" / "lstm" with
+    "paper" -> ``PaperGain``, with "bounded" / "unbounded" -> ``WhitenedGain`` (bounded or not).
+    ``covariance="diagonal"`` keeps only the covariances' diagonals (the paper's choice; module doc).
+    A starts at I + N(0, mode_spread^2) per mode, Q at process_var I, P_0 at initial_var I; q(z | x)'s output
+    layer at mode_net_gain x its default initialisation (module doc: symmetry breaking).
+    """
+
+    state_size: int  # M
+    observation_size: int  # N
+    num_modes: int  # K
+    gain: Gain = "gru"
+    gain_form: GainForm = "bounded"  # ignored by gain="exact"
+    mode_sampling: ModeSampling = "prior"
+    covariance: Covariance = "full"
+    hidden_size: int = 64  # the gain RNN's units
+    mode_hidden: int = 10  # q(z | x)'s ReLU units (App. F.2)
+    transition_hidden: int = 0  # the shared transition MLP g's tanh units (0: linear modes only)
+    process_var: float = 1e-3
+    initial_var: float = 1.0
+    mode_spread: float = MODE_SPREAD
+    mode_net_gain: float = MODE_NET_GAIN
+    learn_noise: bool = False  # train R too (else R keeps its given value)
+
+    def __post_init__(self):
+        for name in ("state_size", "observation_size", "num_modes", "hidden_size", "mode_hidden"):
+            check_int(name, getattr(self, name))
+        check_int("transition_hidden", self.transition_hidden, low=0)
+        for name, allowed in (("gain", GAINS), ("gain_form", GAIN_FORMS), ("mode_sampling", MODE_SAMPLING),
+                              ("covariance", COVARIANCES)):
+            check_choice(name, getattr(self, name), allowed)
+        for name in ("process_var", "initial_var", "mode_net_gain"):
+            check_real(name, getattr(self, name), 0, open_low=True)
+        check_real("mode_spread", self.mode_spread, 0)
+        if not isinstance(self.learn_noise, (bool, np.bool_)):
+            raise ValueError(f"learn_noise must be a bool, got {self.learn_noise!r}")
+
+
 class PiSSM(eqx.Module):
-    """pi-SSM with K linear(-plus-MLP) modes and a GRU / LSTM / exact gain. ``__call__(y (T, N), mask, key)``.
+    """pi-SSM with K linear(-plus-MLP) modes and a learned or exact gain. ``__call__(y (T, N), mask, key)``.
 
     Parameters: A (K, M, M), b (K, M), C (K, N, M); ``mode_net`` x (M,) -> logits (K,); log_q (M,) with
     Q = diag(exp(log_q)); R (N, N) square root ``R_sqrt`` (trained only if ``learn_noise``); prior m_0 (M,),
-    P_0 = diag(exp(initial_log_var)); the gain RNN (``gain_input``, ``cell``, ``norm``, ``readout``) unless
-    ``gain="exact"``;
-    ``transition_mlp`` (M -> M) when ``transition_hidden > 0``.
+    P_0 = diag(exp(initial_log_var)); ``gain`` (gain.py: ``ExactGain``, ``PaperGain`` or ``WhitenedGain``);
+    ``transition_mlp`` (M -> M) when ``transition_hidden > 0``. The switches the filter reads are kept from the
+    config (``mode_sampling``, ``covariance``, ``learn_noise``); its initial values are not, so that models that
+    differ only in them share one compiled program.
     """
 
     A: Array
@@ -78,63 +129,27 @@ class PiSSM(eqx.Module):
     R_sqrt: Array
     initial_mean: Array
     initial_log_var: Array
-    gain_input: BoundedInput | None
-    cell: GRUCell | LSTMCell | None
-    norm: eqx.nn.LayerNorm | None
-    readout: eqx.nn.Linear | None
+    gain: ExactGain | PaperGain | WhitenedGain
     transition_mlp: eqx.nn.MLP | None
-    gain: str = eqx.field(static=True)
-    gain_form: str = eqx.field(static=True)
-    mode_sampling: str = eqx.field(static=True)
-    covariance: str = eqx.field(static=True)
+    mode_sampling: ModeSampling = eqx.field(static=True)
+    covariance: Covariance = eqx.field(static=True)
     learn_noise: bool = eqx.field(static=True)
 
-    def __init__(
-        self,
-        state_size: int,
-        observation_size: int,
-        num_modes: int,
-        *,
-        R,
-        key: Array,
-        gain: str = "gru",
-        gain_form: str = "bounded",
-        mode_sampling: str = "prior",
-        hidden_size: int = 64,
-        mode_hidden: int = 10,
-        transition_hidden: int = 0,
-        covariance: str = "full",
-        process_var: float = 1e-3,
-        initial_mean=None,
-        initial_var=1.0,
-        C=None,
-        learn_noise: bool = False,
-        mode_spread: float = MODE_SPREAD,
-        mode_net_gain: float = MODE_NET_GAIN,
-        mode_input_mean=None,
-        mode_input_std=None,
-    ):
-        """R (N, N) observation noise covariance, positive definite. A starts at I + N(0, mode_spread^2), b at 0,
-        C at C_0 + N(0, 0.01^2) with one C_0 ~ N(0, 1/M) shared by the modes unless given ((N, M) shared by every
-        mode, or (K, N, M)); Q = process_var I; P_0 = initial_var I. q(z | x) reads (x - mode_input_mean) /
-        mode_input_std (defaults 0 and 1) and its output layer starts at ``mode_net_gain`` x the default
-        initialisation (module doc: symmetry breaking)."""
-        M, N, K = (check_int(n, v) for n, v in
-                   (("state_size", state_size), ("observation_size", observation_size), ("num_modes", num_modes)))
-        check_choice("gain", gain, GAINS)
-        check_choice("gain_form", gain_form, GAIN_FORMS)
-        check_choice("mode_sampling", mode_sampling, MODE_SAMPLING)
-        check_choice("covariance", covariance, COVARIANCES)
-        for name, v in (("process_var", process_var), ("initial_var", initial_var), ("mode_net_gain", mode_net_gain)):
-            check_real(name, v, 0, open_low=True)
-        check_real("mode_spread", mode_spread, 0)
+    def __init__(self, config: PiSSMConfig, *, R, key: Array, C=None, initial_mean=None, mode_input_mean=None,
+                 mode_input_std=None):
+        """R (N, N) observation noise covariance, positive definite. b starts at 0, C at C_0 + N(0, 0.01^2) with one
+        C_0 ~ N(0, 1/M) shared by the modes unless given ((N, M) shared by every mode, or (K, N, M)); m_0 at
+        ``initial_mean`` (default 0). q(z | x) reads (x - mode_input_mean) / mode_input_std (defaults 0 and 1)."""
+        if not isinstance(config, PiSSMConfig):
+            raise ValueError(f"config must be a PiSSMConfig, got {type(config).__name__}")
+        M, N, K = config.state_size, config.observation_size, config.num_modes
         check_matrix("R", R, (N, N))
         check_covariance("R", R)
         if np.min(np.linalg.eigvalsh(np.asarray(R, np.float64))) <= 0:
             raise ValueError("R must be positive definite (the predictive density of y_t needs it)")
         dtype = jnp.result_type(float)
         kA, kC, kmode, kcell, kread, kmlp = jax.random.split(key, 6)
-        self.A = jnp.eye(M, dtype=dtype) + mode_spread * jax.random.normal(kA, (K, M, M), dtype)
+        self.A = jnp.eye(M, dtype=dtype) + config.mode_spread * jax.random.normal(kA, (K, M, M), dtype)
         self.b = jnp.zeros((K, M), dtype)
         if C is None:  # one shared emission, each mode a small perturbation of it (the modes start alike)
             kC0, kC1 = jax.random.split(kC)
@@ -144,28 +159,19 @@ class PiSSM(eqx.Module):
             C = jnp.broadcast_to(C, (K, N, M))
         check_matrix("C", C, (K, N, M))
         self.C = C
-        self.mode_net = _mode_net(M, K, check_int("mode_hidden", mode_hidden), mode_net_gain, mode_input_mean,
-                                  mode_input_std, kmode, dtype)
-        self.log_q = jnp.full((M,), math.log(process_var), dtype)
+        self.mode_net = _mode_net(M, K, config.mode_hidden, config.mode_net_gain, mode_input_mean, mode_input_std,
+                                  kmode, dtype)
+        self.log_q = jnp.full((M,), math.log(config.process_var), dtype)
         self.R_sqrt = jnp.linalg.cholesky(jnp.asarray(R, dtype))
         self.initial_mean = jnp.zeros(M, dtype) if initial_mean is None else jnp.asarray(initial_mean, dtype)
         check_matrix("initial_mean", self.initial_mean, (M,))
-        self.initial_log_var = jnp.full((M,), math.log(initial_var), dtype)
-        if gain == "exact":
-            self.gain_input = self.cell = self.norm = self.readout = None
-        elif gain_form in ("bounded", "unbounded"):
-            self.gain_input, self.cell, self.norm, self.readout = _gain_rnn(
-                M, N, R, gain, check_int("hidden_size", hidden_size), kcell, kread, dtype)
-        else:
-            S_0 = C[0] @ (initial_var * jnp.eye(M, dtype=dtype)) @ C[0].T + jnp.asarray(R, dtype)
-            self.gain_input = None
-            self.cell, self.norm, self.readout = _paper_gain_rnn(M, N, S_0, gain, check_int("hidden_size", hidden_size),
-                                                                 kcell, kread, dtype)
+        self.initial_log_var = jnp.full((M,), math.log(config.initial_var), dtype)
+        self.gain = _make_gain(config, R, C, kcell, kread, dtype)
         self.transition_mlp = None
-        if transition_hidden:
-            self.transition_mlp = _transition_mlp(M, check_int("transition_hidden", transition_hidden), kmlp, dtype)
-        self.gain, self.gain_form, self.mode_sampling = gain, gain_form, mode_sampling
-        self.covariance, self.learn_noise = covariance, bool(learn_noise)
+        if config.transition_hidden:
+            self.transition_mlp = _transition_mlp(M, config.transition_hidden, kmlp, dtype)
+        self.mode_sampling, self.covariance, self.learn_noise = config.mode_sampling, config.covariance, \
+            bool(config.learn_noise)
 
     @property
     def state_size(self) -> int:
@@ -204,49 +210,9 @@ class PiSSM(eqx.Module):
             return jnp.where(jnp.eye(P.shape[-1], dtype=bool), P, 0.0)
         return roundoff_floor(symmetrise(P))
 
-    def _gain_factor(self, S_chol: Array, pred_cov: Array, residual: Array, rnn_state, observed: Array):
-        """(L L^T (N, N), new RNN state) of steps 7-8 for the predictive covariance pred_cov (M, M), S = S_chol
-        S_chol^T (N, N) and the residual r_t (N,): S^{-1} for the exact gain; for ``gain_form="paper"`` L straight
-        from the RNN fed [tril Sigma_{t|t-1}, r_t]; else L = S_chol^{-T} Ltilde with a bounded Ltilde from the RNN
-        fed the scale-free features [log diag Sigma_{t|t-1}, log diag S, S_chol^{-1} r_t] (module doc)."""
-        N = S_chol.shape[0]
-        rows, cols = np.tril_indices(N)
-        if self.gain_form == "paper" and self.cell is not None:
-            M = pred_cov.shape[0]
-            u = jnp.concatenate([pred_cov[np.tril_indices(M)], residual])  # eq. (7): L_t = RNN(Sigma_{t|t-1}, r_t)
-            entries, rnn_state = self._gain_rnn_step(u, rnn_state, observed)
-            L = jnp.zeros((N, N), S_chol.dtype).at[rows, cols].set(entries)
-            return fused_matmul(L, L.T), rnn_state
-        S_chol_inv = jax.scipy.linalg.solve_triangular(S_chol, jnp.eye(N, dtype=S_chol.dtype), lower=True)
-        if self.cell is None:
-            return fused_matmul(S_chol_inv.T, S_chol_inv), rnn_state
-        white = fused_matvec(S_chol_inv, residual)
-        S_diagonal = jnp.sum(S_chol * S_chol, axis=1)
-        features = jnp.concatenate([jnp.log(jnp.diagonal(pred_cov)), jnp.log(S_diagonal), white])
-        # ||u||_inf < 1: Theorem 2's input bound
-        entries, rnn_state = self._gain_rnn_step(self.gain_input(features), rnn_state, observed)
-        raw = jnp.zeros((N, N), S_chol.dtype).at[rows, cols].set(entries)
-        if self.gain_form == "unbounded":  # the ablation: the same features and units, no bound (starts at I)
-            L_tilde = jnp.tril(raw, -1) + jnp.diag(jnp.exp(jnp.diagonal(raw)))
-        else:
-            diagonal = GAIN_BOUND * jax.nn.sigmoid(jnp.diagonal(raw) + _DIAGONAL_OFFSET)  # in (0, sqrt 2), starts at 1
-            L_tilde = jnp.tril(OFF_DIAGONAL_BOUND * jnp.tanh(raw), -1) + jnp.diag(diagonal)
-            # spectral norm <= sqrt(||L||_1 ||L||_inf) <= GAIN_BOUND, so eig(Ltilde Ltilde^T) <= 2 (module doc)
-            holder = jnp.sqrt(jnp.max(jnp.sum(jnp.abs(L_tilde), 0)) * jnp.max(jnp.sum(jnp.abs(L_tilde), 1)))
-            L_tilde = L_tilde * jnp.minimum(1.0, GAIN_BOUND / holder)
-        L = fused_matmul(S_chol_inv.T, L_tilde)
-        return fused_matmul(L, L.T), rnn_state
-
-    def _gain_rnn_step(self, u: Array, rnn_state, observed: Array):
-        """The readout (N(N+1)/2,) of the layer-normalised state after one cell step on u, and the new state (the
-        old one kept where y_t is missing)."""
-        new_state = self.cell(rnn_state, u)
-        rnn_state = jax.tree_util.tree_map(lambda new, old: jnp.where(observed, new, old), new_state, rnn_state)
-        h = rnn_state[0] if isinstance(rnn_state, tuple) else rnn_state
-        return self.readout(self.norm(h)), rnn_state
-
     def init_rnn_state(self):
-        return None if self.cell is None else self.cell.init_state()
+        """The gain's initial RNN state (None for the exact gain)."""
+        return self.gain.init_state()
 
     def __call__(self, y: Array, mask: Array | None = None, *, key: Array) -> Predictions:
         """Filter one sequence y (T, N) (mask (T,) bool, True where observed) with one sampled path of
@@ -290,7 +256,7 @@ class PiSSM(eqx.Module):
             mode = jnp.argmax(gumbel + jax.lax.stop_gradient(log_sampling))
             pred_mean, pred_cov, C, S, obs_mean = means_k[mode], covs_k[mode], self.C[mode], S_k[mode], obs_k[mode]
             residual = y_t - obs_mean
-            LLt, rnn_state = self._gain_factor(S_chol_k[mode], pred_cov, residual, rnn_state, observed)  # step 7
+            LLt, rnn_state = self.gain(S_chol_k[mode], pred_cov, residual, rnn_state, observed)  # step 7 (gain.py)
             K = fused_matmul(fused_matmul(pred_cov, C_T[mode]), LLt)  # step 8
             I_KC = eye - fused_matmul(K, C)
             new_mean = pred_mean + fused_matvec(K, residual)  # eq. (7)
@@ -361,34 +327,17 @@ def _mode_net(M: int, K: int, hidden: int, gain: float, input_mean, input_std, k
                        (weight, first.bias - weight @ mean, gain * last.weight, gain * last.bias))
 
 
-def _paper_gain_rnn(M: int, N: int, S_0: Array, gain: str, hidden_size: int, key_cell: Array, key_readout: Array,
-                    dtype):
-    """The gain RNN of eq. (7) as printed (``gain_form="paper"``): cell on [tril Sigma_{t|t-1} (M(M+1)/2), r_t (N)],
-    layer norm, readout to L_t's N(N+1)/2 lower-triangular entries, its bias at chol(S_0^{-1}) (module doc)."""
-    cell_type = GRUCell if gain == "gru" else LSTMCell
-    cell = cell_type(M * (M + 1) // 2 + N, hidden_size, key=key_cell)
-    norm = eqx.nn.LayerNorm(hidden_size, dtype=dtype)
-    readout = eqx.nn.Linear(hidden_size, N * (N + 1) // 2, key=key_readout, dtype=dtype)
-    L_0 = jnp.linalg.cholesky(jnp.linalg.inv(S_0))
-    readout = eqx.tree_at(lambda r: (r.weight, r.bias), readout,
-                          (0.01 * readout.weight, L_0[np.tril_indices(N)].astype(dtype)))
-    return cell, norm, readout
-
-
-def _gain_rnn(M: int, N: int, R, gain: str, hidden_size: int, key_cell: Array, key_readout: Array, dtype):
-    """The gain RNN of steps 7-8: (bounded input, GRU / LSTM cell, layer norm, readout to Ltilde's N(N+1)/2
-    entries), with Ltilde starting near I."""
-    cell_type = GRUCell if gain == "gru" else LSTMCell
-    # log-variances centred on log mean diag R with an e-fold width of 3; whitened residuals (~N(0, 1))
-    # near-linear within +-2
-    log_r = math.log(float(np.mean(np.diag(np.asarray(R, np.float64)))))
-    gain_input = BoundedInput(np.r_[np.full(M + N, log_r), np.zeros(N)], np.r_[np.full(M + N, 3.0), np.full(N, 2.0)])
-    cell = cell_type(M + 2 * N, hidden_size, key=key_cell)
-    norm = eqx.nn.LayerNorm(hidden_size, dtype=dtype)
-    readout = eqx.nn.Linear(hidden_size, N * (N + 1) // 2, key=key_readout, dtype=dtype)
-    # Ltilde starts near I: small weights, zero bias (exp(0) = 1 on the diagonal).
-    readout = eqx.tree_at(lambda r: (r.weight, r.bias), readout, (0.01 * readout.weight, jnp.zeros_like(readout.bias)))
-    return gain_input, cell, norm, readout
+def _make_gain(config: PiSSMConfig, R, C: Array, key_cell: Array, key_readout: Array, dtype):
+    """The gain module of ``config.gain`` / ``config.gain_form`` (gain.py); ``PaperGain`` starts at the exact gain
+    of the first step, S_0 = C_1 P_0 C_1^T + R."""
+    if config.gain == "exact":
+        return ExactGain()
+    M, N, cell_type = config.state_size, config.observation_size, CELL_TYPES[config.gain]
+    keys = {"key_cell": key_cell, "key_readout": key_readout, "dtype": dtype}
+    if config.gain_form == "paper":
+        S_0 = C[0] @ (config.initial_var * jnp.eye(M, dtype=dtype)) @ C[0].T + jnp.asarray(R, dtype)
+        return PaperGain(M, N, S_0, cell_type, config.hidden_size, **keys)
+    return WhitenedGain(M, N, R, cell_type, config.hidden_size, bounded=config.gain_form == "bounded", **keys)
 
 
 def _transition_mlp(M: int, hidden: int, key: Array, dtype) -> eqx.nn.MLP:

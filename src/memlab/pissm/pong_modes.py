@@ -18,7 +18,7 @@ import numpy as np
 from memlab.pissm import metrics
 from memlab.pissm.data import Dataset, Split
 from memlab.pissm.data.pong import step_maps
-from memlab.pissm.model import PiSSM
+from memlab.pissm.model import PiSSM, PiSSMConfig
 from memlab.pissm.runs import compiled_train, estimator_options, full_mask, predict_jit
 from memlab.pissm.train import TrainConfig
 
@@ -79,9 +79,10 @@ def oracle_model(data: Dataset, key, mode_sampling: str = "prior", process_var: 
     """A pi-SSM(LG) whose K = 5 modes are Pong's true step maps (A_z, b_z; C the true observation map), with the
     generator's prior variances (``TRUE_PRIOR_VAR``) around the centre of the box at rest."""
     A, b = step_maps()
-    model = PiSSM(4, 2, len(A), R=np.asarray(data.R), C=np.asarray(data.C), key=key, gain="exact",
-                  mode_sampling=mode_sampling, process_var=process_var, initial_mean=np.array([0.5, 0.0, 0.5, 0.0]),
-                  initial_var=0.1)
+    config = PiSSMConfig(4, 2, len(A), gain="exact", mode_sampling=mode_sampling, process_var=process_var,
+                         initial_var=0.1)
+    model = PiSSM(config, R=np.asarray(data.R), C=np.asarray(data.C), key=key,
+                  initial_mean=np.array([0.5, 0.0, 0.5, 0.0]))
     leaves = (A, b, np.log(TRUE_PRIOR_VAR))
     return eqx.tree_at(lambda m: (m.A, m.b, m.initial_log_var), model,
                        tuple(jnp.asarray(x, model.A.dtype) for x in leaves))

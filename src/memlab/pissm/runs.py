@@ -40,7 +40,7 @@ from memlab.pissm.data import (
 from memlab.pissm.data.pong import NOISE_STD as PONG_NOISE_STD
 from memlab.pissm.data.splits import Split
 from memlab.pissm.lg import LGVariant
-from memlab.pissm.model import PiSSM
+from memlab.pissm.model import PiSSM, PiSSMConfig
 from memlab.pissm.train import TrainConfig, make_train, predict_batch
 
 MODELS = ("pissm-gru", "pissm-lstm", "pissm-gru-bounded", "pissm-lstm-bounded", "pissm-lg", "lg", "gru", "lstm",
@@ -125,10 +125,11 @@ def make_model(name: str, data_name: str, data: Dataset, key, hidden_size: int =
                        initial_mean=initial_mean, initial_cov=initial_var * np.eye(M))
         return LGBaseline(lg)
     gain, gain_form = PISSM_GAINS[name]
-    return PiSSM(M, N, K, R=R, key=key, gain=gain, gain_form=gain_form, mode_sampling=mode_sampling,
-                 hidden_size=hidden_size, C=C, initial_mean=initial_mean, initial_var=initial_var,
-                 process_var=process_var, transition_hidden=TRANSITION_HIDDEN[data_name],
-                 mode_input_mean=initial_mean, mode_input_std=np.full(M, np.sqrt(initial_var)))
+    config = PiSSMConfig(M, N, K, gain=gain, gain_form=gain_form, mode_sampling=mode_sampling, hidden_size=hidden_size,
+                         transition_hidden=TRANSITION_HIDDEN[data_name], process_var=process_var,
+                         initial_var=initial_var)
+    return PiSSM(config, R=R, key=key, C=C, initial_mean=initial_mean, mode_input_mean=initial_mean,
+                 mode_input_std=np.full(M, np.sqrt(initial_var)))
 
 
 def trains(name: str) -> bool:
