@@ -268,7 +268,8 @@ def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
 
 
 # quick: the canonical task of each family with a reference (hmm-mess3, lgssm), 400 steps, 2 seeds: about 4
-# minutes on the 2 cores, compiles included (9 layers x 2 tasks, a cell compiles in 11-20 s)
+# minutes on the 2 cores, compiles included (9 layers x 2 tasks, a cell compiles in 11-20 s); alf's cells add about
+# a minute of CPU (alf on hmm-mess3: 60 s of CPU for the cell, lof 70 s, measured one after the other)
 QUICK_TRAIN = TrainConfig(steps=400, batch=32, length=64, learning_rate=3e-3, eval_every=100)
 
 PAPER = LeaderboardConfig(seeds=3, train=TrainConfig(steps=5000, eval_every=250), width=64, depth=2, longer=(2, 4))
