@@ -104,3 +104,11 @@ def test_the_compiled_alf_is_memlab_belief_alf(name):
     _, ws = jax.lax.scan(step, alf.w0, batch.aux[0])
     expected = predictive_logits(task.hmm, jax.nn.log_softmax(ws / alf.delta))
     np.testing.assert_allclose(compiled_model(task).model(batch.inputs[0]), expected, atol=1e-4)
+
+
+def test_the_action_filter_is_the_exact_filter_on_ringworld():
+    task = make_task("hmm-ringworld")
+    compiled = compiled_model(task)
+    assert compiled.exact and compiled.transient == 0
+    s = score(task, compiled.model, task.sample(jax.random.PRNGKey(7), 128, 200))
+    assert abs(float(s.gap)) < 1e-5 and float(jnp.max(s.distance)) < 1e-6

@@ -1,5 +1,5 @@
 """The arena's layers: every one maps (L, width) -> (L, width) causally; the trainable LOF with an HMM's own
-matrices is that HMM's exact filter."""
+matrices is that HMM's exact filter, the trainable ALF with a permutation backbone is memlab.belief's ALF."""
 
 import equinox as eqx
 import jax
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from memlab.arena.hmm import random_hmm
-from memlab.arena.layers import LAYERS, LogitFilter, make_layer
-from memlab.belief import log_belief
+from memlab.arena.layers import LAYERS, AdaptiveLogitFilter, LogitFilter, make_layer
+from memlab.belief import ALF, alf_filter, log_belief
 
 
 @pytest.mark.parametrize("name", sorted(LAYERS))
@@ -33,3 +33,34 @@ def test_logit_filter_with_an_hmms_matrices_is_its_exact_filter():
     layer = eqx.tree_at(lambda m: (m.transition_logits, m.initial_logits, m.emission.weight, m.emission.bias), layer,
                         parts)
     np.testing.assert_allclose(layer.log_beliefs(jax.nn.one_hot(ys, 4)), log_belief(hmm, ys), atol=1e-4)
+
+
+def _with_alf_matrices(layer, T, E, delta):
+    """The layer with transition T (a column-stochastic matrix), emission log E^T (no bias) and delta."""
+    parts = (jnp.log(T), jnp.log(delta) - jnp.log1p(-delta), jnp.log(E).T, jnp.zeros(T.shape[0]))
+    return eqx.tree_at(lambda m: (m.transition_logits, m.delta_logit, m.emission.weight, m.emission.bias), layer,
+                       parts)
+
+
+def test_alf_with_a_permutation_backbone_is_memlab_belief_alf():
+    hmm = random_hmm(3, 5, 4)
+    P = np.eye(5)[:, [3, 0, 4, 1, 2]]  # a permutation of order 6 (a 2-cycle and a 3-cycle)
+    ys = jax.random.randint(jax.random.PRNGKey(4), (40,), 0, 4)
+    layer = _with_alf_matrices(AdaptiveLogitFilter(4, 5, key=jax.random.PRNGKey(5)), jnp.asarray(P, jnp.float32),
+                               hmm.E, 0.3)
+    alf = ALF.time_invariant(P, hmm.E, np.float32(0.3), w0=np.zeros(5))
+    np.testing.assert_allclose(layer.logits(jax.nn.one_hot(ys, 4)), alf_filter(alf, ys), atol=1e-5)
+
+
+def test_alf_with_a_stochastic_transition_is_the_linear_recurrence():
+    """The relaxed backbone (any column-stochastic T) against a float64 loop of w_t = (1 - delta) T w + delta l_t."""
+    hmm = random_hmm(4, 5, 3)
+    x = jax.random.normal(jax.random.PRNGKey(6), (30, 3))
+    layer = _with_alf_matrices(AdaptiveLogitFilter(3, 5, key=jax.random.PRNGKey(7)), hmm.T, hmm.E, 0.2)
+    T, log_E = np.asarray(hmm.T, np.float64), np.log(np.asarray(hmm.E, np.float64))
+    w, expected = np.zeros(5), []
+    for x_t in np.asarray(x, np.float64):
+        w = 0.8 * T @ w + 0.2 * (x_t @ log_E)
+        expected.append(w)
+    np.testing.assert_allclose(layer.logits(x), np.array(expected), atol=1e-5)
+    assert float(AdaptiveLogitFilter(3, 5, key=jax.random.PRNGKey(8)).delta) == pytest.approx(0.1)  # the PPO ALF's

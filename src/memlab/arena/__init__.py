@@ -1,7 +1,8 @@
 """The arena (issue 31): every memory layer against the optimal algorithm on every task family.
 
     task.py    the task interface (sample, reference, trivial, loss, distance) and the normalised gap
-    hmm.py     next-observation prediction on HMMs; reference: the exact filter (``memlab.belief``)
+    hmm.py     next-observation prediction on HMMs, with or without actions (RingWorld); reference: the exact filter
+               (``memlab.belief``)
     lgssm.py   next-observation prediction on linear-Gaussian models; reference: the Kalman filter
                (``memlab.pissm.kalman``)
     switching.py  the same for switching linear-Gaussian models (K modes); reference: a Rao-Blackwellised
@@ -14,17 +15,18 @@
     mqar.py    Zoology's multi-query associative recall; reference: exact lookup
     tasks.py   the tasks by name (``register_task`` adds one)
     layers.py  the sequence layers by name, one interface (``register_layer`` adds one)
+    logit_layers.py  paper 1's LOF and ALF as trainable layers
     model.py   the one model every layer runs in: embed -> pre-norm blocks -> head
     train.py   make_train(...) -> train(key); score a model beside the reference and trivial predictors; compare two
-    compiled.py  compiled solutions: the steady-state Kalman predictor as an LRU, the ALF, theta* as softmax
-                 attention, attention as exact lookup
+    compiled.py  compiled solutions: the steady-state Kalman predictor as an LRU, the ALF, the exact filter with
+                 actions, theta* as softmax attention, attention as exact lookup
 
 Experiments, in ``experiments/``: ``arena.leaderboard``, ``arena.compiled``. The arena sits above the four paper
 studies: it uses their public references, and no study imports it.
 """
 
 from memlab.arena.compiled import Compiled, compiled_model
-from memlab.arena.hmm import HMMTask, mess3, random_hmm, two_state
+from memlab.arena.hmm import HMMTask, mess3, random_hmm, ringworld, two_state
 from memlab.arena.layers import LAYERS, LayerSpec, make_layer, register_layer, state_size
 from memlab.arena.lgssm import LGSSMTask, random_lgssm
 from memlab.arena.model import SequenceModel, parameter_count
@@ -61,5 +63,5 @@ __all__ = ["LAYERS", "TASKS", "Baselines", "Batch", "Comparison", "Compiled", "H
            "TaskSpec", "TrainConfig", "TrainResult", "baselines", "categorical_kl", "compare", "compiled_model",
            "cross_entropy", "exact_predictive_mean", "make_layer", "make_model", "make_task", "make_train",
            "masked_mean", "mess3", "normalised_gap", "parameter_count", "random_hmm", "random_lgssm",
-           "random_switching_lgssm", "reference_is_exact", "register_layer", "register_task", "score",
+           "random_switching_lgssm", "reference_is_exact", "register_layer", "register_task", "ringworld", "score",
            "squared_error", "state_size", "two_state", "value_losses"]

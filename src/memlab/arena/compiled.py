@@ -13,6 +13,9 @@ can reach, and a trained model's distance to it shows whether training found tha
 * hmm (a near-deterministic T = (1 - eps) D + eps Q) -- the time-invariant Adaptive Logit Filter (paper 1, eq. 24),
   a linear recurrence in the logits with delta = sqrt(eps) (eq. 48), read out as log(E T softmax(w / delta)). It is
   an approximation: the paper bounds its decoding error (Theorem 5.5), not its predictive loss; its gap is not zero.
+* hmm with actions (an input-output HMM, e.g. RingWorld) -- the exact filter itself, the LOF (eq. 7) with the
+  action's T(a), run over the task's inputs [a_t, y_t]: a recurrence in the logits, not a linear one (T(a) is no
+  permutation), that reads the one-hot inputs linearly. Exact: an independent path to the reference's numbers.
 * policy-eval -- paper 2's theta* (eq. 15): L layers of the dual-head softmax transformer on the prompt (13) of every
   prefix of the context, i.e. L iterations of weighted softmax TD (Theorem 1), read at the query. An approximation of
   the task's reference, for two reasons: weighted softmax TD is TD in the kernel space of exp(<x, x'>) normalised over
@@ -47,13 +50,14 @@ from memlab.arena.lgssm import LGSSMTask
 from memlab.arena.mqar import MQARTask
 from memlab.arena.policy import PolicyEvalTask
 from memlab.belief.alf import alf_backbone
+from memlab.belief.filters import log_matvec, normalize_logits
 from memlab.belief.structure import is_permutation
 from memlab.ictd.softmax_td import feature_scores, kernel_weights, td_with_weights
 from memlab.layers.attention import CausalSoftmaxAttention
 from memlab.layers.lru import LRU
 
-__all__ = ["Compiled", "LookupAttention", "compiled_model", "kalman_predictor", "kalman_transient", "logit_filter",
-           "lookup_attention", "lookup_loss_bound", "softmax_ictd"]
+__all__ = ["Compiled", "LookupAttention", "action_filter", "compiled_model", "kalman_predictor", "kalman_transient",
+           "logit_filter", "lookup_attention", "lookup_loss_bound", "softmax_ictd"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +161,31 @@ def logit_filter(task: HMMTask) -> tuple[Callable[[Array], Array], bool]:
     return predict, exact
 
 
+def action_filter(task: HMMTask) -> Callable[[Array], Array]:
+    """The exact filter of a controlled hmm task over its inputs [a_t, y_t] (L, A + S) -> predictive logits (L, S):
+    w_t = log(T(a_{t-1}) exp(w_{t-1})) + log E^T y_t (eq. 7, normalised: eq. 8) from w_0 = log pi0, read out as
+    log(E T(a_t) exp(w_t)). The first step's T(a_0) is the mean over actions (the task makes T(a) pi0 the same for
+    every a). The one-hot action selects T(a) by a sum and log E^T y is read as y @ log E, so input gradients exist;
+    ValueError if an emission has probability 0."""
+    if not task.controlled:
+        raise ValueError("action_filter needs a task whose hmm is a ControlledHMM")
+    if np.any(np.asarray(task.hmm.E) <= 0):
+        raise ValueError("the compiled filter reads log E through its one-hot inputs: every emission must be possible")
+    A, T, E = task.num_actions, task.hmm.T, task.hmm.E
+    log_E = jnp.log(E)  # (S, N)
+
+    def predict(inputs: Array) -> Array:
+        def step(carry, x):
+            w, T_before = carry  # w_{t-1}, T(a_{t-1})
+            T_after = jnp.tensordot(x[:A], T, axes=1)  # T(a_t): the one-hot a_t picks it
+            w = normalize_logits(log_matvec(T_before, w) + x[A:] @ log_E)  # eq. (7), (8)
+            return (w, T_after), log_matvec(E, log_matvec(T_after, w))  # log E T(a_t) alpha_t
+
+        return jax.lax.scan(step, (jnp.log(task.hmm.pi0), T.mean(0)), inputs)[1]
+
+    return predict
+
+
 def softmax_ictd(task: PolicyEvalTask, num_layers: int = 3) -> Callable[[Array], Array]:
     """theta* of paper 2 (eq. 15) with ``num_layers`` layers on every prefix of a policy-eval sequence: (L, 2d + 2)
     -> (L, 1), at both steps of pair k the value of the query S_k from transitions 1..k.
@@ -223,6 +252,8 @@ def compiled_model(task) -> Compiled | None:
     if isinstance(task, LGSSMTask):
         return Compiled(kalman_predictor(task), "steady-state Kalman predictor as an LRU", exact=True,
                         transient=kalman_transient(task))
+    if isinstance(task, HMMTask) and task.controlled:
+        return Compiled(action_filter(task), "exact filter (LOF, eq. 7) with the action's T(a)", exact=True)
     if isinstance(task, HMMTask):
         try:
             predict, exact = logit_filter(task)

@@ -24,10 +24,9 @@ from typing import NamedTuple
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 from jax import Array
 
-from memlab.belief.filters import log_matvec, normalize_logits
+from memlab.arena.logit_layers import AdaptiveLogitFilter, LogitFilter
 from memlab.layers import (
     LRU,
     CausalLinearAttention,
@@ -40,7 +39,8 @@ from memlab.layers import (
 )
 from memlab.plugins import load_plugins
 
-__all__ = ["LAYERS", "LayerSpec", "LogitFilter", "make_layer", "register_layer", "source_fingerprint", "state_size"]
+__all__ = ["LAYERS", "AdaptiveLogitFilter", "LayerSpec", "LogitFilter", "make_layer", "register_layer",
+           "source_fingerprint", "state_size"]
 
 MAMBA_STATE = 16  # d_state of the Mamba block (expand 2, d_conv 4): its state is the SSM's 2 width x 16 numbers
 # and the causal convolution's last 3 inputs, 2 width x 3
@@ -78,44 +78,6 @@ class S5(eqx.Module):
         return self.layer(x, method="sequential")[1]
 
 
-class LogitFilter(eqx.Module):
-    """The LOF of paper 1 (eq. (7)) as a trainable layer over ``states`` hidden states: the exact HMM filter's own
-    model class, learned.
-
-        w_t = log(T exp(w_{t-1})) + l_t  (normalised: log beliefs, eq. (8)),   l_t = emission(x_t),
-        output_t = readout(softmax(w_t))
-
-    T = softmax(transition_logits) column by column (column-stochastic), w_0 = log_softmax(initial_logits), and the
-    emission maps the layer's input to per-state log-likelihoods (log E^T y_t when x_t is the one-hot y_t). With T,
-    E and pi0 of an HMM it computes that HMM's exact log beliefs (``memlab.belief.log_belief``; tested), so on the
-    hmm tasks a gap above 0 is an optimisation failure, not a lack of expressiveness (given enough states)."""
-
-    transition_logits: Array
-    initial_logits: Array
-    emission: eqx.nn.Linear
-    readout: eqx.nn.Linear
-
-    def __init__(self, width: int, states: int, *, key: Array):
-        k_t, k_e, k_r = jax.random.split(key, 3)
-        self.transition_logits = jax.random.normal(k_t, (states, states))
-        self.initial_logits = jnp.zeros(states)
-        self.emission = eqx.nn.Linear(width, states, key=k_e)
-        self.readout = eqx.nn.Linear(states, width, key=k_r)
-
-    def log_beliefs(self, x: Array) -> Array:
-        """w_1..w_L (L, states): the normalised logits after each input."""
-        T = jax.nn.softmax(self.transition_logits, axis=0)
-
-        def step(w, l_t):
-            w = normalize_logits(log_matvec(T, w) + l_t)  # eq. (7), (8)
-            return w, w
-
-        return jax.lax.scan(step, jax.nn.log_softmax(self.initial_logits), jax.vmap(self.emission)(x))[1]
-
-    def __call__(self, x: Array) -> Array:
-        return jax.vmap(self.readout)(jax.nn.softmax(self.log_beliefs(x)))
-
-
 LAYERS: dict[str, LayerSpec] = {
     "lru": LayerSpec(lambda d, key: LRU(d, d, key=key), lambda d, L: 2 * d, "LRU, width complex modes"),
     "s5": LayerSpec(lambda d, key: S5(S5Layer(d, 2 * (d // 2 + d % 2), key=key)), lambda d, L: 2 * (d // 2 + d % 2),
@@ -130,6 +92,9 @@ LAYERS: dict[str, LayerSpec] = {
                                   "causal linear attention (elu + 1), one head"),
     "lof": LayerSpec(lambda d, key: LogitFilter(d, d, key=key), lambda d, L: d,
                      "trainable logit optimal filter (paper 1, eq. 7), hidden states = width"),
+    "alf": LayerSpec(lambda d, key: AdaptiveLogitFilter(d, d, key=key), lambda d, L: d,
+                     "trainable adaptive logit filter (paper 1, eq. 24): (1 - delta) T w + delta l, T and delta "
+                     "learned, hidden states = width"),
     "gated-deltanet": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key), lambda d, L: d * d,
                                 "gated DeltaNet, one head"),
 }

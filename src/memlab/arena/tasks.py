@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from memlab.arena.hmm import HMMTask, mess3, noisy_cycle, random_hmm, two_state
+from memlab.arena.hmm import HMMTask, mess3, noisy_cycle, random_hmm, ringworld, two_state
 from memlab.arena.layers import source_fingerprint
 from memlab.arena.lgssm import random_lgssm
 from memlab.arena.mqar import MQARTask
@@ -37,6 +37,11 @@ TASKS: dict[str, TaskSpec] = {
     "hmm-cycle": TaskSpec(lambda: HMMTask(noisy_cycle(), name="hmm-cycle"),
                           "deterministic 5-cycle, 3 symbols, emission accuracy 0.7 (its exact filter is linear)",
                           "linear-recurrent-memory-pomdp"),
+    "hmm-ringworld": TaskSpec(lambda: HMMTask(ringworld(), name="hmm-ringworld"),
+                              "RingWorld's observation stream under uniformly random actions (paper 1, section 6.2: "
+                              "12 ring states, actions CW1, CW2, CCW1, CCW2 slipping or overshooting with eps = 0.05 "
+                              "each, 4 beacons): reads the action a_t and the beacon y_t, predicts y_{t+1}; reference: "
+                              "the exact filter given the actions", "linear-recurrent-memory-pomdp"),
     "lgssm": TaskSpec(lambda: random_lgssm(0, 4, 2), "random stable linear-Gaussian model, 4 states, 2 outputs, "
                       "spectral radius 0.95, observation noise 0.1 (seed 0)", "pi-ssm-hybrid-state-space"),
     "policy-eval": TaskSpec(PolicyEvalTask, "value of the query state in context, a fresh randomised Boyan chain per "

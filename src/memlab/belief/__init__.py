@@ -14,6 +14,7 @@ from memlab.belief.alf import (
     alf_filter,
     alf_initial_logits,
     alf_step,
+    alf_update,
     delta_is_valid,
     delta_label,
     delta_schedule,
@@ -100,8 +101,8 @@ __all__ = [
     "make_exact_linear_filter_controlled", "exact_linear_filter", "exact_linear_filter_controlled",
     "construction_is_exact",
     # alf
-    "ALF", "DELTA_SCHEDULES", "alf_filter", "alf_step", "alf_backbone", "alf_initial_logits", "delta_schedule",
-    "delta_label", "delta_is_valid",
+    "ALF", "DELTA_SCHEDULES", "alf_filter", "alf_step", "alf_update", "alf_backbone", "alf_initial_logits",
+    "delta_schedule", "delta_label", "delta_is_valid",
     # theory
     "check_assumption_5_6", "log_mgf", "gamma_set", "kl_drift", "xi_pair", "xi_of", "xi", "logit_bound_W",
     "delta_upper_bound", "lambda_is_valid", "q_min", "irregular_jump_bound",

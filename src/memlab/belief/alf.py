@@ -92,7 +92,13 @@ def alf_initial_logits(D, w0_tilde=None) -> np.ndarray:
 def alf_step(src: Array, log_E: Array, delta: Array, w: Array, y: Array) -> Array:
     """One ALF update, eq. (24)/(46): w (..., N), y (...,), src (..., N) gather indices."""
     permuted = w[..., src] if src.ndim == 1 else jnp.take_along_axis(w, src, axis=-1)
-    return extended_mul(1.0 - delta, permuted) + extended_mul(delta, log_E[y])  # eq. (24)
+    return alf_update(delta, permuted, log_E[y])
+
+
+def alf_update(delta: Array, moved: Array, log_likelihood: Array) -> Array:
+    """The ALF's mix once the backbone has moved the logits, eq. (24)/(46): (1 - delta) P w_{k-1} + delta
+    log(E^T y_k), with -inf * 0 = 0. ``moved`` P w_{k-1} (..., N), ``log_likelihood`` log(E^T y_k) (..., N)."""
+    return extended_mul(1.0 - delta, moved) + extended_mul(delta, log_likelihood)  # eq. (24)
 
 
 class ALF(eqx.Module):

@@ -41,6 +41,8 @@ stated transient (the figure shows every step).
   error, Theorem 5.5), not to be a calibrated predictor, so its gap here is that of a stated approximation. memlab
   divides the logits by δ before the softmax: eq. (24) is a δ-weighted average, so w/δ is the discounted sum of
   log-likelihoods that the exact filter's logits are (without it the gap on hmm-two-state was 0.80, with it 0.08).
+* **hmm-ringworld** — RingWorld under random actions: the exact filter itself, the LOF (eq. (7)) with the action's
+  T(a), run over the task's inputs [a_t, y_t] (gap 0 to float32 round-off: an independent path to the reference).
 
 Trained models against these: the "distance to compiled" and "input-gradient cosine" columns of
 `arena.leaderboard`.
@@ -53,7 +55,7 @@ DISTANCE_FLOOR = 1e-14
 @dataclasses.dataclass(frozen=True)
 class CompiledConfig:
     seed: int = 0
-    tasks: tuple[str, ...] = ("lgssm", "hmm-cycle", "hmm-two-state", "hmm-mess3")
+    tasks: tuple[str, ...] = ("lgssm", "hmm-cycle", "hmm-two-state", "hmm-mess3", "hmm-ringworld")
     lengths: tuple[int, ...] = (64, 256, 1024)
     batch: int = 512
 
