@@ -99,3 +99,21 @@ def test_arena_paper_core_cells_are_the_paper_profiles(tmp_path):
     assert set(cells["paper-core"]) < set(cells["paper"])
     assert all(cells["paper"][n] == d for n, d in cells["paper-core"].items())
     assert len(cells["paper-core"]) == 2 * len(profiles["paper"].layers)
+
+
+def test_arena_scaling_holds_the_leaderboards_cells_at_its_width(tmp_path):
+    """quick: the leaderboard quick's width-32 cells of scaling's layers on hmm-mess3; paper: its width-64, depth-2
+    cells on hmm-mess3 and lgssm (every layer), also those of the leaderboard's paper-core."""
+    from memlab.arena.experiments import leaderboard, scaling
+
+    board, scale = catalog.get("arena.leaderboard").profiles, catalog.get("arena.scaling").profiles
+    for profile, board_profile in (("quick", "quick"), ("paper", "paper"), ("paper", "paper-core")):
+        ours = _digests(scaling.sweep_cells(scale[profile], Run(tmp_path, scale[profile], profile, 0)))
+        theirs = _digests(leaderboard.sweep_cells(board[board_profile], Run(tmp_path, board[board_profile],
+                                                                             board_profile, 0)))
+        width = board[board_profile].width
+        shared = {n for n in ours if n.endswith(f".width={width}")}
+        assert len(shared) == len(scale[profile].tasks) * len(scale[profile].layers), profile
+        assert all(ours[n] == theirs[n.removesuffix(f".width={width}")] for n in shared), (profile, board_profile)
+        assert not (set(ours.values()) - {ours[n] for n in shared}) & set(theirs.values())  # no other is theirs
+        assert len(set(ours.values())) == len(ours)
