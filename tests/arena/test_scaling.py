@@ -3,6 +3,7 @@ analysis on hand-made cells."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,20 +17,22 @@ from memlab.catalog import EXPERIMENTS
 
 
 def test_tiny_profile_runs_resumes_and_adopts_the_leaderboards_cells(tmp_path, check_tiny_run):
-    """The leaderboard's tiny run first, into the same root (one cell store): the scaling run computes only the
-    widths the leaderboard does not train at, and finds the others in the store."""
+    """The leaderboard's tiny run first (on scaling's task only), into the same root (one cell store): the scaling
+    run computes only the widths the leaderboard does not train at, and finds the others in the store."""
     board, scaling = EXPERIMENTS["arena.leaderboard"].profiles["tiny"], EXPERIMENTS["arena.scaling"].profiles["tiny"]
-    assert board.width in scaling.widths and scaling.board(board.width) == board
+    assert board.width in scaling.widths and scaling.board(board.width) == dataclasses.replace(board,
+                                                                                              tasks=scaling.tasks)
     assert cli.main(["run", "arena.leaderboard", "--profile", "tiny", "--out", str(tmp_path / "arena.leaderboard"),
-                     "--no-progress"]) == 0
+                     "--no-progress", "--set", "tasks=" + ",".join(scaling.tasks)]) == 0
     check_tiny_run("arena.scaling", tmp_path)
 
-    doc = json.loads((tmp_path / "arena.scaling" / "results.json").read_text())
-    shared = {f"{t}.{m}.width={board.width}": f"arena.leaderboard/tiny/{t}.{m}" for t in board.tasks
-              for m in board.layers}
+    doc = json.loads((tmp_path / "arena.scaling" / "results.json").read_text())  # of check_tiny_run's second run
+    shared = {f"{t}.{m}.width={board.width}": f"arena.leaderboard/tiny/{t}.{m}" for t in scaling.tasks
+              for m in scaling.layers}
     assert doc["cells"]["reused_from"] == shared  # computed once, by the leaderboard
-    assert doc["cells"]["computed"] == len(scaling.tasks) * len(scaling.layers) * (len(scaling.widths) - 1)
-    stored = list((tmp_path / "cells" / "arena.train-and-score").glob("*.json"))
+    own = len(scaling.tasks) * len(scaling.layers) * (len(scaling.widths) - 1)
+    assert (doc["cells"]["computed"], doc["cells"]["resumed"]) == (0, own)  # the first run computed the others
+    stored = list((tmp_path / "cells" / "arena.train-and-score").glob("*.json"))  # each cell once
     assert len(stored) == len(scaling.tasks) * len(scaling.layers) * len(scaling.widths)
 
     stats = doc["results"]["stats"]

@@ -215,7 +215,7 @@ EXPERIMENTS = [
     Experiment(
         "arena.scaling", "arena", "arena", "every layer's gap to the optimal predictor against its state size",
         # every profile holds its leaderboard profile's width, whose cells are the leaderboard's
-        {"tiny": _profile(leaderboard.TINY, (4, 8)),
+        {"tiny": _profile(leaderboard.TINY, (4, 8), tasks=("lgssm",)),
          # quick: 3 layers x 2 widths on hmm-mess3; the width-32 cells are the leaderboard quick's
          "quick": _profile(leaderboard.QUICK, (8, 32), tasks=("hmm-mess3",), layers=("lru", "gru", "attention")),
          "paper": _profile(leaderboard.PAPER, (8, 16, 32, 64, 128), tasks=("hmm-mess3", "lgssm"))},
