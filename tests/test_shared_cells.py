@@ -102,18 +102,24 @@ def test_arena_paper_core_cells_are_the_paper_profiles(tmp_path):
 
 
 def test_arena_scaling_holds_the_leaderboards_cells_at_its_width(tmp_path):
-    """quick: the leaderboard quick's width-32 cells of scaling's layers on hmm-mess3; paper: its width-64, depth-2
-    cells on hmm-mess3 and lgssm (every layer), also those of the leaderboard's paper-core."""
+    """quick: the leaderboard quick's width-32 cells of scaling's layers on hmm-mess3; paper and paper-core: its
+    width-64, depth-2 cells on hmm-mess3 and lgssm (every layer), also those of the leaderboard's paper-core; and
+    scaling's paper-core is a part of its paper profile."""
     from memlab.arena.experiments import leaderboard, scaling
 
-    board, scale = catalog.get("arena.leaderboard").profiles, catalog.get("arena.scaling").profiles
-    for profile, board_profile in (("quick", "quick"), ("paper", "paper"), ("paper", "paper-core")):
-        ours = _digests(scaling.sweep_cells(scale[profile], Run(tmp_path, scale[profile], profile, 0)))
-        theirs = _digests(leaderboard.sweep_cells(board[board_profile], Run(tmp_path, board[board_profile],
-                                                                             board_profile, 0)))
-        width = board[board_profile].width
+    def cells(module, name, profile):
+        cfg = catalog.get(name).profiles[profile]
+        return _digests(module.sweep_cells(cfg, Run(tmp_path, cfg, profile, 0)))
+
+    for profile, board_profile in (("quick", "quick"), ("paper", "paper"), ("paper", "paper-core"),
+                                   ("paper-core", "paper-core")):
+        ours, theirs = cells(scaling, "arena.scaling", profile), cells(leaderboard, "arena.leaderboard", board_profile)
+        cfg = catalog.get("arena.scaling").profiles[profile]
+        width = catalog.get("arena.leaderboard").profiles[board_profile].width
         shared = {n for n in ours if n.endswith(f".width={width}")}
-        assert len(shared) == len(scale[profile].tasks) * len(scale[profile].layers), profile
+        assert len(shared) == len(cfg.tasks) * len(cfg.layers), profile
         assert all(ours[n] == theirs[n.removesuffix(f".width={width}")] for n in shared), (profile, board_profile)
         assert not (set(ours.values()) - {ours[n] for n in shared}) & set(theirs.values())  # no other is theirs
         assert len(set(ours.values())) == len(ours)
+    paper, core = cells(scaling, "arena.scaling", "paper"), cells(scaling, "arena.scaling", "paper-core")
+    assert set(core) < set(paper) and all(paper[n] == d for n, d in core.items())
