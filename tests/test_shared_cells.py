@@ -99,3 +99,28 @@ def test_arena_paper_core_cells_are_the_paper_profiles(tmp_path):
     assert set(cells["paper-core"]) < set(cells["paper"])
     assert all(cells["paper"][n] == d for n, d in cells["paper-core"].items())
     assert len(cells["paper-core"]) == 2 * len(profiles["paper-core"].layers) == 18  # pinned: the run's nine layers
+
+
+def test_arena_scaling_holds_the_leaderboards_cells_at_its_width(tmp_path):
+    """quick: the leaderboard quick's width-32 cells of scaling's layers on hmm-mess3; paper and paper-core: its
+    width-64, depth-2 cells on hmm-mess3 and lgssm (every layer), also those of the leaderboard's paper-core; and
+    scaling's paper-core is a part of its paper profile."""
+    from memlab.arena.experiments import leaderboard, scaling
+
+    def cells(module, name, profile):
+        cfg = catalog.get(name).profiles[profile]
+        return _digests(module.sweep_cells(cfg, Run(tmp_path, cfg, profile, 0)))
+
+    for profile, board_profile in (("quick", "quick"), ("paper", "paper"), ("paper", "paper-core"),
+                                   ("paper-core", "paper-core")):
+        ours, theirs = cells(scaling, "arena.scaling", profile), cells(leaderboard, "arena.leaderboard", board_profile)
+        cfg = catalog.get("arena.scaling").profiles[profile]
+        board = catalog.get("arena.leaderboard").profiles[board_profile]
+        shared = {n for n in ours if n.endswith(f".width={board.width}") and n.removesuffix(f".width={board.width}")
+                  in theirs}
+        assert len(shared) == len(cfg.tasks) * len(set(cfg.layers) & set(board.layers)), (profile, board_profile)
+        assert all(ours[n] == theirs[n.removesuffix(f".width={board.width}")] for n in shared), (profile, board_profile)
+        assert not (set(ours.values()) - {ours[n] for n in shared}) & set(theirs.values())  # no other is theirs
+        assert len(set(ours.values())) == len(ours)
+    paper, core = cells(scaling, "arena.scaling", "paper"), cells(scaling, "arena.scaling", "paper-core")
+    assert set(core) < set(paper) and all(paper[n] == d for n, d in core.items())

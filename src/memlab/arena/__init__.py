@@ -21,8 +21,8 @@
     compiled.py  compiled solutions: the steady-state Kalman predictor as an LRU, the ALF, the exact filter with
                  actions, theta* as softmax attention, attention as exact lookup
 
-Experiments, in ``experiments/``: ``arena.leaderboard``, ``arena.compiled``. The arena sits above the four paper
-studies: it uses their public references, and no study imports it.
+Experiments, in ``experiments/``: ``arena.leaderboard``, ``arena.compiled``, ``arena.scaling``. The arena sits above
+the four paper studies: it uses their public references, and no study imports it.
 """
 
 from memlab.arena.compiled import Compiled, compiled_model

@@ -2,10 +2,12 @@
 
 * ``arena.leaderboard`` — every layer against the optimal predictor on every task (``leaderboard.py``).
 * ``arena.compiled`` — compiled solutions (weights set by theory) against the optimal predictor (``compiled.py``).
+* ``arena.scaling`` — every layer's gap against its state size, the leaderboard's cells at several widths
+  (``scaling.py``).
 """
 
 from __future__ import annotations
 
-from memlab.arena.experiments import compiled, leaderboard
+from memlab.arena.experiments import compiled, leaderboard, scaling
 
-EXPERIMENTS = [*leaderboard.EXPERIMENTS, *compiled.EXPERIMENTS]
+EXPERIMENTS = [*leaderboard.EXPERIMENTS, *compiled.EXPERIMENTS, *scaling.EXPERIMENTS]
