@@ -1,9 +1,10 @@
 """RingWorld PPO speed on the CPU (issue 13, "Speed"): Table 1 settings (64 environments, unroll 1024, 30 epochs x
 8 minibatches, actor and critic [128, 128]), float32.
 
-OTHER JOBS MAY SHARE THE MACHINE (2 cores). Every row carries ``load1`` (``os.getloadavg()[0]`` when the row was
-measured) and the ``load avg`` rows give the 1/5/15-minute averages at the start and the end, so a reader can judge
-contention: at a load of ~4 on 2 cores a timing is up to about twice what an idle machine would give.
+OTHER JOBS MAY SHARE THE MACHINE (2 cores). Every timed row records what else ran while it was timed
+(``timing.Load``, as every side-by-side row does: ``load1_before``, ``load1_after``, ``other_cpus``, and
+``unreliable`` when others used the CPU), and the ``load avg`` rows give the 1/5/15-minute averages at the start and
+the end: at a load of ~4 on 2 cores a timing is up to about twice what an idle machine would give.
 
 Rows (``seconds`` is one call of what the row times):
 * ``matmul peak``: best of 5 jitted float32 ``jnp.dot`` of 2048 x 2048 matrices (2 * 2048^3 FLOPs), measured at the
@@ -38,7 +39,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from timing import timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
+from timing import Load, timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
 
 from memlab.belief.agents import make_memory, ringworld_for
 from memlab.belief.ringworld import rollout as env_rollout
@@ -55,13 +56,9 @@ PAPER_UPDATES = PPOConfig().num_updates  # 457 updates = 30 M steps
 SLOW_UPDATE_S = 30.0
 
 
-def load1() -> float:
-    return os.getloadavg()[0]
-
-
 def load_row(when: str) -> dict:
     one, five, fifteen = os.getloadavg()
-    return {"case": f"load avg ({when})", "memory": f"5m {five:.2f} 15m {fifteen:.2f}", "load1": one}
+    return {"case": f"load avg ({when})", "memory": f"1m {one:.2f} 5m {five:.2f} 15m {fifteen:.2f}"}
 
 
 def flops_of(compiled) -> float:
@@ -74,9 +71,10 @@ def flops_of(compiled) -> float:
 def matmul_peak_row(n: int = 2048, repeats: int = 5) -> dict:
     a, b = jax.random.normal(jax.random.key(0), (2, n, n), jnp.float32)
     dot = jax.jit(jnp.dot)
+    load = Load.start()
     seconds = timed(lambda: dot(a, b), repeats)
     return {"case": "matmul peak", "memory": f"{n}x{n} f32", "seconds": seconds, "gflop_s": 2 * n**3 / seconds / 1e9,
-            "load1": load1()}
+            **load.stop()}
 
 
 def env_rollout_row(num_envs: int = 64, num_steps: int = 1024) -> dict:
@@ -84,9 +82,10 @@ def env_rollout_row(num_envs: int = 64, num_steps: int = 1024) -> dict:
     params = env.default_params
     run = jax.jit(jax.vmap(lambda key: env_rollout(env, params, key, num_steps)))
     keys = jax.random.split(jax.random.key(1), num_envs)
+    load = Load.start()
     seconds = timed(lambda: run(keys), repeats=3)
     return {"case": "env rollout", "memory": "(random)", "seconds": seconds,
-            "steps_s": round(num_envs * num_steps / seconds), "load1": load1()}
+            "steps_s": round(num_envs * num_steps / seconds), **load.stop()}
 
 
 def mlp_flops(config: PPOConfig, num_features: int, num_actions: int) -> float:
@@ -129,6 +128,7 @@ def update_row(memory: str, config: PPOConfig) -> dict:
     start = time.perf_counter()
     compiled = jax.jit(ppo.update).lower(state).compile()
     compile_s = time.perf_counter() - start
+    load = Load.start()
     start = time.perf_counter()
     jax.block_until_ready(compiled(state))
     update_s = time.perf_counter() - start
@@ -136,7 +136,7 @@ def update_row(memory: str, config: PPOConfig) -> dict:
         start = time.perf_counter()
         jax.block_until_ready(compiled(state))
         update_s = time.perf_counter() - start
-    row_load = load1()
+    row_load = load.stop()
     rollout = jax.jit(lambda s, key: ppo_rollout(s.agent, env, params, s.actors, key, config.unroll))
     rollout_s = timed(lambda: rollout(state, jax.random.key(4)))
     gflop = corrected_flops(config, env, params, state)
@@ -154,7 +154,7 @@ def update_row(memory: str, config: PPOConfig) -> dict:
             "compile_s": compile_s, "rollout_s": rollout_s, "gflop": gflop / 1e9,
             "gflop_xla1": flops_of(compiled) / 1e9,
             "gflop_mlp": mlp_flops(config, state.agent.memory.num_features, env.num_actions) / 1e9,
-            "gflop_s": gflop / 1e9 / update_s, "load1": row_load}
+            "gflop_s": gflop / 1e9 / update_s, **row_load}
 
 
 def run() -> list[dict]:
