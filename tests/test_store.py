@@ -207,3 +207,64 @@ def test_a_checkpointing_cell_stops_at_the_time_limit_and_resumes_from_its_check
     entry = json.loads(next((tmp_path / "cells").glob("*.steps_cell/*.json")).read_text())
     assert entry["origin"] == "fake.steps/quick/steps" and entry["function"].endswith("steps_cell")
     assert CellStore(tmp_path / "cells").root == tmp_path / "cells"
+
+
+# ---------------------------------------------------------------- two runs that share the store at the same time
+
+
+def _sweep_beside_another_run(tmp_path, fake_lab, monkeypatch, other_stores: bool):
+    """A sweep of cells 'a' (which another run holds) and 'b'; the other run stores 'a' with a value add() would
+    never give (-1), or lets go of it without storing it, half a second in."""
+    import threading
+
+    from memlab import runner
+    from memlab.files import cell_text
+    from memlab.runner import Run
+
+    monkeypatch.setattr(runner, "CLAIM_POLL_S", 0.05)
+    store = CellStore(tmp_path / "cells")
+    shared = partial(add, 1)
+    holder = store.claim(cell_digest(shared))
+    assert holder is not None and store.claim(cell_digest(shared)) is None and not store.is_free(cell_digest(shared))
+
+    def other_run():
+        time.sleep(0.5)
+        if other_stores:
+            store.put(shared, cell_digest(shared), cell_text({"x": -1}, 1.0), "other/quick/a")
+        holder.release()
+
+    thread = threading.Thread(target=other_run)
+    thread.start()
+    run = Run(tmp_path / "out", fake_lab.FakeConfig(), "quick", 0, progress=False, store=store, experiment="mine")
+    results = run.sweep({"a": shared, "b": partial(add, 5)}, "pair")
+    thread.join()
+    return run, results, store
+
+
+def test_a_cell_another_run_is_computing_is_waited_for_and_read_not_computed_again(tmp_path, fake_lab, monkeypatch):
+    run, results, store = _sweep_beside_another_run(tmp_path, fake_lab, monkeypatch, other_stores=True)
+    assert results == {"a": {"x": -1}, "b": {"x": 7}}  # 'a' is the other run's record, 'b' computed here
+    assert run.cells_computed == 1 and run.cells_reused == {"a": "other/quick/a"}
+    assert not any((store.root / "claims").iterdir())  # every claim released, its file removed
+
+
+def test_a_cell_whose_holder_lets_go_without_storing_it_is_computed_here(tmp_path, fake_lab, monkeypatch):
+    run, results, store = _sweep_beside_another_run(tmp_path, fake_lab, monkeypatch, other_stores=False)
+    assert results == {"a": {"x": 3}, "b": {"x": 7}} and run.cells_computed == 2 and not run.cells_reused
+    assert store.get(partial(add, 1), cell_digest(partial(add, 1)))["origin"] == "mine/quick/a"
+
+
+def test_a_claim_ends_with_its_process(tmp_path):
+    import subprocess
+    import sys
+
+    store, digest = CellStore(tmp_path / "cells"), "0" * 32
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from memlab.store import CellStore; "
+                               f"c = CellStore({str(store.root)!r}).claim({digest!r}); print(c is not None, "
+                               "flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "True" and not store.is_free(digest)
+    finally:
+        holder.kill()  # no release: the kernel frees the lock with the process
+        holder.wait()
+    assert store.is_free(digest)

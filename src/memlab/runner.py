@@ -217,29 +217,92 @@ class Run:
         failures, out_of_time = {}, []
         seconds = [self.cell_seconds[n] for n in results if self.cell_seconds[n] is not None]  # grows as cells end
         with self._progress(len(cells), label, done=len(results)) as advance:
-            if todo:
-                scheduled = {name: Scheduled(self._located(name, compute, digests[name]), self.deadline, seconds,
-                                             takes_checkpoint(compute)) for name, compute in todo.items()}
-                settings = Settings.of_driver(self.deadline)
-                with contextlib.closing(self.executor.run(scheduled, settings)) as outcomes:
-                    for outcome in outcomes:
-                        if outcome.out_of_time:
-                            out_of_time.append(outcome.name)
-                        elif outcome.error is not None:
-                            failures[outcome.name] = outcome.error
-                            print(f"memlab: cell {outcome.name!r} failed:\n{outcome.error}", file=sys.stderr)
-                        else:
-                            self._save(outcome.name, todo[outcome.name], digests[outcome.name], outcome.text)
-                            results[outcome.name] = self._keep(outcome.name, read_cell(outcome.text))
-                            seconds.append(self.cell_seconds[outcome.name])
-                            self.cells_computed += 1
-                        advance()  # a Ctrl-C swallowed inside a cell stops the sweep here
+            pending = todo
+            while pending:  # another run sharing the store may hold some cells: compute the rest, then wait
+                mine, theirs, claims = self._claim(pending, digests, results, advance)
+                try:
+                    if mine:
+                        scheduled = {name: Scheduled(self._located(name, compute, digests[name]), self.deadline,
+                                                     seconds, takes_checkpoint(compute))
+                                     for name, compute in mine.items()}
+                        settings = Settings.of_driver(self.deadline)
+                        with contextlib.closing(self.executor.run(scheduled, settings)) as outcomes:
+                            for outcome in outcomes:
+                                if outcome.out_of_time:
+                                    out_of_time.append(outcome.name)
+                                elif outcome.error is not None:
+                                    failures[outcome.name] = outcome.error
+                                    print(f"memlab: cell {outcome.name!r} failed:\n{outcome.error}", file=sys.stderr)
+                                else:
+                                    self._save(outcome.name, mine[outcome.name], digests[outcome.name], outcome.text)
+                                    results[outcome.name] = self._keep(outcome.name, read_cell(outcome.text))
+                                    seconds.append(self.cell_seconds[outcome.name])
+                                    self.cells_computed += 1
+                                advance()  # a Ctrl-C swallowed inside a cell stops the sweep here
+                finally:
+                    for claim in claims:
+                        claim.release()
+                pending = self._wait_for_others(label, theirs, digests, results, advance, out_of_time)
         if failures:
             raise CellsFailed(label, len(cells), failures)
         if out_of_time:
             raise TimeLimitReached(label, len(cells) - len(out_of_time), len(cells))
         self._warn_other_software(label, list(cells))
         return {name: results[name] for name in cells}
+
+    def _claim(self, pending: dict, digests: dict, results: dict, advance) -> tuple[dict, dict, list]:
+        """Split ``pending`` cells into this run's (claimed in the store: :meth:`CellStore.claim`) and those another
+        live run is computing; a cell stored since the sweep began is read (into ``results``) instead."""
+        mine, theirs, claims = {}, {}, []
+        for name, compute in pending.items():
+            digest = digests[name]
+            claim = self.store.claim(digest) if digest is not None else None
+            if digest is not None and claim is None:
+                theirs[name] = compute
+                continue
+            if claim is not None and self._stored_since(compute, digest):
+                found = self._find(name, compute, digest)
+                claim.release()
+                results[name] = self._keep(name, found)
+                advance()
+                continue
+            mine[name] = compute
+            claims += [claim] if claim is not None else []
+        return mine, theirs, claims
+
+    def _stored_since(self, compute: Callable, digest: str) -> bool:
+        """Whether a cell not found when the sweep began is in the store now (written by another run); a damaged
+        file was reported then and counts as absent, without a second warning."""
+        try:
+            return self.store.get(compute, digest) is not None
+        except DamagedRecord:
+            return False
+
+    def _wait_for_others(self, label: str, theirs: dict, digests: dict, results: dict, advance,
+                         out_of_time: list) -> dict:
+        """Wait for the cells another run holds: each is read from the store once stored; one whose holder let
+        go without storing it (the other run failed or stopped) is returned, for this run to compute. At the time
+        limit the rest count as out of time."""
+        if theirs:
+            print(f"memlab: sweep '{label}': waiting for {len(theirs)} cell(s) another run sharing the cell store "
+                  f"is computing ({self.store.root / 'claims'})", file=sys.stderr)
+        theirs = dict(theirs)
+        while theirs:
+            self._interrupt.check()
+            if self.deadline is not None and time.time() >= self.deadline:
+                out_of_time.extend(theirs)
+                return {}
+            for name, compute in list(theirs.items()):
+                if self._stored_since(compute, digests[name]):
+                    results[name] = self._keep(name, self._find(name, compute, digests[name]))
+                    del theirs[name]
+                    advance()
+            free = {n: c for n, c in theirs.items() if self.store.is_free(digests[n])}
+            if free:
+                return free
+            if theirs:
+                time.sleep(CLAIM_POLL_S)
+        return {}
 
     def _origin(self, name: str) -> str:
         return f"{self.experiment}/{self.profile}/{name}"
@@ -474,6 +537,7 @@ def _resolve_config(exp: Experiment, profile: str, seed: int | None, overrides: 
     return config
 
 
+CLAIM_POLL_S = 1.0  # how often a run waiting for another run's cells looks for them in the store
 LOCK = ".memlab.lock"  # in the run folder while a run writes to it (fcntl.flock: the kernel frees it with the process)
 
 

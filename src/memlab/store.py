@@ -6,19 +6,23 @@ included) and jax/jaxlib's major.minor version, so two experiments that ask for 
 
     <store>/<module.function>/<digest>.json the cell record (``files.cell_text``) plus where it was first computed
     <store>/checkpoints/<digest>/           files of a cell that checkpoints (``CHECKPOINT`` in its arguments)
+    <store>/claims/<digest>.lock            while a run computes the cell (:meth:`CellStore.claim`)
 
 What goes into the digest and what does not: docs/architecture.md, "The cell store".
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
+import fcntl
 import functools
 import hashlib
 import inspect
 import json
 import math
+import os
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -29,8 +33,8 @@ import numpy as np
 
 from memlab.files import atomic_write_text, read_cell
 
-__all__ = ["CHECKPOINT", "CellStore", "DamagedRecord", "NotDescribable", "StoreError", "cell", "cell_digest",
-           "describe", "with_checkpoint"]
+__all__ = ["CHECKPOINT", "CellClaim", "CellStore", "DamagedRecord", "NotDescribable", "StoreError", "cell",
+           "cell_digest", "describe", "with_checkpoint"]
 
 
 class _Checkpoint:
@@ -223,3 +227,48 @@ class CellStore:
             raise StoreError(f"cannot write to the cell store {self.root}: {e.strerror or e}") from e
         shutil.rmtree(self.checkpoint_dir(digest), ignore_errors=True)  # best effort: the result is safe
         return path
+
+    def claim(self, digest: str) -> CellClaim | None:
+        """Claim the cell ``digest`` for this process (None: another live process holds it, so two runs that share
+        the store -- ``make reproduce``'s side-by-side experiments -- compute a shared cell once). An
+        ``fcntl.flock`` on ``<root>/claims/<digest>.lock``: the kernel frees it when its process ends, however it
+        ends, so a claim never outlives its run."""
+        path = self.root / "claims" / f"{digest}.lock"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StoreError(f"cannot write to the cell store {self.root}: {e.strerror or e}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        if not os.path.exists(path) or os.stat(path).st_ino != os.fstat(fd).st_ino:  # released and removed
+            os.close(fd)  # while we opened it: whoever created the new file claims the cell
+            return None
+        return CellClaim(path, fd)
+
+    def is_free(self, digest: str) -> bool:
+        """Whether no process holds the claim on ``digest`` (a probe: the claim is not kept)."""
+        claim = self.claim(digest)
+        if claim is None:
+            return False
+        claim.release()
+        return True
+
+
+@dataclasses.dataclass
+class CellClaim:
+    """A held claim on a cell (:meth:`CellStore.claim`); :meth:`release` once the cell is stored or given up."""
+
+    path: Path
+    fd: int
+
+    def release(self) -> None:
+        if self.fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()  # before unlocking: a process that opens the name next creates a new lock file
+        os.close(self.fd)
+        self.fd = -1

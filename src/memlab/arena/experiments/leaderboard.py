@@ -290,11 +290,12 @@ def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
 TINY = LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=("gru", "lru"), width=8, seeds=2,
                          train=TrainConfig(steps=20, batch=8, length=16, eval_every=10), test_batch=64, longer=(2,))
 
-# quick: the canonical task of each family with a reference (hmm-mess3, lgssm), 400 steps, 2 seeds: about 4
-# minutes on the 2 cores, compiles included (9 layers x 2 tasks, a cell compiles in 11-20 s); alf's cells add about
-# a minute of CPU (alf on hmm-mess3: 60 s of CPU for the cell, lof 70 s, measured one after the other)
-QUICK = LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), seeds=2, test_batch=512,
-                          train=TrainConfig(steps=400, batch=32, length=64, learning_rate=3e-3, eval_every=100))
+# quick: the canonical task of each family with a reference (hmm-mess3, lgssm), the nine layers of paper-core (alf
+# is in the paper profile), 200 steps, 2 seeds. A cell is an XLA compile of its training program (10-18 s) plus the
+# training run; at 400 steps the 18 cells took 762 s of CPU, the largest share of `make reproduce` (issue 30), and
+# 200 steps halve the run part while every layer still ends well below the trivial predictor
+QUICK = LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=PAPER_CORE_LAYERS, seeds=2, test_batch=512,
+                          train=TrainConfig(steps=200, batch=32, length=64, learning_rate=3e-3, eval_every=50))
 
 PAPER = LeaderboardConfig(seeds=3, train=TrainConfig(steps=5000, eval_every=250), width=64, depth=2, longer=(2, 4))
 
