@@ -59,15 +59,26 @@ def timed(fn, repeats: int = 1, warm_up: bool = True) -> float:
     return float(np.median(seconds))
 
 
-def isolated(fn: Callable[..., list[dict]], *args, **kwargs) -> list[dict]:
-    """``fn(*args, **kwargs)`` in a fresh Python process (spawned, with this one's environment and XLA_FLAGS).
+def isolated(fn: Callable[..., list[dict]], *args, env: dict[str, str] | None = None, **kwargs) -> list[dict]:
+    """``fn(*args, **kwargs)`` in a fresh Python process (spawned, with this one's environment and XLA_FLAGS, and
+    ``env`` on top: variables read at process start, as glibc's ``GLIBC_TUNABLES`` or a device count).
 
-    A workload that allocates and frees a lot (dynamax's parallel HMM filter: about 1 GB) slowed every filter timed
-    after it in the same process about 2x (docs/benchmarks.md, "Isolation"), so a row's time depended on what ran
-    before it; every workload that could leave such a heap behind runs alone. ``fn`` must be a module-level function
+    A workload that allocates and frees a lot (dynamax's parallel HMM filter: about 1 GB) was once seen to slow
+    every filter timed after it in the same process about 2x (docs/benchmarks.md, "Isolation"; bench_heap.py did
+    not see it again), so every workload that could leave such a heap behind runs alone and no row's time depends
+    on what ran before it. ``fn`` must be a module-level function
     of a module Python can import by name (run.py registers the bench_* scripts under their names)."""
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(fn, *args, **kwargs).result()
+    saved = {name: os.environ.get(name) for name in env or {}}
+    os.environ.update(env or {})  # a spawned process starts with this process's environment
+    try:
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(fn, *args, **kwargs).result()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def peer(module: str):

@@ -64,6 +64,15 @@ def test_isolated_runs_a_workload_in_a_new_process():
     assert timing.isolated(os.getpid) != os.getpid()
 
 
+def test_isolated_starts_the_process_with_the_given_environment_and_leaves_this_ones_alone(monkeypatch):
+    timing = _script("timing")
+    monkeypatch.setenv("MEMLAB_BENCH_PROBE", "parent")
+    monkeypatch.delenv("MEMLAB_BENCH_UNSET", raising=False)
+    env = {"MEMLAB_BENCH_PROBE": "child", "MEMLAB_BENCH_UNSET": "set"}
+    assert [timing.isolated(os.getenv, name, env=env) for name in env] == ["child", "set"]
+    assert os.environ["MEMLAB_BENCH_PROBE"] == "parent" and "MEMLAB_BENCH_UNSET" not in os.environ
+
+
 def test_table_shows_medians_with_quartiles_and_marks_unreliable_rows():
     rows = [_row("ours", 2, 0.01, 3.0) | {"seconds_q25": 0.009, "seconds_q75": 0.012, "speedup_q25": 2.5,
                                           "speedup_q75": 3.25, "unreliable": True, "other_cpus": 0.9,
@@ -100,7 +109,8 @@ def test_every_results_file_renders_with_its_date_and_machine_and_its_ratios():
         assert doc["machine"]["platform"] in text
         for row in doc["rows"]:
             if "speedup" in row and row["implementation"] != row["reference"]:
-                assert f"| {row['speedup']:.2f}× |" in text, (path.name, row["implementation"])
+                spread = f" ({row['speedup_q25']:.2f}–{row['speedup_q75']:.2f})" if "speedup_q25" in row else ""
+                assert f"| {row['speedup']:.2f}×{spread} |" in text, (path.name, row["implementation"])
 
 
 def test_script_title_is_the_docstrings_first_phrase():
