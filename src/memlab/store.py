@@ -244,8 +244,12 @@ class CellStore:
         except BlockingIOError:
             os.close(fd)
             return None
-        if not os.path.exists(path) or os.stat(path).st_ino != os.fstat(fd).st_ino:  # released and removed
-            os.close(fd)  # while we opened it: whoever created the new file claims the cell
+        try:
+            same_file = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same_file = False
+        if not same_file:  # released and removed while we opened it: whoever creates the new file claims the cell
+            os.close(fd)
             return None
         return CellClaim(path, fd)
 
