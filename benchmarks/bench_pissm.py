@@ -13,7 +13,10 @@ with filterpy.
   ``jax.enable_x64``), by filterpy's ``KalmanFilter.batch_filter`` (one call per sequence: filterpy filters one
   sequence at a time, in float64 NumPy; it is the reference of the ratio) and by a NumPy reference that runs the
   covariance recursion once for the whole batch (it does not depend on the data when every sequence shares the model
-  and is fully observed) and only the means per sequence. Compared: the filtered means (B, T, M).
+  and is fully observed) and only the means per sequence; and the bound: that same split in JAX (float32, jitted):
+  the covariance recursion once for the batch, then only the mean recursion per sequence, the least any filter
+  returning these means must do (not an API: memlab's public filter runs the covariance recursion per sequence,
+  as it must when the model or the mask varies). Compared: the filtered means (B, T, M).
   Conventions: memlab's prior N(m_0, P_0) is the state before the first step, and each step predicts then updates
   (``observe_initial=False``); filterpy's ``batch_filter`` does the same from ``kf.x = m_0``, ``kf.P = P_0`` (its
   default order, predict then update), and both update the covariance in Joseph form.
@@ -152,13 +155,45 @@ def numpy_shared_covariance_filter(model: dict[str, np.ndarray], y: np.ndarray):
     return run_numpy
 
 
+def bound_shared_covariance_filter(model: dict[str, np.ndarray], y: np.ndarray):
+    """() -> filtered means (B, T, M) in float32: one covariance recursion (eq. 18-21, Joseph form) giving the T
+    gains, then the mean recursion m = A m + K_t (y_t - C A m) for the whole batch, both a jitted ``lax.scan``."""
+    A, C, Q, R, m0, P0 = (jnp.asarray(model[k], jnp.float32) for k in ("A", "C", "Q", "R", "initial_mean",
+                                                                       "initial_cov"))
+    I = jnp.eye(A.shape[0])
+
+    def covariance_step(cov, _):
+        cov = A @ cov @ A.T + Q
+        gain = jnp.linalg.solve(C @ cov @ C.T + R, C @ cov).T
+        I_KC = I - gain @ C
+        return I_KC @ cov @ I_KC.T + gain @ R @ gain.T, gain
+
+    @jax.jit
+    def means(ys):  # ys (B, T, N)
+        _, gains = jax.lax.scan(covariance_step, P0, None, length=ys.shape[1])
+
+        def mean_step(mean, inputs):  # mean (B, M)
+            y_t, gain = inputs
+            mean = mean @ A.T
+            mean = mean + (y_t - mean @ C.T) @ gain.T
+            return mean, mean
+
+        mean0 = jnp.broadcast_to(m0, (ys.shape[0], A.shape[0]))
+        return jnp.swapaxes(jax.lax.scan(mean_step, mean0, (jnp.swapaxes(ys, 0, 1), gains))[1], 0, 1)
+
+    ys = jnp.asarray(y, jnp.float32)
+    return lambda: means(ys)
+
+
 def kalman_rows(M: int, N: int, T: int = KALMAN_STEPS, B: int = KALMAN_BATCH) -> list[dict]:
     model = random_stable_model(M, N)
     y = sample_observations(model, jax.random.key(M), T, B)
     implementations = [("memlab kalman_filter (vmapped, float32)", memlab_filter(model, y, jnp.float32)),
                        ("memlab kalman_filter (vmapped, float64)", memlab_filter_x64(model, y)),
                        ("NumPy, one covariance recursion for the batch (float64)",
-                        numpy_shared_covariance_filter(model, y))]
+                        numpy_shared_covariance_filter(model, y)),
+                       ("bound: one covariance recursion, then the means (float32, not an API)",
+                        bound_shared_covariance_filter(model, y))]
     filterpy_kalman = peer("filterpy.kalman")
     if filterpy_kalman is not None:
         implementations.append(("filterpy KalmanFilter.batch_filter per sequence (float64)",

@@ -6,7 +6,10 @@ d_inner 32, N = 32, float32; beside mambapy (pure-PyTorch Mamba with a Blelloch 
   ``selective_scan`` (sequential ``lax.scan`` and ``lax.associative_scan``, vmapped over the batch) vs mambapy's
   ``MambaBlock.selective_scan`` (``pscan``; it zero-pads L = 5002 to the next power of two, 8192, inside its scan
   and cuts the output back) and ``selective_scan_seq`` (a Python loop over time). Same x, delta, A (S4D-real), B,
-  C, D. mambapy discretises B by Euler (delta B), so memlab runs with ``discretization="euler_b"`` here. mambapy's
+  C, D. mambapy discretises B by Euler (delta B), so memlab runs with ``discretization="euler_b"`` here. The bound
+  (not an API): the bare recursion writing the same output, h_t = exp(delta_t A) h_t-1 + delta_t B_t x_t,
+  y_t = C_t h_t + D x_t, one jitted ``lax.scan`` over time on the whole (batch, d_inner, N) state, no checks and
+  no method or discretisation switches: what no sequential selective scan with this output can beat. mambapy's
   sequential form is timed forward only: autograd through its 5002-step Python loop takes minutes (~20 ms a step
   on this machine at L = 300);
 * the whole MambaBlock (d_model 16: in_proj, causal depthwise conv, x_proj, dt_proj, scan, gate, out_proj), with
@@ -92,6 +95,19 @@ def memlab_scan_fns(x, delta, A, B, C, D):
     return fns
 
 
+def bare_recursion(x, delta, A, B, C, D):
+    """y (batch, L, d_inner): the selective scan with Euler-B, one ``lax.scan`` over time of the batched state."""
+
+    def step(h, inputs):  # h (batch, d_inner, N)
+        x_t, delta_t, B_t, C_t = inputs
+        h = jnp.exp(delta_t[..., None] * A) * h + (delta_t * x_t)[..., None] * B_t[:, None, :]
+        return h, jnp.einsum("bdn,bn->bd", h, C_t) + D * x_t
+
+    h0 = jnp.zeros((x.shape[0], x.shape[2], A.shape[1]), x.dtype)
+    time_major = [jnp.swapaxes(a, 0, 1) for a in (x, delta, B, C)]
+    return jnp.swapaxes(jax.lax.scan(step, h0, time_major)[1], 0, 1)
+
+
 def mambapy_scan_fns(x, delta, A, B, C, D):
     fns = []
     A_t, D_t = _to_torch(A, D)
@@ -114,7 +130,9 @@ def mambapy_scan_fns(x, delta, A, B, C, D):
 
 def selective_scan_rows() -> list[dict]:
     inputs = scan_inputs(jax.random.key(0))
-    fns = memlab_scan_fns(*inputs) + (mambapy_scan_fns(*inputs) if mambapy else [])
+    bound = jax.jit(bare_recursion)
+    fns = memlab_scan_fns(*inputs) + [("bound: bare recursion (not an API)", lambda: bound(*inputs), None)]
+    fns += mambapy_scan_fns(*inputs) if mambapy else []
     reference = "mambapy pscan (L padded to 8192)"
     rows = _rows("selective_scan forward", [(name, f) for name, f, _ in fns], BATCH, L, reference)
     rows += _rows("selective_scan forward+backward", [(name, g) for name, _, g in fns if g], BATCH, L, reference)

@@ -129,3 +129,35 @@ def test_every_ratio_the_docs_quote_beside_a_peer_comes_from_a_results_file():
     for path in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
         for ratio in tables.quoted_peer_ratios(path.read_text(encoding="utf-8")):
             assert ratio in recorded, f"{path.relative_to(root)} quotes {ratio}× beside a peer; no results file has it"
+
+
+def test_s6_bound_is_the_selective_scan_it_bounds():
+    """The S6 bound row computes the output of memlab's selective scan (Euler-B), so its time bounds that scan's."""
+    import jax
+    import jax.numpy as jnp
+
+    from memlab.layers.s6 import selective_scan
+
+    bench_s6 = _script("bench_s6")
+    kx, kd, kb, kc = jax.random.split(jax.random.key(0), 4)
+    x, delta = jax.random.normal(kx, (3, 20, 4)), jax.nn.softplus(jax.random.normal(kd, (3, 20, 4)) - 2.0)
+    B, C = jax.random.normal(kb, (3, 20, 5)), jax.random.normal(kc, (3, 20, 5))
+    A, D = -jnp.broadcast_to(jnp.arange(1.0, 6.0), (4, 5)), jnp.linspace(0.5, 1.5, 4)
+    scan = jax.vmap(lambda x, d, b, c: selective_scan(x, d, A, b, c, D, discretization="euler_b"))
+    np.testing.assert_allclose(bench_s6.bare_recursion(x, delta, A, B, C, D), scan(x, delta, B, C), atol=1e-5)
+
+
+def test_kalman_bound_gives_the_means_of_memlabs_filter():
+    """The Kalman bound row (one covariance recursion, then the means) gives kalman_filter's filtered means."""
+    import jax
+    import jax.numpy as jnp
+
+    from memlab.pissm.kalman import kalman_filter
+
+    bench_pissm = _script("bench_pissm")
+    model = bench_pissm.random_stable_model(3, 2)
+    y = np.random.default_rng(0).normal(size=(4, 30, 2))
+    m = {k: jnp.asarray(v, jnp.float32) for k, v in model.items()}
+    expected = jax.vmap(lambda y: kalman_filter(y, m["A"], m["C"], m["Q"], m["R"], m["initial_mean"],
+                                                m["initial_cov"]).means)(jnp.asarray(y, jnp.float32))
+    np.testing.assert_allclose(bench_pissm.bound_shared_covariance_filter(model, y)(), expected, atol=1e-4)

@@ -104,7 +104,9 @@ def test_report_gathers_claims_summaries_and_images(tmp_path, capsys):
     assert cli.main(["report", str(root)]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == str(root / "report.md")
-    assert printed[1] == "| experiment | profile | time | cells computed | cells resumed | executor | peak memory |"
+    assert printed[1] == ("| experiment | profile | time | cells computed | cells resumed | cell time (compiling) "
+                          "| executor | peak memory |")
+    assert all(re.search(r"\| \d+(\.\d)? s( \(\d+ %\))? \|", line) for line in printed[3:]), printed
     assert all(re.search(r"\| \d+ MB \|$|\| \d+\.\d GB \|$", line) for line in printed[3:]), printed
     assert [line.split(" | ")[:2] for line in printed[3:]] == [["| fake.means", "tiny"], ["| fake.other", "quick"]]
     report = (root / "report.md").read_text()

@@ -239,6 +239,24 @@ def test_cell_records_the_peak_memory_of_its_process(fake_lab, tmp_path):
     assert record.peak_rss_mb == run.cell_peak_rss_mb["big"] and record.result == {"sum": 50.0 * 2**20}
 
 
+def test_cell_records_the_time_it_spent_compiling(fake_lab, tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    def compiles():  # a program no other test compiles (its constant is new): XLA compiles it here
+        return {"y": float(jax.jit(lambda x: jnp.sin(x) * 1.2345678)(1.0))}
+
+    def plain():
+        return {"y": 1.0}
+
+    run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
+    run.sweep({"compiles": compiles, "plain": plain}, "c")
+    assert 0 < run.cell_compile_seconds["compiles"] <= run.cell_seconds["compiles"]
+    assert run.cell_compile_seconds["plain"] == 0
+    record = files.read_cell((tmp_path / "cells" / "compiles.json").read_text())
+    assert record.compile_seconds == run.cell_compile_seconds["compiles"]
+
+
 def test_a_failing_cell_is_reported_and_the_others_are_kept(exp, fake_lab, tmp_path, capsys):
     out = tmp_path / "o"
     fake_lab.STATE["fail_cell"] = 1

@@ -185,6 +185,17 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def _cell_time(cells: dict) -> str:
+    """The summed compute time of an experiment's cells and the share of it spent compiling: '5 min 2 s (71 %)';
+    without the share for cells recorded before memlab kept it; '?' if no cell time is known."""
+    seconds = [s for s in cells.get("seconds", {}).values() if s is not None]
+    if not seconds:
+        return "?"
+    compiling = [c for c in cells.get("compile_seconds", {}).values() if c is not None]
+    share = f" ({100 * sum(compiling) / sum(seconds):.0f} %)" if compiling and sum(seconds) > 0 else ""
+    return _duration(sum(seconds)) + share
+
+
 def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 120 else f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
 
@@ -362,10 +373,10 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
                          *(mine.count(s) or "" for s in STATUSES)))
         cells = doc.get("cells", {})
         times.append((doc["experiment"], doc["profile"], _duration(float(doc.get("elapsed_s", 0.0))),
-                      cells.get("computed", "?"), cells.get("resumed", "?"), doc.get("executor", "local"),
-                      _megabytes(doc.get("peak_rss_mb"))))
-    timing = markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed", "executor",
-                             "peak memory"], times)
+                      cells.get("computed", "?"), cells.get("resumed", "?"), _cell_time(cells),
+                      doc.get("executor", "local"), _megabytes(doc.get("peak_rss_mb"))))
+    timing = markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed",
+                             "cell time (compiling)", "executor", "peak memory"], times)
     legend = "; ".join(f"{SYMBOLS[s]}: {LEGEND[s]}" for s in STATUSES)
     every_status = [s for mine in statuses.values() for s in mine]
     parts = ["# memlab report", "", status_counts(every_status) + ".", "", f"Statuses: {legend}."

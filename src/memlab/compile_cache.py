@@ -10,6 +10,23 @@ import os
 
 import jax
 
+_BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # XLA's compile, or its load from the cache
+_compiling: list[float] = []  # [seconds so far]; empty until seconds_compiling() first starts the count
+
+
+def _count(event: str, seconds: float, **_) -> None:
+    if event == _BACKEND_COMPILE_EVENT:
+        _compiling[0] += seconds
+
+
+def seconds_compiling() -> float:
+    """Seconds this process has spent in XLA compiling programs (or loading them from the persistent cache) since
+    the first call of this function: the difference over a cell is its compile time (``jax.monitoring``)."""
+    if not _compiling:
+        _compiling.append(0.0)
+        jax.monitoring.register_event_duration_secs_listener(_count)
+    return _compiling[0]
+
 
 def enable(folder: str, min_compile_secs: float) -> None:
     """Keep compiled programs that took over ``min_compile_secs`` to compile in ``folder``, quietly."""

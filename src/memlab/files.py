@@ -106,13 +106,15 @@ def dumps(obj: Any) -> str:
 
 class CellRecord(NamedTuple):
     """A finished cell as stored: its result, compute time (s), the peak resident memory (MB) of the process
-    that computed it, up to the end of the cell, and the versions of the numerical libraries that computed it
-    (``software_versions``; None in records written before these were kept)."""
+    that computed it, up to the end of the cell, the versions of the numerical libraries that computed it
+    (``software_versions``) and the part of ``seconds`` spent compiling (XLA compiles and loads from the persistent
+    compile cache); None in records written before these were kept."""
 
     result: dict
     seconds: float | None
     peak_rss_mb: float | None
     software: dict | None = None
+    compile_seconds: float | None = None
 
 
 def software_versions() -> dict[str, str]:
@@ -123,15 +125,18 @@ def software_versions() -> dict[str, str]:
     return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "numpy": np.__version__}
 
 
-def cell_text(result: Mapping, seconds: float, peak_rss_mb: float | None = None) -> str:
-    """The record of one finished cell: its result (exact floats, bytes as base64), compute time, peak RSS and
-    this process's ``software_versions``."""
+def cell_text(result: Mapping, seconds: float, peak_rss_mb: float | None = None,
+              compile_seconds: float | None = None) -> str:
+    """The record of one finished cell: its result (exact floats, bytes as base64), compute time, peak RSS, this
+    process's ``software_versions`` and the part of the compute time spent compiling."""
     if not isinstance(result, Mapping):
         raise TypeError(f"a cell must return a dict, got {type(result).__name__}")
     record = {"memlab_cell": CELL_FORMAT, "seconds": round(float(seconds), 3), "software": software_versions(),
               "result": result}
     if peak_rss_mb is not None:
         record["peak_rss_mb"] = round(float(peak_rss_mb), 1)
+    if compile_seconds is not None:
+        record["compile_seconds"] = round(float(compile_seconds), 3)
     return json.dumps(to_jsonable(record, strict=False))
 
 
@@ -160,7 +165,7 @@ def read_cell(text: str) -> CellRecord:
         if not isinstance(record.get("result"), dict) or not isinstance(record.get("seconds"), (int, float)):
             raise ValueError("a cell record without its result or compute time")
         return CellRecord(_decode_bytes(record["result"]), record["seconds"], record.get("peak_rss_mb"),
-                          record.get("software"))
+                          record.get("software"), record.get("compile_seconds"))
     return CellRecord(_decode_bytes(record), None, None)
 
 

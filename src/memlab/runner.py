@@ -137,7 +137,8 @@ class Run:
     ``cells_reused`` (name -> the 'experiment/profile/cell' that first computed it), ``cell_store`` (name -> digest
     of the cells kept in the store), ``cell_seconds`` (compute time of every cell of the run, also of resumed ones),
     ``cell_peak_rss_mb`` (peak resident memory of the process that computed each cell, up to its end),
-    ``cell_software`` (the library versions that computed each cell, ``files.software_versions``), ``claims``.
+    ``cell_software`` (the library versions that computed each cell, ``files.software_versions``),
+    ``cell_compile_seconds`` (the part of each cell's time spent compiling), ``claims``.
     """
 
     def __init__(self, out_dir: Path, config: Any, profile: str, seed: int, progress: bool = True,
@@ -159,6 +160,7 @@ class Run:
         self.cell_seconds: dict[str, float | None] = {}
         self.cell_peak_rss_mb: dict[str, float | None] = {}
         self.cell_software: dict[str, dict | None] = {}
+        self.cell_compile_seconds: dict[str, float | None] = {}
         self.claims: list[dict] = []
         self.blank_panels: list[str] = []  # 'figure.png: panel title' for every panel that shows nothing
         self._interrupt = interrupt or StickyInterrupt()
@@ -388,6 +390,7 @@ class Run:
         """Note a finished cell's time, memory and software; return its result."""
         self.cell_seconds[name], self.cell_peak_rss_mb[name] = record.seconds, record.peak_rss_mb
         self.cell_software[name] = record.software
+        self.cell_compile_seconds[name] = record.compile_seconds
         return record.result
 
     def _warn_other_software(self, label: str, names: list[str]) -> None:
@@ -675,7 +678,7 @@ def run_experiment(
             "cell_store": None if run.store is None else str(run.store.root),
             "cells": {"computed": run.cells_computed, "resumed": run.cells_skipped,
                       "reused": len(run.cells_reused), "reused_from": run.cells_reused, "store": run.cell_store,
-                      "seconds": run.cell_seconds,
+                      "seconds": run.cell_seconds, "compile_seconds": run.cell_compile_seconds,
                       "peak_rss_mb": run.cell_peak_rss_mb, "software": run.cell_software},
         }
         atomic_write_text(out_dir / "results.json", dumps(document))
