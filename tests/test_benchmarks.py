@@ -161,3 +161,21 @@ def test_kalman_bound_gives_the_means_of_memlabs_filter():
     expected = jax.vmap(lambda y: kalman_filter(y, m["A"], m["C"], m["Q"], m["R"], m["initial_mean"],
                                                 m["initial_cov"]).means)(jnp.asarray(y, jnp.float32))
     np.testing.assert_allclose(bench_pissm.bound_shared_covariance_filter(model, y)(), expected, atol=1e-4)
+
+
+def test_compare_flags_rows_whose_median_moved_beyond_the_tolerance(tmp_path, capsys):
+    compare = _script("compare")
+    rows = [{"workload": "w", "implementation": "a", "seconds": 1.0, "reference": "b"},
+            {"workload": "w", "implementation": "b", "seconds": 2.0, "reference": "b"},
+            {"model": "gru", "seconds_per_epoch": 10.0}]
+    for name, scale in (("old", {}), ("same", {"a": 1.1}), ("moved", {"b": 1.3})):
+        (tmp_path / name).mkdir()
+        doc = {"rows": [{**r, "seconds": r["seconds"] * scale.get(r["implementation"], 1.0)} if "seconds" in r else r
+                        for r in rows]}
+        (tmp_path / name / "x.json").write_text(json.dumps(doc))
+    assert compare.main([str(tmp_path / "old"), str(tmp_path / "same")]) == 0
+    assert "3 of 3 timings within 15%" in capsys.readouterr().out
+    assert compare.main([str(tmp_path / "old"), str(tmp_path / "moved")]) == 1
+    out = capsys.readouterr().out
+    assert "MOVED  1.300  x: w / b [seconds]" in out and "2 of 3 timings within 15%" in out
+    assert compare.main([str(tmp_path / "old"), str(tmp_path / "nowhere")]) == 2
