@@ -3,8 +3,9 @@
 Usage: ``python benchmarks/compare.py OLD_DIR [NEW_DIR] [--tolerance 0.15]``: each folder holds ``<name>.json`` files
 as ``benchmarks/run.py`` writes them (NEW_DIR defaults to benchmarks/results). Rows are matched by benchmark and by
 every field that names them (workload and implementation for side-by-side rows, else the text fields such as
-``model``); each timed field (``seconds``, ``seconds_per_epoch``) of a matched row is compared as NEW / OLD. Prints
-one line per compared value and exits 1 if any moved by more than the tolerance, 2 on bad input.
+``model``); results of scripts other than ``bench_*.py`` (paper_memory.py) are left out. Each timed field
+(``seconds``, ``seconds_per_epoch``) of a matched row is compared as NEW / OLD. Prints one line per compared value
+and exits 1 if any moved by more than the tolerance, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def compare(old_dir: Path, new_dir: Path, tolerance: float) -> list[dict]:
     out = []
     for new_path in sorted(new_dir.glob("*.json")):
         old_path = old_dir / new_path.name
-        if not old_path.exists():
+        if not old_path.exists() or not (HERE / f"bench_{new_path.stem}.py").exists():  # e.g. paper_memory.py's
             continue
         old, new = (timed_values(json.loads(p.read_text())) for p in (old_path, new_path))
         for key in new.keys() & old.keys():

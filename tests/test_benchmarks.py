@@ -172,10 +172,10 @@ def test_compare_flags_rows_whose_median_moved_beyond_the_tolerance(tmp_path, ca
         (tmp_path / name).mkdir()
         doc = {"rows": [{**r, "seconds": r["seconds"] * scale.get(r["implementation"], 1.0)} if "seconds" in r else r
                         for r in rows]}
-        (tmp_path / name / "x.json").write_text(json.dumps(doc))
+        (tmp_path / name / "s6.json").write_text(json.dumps(doc))  # a `make bench` benchmark's file
     assert compare.main([str(tmp_path / "old"), str(tmp_path / "same")]) == 0
     assert "3 of 3 timings within 15%" in capsys.readouterr().out
     assert compare.main([str(tmp_path / "old"), str(tmp_path / "moved")]) == 1
     out = capsys.readouterr().out
-    assert "MOVED  1.300  x: w / b [seconds]" in out and "2 of 3 timings within 15%" in out
+    assert "MOVED  1.300  s6: w / b [seconds]" in out and "2 of 3 timings within 15%" in out
     assert compare.main([str(tmp_path / "old"), str(tmp_path / "nowhere")]) == 2

@@ -73,6 +73,8 @@ def test_documentation_site_builds_strictly(tmp_path):
     assert "benchmark tables" not in benchmarks and benchmarks.count("<table") >= len(
         list((ROOT / "benchmarks" / "results").glob("*.json")))
     assert re.search(r"Measured \d{4}-\d{2}-\d{2}", benchmarks)
+    cluster = (site / "cluster" / "index.html").read_text()  # one row per run and cell function in paper-results
+    assert "measured cells" not in cluster and "<code>pissm.stability-run</code>" in cluster
     for name in EXPERIMENTS:  # our figure right after the paper's claim, then the claims; or the command to make them
         page = (site / "experiments" / name / "index.html").read_text()
         if "No paper-scale run is committed yet" in page:

@@ -239,7 +239,7 @@ def test_cell_records_the_peak_memory_of_its_process(fake_lab, tmp_path):
     assert record.peak_rss_mb == run.cell_peak_rss_mb["big"] and record.result == {"sum": 50.0 * 2**20}
 
 
-def test_cell_records_the_time_it_spent_compiling(fake_lab, tmp_path):
+def test_cell_records_its_compile_time_date_and_machine(fake_lab, tmp_path):
     import jax
     import jax.numpy as jnp
 
@@ -253,8 +253,11 @@ def test_cell_records_the_time_it_spent_compiling(fake_lab, tmp_path):
     run.sweep({"compiles": compiles, "plain": plain}, "c")
     assert 0 < run.cell_compile_seconds["compiles"] <= run.cell_seconds["compiles"]
     assert run.cell_compile_seconds["plain"] == 0
-    record = files.read_cell((tmp_path / "cells" / "compiles.json").read_text())
-    assert record.compile_seconds == run.cell_compile_seconds["compiles"]
+    text = (tmp_path / "cells" / "compiles.json").read_text()
+    assert files.read_cell(text).compile_seconds == run.cell_compile_seconds["compiles"]
+    raw = json.loads(text)  # when and where it finished, for the clusters page's table
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", raw["finished"])
+    assert f", {os.cpu_count()} CPUs, " in raw["machine"]
 
 
 def test_a_failing_cell_is_reported_and_the_others_are_kept(exp, fake_lab, tmp_path, capsys):

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -117,6 +118,20 @@ class CellRecord(NamedTuple):
     compile_seconds: float | None = None
 
 
+def machine_description() -> str:
+    """The machine a cell ran on, in one line: 'Intel(R) Xeon(R) ... , 2 CPUs, Linux-6.1-x86_64' (the CPU model where
+    the system names it, else the architecture)."""
+    import platform
+
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{model}, {os.cpu_count()} CPUs, {platform.system()}-{platform.release()}-{platform.machine()}"
+
+
 def software_versions() -> dict[str, str]:
     """The versions of the libraries that compute a cell's numbers in this process (jax, jaxlib, numpy): a resumed
     run can tell cells computed by another release apart (jax 0.10.2 miscompiled on the CPU, jax-ml/jax#39103)."""
@@ -128,10 +143,12 @@ def software_versions() -> dict[str, str]:
 def cell_text(result: Mapping, seconds: float, peak_rss_mb: float | None = None,
               compile_seconds: float | None = None) -> str:
     """The record of one finished cell: its result (exact floats, bytes as base64), compute time, peak RSS, this
-    process's ``software_versions`` and the part of the compute time spent compiling."""
+    process's ``software_versions``, the part of the compute time spent compiling, and when (UTC) and on which
+    machine (:func:`machine_description`) it finished."""
     if not isinstance(result, Mapping):
         raise TypeError(f"a cell must return a dict, got {type(result).__name__}")
     record = {"memlab_cell": CELL_FORMAT, "seconds": round(float(seconds), 3), "software": software_versions(),
+              "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine_description(),
               "result": result}
     if peak_rss_mb is not None:
         record["peak_rss_mb"] = round(float(peak_rss_mb), 1)
