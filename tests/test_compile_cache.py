@@ -33,3 +33,21 @@ def test_a_warm_process_loads_from_the_cache_quietly(tmp_path):
     assert cold.stdout.strip() == "miss"
     assert warm.stdout.strip() == "hit"
     assert "cpu_aot_loader" not in warm.stderr, warm.stderr
+
+
+QUICK_LEVEL = """
+import os
+from memlab import compile_cache
+for profile, flags in (("quick", ""), ("tiny", ""), ("quick-ablation", ""), ("paper", ""), ("paper-core", ""),
+                       ("quick", "--xla_backend_optimization_level=3")):
+    os.environ["XLA_FLAGS"] = flags
+    print(profile, compile_cache.use_quick_compiles(profile), os.environ["XLA_FLAGS"])
+"""
+
+
+def test_quick_profiles_compile_at_level_1_unless_the_user_chose_a_level():
+    out = subprocess.run([sys.executable, "-c", QUICK_LEVEL], capture_output=True, text=True, timeout=300,
+                         check=True).stdout.splitlines()
+    assert out == ["quick 1 --xla_backend_optimization_level=1", "tiny 1 --xla_backend_optimization_level=1",
+                   "quick-ablation 1 --xla_backend_optimization_level=1", "paper None ", "paper-core None ",
+                   "quick 3 --xla_backend_optimization_level=3"]

@@ -31,6 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from memlab import compile_cache
 from memlab.files import atomic_write_text, read_cell
 
 __all__ = ["CHECKPOINT", "CellClaim", "CellStore", "DamagedRecord", "NotDescribable", "StoreError", "cell",
@@ -145,7 +146,8 @@ def _function_name(f) -> str:
 
 
 def describe(cell: Callable) -> dict:
-    """What determines a cell's result: function, its cell_version, arguments, and jax/jaxlib major.minor."""
+    """What determines a cell's result: function, its cell_version, arguments, jax/jaxlib major.minor, and XLA's
+    optimisation level where ``XLA_FLAGS`` sets one (quick profiles: ``compile_cache.use_quick_compiles``)."""
     if not isinstance(cell, functools.partial):
         raise NotDescribable(f"cell {cell!r} is not a functools.partial of a module-level function")
     import jaxlib
@@ -156,10 +158,14 @@ def describe(cell: Callable) -> dict:
     except (TypeError, ValueError) as e:
         raise NotDescribable(f"cell {name}: {e}") from e
     bound.apply_defaults()
-    return {"function": name, "cell_version": getattr(cell.func, "cell_version", 0),
-            "arguments": {k: describe_value(v) for k, v in bound.arguments.items()},
-            "libraries": {"jax": ".".join(jax.__version__.split(".")[:2]),
-                          "jaxlib": ".".join(jaxlib.__version__.split(".")[:2])}}
+    description = {"function": name, "cell_version": getattr(cell.func, "cell_version", 0),
+                   "arguments": {k: describe_value(v) for k, v in bound.arguments.items()},
+                   "libraries": {"jax": ".".join(jax.__version__.split(".")[:2]),
+                                 "jaxlib": ".".join(jaxlib.__version__.split(".")[:2])}}
+    level = compile_cache.optimization_level()
+    if level is not None:  # absent at XLA's default level, so the digests of cells computed there stay as they were
+        description["xla_backend_optimization_level"] = level
+    return description
 
 
 def cell_digest(cell: Callable) -> str | None:
