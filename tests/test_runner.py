@@ -361,3 +361,8 @@ def test_run_returns_a_dict_or_a_dataclass(fake_lab, tmp_path, returned, written
         return
     out = run_experiment(exp, "tiny", out_dir=tmp_path / "o", progress=False)
     assert json.loads((out / "results.json").read_text())["results"] == written
+
+
+def test_compile_share_counts_only_cells_that_recorded_both_times():
+    assert files.compile_share([(10.0, 4.0), (30.0, 6.0), (50.0, None), (None, None)]) == 0.25
+    assert files.compile_share([(10.0, None)]) is None and files.compile_share([(0.0, 0.0)]) is None

@@ -10,6 +10,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from memlab.files import compile_share
+
 ROOT = Path(__file__).resolve().parents[2]
 CELLS = ROOT / "paper-results" / "cells"
 MARKER = "<!-- measured cells -->"
@@ -36,9 +38,8 @@ def table() -> str:
             "finished on |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for (run, function), records in sorted(_records().items()):
         seconds = [r["seconds"] for r in records]
-        compiled = [r["compile_seconds"] for r in records if "compile_seconds" in r]
-        share = f"{100 * sum(compiled) / sum(r['seconds'] for r in records if 'compile_seconds' in r):.0f} %" \
-            if compiled else "not recorded"
+        compiled = compile_share((r["seconds"], r.get("compile_seconds")) for r in records)
+        share = f"{100 * compiled:.0f} %" if compiled is not None else "not recorded"
         peak = max((r.get("peak_rss_mb") or 0.0) for r in records)
         dates = sorted(r["finished"][:10] for r in records if "finished" in r)
         machines = sorted({r["machine"] for r in records if "machine" in r})

@@ -25,7 +25,7 @@ from memlab import __version__, catalog, compile_cache
 from memlab.claims import LEGEND, STATUSES, SYMBOLS, is_paper_scale, status_counts, status_of
 from memlab.devices import check_device_count, cores_for_run, use_host_devices
 from memlab.executors import EXECUTORS, make_executor
-from memlab.files import markdown_table
+from memlab.files import compile_share, markdown_table
 from memlab.plugins import add_plugins
 from memlab.runner import (
     CellsFailed,
@@ -187,14 +187,15 @@ def parse_duration(text: str) -> float:
 
 
 def _cell_time(cells: dict) -> str:
-    """The summed compute time of an experiment's cells and the share of it spent compiling: '5 min 2 s (71 %)';
-    without the share for cells recorded before memlab kept it; '?' if no cell time is known."""
-    seconds = [s for s in cells.get("seconds", {}).values() if s is not None]
-    if not seconds:
+    """The summed compute time of an experiment's cells and the share spent compiling (``files.compile_share``):
+    '5 min 2 s (71 %)'; without the share if no cell recorded it; '?' if no cell time is known."""
+    seconds = cells.get("seconds", {})
+    if not any(s is not None for s in seconds.values()):
         return "?"
-    compiling = [c for c in cells.get("compile_seconds", {}).values() if c is not None]
-    share = f" ({100 * sum(compiling) / sum(seconds):.0f} %)" if compiling and sum(seconds) > 0 else ""
-    return _duration(sum(seconds)) + share
+    compiling = cells.get("compile_seconds", {})
+    share = compile_share((s, compiling.get(name)) for name, s in seconds.items())
+    return _duration(sum(s for s in seconds.values() if s is not None)) + (
+        f" ({100 * share:.0f} %)" if share is not None else "")
 
 
 def _duration(seconds: float) -> str:

@@ -56,9 +56,9 @@ def use_quick_compiles(profile: str) -> int | None:
     """For a quick profile, ask XLA (via ``XLA_FLAGS``, which worker processes inherit) for optimisation level
     ``QUICK_OPT_LEVEL`` unless a level is set already (the user's choice wins) or JAX's backend has started (too late
     to apply, so nothing is changed). Returns the level this process compiles with (None: XLA's default)."""
-    from jax._src import xla_bridge  # no public query; reading it does not start the backend
+    from memlab.devices import backend_started
 
-    if is_quick(profile) and optimization_level() is None and not xla_bridge._backends:
+    if is_quick(profile) and optimization_level() is None and not backend_started():
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {OPT_LEVEL_FLAG}={QUICK_OPT_LEVEL}".strip()
     return optimization_level()
 

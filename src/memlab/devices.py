@@ -71,7 +71,8 @@ def cores_for_run() -> int:
     return int(match.group(1)) if match else available_cpus()
 
 
-def _backend_started() -> bool:
+def backend_started() -> bool:
+    """Whether JAX's backend has started (after which XLA_FLAGS no longer applies to this process)."""
     from jax._src import xla_bridge  # no public query; reading it does not start the backend
 
     return bool(xla_bridge._backends)
@@ -86,7 +87,7 @@ def use_host_devices(count: int, override: bool = True) -> int:
     """
     flags = host_devices_flags(count, override)
     count = int(_FLAG_RE.search(flags).group(1))
-    if _backend_started():
+    if backend_started():
         have = jax.local_device_count("cpu")
         if have != count and override:  # an explicit request that cannot be met; a default one is best effort
             warnings.warn(f"JAX's CPU backend already started with {have} device(s); {count} requested too late "

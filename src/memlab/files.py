@@ -16,12 +16,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -118,6 +119,7 @@ class CellRecord(NamedTuple):
     compile_seconds: float | None = None
 
 
+@functools.cache  # read once per process: every cell record carries it
 def machine_description() -> str:
     """The machine a cell ran on, in one line: 'Intel(R) Xeon(R) ... , 2 CPUs, Linux-6.1-x86_64' (the CPU model where
     the system names it, else the architecture)."""
@@ -130,6 +132,14 @@ def machine_description() -> str:
                 model = line.split(":", 1)[1].strip()
                 break
     return f"{model}, {os.cpu_count()} CPUs, {platform.system()}-{platform.release()}-{platform.machine()}"
+
+
+def compile_share(cells: Iterable[tuple[float | None, float | None]]) -> float | None:
+    """The fraction of compute time spent compiling over cells given as (seconds, compile_seconds), counting only the
+    cells that recorded both; None if none did or their time sums to zero."""
+    timed = [(s, c) for s, c in cells if s is not None and c is not None]
+    total = sum(s for s, _ in timed)
+    return sum(c for _, c in timed) / total if total > 0 else None
 
 
 def software_versions() -> dict[str, str]:
