@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from memlab.arena.compiled import compiled_model, kalman_predictor, kalman_transient
+from memlab.arena.experiments.compiled import score_compiled
 from memlab.arena.lgssm import random_lgssm
+from memlab.arena.task import normalised_gap
 from memlab.arena.tasks import make_task
-from memlab.arena.train import score
+from memlab.arena.train import baselines, score
 
 
 def _steady_state_loop(task, ys):
@@ -112,3 +114,20 @@ def test_the_action_filter_is_the_exact_filter_on_ringworld():
     assert compiled.exact and compiled.transient == 0
     s = score(task, compiled.model, task.sample(jax.random.PRNGKey(7), 128, 200))
     assert abs(float(s.gap)) < 1e-5 and float(jnp.max(s.distance)) < 1e-6
+
+
+@pytest.mark.parametrize("name", ["lgssm", "hmm-two-state"])
+def test_the_gap_at_a_shorter_length_is_the_gap_of_the_prefix(name):
+    """score_compiled scores one batch of the longest length; its gap at L = n is normalised_gap over the first n
+    steps after the transient, computed here directly from the per-entry losses."""
+    spec, key = make_task(name), jax.random.key(3)
+    compiled = compiled_model(spec)
+    cell = score_compiled(name, (12, 40), 16, key)
+    test = spec.sample(key, 16, 40)
+    base = baselines(spec, test)
+    outputs = jax.vmap(compiled.model)(test.inputs)
+    steps = jnp.arange(40)
+    for n, gap in zip((12, 40), cell["gaps"], strict=True):
+        mask = test.mask & (steps >= compiled.transient) & (steps < n)
+        np.testing.assert_allclose(gap, normalised_gap(spec.loss(outputs, test), base.reference, base.trivial, mask),
+                                   rtol=1e-4, atol=1e-6)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from memlab.arena.compiled import compiled_model
+from memlab.arena.experiments import leaderboard
 from memlab.arena.experiments.leaderboard import LeaderboardConfig, analyse
 from memlab.arena.tasks import TASKS, make_task
 from memlab.arena.train import TrainConfig, baselines, compare, make_model, make_train, score
@@ -71,3 +72,23 @@ def test_registered_with_quick_and_paper_profiles():
     quick, paper = exp.profiles["quick"], exp.profiles["paper"]
     assert len(quick.layers) >= 8 and {t.split("-")[0] for t in quick.tasks} == {"hmm", "lgssm"}  # every family
     assert set(paper.tasks) == set(TASKS) and len(paper.layers) >= 8
+
+
+def test_the_static_part_comes_from_shapes_alone_unless_the_model_holds_other_arrays(monkeypatch):
+    """``_static_part`` (no computation) equals eqx.partition's static half of the model itself; a model holding a
+    non-trainable array (a user's layer with an integer buffer) gets it from the model, never a shape in its place."""
+    spec, key = make_task("hmm-mess3"), jax.random.key(0)
+    model = make_model(spec, "gru", 8, 1, key)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    from_shapes = leaderboard._static_part(spec, "gru", 8, 1, key)
+    assert jax.tree.structure(from_shapes) == jax.tree.structure(static)
+    x = jax.numpy.ones((5, spec.input_size))
+    np.testing.assert_array_equal(eqx.combine(params, from_shapes)(x), model(x))
+
+    class WithBuffer(eqx.Module):
+        weight: jax.Array
+        index: jax.Array
+
+    monkeypatch.setattr(leaderboard, "make_model", lambda *a: WithBuffer(jax.numpy.ones(3), jax.numpy.arange(3)))
+    static = leaderboard._static_part(spec, "gru", 8, 1, key)
+    assert isinstance(static.index, jax.Array) and static.weight is None

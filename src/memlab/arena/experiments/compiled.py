@@ -1,6 +1,7 @@
 """``arena.compiled`` -- compiled solutions (weights set by theory, ``memlab.arena.compiled``) scored by the same
-harness as trained models: their gap to the optimal predictor at several test lengths and their per-step distance
-from it. Trained models' distances to these compiled ones are in ``arena.leaderboard``'s table.
+harness as trained models: their gap to the optimal predictor at several test lengths (the prefixes of one batch of
+the longest length: one compiled program a task) and their per-step distance from it. Trained models' distances to
+these compiled ones are in ``arena.leaderboard``'s table.
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ import dataclasses
 from functools import partial
 
 import equinox as eqx
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from memlab import plots
@@ -24,9 +23,10 @@ from memlab.store import cell
 SUMMARY = """# arena.compiled
 
 Memory layers whose weights are set by theory to carry out (or approximate) the task's optimal algorithm, scored
-on {batch} held-out sequences per test length by the same harness as trained models: the normalised gap
-g = (L_model − L_ref) / (L_trivial − L_ref) (0 = optimal, 1 = no memory), over the steps after the compiled model's
-stated transient (the figure shows every step).
+by the same harness as trained models on {batch} held-out sequences of the longest test length: the normalised gap
+g = (L_model − L_ref) / (L_trivial − L_ref) (0 = optimal, 1 = no memory) over their first L steps (the models and
+references are causal, so these are sequences of length L), after the compiled model's stated transient (the figure
+shows every step).
 
 ![distance](distance.png)
 
@@ -81,17 +81,21 @@ class CompiledStats:
     distance: list[float]
 
 
-@cell("arena.score-compiled")
+@cell("arena.score-compiled", version=1)
 def score_compiled(task: str, lengths: tuple[int, ...], batch: int, key) -> dict:
+    """One batch of the longest length, scored once (one compiled program); the gap at a shorter length n is the
+    gap over the first n steps (after the transient): the models and references are causal and a prefix of a
+    sampled sequence is a sample of the shorter length."""
     spec = make_task(task)
     compiled = compiled_model(spec)
-    keys = jax.random.split(key, len(lengths))
-    def after_transient(b):  # the compiled model is exact from its transient on: score the steps after it
-        return b._replace(mask=b.mask & (jnp.arange(b.mask.shape[1]) >= compiled.transient))
-
-    batches = [spec.sample(k, batch, n) for k, n in zip(keys, lengths, strict=True)]
-    gaps = [float(eqx.filter_jit(score)(spec, compiled.model, after_transient(b)).gap) for b in batches]
-    every_step = eqx.filter_jit(score)(spec, compiled.model, batches[-1])  # the transient too, for the figure
+    test = spec.sample(key, batch, max(lengths))
+    every_step = eqx.filter_jit(score)(spec, compiled.model, test)
+    counts = np.asarray(test.mask).sum(0)
+    model, reference, trivial = (np.nan_to_num(np.asarray(x, np.float64)) * counts
+                                 for x in (every_step.model, every_step.reference, every_step.trivial))
+    scored = slice(compiled.transient, None)  # the compiled model is exact from its transient on
+    gaps = [float((model[:n][scored].sum() - reference[:n][scored].sum())
+                  / (trivial[:n][scored].sum() - reference[:n][scored].sum())) for n in lengths]
     return {"gaps": gaps, "distance": np.asarray(every_step.distance), "description": compiled.description,
             "exact": compiled.exact, "transient": compiled.transient}
 

@@ -22,7 +22,17 @@ from memlab.arena.layers import LAYERS, state_size
 from memlab.arena.model import parameter_count
 from memlab.arena.task import masked_mean, reference_is_exact
 from memlab.arena.tasks import TASKS, make_task
-from memlab.arena.train import Comparison, TrainConfig, baselines, compare, make_model, make_train, score
+from memlab.arena.train import (
+    Baselines,
+    Comparison,
+    Scores,
+    TrainConfig,
+    baselines,
+    compare,
+    make_model,
+    make_train,
+    score,
+)
 from memlab.checks import check_choices, check_int
 from memlab.runner import Experiment, Run
 from memlab.store import cell
@@ -128,26 +138,22 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
     ``code``: the fingerprints of a user's layer and task files (part of the cell's key only)."""
     spec = make_task(task)
     test = spec.sample(test_key, test_batch, train.length)
-    base = jax.jit(baselines)(spec, test)
-    # one compiled program, called once per seed: vmapping the seeds doubled the compile time and ran no faster
-    # per seed on the 2-core CPU (measured: an LRU cell compiled in 26 s alone, 51 s vmapped over 2 seeds)
-    train_one = jax.jit(make_train(spec, layer, width, depth, train, test))
-    result = jax.tree.map(lambda *seeds: jnp.stack(seeds), *(train_one(k) for k in keys))
-    static = eqx.partition(make_model(spec, layer, width, depth, keys[0]), eqx.is_inexact_array)[1]
-    scores = eqx.filter_jit(eqx.filter_vmap(lambda p: score(spec, eqx.combine(p, static), test, base)))(
-        result.params)
     compiled = compiled_model(spec)
-    if compiled is None:
+    # two compiled programs a cell, every array an argument (the held-out batch baked in as constants cost XLA
+    # seconds of constant folding): training, the seeds one after the other (vmapping the seeds doubled the compile
+    # time and ran no faster per seed on the 2-core CPU: an LRU cell compiled in 26 s alone, 51 s vmapped over 2
+    # seeds), then the scores and the comparison with the compiled model, all seeds at once
+    result = jax.jit(lambda keys, held_out: jax.lax.map(make_train(spec, layer, width, depth, train, held_out), keys))(
+        keys, test)
+    static = _static_part(spec, layer, width, depth, keys[0])
+    base, scores, to_compiled = _evaluate(spec, static, result.params, test,
+                                          None if compiled is None else compiled.model)
+    if to_compiled is None:
         to_compiled = Comparison(*np.full((2, len(keys)), np.nan))
-    else:
-        to_compiled = eqx.filter_jit(eqx.filter_vmap(
-            lambda p: compare(spec, eqx.combine(p, static), compiled.model, test)))(result.params)
     longer_gaps = []
     for multiple in longer:  # each its own held-out batch, the same for every layer of the task
         long_test = spec.sample(jax.random.fold_in(test_key, multiple), test_batch, multiple * train.length)
-        long_base = jax.jit(baselines)(spec, long_test)
-        longer_gaps.append(eqx.filter_jit(eqx.filter_vmap(
-            lambda p, t=long_test, b=long_base: score(spec, eqx.combine(p, static), t, b).gap))(result.params))
+        longer_gaps.append(_evaluate(spec, static, result.params, long_test)[1].gap)
     reference, trivial = (float(masked_mean(x, test.mask)) for x in (base.reference, base.trivial))
     per_seed = {f"{n}_loss": np.nanmean(getattr(scores, n), -1) for n in ("model", "reference", "trivial", "distance")}
     return {"gap": np.asarray(scores.gap), **per_seed,
@@ -157,6 +163,28 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
             "longer_gap": np.asarray(longer_gaps).reshape(len(longer), len(keys)),
             "parameters": parameter_count(eqx.combine(jax.tree.map(lambda a: a[0], result.params), static)),
             "state": state_size(layer, width, train.length) * depth}
+
+
+def _static_part(spec, layer: str, width: int, depth: int, key) -> eqx.Module:
+    """The model's non-trainable part (``eqx.partition``'s second half), from its shapes alone where it holds no
+    arrays (no computation, no compile), else from the model itself."""
+    trainable = lambda x: isinstance(x, jax.ShapeDtypeStruct) and jnp.issubdtype(x.dtype, jnp.inexact)  # noqa: E731
+    static = eqx.partition(eqx.filter_eval_shape(make_model, spec, layer, width, depth, key), trainable)[1]
+    if any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(static)):
+        return eqx.partition(make_model(spec, layer, width, depth, key), eqx.is_inexact_array)[1]
+    return static
+
+
+@eqx.filter_jit
+def _evaluate(spec, static, params, test, compiled=None) -> tuple[Baselines, Scores, Comparison | None]:
+    """One program: the task's baselines on ``test``, every seed's :func:`score` (``params`` stacked over seeds)
+    and, given the task's compiled model, every seed's :func:`compare` with it."""
+    base = baselines(spec, test)
+    models = lambda p: eqx.combine(p, static)  # noqa: E731
+    scores = jax.vmap(lambda p: score(spec, models(p), test, base))(params)
+    if compiled is None:
+        return base, scores, None
+    return base, scores, jax.vmap(lambda p: compare(spec, models(p), compiled, test))(params)
 
 
 def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict:
@@ -293,7 +321,9 @@ TINY = LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=("gru", "lru"), wi
 # quick: the canonical task of each family with a reference (hmm-mess3, lgssm), the nine layers of paper-core (alf
 # is in the paper profile), 200 steps, 2 seeds. A cell is an XLA compile of its training program (10-18 s) plus the
 # training run; at 400 steps the 18 cells took 762 s of CPU, the largest share of `make reproduce` (issue 30), and
-# 200 steps halve the run part while every layer still ends well below the trivial predictor
+# 200 steps halve the run part while every layer still ends well below the trivial predictor. `memlab run
+# arena.leaderboard` (quick, empty compile cache, 2 cores, 2026-11-27): 5 min 15 s in a pool of two processes,
+# 5 min 48 s in one
 QUICK = LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=PAPER_CORE_LAYERS, seeds=2, test_batch=512,
                           train=TrainConfig(steps=200, batch=32, length=64, learning_rate=3e-3, eval_every=50))
 
@@ -306,5 +336,7 @@ EXPERIMENTS = [
          # the paper profile restricted to the canonical task of each family and the layers it started with (the
          # same cells: a later paper run adopts them)
          "paper-core": dataclasses.replace(PAPER, tasks=("hmm-mess3", "lgssm"), layers=PAPER_CORE_LAYERS)},
-        run_leaderboard),
+        run_leaderboard,
+        # a quick cell keeps one core busy (an XLA compile, then a small program): one process per core
+        pool_profiles=("quick",)),
 ]
