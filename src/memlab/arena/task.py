@@ -99,3 +99,9 @@ def normalised_gap(model_loss: Array, reference_loss: Array, trivial_loss: Array
 def masked_mean(x: Array, mask: Array) -> Array:
     """The mean of ``x`` over the entries where ``mask`` is True (same shapes)."""
     return jnp.sum(jnp.where(mask, x, 0.0)) / jnp.sum(mask)
+
+
+def per_step_mean(x: Array, mask: Array) -> Array:
+    """(L,) the mean of a (B, L) ``x`` over each step's entries where ``mask`` is True, NaN at a step with none."""
+    count = jnp.sum(mask, 0)
+    return jnp.where(count > 0, jnp.sum(jnp.where(mask, x, 0.0), 0) / jnp.maximum(count, 1), jnp.nan)

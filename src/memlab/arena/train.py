@@ -20,7 +20,7 @@ import optax
 from jax import Array
 
 from memlab.arena.model import SequenceModel
-from memlab.arena.task import Batch, Task, masked_mean, normalised_gap
+from memlab.arena.task import Batch, Task, masked_mean, normalised_gap, per_step_mean
 from memlab.checks import check_int, check_real
 
 __all__ = ["Baselines", "Comparison", "Scores", "TrainConfig", "TrainResult", "baselines", "compare", "make_model",
@@ -135,9 +135,7 @@ def score(task: Task, model: Callable[[Array], Array], batch: Batch, base: Basel
     base = baselines(task, batch) if base is None else base
     outputs = jax.vmap(model)(batch.inputs)
     losses = (task.loss(outputs, batch), base.reference, base.trivial)
-    count = jnp.sum(batch.mask, 0)
-    per_step = [jnp.where(count > 0, jnp.sum(jnp.where(batch.mask, x, 0.0), 0) / jnp.maximum(count, 1), jnp.nan)
-                for x in (*losses, task.distance(outputs, base.reference_outputs))]
+    per_step = [per_step_mean(x, batch.mask) for x in (*losses, task.distance(outputs, base.reference_outputs))]
     return Scores(*per_step, normalised_gap(*losses, batch.mask))
 
 

@@ -10,12 +10,16 @@ import dataclasses
 from functools import partial
 
 import equinox as eqx
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import Array
 
 from memlab import plots
 from memlab.arena.compiled import compiled_model
+from memlab.arena.task import Batch, Task, normalised_gap, per_step_mean
 from memlab.arena.tasks import TASKS, make_task
-from memlab.arena.train import score
+from memlab.arena.train import baselines
 from memlab.checks import check_choices, check_int
 from memlab.runner import Experiment, Run
 from memlab.store import cell
@@ -81,22 +85,28 @@ class CompiledStats:
     distance: list[float]
 
 
-@cell("arena.score-compiled", version=1)
+@eqx.filter_jit
+def prefix_gaps(task: Task, model, batch: Batch, lengths: tuple[int, ...], transient: int) -> tuple[Array, Array]:
+    """The normalised gap over each prefix of ``lengths`` steps after the first ``transient`` (a prefix of a causal
+    model's outputs on a sampled sequence is its output on a sample of that length), and (L,) the per-step mean
+    distance from the reference's predictions."""
+    base = baselines(task, batch)
+    outputs = jax.vmap(model)(batch.inputs)
+    losses = (task.loss(outputs, batch), base.reference, base.trivial)
+    steps = jnp.arange(batch.mask.shape[1])
+    gaps = jnp.stack([normalised_gap(*losses, batch.mask & (steps >= transient) & (steps < n)) for n in lengths])
+    return gaps, per_step_mean(task.distance(outputs, base.reference_outputs), batch.mask)
+
+
+@cell("arena.score-compiled", version=2)
 def score_compiled(task: str, lengths: tuple[int, ...], batch: int, key) -> dict:
     """One batch of the longest length, scored once (one compiled program); the gap at a shorter length n is the
-    gap over the first n steps (after the transient): the models and references are causal and a prefix of a
-    sampled sequence is a sample of the shorter length."""
+    gap over its first n steps, after the compiled model's transient."""
     spec = make_task(task)
     compiled = compiled_model(spec)
-    test = spec.sample(key, batch, max(lengths))
-    every_step = eqx.filter_jit(score)(spec, compiled.model, test)
-    counts = np.asarray(test.mask).sum(0)
-    model, reference, trivial = (np.nan_to_num(np.asarray(x, np.float64)) * counts
-                                 for x in (every_step.model, every_step.reference, every_step.trivial))
-    scored = slice(compiled.transient, None)  # the compiled model is exact from its transient on
-    gaps = [float((model[:n][scored].sum() - reference[:n][scored].sum())
-                  / (trivial[:n][scored].sum() - reference[:n][scored].sum())) for n in lengths]
-    return {"gaps": gaps, "distance": np.asarray(every_step.distance), "description": compiled.description,
+    gaps, distance = prefix_gaps(spec, compiled.model, spec.sample(key, batch, max(lengths)), tuple(lengths),
+                                 compiled.transient)
+    return {"gaps": np.asarray(gaps).tolist(), "distance": np.asarray(distance), "description": compiled.description,
             "exact": compiled.exact, "transient": compiled.transient}
 
 
