@@ -23,8 +23,8 @@ from memlab.arena.model import SequenceModel
 from memlab.arena.task import Batch, Task, masked_mean, normalised_gap, per_step_mean
 from memlab.checks import check_int, check_real
 
-__all__ = ["Baselines", "Comparison", "Scores", "TrainConfig", "TrainResult", "baselines", "compare", "make_model",
-           "make_train", "score"]
+__all__ = ["Baselines", "Comparison", "Scores", "Target", "TrainConfig", "TrainResult", "baselines", "compare",
+           "compare_to", "comparison_target", "make_model", "make_train", "score"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,19 +151,42 @@ class Comparison(NamedTuple):
     gradient_cosine: Array
 
 
-def compare(task: Task, model: Callable[[Array], Array], other: Callable[[Array], Array], batch: Batch) -> Comparison:
-    """:class:`Comparison` of ``model`` with ``other`` (each one sequence (L, input_size) -> (L, output_size))."""
+class Target(NamedTuple):
+    """What :func:`compare_to` needs of the model compared against, on one batch: its ``outputs`` (B, L, output_size)
+    and ``gradient`` (B, L * input_size), the input gradient of its loss at each sequence's last scored step."""
+
+    outputs: Array
+    gradient: Array
+
+
+def _final_loss_gradient(task: Task, model: Callable[[Array], Array], batch: Batch) -> Array:
+    """(B, L * input_size): the gradient, with respect to each input sequence, of the model's loss at that
+    sequence's last scored step (zero for a sequence with none)."""
     length = batch.mask.shape[1]
     last = length - 1 - jnp.argmax(batch.mask[:, ::-1], axis=1)  # (B,): each sequence's last scored step
     last_scored = jax.nn.one_hot(last, length, dtype=bool) & batch.mask  # all False in a sequence with none
 
-    def final_loss(m, inputs):  # sequences are independent: the gradient of the sum is each sequence's own
-        return jnp.sum(jnp.where(last_scored, task.loss(jax.vmap(m)(inputs), batch), 0.0))
+    def final_loss(inputs):  # sequences are independent: the gradient of the sum is each sequence's own
+        return jnp.sum(jnp.where(last_scored, task.loss(jax.vmap(model)(inputs), batch), 0.0))
 
-    outputs, other_outputs = jax.vmap(model)(batch.inputs), jax.vmap(other)(batch.inputs)
-    distance = masked_mean(task.distance(outputs, other_outputs), batch.mask)
-    g, h = (jax.grad(final_loss, argnums=1)(m, batch.inputs).reshape(batch.inputs.shape[0], -1) for m in (model, other))
+    return jax.grad(final_loss)(batch.inputs).reshape(batch.inputs.shape[0], -1)
+
+
+def comparison_target(task: Task, model: Callable[[Array], Array], batch: Batch) -> Target:
+    """``model``'s :class:`Target` on ``batch``: computed once, compared with many models by :func:`compare_to`."""
+    return Target(jax.vmap(model)(batch.inputs), _final_loss_gradient(task, model, batch))
+
+
+def compare_to(task: Task, model: Callable[[Array], Array], target: Target, batch: Batch) -> Comparison:
+    """:class:`Comparison` of ``model`` with the model whose :func:`comparison_target` on ``batch`` is ``target``."""
+    distance = masked_mean(task.distance(jax.vmap(model)(batch.inputs), target.outputs), batch.mask)
+    g, h = _final_loss_gradient(task, model, batch), target.gradient
     norms = jnp.linalg.norm(g, axis=-1) * jnp.linalg.norm(h, axis=-1)
     scored = jnp.any(batch.mask, axis=1) & (norms > 0)  # a sequence with no scored step has no gradient to compare
     cosine = jnp.sum(g * h, -1) / jnp.where(scored, norms, 1.0)
     return Comparison(distance, masked_mean(cosine, scored))  # 0 / 0 = NaN where no sequence has a scored step
+
+
+def compare(task: Task, model: Callable[[Array], Array], other: Callable[[Array], Array], batch: Batch) -> Comparison:
+    """:class:`Comparison` of ``model`` with ``other`` (each one sequence (L, input_size) -> (L, output_size))."""
+    return compare_to(task, model, comparison_target(task, other, batch), batch)

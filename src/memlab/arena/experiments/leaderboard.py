@@ -26,9 +26,11 @@ from memlab.arena.train import (
     Baselines,
     Comparison,
     Scores,
+    Target,
     TrainConfig,
     baselines,
-    compare,
+    compare_to,
+    comparison_target,
     make_model,
     make_train,
     score,
@@ -139,21 +141,22 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
     spec = make_task(task)
     test = spec.sample(test_key, test_batch, train.length)
     compiled = compiled_model(spec)
-    # two compiled programs a cell, every array an argument (the held-out batch baked in as constants cost XLA
+    # three compiled programs a cell, every array an argument (the held-out batch baked in as constants cost XLA
     # seconds of constant folding): training, the seeds one after the other (vmapping the seeds doubled the compile
     # time and ran no faster per seed on the 2-core CPU: an LRU cell compiled in 26 s alone, 51 s vmapped over 2
-    # seeds), then the scores and the comparison with the compiled model, all seeds at once
+    # seeds); the task's side of the scores (its baselines, the compiled model's outputs and input gradients), the
+    # same program for every layer of the task (compiled once in a run with a compile cache); every seed's scores
     result = jax.jit(lambda keys, held_out: jax.lax.map(make_train(spec, layer, width, depth, train, held_out), keys))(
         keys, test)
     static = _static_part(spec, layer, width, depth, keys[0])
-    base, scores, to_compiled = _evaluate(spec, static, result.params, test,
-                                          None if compiled is None else compiled.model)
+    base, target = _task_side(spec, test, None if compiled is None else compiled.model)
+    scores, to_compiled = _evaluate(spec, static, result.params, test, base, target)
     if to_compiled is None:
         to_compiled = Comparison(*np.full((2, len(keys)), np.nan))
     longer_gaps = []
     for multiple in longer:  # each its own held-out batch, the same for every layer of the task
         long_test = spec.sample(jax.random.fold_in(test_key, multiple), test_batch, multiple * train.length)
-        longer_gaps.append(_evaluate(spec, static, result.params, long_test)[1].gap)
+        longer_gaps.append(_evaluate(spec, static, result.params, long_test, _task_side(spec, long_test)[0])[0].gap)
     reference, trivial = (float(masked_mean(x, test.mask)) for x in (base.reference, base.trivial))
     per_seed = {f"{n}_loss": np.nanmean(getattr(scores, n), -1) for n in ("model", "reference", "trivial", "distance")}
     return {"gap": np.asarray(scores.gap), **per_seed,
@@ -176,15 +179,20 @@ def _static_part(spec, layer: str, width: int, depth: int, key) -> eqx.Module:
 
 
 @eqx.filter_jit
-def _evaluate(spec, static, params, test, compiled=None) -> tuple[Baselines, Scores, Comparison | None]:
-    """One program: the task's baselines on ``test``, every seed's :func:`score` (``params`` stacked over seeds)
-    and, given the task's compiled model, every seed's :func:`compare` with it."""
-    base = baselines(spec, test)
+def _task_side(spec, test, compiled=None) -> tuple[Baselines, Target | None]:
+    """The task's baselines on ``test`` and, given the task's compiled model, its :func:`comparison_target`."""
+    return baselines(spec, test), None if compiled is None else comparison_target(spec, compiled, test)
+
+
+@eqx.filter_jit
+def _evaluate(spec, static, params, test, base, target=None) -> tuple[Scores, Comparison | None]:
+    """Every seed's :func:`score` (``params`` stacked over seeds) and, given the compiled model's ``target``, every
+    seed's :func:`compare_to` with it."""
     models = lambda p: eqx.combine(p, static)  # noqa: E731
     scores = jax.vmap(lambda p: score(spec, models(p), test, base))(params)
-    if compiled is None:
-        return base, scores, None
-    return base, scores, jax.vmap(lambda p: compare(spec, models(p), compiled, test))(params)
+    if target is None:
+        return scores, None
+    return scores, jax.vmap(lambda p: compare_to(spec, models(p), target, test))(params)
 
 
 def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict:
