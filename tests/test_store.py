@@ -44,15 +44,19 @@ def test_digest_names_function_arguments_and_key_and_nothing_else():
     assert cell_digest(partial(add, object())) is None
 
 
-def test_xlas_optimisation_level_is_in_the_digest_only_where_it_is_set(monkeypatch):
+def test_xlas_optimisation_level_and_fusion_emitters_are_in_the_digest_only_where_set(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
     default = cell_digest(partial(add, 1, 2))
     assert "xla_backend_optimization_level" not in describe(partial(add, 1, 2))
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=1")
     assert describe(partial(add, 1, 2))["xla_backend_optimization_level"] == 1
     level_1 = cell_digest(partial(add, 1, 2))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=1 --xla_cpu_use_fusion_emitters=false")
+    assert describe(partial(add, 1, 2))["xla_cpu_use_fusion_emitters"] == "false"
+    older_emitter = cell_digest(partial(add, 1, 2))
     monkeypatch.delenv("XLA_FLAGS")
-    assert level_1 != default == cell_digest(partial(add, 1, 2))  # the device count is not in it
+    assert len({level_1, older_emitter, default}) == 3
+    assert default == cell_digest(partial(add, 1, 2))  # the device count is not in it
 
 
 def test_a_named_cell_keeps_its_digest_when_it_moves_and_a_new_version_is_a_new_cell():

@@ -4,11 +4,15 @@ compiling, and the XLA:CPU loader's false alarm.
 A cached program is keyed by the program itself (and XLA_FLAGS), so the cache changes how long a run takes, never
 its numbers (measured: ``memlab run recall.rate --profile tiny`` 51 s without it, 14 s warm, on the 2-core machine).
 
-Quick and tiny profiles compile with XLA's backend optimisation level 1 instead of its default: their cells spend
-most of their time compiling, and level 1 compiles faster while the programs ran no slower (measured on one core,
-no compile cache: ``arena.leaderboard`` quick with three layers 148 s -> 107 s, compiling 100 s -> 65 s;
-``belief.ringworld-returns`` quick 307 s -> 222 s, compiling 196 s -> 122 s). The numbers differ from the default
-level's in float round-off, so the level is part of a cell's digest (``store.describe``) whenever it is set.
+Quick and tiny profiles compile with XLA's backend optimisation level 1 instead of its default, and with XLA:CPU's
+older elemental emitter for fusions instead of the MLIR fusion emitters: their cells spend most of their time
+compiling. Level 1 compiles faster while the programs ran no slower (measured on one core, no compile cache:
+``arena.leaderboard`` quick with three layers 148 s -> 107 s, compiling 100 s -> 65 s; ``belief.ringworld-returns``
+quick 307 s -> 222 s, compiling 196 s -> 122 s). The older emitter compiles in about half the time and runs up to a
+third slower (``memlab reproduce --profile quick --jobs 1`` on one core, empty compile cache, 2026-11-27: 1840 s ->
+1633 s of CPU, compiling 1224 s -> 678 s; pissm, ictd and arena faster, RingWorld's PPO and recall's S6 runs
+slower). The numbers differ from the defaults' in float round-off, so both flags are part of a cell's digest
+(``store.describe``) whenever they are set.
 """
 
 from __future__ import annotations
@@ -39,12 +43,20 @@ def seconds_compiling() -> float:
 OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
 QUICK_OPT_LEVEL = 1
 _OPT_LEVEL_RE = re.compile(re.escape(OPT_LEVEL_FLAG) + r"=(\d+)")
+FUSION_EMITTERS_FLAG = "--xla_cpu_use_fusion_emitters"
+_FUSION_EMITTERS_RE = re.compile(re.escape(FUSION_EMITTERS_FLAG) + r"=(\w+)")
 
 
 def optimization_level() -> int | None:
     """XLA's backend optimisation level set in ``XLA_FLAGS`` (None: not set, XLA's default)."""
     match = _OPT_LEVEL_RE.search(os.environ.get("XLA_FLAGS", ""))
     return int(match.group(1)) if match else None
+
+
+def fusion_emitters() -> str | None:
+    """Whether XLA:CPU's MLIR fusion emitters are on, as set in ``XLA_FLAGS`` (None: not set, XLA's default)."""
+    match = _FUSION_EMITTERS_RE.search(os.environ.get("XLA_FLAGS", ""))
+    return match.group(1).lower() if match else None
 
 
 def is_quick(profile: str) -> bool:
@@ -54,12 +66,18 @@ def is_quick(profile: str) -> bool:
 
 def use_quick_compiles(profile: str) -> int | None:
     """For a quick profile, ask XLA (via ``XLA_FLAGS``, which worker processes inherit) for optimisation level
-    ``QUICK_OPT_LEVEL`` unless a level is set already (the user's choice wins) or JAX's backend has started (too late
-    to apply, so nothing is changed). Returns the level this process compiles with (None: XLA's default)."""
+    ``QUICK_OPT_LEVEL`` and the older elemental emitter for fusions, each unless set already (the user's choice
+    wins) or JAX's backend has started (too late to apply, so nothing is changed). Returns the level this process
+    compiles with (None: XLA's default)."""
     from memlab.devices import backend_started
 
-    if is_quick(profile) and optimization_level() is None and not backend_started():
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {OPT_LEVEL_FLAG}={QUICK_OPT_LEVEL}".strip()
+    if is_quick(profile) and not backend_started():
+        flags = os.environ.get("XLA_FLAGS", "")
+        if optimization_level() is None:
+            flags = f"{flags} {OPT_LEVEL_FLAG}={QUICK_OPT_LEVEL}".strip()
+        if fusion_emitters() is None:
+            flags = f"{flags} {FUSION_EMITTERS_FLAG}=false"
+        os.environ["XLA_FLAGS"] = flags
     return optimization_level()
 
 

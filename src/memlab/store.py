@@ -147,7 +147,8 @@ def _function_name(f) -> str:
 
 def describe(cell: Callable) -> dict:
     """What determines a cell's result: function, its cell_version, arguments, jax/jaxlib major.minor, and XLA's
-    optimisation level where ``XLA_FLAGS`` sets one (quick profiles: ``compile_cache.use_quick_compiles``)."""
+    optimisation level and choice of fusion emitters where ``XLA_FLAGS`` sets them (quick profiles:
+    ``compile_cache.use_quick_compiles``)."""
     if not isinstance(cell, functools.partial):
         raise NotDescribable(f"cell {cell!r} is not a functools.partial of a module-level function")
     import jaxlib
@@ -165,6 +166,9 @@ def describe(cell: Callable) -> dict:
     level = compile_cache.optimization_level()
     if level is not None:  # absent at XLA's default level, so the digests of cells computed there stay as they were
         description["xla_backend_optimization_level"] = level
+    emitters = compile_cache.fusion_emitters()
+    if emitters is not None:  # likewise
+        description["xla_cpu_use_fusion_emitters"] = emitters
     return description
 
 
