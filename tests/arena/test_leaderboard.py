@@ -12,8 +12,19 @@ import pytest
 from memlab.arena.compiled import compiled_model
 from memlab.arena.experiments import leaderboard
 from memlab.arena.experiments.leaderboard import LeaderboardConfig, analyse
+from memlab.arena.task import normalised_gap, per_step_mean
 from memlab.arena.tasks import TASKS, make_task
-from memlab.arena.train import TrainConfig, baselines, compare, make_model, make_train, score
+from memlab.arena.train import (
+    SCORING_CHUNK,
+    TrainConfig,
+    baselines,
+    compare,
+    compare_to,
+    comparison_target,
+    make_model,
+    make_train,
+    score,
+)
 from memlab.catalog import EXPERIMENTS
 
 
@@ -92,3 +103,51 @@ def test_the_static_part_comes_from_shapes_alone_unless_the_model_holds_other_ar
     monkeypatch.setattr(leaderboard, "make_model", lambda *a: WithBuffer(jax.numpy.ones(3), jax.numpy.arange(3)))
     static = leaderboard._static_part(spec, "gru", 8, 1, key)
     assert isinstance(static.index, jax.Array) and static.weight is None
+
+
+def test_scoring_a_chunk_at_a_time_equals_scoring_the_batch_at_once():
+    """score, comparison_target and compare_to read the held-out batch SCORING_CHUNK sequences at a time (a batch
+    that is not a multiple of it: the remainder too); the plain form here reads every sequence at once."""
+    task, keys = make_task("hmm-mess3"), jax.random.split(jax.random.key(3), 3)
+    batch = task.sample(keys[0], 2 * SCORING_CHUNK + 5, 12)
+    assert np.all(np.asarray(batch.mask))  # every step scored: each sequence's last scored step is its final one
+    model, other = make_model(task, "gru", 8, 1, keys[1]), make_model(task, "lru", 8, 1, keys[2])
+
+    def plain(m):  # outputs and the input gradient of each sequence's final loss, all sequences at once
+        def final_loss(inputs):
+            return task.loss(jax.vmap(m)(inputs), batch)[:, -1].sum()
+        return jax.vmap(m)(batch.inputs), jax.grad(final_loss)(batch.inputs).reshape(len(batch.inputs), -1)
+
+    (outputs, gradient), (other_outputs, other_gradient) = plain(model), plain(other)
+    close = {"rtol": 1e-5, "atol": 1e-6}
+    scores, base = score(task, model, batch), baselines(task, batch)
+    np.testing.assert_allclose(scores.model, per_step_mean(task.loss(outputs, batch), batch.mask), **close)
+    np.testing.assert_allclose(scores.gap, normalised_gap(task.loss(outputs, batch), base.reference, base.trivial,
+                                                          batch.mask), **close)
+    target = comparison_target(task, other, batch)
+    np.testing.assert_allclose(target.outputs, other_outputs, **close)
+    np.testing.assert_allclose(target.gradient, other_gradient, **close)
+    got = compare_to(task, model, target, batch)
+    cosine = np.sum(gradient * other_gradient, -1) / (np.linalg.norm(gradient, axis=-1)
+                                                     * np.linalg.norm(other_gradient, axis=-1))
+    np.testing.assert_allclose(got.gradient_cosine, cosine.mean(), **close)
+    np.testing.assert_allclose(got.distance, task.distance(outputs, other_outputs).mean(), **close)
+
+
+@pytest.mark.slow  # two XLA compiles at the paper's sizes, about 30 s
+def test_scoring_at_the_paper_sizes_fits_in_memory():
+    """The paper profile's held-out scoring (1024 sequences, up to 4 x the training length, width 64, depth 2, three
+    seeds, input gradients against the compiled model) of the layer with the largest per-step intermediates, causal
+    linear attention (an (L, d, d) cumulative sum): scored all at once it asked XLA for 15 GB at T and 58 GB at 4T
+    and ran out of memory on a 24 GB machine; a chunk of sequences at a time needs about 1 GB."""
+    cfg = EXPERIMENTS["arena.leaderboard"].profiles["paper"]
+    spec, key = make_task("hmm-mess3"), jax.random.key(0)
+    params = jax.vmap(lambda k: eqx.partition(make_model(spec, "linear-attention", cfg.width, cfg.depth, k),
+                                              eqx.is_inexact_array)[0])(jax.random.split(key, cfg.seeds))
+    static = leaderboard._static_part(spec, "linear-attention", cfg.width, cfg.depth, key)
+    test = spec.sample(key, cfg.test_batch, max(cfg.longer) * cfg.train.length)
+    side = jax.eval_shape(lambda t: leaderboard._task_side(spec, t, compiled_model(spec).model), test)
+    base, target = jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), side)
+    evaluate = jax.jit(lambda *a: leaderboard._evaluate(spec, static, *a))
+    temp = evaluate.lower(params, test, base, target).compile().memory_analysis().temp_size_in_bytes
+    assert temp < 2e9, f"{temp / 1e9:.1f} GB"

@@ -23,8 +23,13 @@ from memlab.arena.model import SequenceModel
 from memlab.arena.task import Batch, Task, masked_mean, normalised_gap, per_step_mean
 from memlab.checks import check_int, check_real
 
-__all__ = ["Baselines", "Comparison", "Scores", "Target", "TrainConfig", "TrainResult", "baselines", "compare",
-           "compare_to", "comparison_target", "make_model", "make_train", "score"]
+__all__ = ["SCORING_CHUNK", "Baselines", "Comparison", "Scores", "Target", "TrainConfig", "TrainResult", "apply",
+           "baselines", "compare", "compare_to", "comparison_target", "make_model", "make_train", "score"]
+
+# how many held-out sequences a model reads at once when it is scored: the memory of a scoring program is this many
+# sequences' intermediates, whatever the batch (causal linear attention's parallel form holds (L, d, d) a sequence;
+# scored on the paper profile's 1024 sequences all at once, with input gradients, it asked for 15 GB at T = 64)
+SCORING_CHUNK = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +68,18 @@ def make_model(task: Task, layer: str, width: int, depth: int, key: Array) -> Se
     return SequenceModel(layer, task.input_size, task.output_size, width, depth, key=key)
 
 
+def apply(model: Callable[[Array], Array], inputs: Array) -> Array:
+    """``jax.vmap(model)(inputs)`` (B, L, input_size) -> (B, L, output_size), :data:`SCORING_CHUNK` sequences at a
+    time."""
+    return jax.lax.map(model, inputs, batch_size=SCORING_CHUNK)
+
+
 def _mean_loss(task: Task, model: SequenceModel, batch: Batch) -> Array:
     return masked_mean(task.loss(jax.vmap(model)(batch.inputs), batch), batch.mask)
+
+
+def _held_out_loss(task: Task, model: SequenceModel, batch: Batch) -> Array:
+    return masked_mean(task.loss(apply(model, batch.inputs), batch), batch.mask)
 
 
 def make_train(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch
@@ -91,7 +106,7 @@ def make_train(task: Task, layer: str, width: int, depth: int, config: TrainConf
 
         def chunk(carry, k):
             carry, losses = jax.lax.scan(step, carry, jax.random.split(k, config.eval_every))
-            return carry, (losses, loss_fn(carry[0], held_out))
+            return carry, (losses, _held_out_loss(task, eqx.combine(carry[0], static), held_out))
 
         chunks = config.steps // config.eval_every
         (params, _), (losses, eval_loss) = jax.lax.scan(chunk, (params, optimiser.init(params)),
@@ -133,7 +148,7 @@ def score(task: Task, model: Callable[[Array], Array], batch: Batch, base: Basel
     """Score ``model`` (one sequence (L, input_size) -> (L, output_size)) on ``batch`` (``base``: the batch's
     :func:`baselines`, if already computed)."""
     base = baselines(task, batch) if base is None else base
-    outputs = jax.vmap(model)(batch.inputs)
+    outputs = apply(model, batch.inputs)
     losses = (task.loss(outputs, batch), base.reference, base.trivial)
     per_step = [per_step_mean(x, batch.mask) for x in (*losses, task.distance(outputs, base.reference_outputs))]
     return Scores(*per_step, normalised_gap(*losses, batch.mask))
@@ -159,28 +174,36 @@ class Target(NamedTuple):
     gradient: Array
 
 
-def _final_loss_gradient(task: Task, model: Callable[[Array], Array], batch: Batch) -> Array:
-    """(B, L * input_size): the gradient, with respect to each input sequence, of the model's loss at that
-    sequence's last scored step (zero for a sequence with none)."""
-    length = batch.mask.shape[1]
-    last = length - 1 - jnp.argmax(batch.mask[:, ::-1], axis=1)  # (B,): each sequence's last scored step
-    last_scored = jax.nn.one_hot(last, length, dtype=bool) & batch.mask  # all False in a sequence with none
+def _outputs_and_final_gradient(task: Task, model: Callable[[Array], Array], batch: Batch) -> tuple[Array, Array]:
+    """``model``'s outputs (B, L, output_size) on ``batch`` and (B, L * input_size) the gradient, with respect to
+    each input sequence, of its loss at that sequence's last scored step (zero for a sequence with none), a chunk
+    of sequences at a time (:data:`SCORING_CHUNK`)."""
+    def one(sequence: Batch) -> tuple[Array, Array]:
+        alone = jax.tree.map(lambda a: a[None], sequence)  # a batch of one
+        length = sequence.mask.shape[0]
+        last = length - 1 - jnp.argmax(sequence.mask[::-1])  # the last scored step
+        last_scored = jax.nn.one_hot(last, length, dtype=bool) & sequence.mask  # all False if no step is scored
 
-    def final_loss(inputs):  # sequences are independent: the gradient of the sum is each sequence's own
-        return jnp.sum(jnp.where(last_scored, task.loss(jax.vmap(model)(inputs), batch), 0.0))
+        def final_loss(inputs):
+            outputs = model(inputs)
+            return jnp.sum(jnp.where(last_scored, task.loss(outputs[None], alone)[0], 0.0)), outputs
 
-    return jax.grad(final_loss)(batch.inputs).reshape(batch.inputs.shape[0], -1)
+        gradient, outputs = jax.grad(final_loss, has_aux=True)(sequence.inputs)
+        return outputs, gradient.reshape(-1)
+
+    return jax.lax.map(one, batch, batch_size=SCORING_CHUNK)
 
 
 def comparison_target(task: Task, model: Callable[[Array], Array], batch: Batch) -> Target:
     """``model``'s :class:`Target` on ``batch``: computed once, compared with many models by :func:`compare_to`."""
-    return Target(jax.vmap(model)(batch.inputs), _final_loss_gradient(task, model, batch))
+    return Target(*_outputs_and_final_gradient(task, model, batch))
 
 
 def compare_to(task: Task, model: Callable[[Array], Array], target: Target, batch: Batch) -> Comparison:
     """:class:`Comparison` of ``model`` with the model whose :func:`comparison_target` on ``batch`` is ``target``."""
-    distance = masked_mean(task.distance(jax.vmap(model)(batch.inputs), target.outputs), batch.mask)
-    g, h = _final_loss_gradient(task, model, batch), target.gradient
+    outputs, g = _outputs_and_final_gradient(task, model, batch)
+    distance = masked_mean(task.distance(outputs, target.outputs), batch.mask)
+    h = target.gradient
     norms = jnp.linalg.norm(g, axis=-1) * jnp.linalg.norm(h, axis=-1)
     scored = jnp.any(batch.mask, axis=1) & (norms > 0)  # a sequence with no scored step has no gradient to compare
     cosine = jnp.sum(g * h, -1) / jnp.where(scored, norms, 1.0)

@@ -10,7 +10,6 @@ import dataclasses
 from functools import partial
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
@@ -19,7 +18,7 @@ from memlab import plots
 from memlab.arena.compiled import compiled_model
 from memlab.arena.task import Batch, Task, normalised_gap, per_step_mean
 from memlab.arena.tasks import TASKS, make_task
-from memlab.arena.train import baselines
+from memlab.arena.train import apply, baselines
 from memlab.checks import check_choices, check_int
 from memlab.runner import Experiment, Run
 from memlab.store import cell
@@ -91,7 +90,7 @@ def prefix_gaps(task: Task, model, batch: Batch, lengths: tuple[int, ...], trans
     model's outputs on a sampled sequence is its output on a sample of that length), and (L,) the per-step mean
     distance from the reference's predictions."""
     base = baselines(task, batch)
-    outputs = jax.vmap(model)(batch.inputs)
+    outputs = apply(model, batch.inputs)
     losses = (task.loss(outputs, batch), base.reference, base.trivial)
     steps = jnp.arange(batch.mask.shape[1])
     gaps = jnp.stack([normalised_gap(*losses, batch.mask & (steps >= transient) & (steps < n)) for n in lengths])

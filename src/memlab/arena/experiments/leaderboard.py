@@ -187,12 +187,12 @@ def _task_side(spec, test, compiled=None) -> tuple[Baselines, Target | None]:
 @eqx.filter_jit
 def _evaluate(spec, static, params, test, base, target=None) -> tuple[Scores, Comparison | None]:
     """Every seed's :func:`score` (``params`` stacked over seeds) and, given the compiled model's ``target``, every
-    seed's :func:`compare_to` with it."""
-    models = lambda p: eqx.combine(p, static)  # noqa: E731
-    scores = jax.vmap(lambda p: score(spec, models(p), test, base))(params)
-    if target is None:
-        return scores, None
-    return scores, jax.vmap(lambda p: compare_to(spec, models(p), target, test))(params)
+    seed's :func:`compare_to` with it; one seed after the other (the memory of one seed's scoring)."""
+    def one_seed(p):
+        model = eqx.combine(p, static)
+        return score(spec, model, test, base), None if target is None else compare_to(spec, model, target, test)
+
+    return jax.lax.map(one_seed, params)
 
 
 def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict:
