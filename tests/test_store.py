@@ -139,7 +139,7 @@ def test_a_damaged_store_record_is_recomputed_with_one_warning_line(fake_lab, tm
 
 
 def test_a_checkpoint_in_use_by_another_process_is_not_shared(tmp_path):
-    from memlab.rl.checkpoint import _owned
+    from memlab.checkpoints import owned as _owned
 
     path = tmp_path / "cells" / "checkpoints" / "abc" / "checkpoint"
     with _owned(path) as first, _owned(path) as second:  # a second lock on the same file is refused, as in another

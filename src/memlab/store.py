@@ -67,15 +67,16 @@ class NotDescribable(TypeError):
     """The cell is not a partial of a module-level function of describable arguments."""
 
 
-def cell(name: str, version: int = 0) -> Callable[[Callable], Callable]:
+def cell(name: str, version: int = 0, unkeyed: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
     """Decorator of a cell function: its stable ``name`` in the store (kept when the function moves to another
     module, so stored cells stay found) and its ``version`` (bump it when the cell's numbers change: older records
-    are then not reused)."""
+    are then not reused). ``unkeyed``: parameters that do not change the result and stay out of the digest (a
+    checkpoint path added to a cell whose stored records must stay found)."""
     if not isinstance(name, str) or not name or "/" in name:
         raise ValueError(f"a cell name is a non-empty string without '/', got {name!r}")
 
     def mark(f):
-        f.cell_name, f.cell_version = name, int(version)
+        f.cell_name, f.cell_version, f.cell_unkeyed = name, int(version), tuple(unkeyed)
         return f
 
     return mark
@@ -160,7 +161,8 @@ def describe(cell: Callable) -> dict:
         raise NotDescribable(f"cell {name}: {e}") from e
     bound.apply_defaults()
     description = {"function": name, "cell_version": getattr(cell.func, "cell_version", 0),
-                   "arguments": {k: describe_value(v) for k, v in bound.arguments.items()},
+                   "arguments": {k: describe_value(v) for k, v in bound.arguments.items()
+                                 if k not in getattr(cell.func, "cell_unkeyed", ())},
                    "libraries": {"jax": ".".join(jax.__version__.split(".")[:2]),
                                  "jaxlib": ".".join(jaxlib.__version__.split(".")[:2])}}
     level = compile_cache.optimization_level()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import equinox as eqx
@@ -9,6 +10,8 @@ import jax
 import numpy as np
 import pytest
 
+from memlab import deadline, store
+from memlab.arena import train as train_module
 from memlab.arena.compiled import compiled_model
 from memlab.arena.experiments import leaderboard
 from memlab.arena.experiments.leaderboard import LeaderboardConfig, analyse
@@ -24,6 +27,7 @@ from memlab.arena.train import (
     make_model,
     make_train,
     score,
+    static_part,
 )
 from memlab.catalog import EXPERIMENTS
 
@@ -86,12 +90,12 @@ def test_registered_with_quick_and_paper_profiles():
 
 
 def test_the_static_part_comes_from_shapes_alone_unless_the_model_holds_other_arrays(monkeypatch):
-    """``_static_part`` (no computation) equals eqx.partition's static half of the model itself; a model holding a
+    """``static_part`` (no computation) equals eqx.partition's static half of the model itself; a model holding a
     non-trainable array (a user's layer with an integer buffer) gets it from the model, never a shape in its place."""
     spec, key = make_task("hmm-mess3"), jax.random.key(0)
     model = make_model(spec, "gru", 8, 1, key)
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    from_shapes = leaderboard._static_part(spec, "gru", 8, 1, key)
+    from_shapes = static_part(spec, "gru", 8, 1, key)
     assert jax.tree.structure(from_shapes) == jax.tree.structure(static)
     x = jax.numpy.ones((5, spec.input_size))
     np.testing.assert_array_equal(eqx.combine(params, from_shapes)(x), model(x))
@@ -100,8 +104,8 @@ def test_the_static_part_comes_from_shapes_alone_unless_the_model_holds_other_ar
         weight: jax.Array
         index: jax.Array
 
-    monkeypatch.setattr(leaderboard, "make_model", lambda *a: WithBuffer(jax.numpy.ones(3), jax.numpy.arange(3)))
-    static = leaderboard._static_part(spec, "gru", 8, 1, key)
+    monkeypatch.setattr(train_module, "make_model", lambda *a: WithBuffer(jax.numpy.ones(3), jax.numpy.arange(3)))
+    static = static_part(spec, "gru", 8, 1, key)
     assert isinstance(static.index, jax.Array) and static.weight is None
 
 
@@ -144,10 +148,50 @@ def test_scoring_at_the_paper_sizes_fits_in_memory():
     spec, key = make_task("hmm-mess3"), jax.random.key(0)
     params = jax.vmap(lambda k: eqx.partition(make_model(spec, "linear-attention", cfg.width, cfg.depth, k),
                                               eqx.is_inexact_array)[0])(jax.random.split(key, cfg.seeds))
-    static = leaderboard._static_part(spec, "linear-attention", cfg.width, cfg.depth, key)
+    static = static_part(spec, "linear-attention", cfg.width, cfg.depth, key)
     test = spec.sample(key, cfg.test_batch, max(cfg.longer) * cfg.train.length)
     side = jax.eval_shape(lambda t: leaderboard._task_side(spec, t, compiled_model(spec).model), test)
     base, target = jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), side)
     evaluate = jax.jit(lambda *a: leaderboard._evaluate(spec, static, *a))
     temp = evaluate.lower(params, test, base, target).compile().memory_analysis().temp_size_in_bytes
     assert temp < 2e9, f"{temp / 1e9:.1f} GB"
+
+
+def _tiny_cell(checkpoint=None):
+    return leaderboard.train_and_score("hmm-mess3", "gru", 8, 1, TrainConfig(steps=12, batch=4, length=8, eval_every=3),
+                                       jax.random.split(jax.random.key(5), 2), jax.random.key(6), 16,
+                                       checkpoint=checkpoint)
+
+
+def test_a_cell_stopped_at_the_time_limit_resumes_from_its_checkpoint_to_the_same_numbers(tmp_path, monkeypatch):
+    """A cell's training saves after every chunk of eval_every steps; stopped by the time limit after two of four
+    chunks and run again, it ends with the numbers of a run without a checkpoint."""
+    whole = _tiny_cell()
+    path = tmp_path / "checkpoint"
+    checks = []
+
+    def check(seconds=0.0):  # the time limit comes after two chunks
+        checks.append(seconds)
+        if len(checks) == 3:
+            raise deadline.OutOfTime("time")
+
+    monkeypatch.setattr(deadline, "check", check)
+    with pytest.raises(deadline.OutOfTime):
+        _tiny_cell(str(path))
+    assert path.exists() and len(checks) == 3
+    monkeypatch.undo()
+    resumed = _tiny_cell(str(path))
+    for name in ("gap", "eval_gap", "model_loss", "gradient_cosine"):
+        np.testing.assert_array_equal(resumed[name], whole[name], err_msg=name)
+
+
+def test_the_checkpoint_argument_leaves_the_cell_key_as_it_was():
+    """The checkpoint path is not part of a leaderboard cell's key: the paper-core cells finished before it existed
+    are still found (the digest of a cell without the argument equals the digest with it)."""
+    cfg = EXPERIMENTS["arena.leaderboard"].profiles["paper-core"]
+    cells = leaderboard.sweep_cells(cfg, type("R", (), {"key_for": lambda self, *a: jax.random.key(len(a))})())
+    cell = cells["hmm-mess3.gru"]
+    assert cell.keywords["checkpoint"] is store.CHECKPOINT and store.takes_checkpoint(cell)
+    without = functools.partial(cell.func, *cell.args)
+    assert store.cell_digest(cell) == store.cell_digest(without)
+    assert "checkpoint" not in store.describe(cell)["arguments"]

@@ -23,8 +23,9 @@ from memlab.arena.model import SequenceModel
 from memlab.arena.task import Batch, Task, masked_mean, normalised_gap, per_step_mean
 from memlab.checks import check_int, check_real
 
-__all__ = ["SCORING_CHUNK", "Baselines", "Comparison", "Scores", "Target", "TrainConfig", "TrainResult", "apply",
-           "baselines", "compare", "compare_to", "comparison_target", "make_model", "make_train", "score"]
+__all__ = ["SCORING_CHUNK", "Baselines", "Comparison", "Scores", "Target", "TrainConfig", "TrainResult", "TrainState",
+           "Training", "apply", "baselines", "compare", "compare_to", "comparison_target", "make_model", "make_train",
+           "make_training", "score", "static_part"]
 
 # how many held-out sequences a model reads at once when it is scored: the memory of a scoring program is this many
 # sequences' intermediates, whatever the batch (causal linear attention's parallel form holds (L, d, d) a sequence;
@@ -82,38 +83,77 @@ def _held_out_loss(task: Task, model: SequenceModel, batch: Batch) -> Array:
     return masked_mean(task.loss(apply(model, batch.inputs), batch), batch.mask)
 
 
-def make_train(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch
-               ) -> Callable[[Array], TrainResult]:
-    """``train(key)``: initialise the model of ``layer`` from ``key`` and train it on ``task``, scoring it on
-    ``held_out`` every ``config.eval_every`` steps (module docstring)."""
+class TrainState(NamedTuple):
+    """One run's state between chunks of ``eval_every`` steps: the trainable ``params`` and the Adam state."""
+
+    params: eqx.Module
+    opt_state: optax.OptState
+
+
+class Training(NamedTuple):
+    """The pure pieces of :func:`make_train`'s ``train(key)``, for a caller that stops between chunks (a checkpoint,
+    a time limit): ``init(key) -> (state, chunk_keys)``, the model initialised from ``key`` and (steps /
+    eval_every,) keys, one per chunk; ``run(state, chunk_keys) -> (state, (losses, eval_loss))``, one chunk of
+    ``eval_every`` Adam steps per key (losses (chunks, eval_every)), each followed by the held-out loss (chunks,).
+    ``train(key)`` is ``run(*init(key))``."""
+
+    init: Callable[[Array], tuple[TrainState, Array]]
+    run: Callable[[TrainState, Array], tuple[TrainState, tuple[Array, Array]]]
+
+
+def make_training(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch,
+                  static: eqx.Module | None = None) -> Training:
+    """:class:`Training` of the model of ``layer`` on ``task``, scored on ``held_out`` after every chunk.
+    ``static``: the model's non-trainable part (:func:`static_part`; computed here if not given)."""
     config.validate()
     schedule = optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, max(1, config.steps // 10),
                                                   config.steps)
     optimiser = optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(schedule))
+    static = static_part(task, layer, width, depth) if static is None else static
+
+    def loss_fn(params, batch):
+        return _mean_loss(task, eqx.combine(params, static), batch)
+
+    def init(key: Array) -> tuple[TrainState, Array]:
+        k_model, k_data = jax.random.split(key)
+        params = eqx.filter(make_model(task, layer, width, depth, k_model), eqx.is_inexact_array)
+        return TrainState(params, optimiser.init(params)), jax.random.split(k_data, config.steps // config.eval_every)
+
+    def step(state: TrainState, k: Array) -> tuple[TrainState, Array]:
+        loss, grads = jax.value_and_grad(loss_fn)(state.params, task.sample(k, config.batch, config.length))
+        updates, opt_state = optimiser.update(grads, state.opt_state, state.params)
+        return TrainState(optax.apply_updates(state.params, updates), opt_state), loss
+
+    def chunk(state: TrainState, k: Array) -> tuple[TrainState, tuple[Array, Array]]:
+        state, losses = jax.lax.scan(step, state, jax.random.split(k, config.eval_every))
+        return state, (losses, _held_out_loss(task, eqx.combine(state.params, static), held_out))
+
+    return Training(init, lambda state, chunk_keys: jax.lax.scan(chunk, state, chunk_keys))
+
+
+def make_train(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch
+               ) -> Callable[[Array], TrainResult]:
+    """``train(key)``: initialise the model of ``layer`` from ``key`` and train it on ``task``, scoring it on
+    ``held_out`` every ``config.eval_every`` steps (module docstring)."""
+    training = make_training(task, layer, width, depth, config, held_out)
 
     def train(key: Array) -> TrainResult:
-        k_model, k_data = jax.random.split(key)
-        params, static = eqx.partition(make_model(task, layer, width, depth, k_model), eqx.is_inexact_array)
-
-        def loss_fn(params, batch):
-            return _mean_loss(task, eqx.combine(params, static), batch)
-
-        def step(carry, k):
-            params, opt_state = carry
-            loss, grads = jax.value_and_grad(loss_fn)(params, task.sample(k, config.batch, config.length))
-            updates, opt_state = optimiser.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), loss
-
-        def chunk(carry, k):
-            carry, losses = jax.lax.scan(step, carry, jax.random.split(k, config.eval_every))
-            return carry, (losses, _held_out_loss(task, eqx.combine(carry[0], static), held_out))
-
-        chunks = config.steps // config.eval_every
-        (params, _), (losses, eval_loss) = jax.lax.scan(chunk, (params, optimiser.init(params)),
-                                                        jax.random.split(k_data, chunks))
-        return TrainResult(params, losses.reshape(-1), eval_loss)
+        state, (losses, eval_loss) = training.run(*training.init(key))
+        return TrainResult(state.params, losses.reshape(-1), eval_loss)
 
     return train
+
+
+def static_part(task: Task, layer: str, width: int, depth: int, key: Array | None = None) -> eqx.Module:
+    """The model's non-trainable part (``eqx.partition``'s second half), from its shapes alone where it holds no
+    arrays (no computation, no compile), else from the model itself (initialised from ``key``, default key 0: a
+    layer's non-trainable arrays, such as index buffers, are expected not to depend on it)."""
+    key = jax.random.key(0) if key is None else key
+    trainable = lambda x: isinstance(x, jax.ShapeDtypeStruct) and jnp.issubdtype(x.dtype, jnp.inexact)  # noqa: E731
+    static = eqx.partition(eqx.filter_eval_shape(make_model, task, layer, width, depth, key), trainable)[1]
+    if any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(static)):
+        return eqx.partition(make_model(task, layer, width, depth, key), eqx.is_inexact_array)[1]
+    return static
 
 
 class Baselines(NamedTuple):

@@ -7,16 +7,19 @@ same held-out batch. Outputs: a tasks x layers heat map, the budget curves (gap 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import time
 from functools import partial
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import matplotlib.colors
 import numpy as np
 
-from memlab import plots
+from memlab import checkpoints, deadline, plots
 from memlab.arena.compiled import compiled_model
 from memlab.arena.layers import LAYERS, state_size
 from memlab.arena.model import parameter_count
@@ -28,16 +31,18 @@ from memlab.arena.train import (
     Scores,
     Target,
     TrainConfig,
+    TrainResult,
+    TrainState,
     baselines,
     compare_to,
     comparison_target,
-    make_model,
-    make_train,
+    make_training,
     score,
+    static_part,
 )
 from memlab.checks import check_choices, check_int
 from memlab.runner import Experiment, Run
-from memlab.store import cell
+from memlab.store import CHECKPOINT, cell
 
 FLOOR = 1e-3  # the smallest gap the figures resolve
 
@@ -133,22 +138,20 @@ class Leaderboard:
     closest: dict[str, str]
 
 
-@cell("arena.train-and-score")
+@cell("arena.train-and-score", unkeyed=("checkpoint",))
 def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainConfig, keys, test_key,
-                    test_batch: int, longer: tuple[int, ...] = (), code: str = "") -> dict:
+                    test_batch: int, longer: tuple[int, ...] = (), code: str = "", checkpoint: str | None = None
+                    ) -> dict:
     """Train one model per key and score each on one held-out batch (and on batches ``longer`` times as long).
-    ``code``: the fingerprints of a user's layer and task files (part of the cell's key only)."""
+    ``code``: the fingerprints of a user's layer and task files (part of the cell's key only); ``checkpoint``: a
+    path to save the training state to after every ``eval_every`` steps and resume from (not part of the key)."""
     spec = make_task(task)
     test = spec.sample(test_key, test_batch, train.length)
     compiled = compiled_model(spec)
-    # three compiled programs a cell, every array an argument (the held-out batch baked in as constants cost XLA
-    # seconds of constant folding): training, the seeds one after the other (vmapping the seeds doubled the compile
-    # time and ran no faster per seed on the 2-core CPU: an LRU cell compiled in 26 s alone, 51 s vmapped over 2
-    # seeds); the task's side of the scores (its baselines, the compiled model's outputs and input gradients), the
-    # same program for every layer of the task (compiled once in a run with a compile cache); every seed's scores
-    result = jax.jit(lambda keys, held_out: jax.lax.map(make_train(spec, layer, width, depth, train, held_out), keys))(
-        keys, test)
-    static = _static_part(spec, layer, width, depth, keys[0])
+    static = static_part(spec, layer, width, depth, keys[0])
+    result = _train_seeds(spec, layer, width, depth, train, keys, test, static, checkpoint)
+    # the task's side of the scores (its baselines, the compiled model's outputs and input gradients) is the same
+    # program for every layer of the task (compiled once in a run with a compile cache)
     base, target = _task_side(spec, test, None if compiled is None else compiled.model)
     scores, to_compiled = _evaluate(spec, static, result.params, test, base, target)
     if to_compiled is None:
@@ -168,14 +171,51 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
             "state": state_size(layer, width, train.length) * depth}
 
 
-def _static_part(spec, layer: str, width: int, depth: int, key) -> eqx.Module:
-    """The model's non-trainable part (``eqx.partition``'s second half), from its shapes alone where it holds no
-    arrays (no computation, no compile), else from the model itself."""
-    trainable = lambda x: isinstance(x, jax.ShapeDtypeStruct) and jnp.issubdtype(x.dtype, jnp.inexact)  # noqa: E731
-    static = eqx.partition(eqx.filter_eval_shape(make_model, spec, layer, width, depth, key), trainable)[1]
-    if any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(static)):
-        return eqx.partition(make_model(spec, layer, width, depth, key), eqx.is_inexact_array)[1]
-    return static
+class _Progress(NamedTuple):
+    """A cell's training between chunks: every seed's state (stacked), the losses so far (seeds, chunks,
+    eval_every) and held-out losses (seeds, chunks), zero where not yet run, and the number of chunks ``done``."""
+
+    state: TrainState
+    losses: np.ndarray
+    eval_loss: np.ndarray
+    done: np.ndarray
+
+
+def _train_seeds(spec, layer: str, width: int, depth: int, config: TrainConfig, keys, test, static,
+                 checkpoint: str | None) -> TrainResult:
+    """Every seed trained (a stacked :class:`TrainResult`), one chunk of ``eval_every`` steps per compiled call.
+
+    The compiled programs take every array as an argument (the held-out batch baked in as constants cost XLA
+    seconds of constant folding) and run the seeds one after the other: vmapping them doubled the compile time and
+    ran no faster per seed on the 2-core CPU (an LRU cell compiled in 26 s alone, 51 s vmapped over 2 seeds). With
+    a ``checkpoint``, the progress is saved after every chunk and resumed from, and under a time limit
+    (``memlab.deadline``) training stops, saved, before a chunk that would not finish in time."""
+    def training(held_out=None):
+        return make_training(spec, layer, width, depth, config, held_out, static)
+
+    state, chunk_keys = jax.jit(lambda keys: jax.lax.map(training().init, keys))(keys)
+    run = jax.jit(lambda state, chunk_keys, held_out: jax.lax.map(lambda a: training(held_out).run(*a),
+                                                                  (state, chunk_keys)))
+    seeds, chunks = chunk_keys.shape[:2]
+    progress = _Progress(state, np.zeros((seeds, chunks, config.eval_every), np.float32),
+                         np.zeros((seeds, chunks), np.float32), np.int32(0))
+    identity = json.dumps({"task": spec.name, "layer": layer, "width": width, "depth": depth,
+                           "config": dataclasses.asdict(config), "keys": jax.random.key_data(keys).tolist()})
+    with contextlib.nullcontext() if checkpoint is None else checkpoints.owned(checkpoint) as path:
+        if path is not None and path.exists():
+            progress = checkpoints.load_checkpoint(path, progress, identity)[0]
+        seconds = 0.0  # the last chunk's wall time: under a time limit, training stops when the next would overrun
+        while (done := int(progress.done)) < chunks:
+            if path is not None:
+                deadline.check(seconds)  # OutOfTime here leaves the last checkpoint to resume from
+            start = time.perf_counter()
+            state, (losses, eval_loss) = run(progress.state, chunk_keys[:, done:done + 1], test)
+            progress = _Progress(state, progress.losses.copy(), progress.eval_loss.copy(), np.int32(done + 1))
+            progress.losses[:, done], progress.eval_loss[:, done] = losses[:, 0], eval_loss[:, 0]
+            if path is not None:
+                checkpoints.save_checkpoint(path, progress, {}, identity)
+            seconds = time.perf_counter() - start
+    return TrainResult(progress.state.params, progress.losses.reshape(seeds, -1), progress.eval_loss)
 
 
 @eqx.filter_jit
@@ -203,7 +243,8 @@ def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict:
         code = "+".join(filter(None, (TASKS[t].source, LAYERS[m].source)))  # "" for memlab's own: keys unchanged
         return partial(train_and_score, t, m, cfg.width, cfg.depth, cfg.train,
                        jax.random.split(run.key_for("train", t, m), cfg.seeds), run.key_for("test", t), cfg.test_batch,
-                       *((cfg.longer,) if cfg.longer else ()), **({"code": code} if code else {}))
+                       *((cfg.longer,) if cfg.longer else ()), **({"code": code} if code else {}),
+                       checkpoint=CHECKPOINT)
 
     return {f"{t}.{m}": cell(t, m) for t in cfg.tasks for m in cfg.layers}
 
