@@ -42,7 +42,8 @@ for profile, flags in (("quick", ""), ("tiny", ""), ("quick-ablation", ""), ("pa
                        ("quick", "--xla_backend_optimization_level=3"),
                        ("quick", "--xla_cpu_use_fusion_emitters=true")):
     os.environ["XLA_FLAGS"] = flags
-    print(profile, compile_cache.use_quick_compiles(profile), os.environ["XLA_FLAGS"])
+    compile_cache.use_quick_compiles(profile)
+    print(profile, os.environ["XLA_FLAGS"])
 """
 
 
@@ -50,7 +51,6 @@ def test_quick_profiles_compile_at_level_1_with_the_older_emitter_unless_the_use
     out = subprocess.run([sys.executable, "-c", QUICK_LEVEL], capture_output=True, text=True, timeout=300,
                          check=True).stdout.splitlines()
     quick = "--xla_backend_optimization_level=1 --xla_cpu_use_fusion_emitters=false"
-    assert out == [f"quick 1 {quick}", f"tiny 1 {quick}", f"quick-ablation 1 {quick}", "paper None ",
-                   "paper-core None ",
-                   "quick 3 --xla_backend_optimization_level=3 --xla_cpu_use_fusion_emitters=false",
-                   "quick 1 --xla_cpu_use_fusion_emitters=true --xla_backend_optimization_level=1"]
+    assert out == [f"quick {quick}", f"tiny {quick}", f"quick-ablation {quick}", "paper ", "paper-core ",
+                   "quick --xla_backend_optimization_level=3 --xla_cpu_use_fusion_emitters=false",
+                   "quick --xla_cpu_use_fusion_emitters=true --xla_backend_optimization_level=1"]

@@ -40,23 +40,21 @@ def seconds_compiling() -> float:
     return _compiling[0]
 
 
-OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
-QUICK_OPT_LEVEL = 1
-_OPT_LEVEL_RE = re.compile(re.escape(OPT_LEVEL_FLAG) + r"=(\d+)")
-FUSION_EMITTERS_FLAG = "--xla_cpu_use_fusion_emitters"
-_FUSION_EMITTERS_RE = re.compile(re.escape(FUSION_EMITTERS_FLAG) + r"=(\w+)")
+# the XLA flags that change a program's numbers (in round-off), each with how a cell's digest records its value
+# where XLA_FLAGS sets it (store.describe); and the values quick profiles ask for
+DIGEST_FLAGS = {"xla_backend_optimization_level": int, "xla_cpu_use_fusion_emitters": str.lower}
+QUICK_FLAGS = {"xla_backend_optimization_level": "1", "xla_cpu_use_fusion_emitters": "false"}
 
 
-def optimization_level() -> int | None:
-    """XLA's backend optimisation level set in ``XLA_FLAGS`` (None: not set, XLA's default)."""
-    match = _OPT_LEVEL_RE.search(os.environ.get("XLA_FLAGS", ""))
-    return int(match.group(1)) if match else None
+def xla_flag(name: str) -> str | None:
+    """The value of ``--name=value`` in ``XLA_FLAGS`` (None: not set, XLA's default)."""
+    match = re.search(rf"(?<!\S)--{re.escape(name)}=(\S+)", os.environ.get("XLA_FLAGS", ""))
+    return match.group(1) if match else None
 
 
-def fusion_emitters() -> str | None:
-    """Whether XLA:CPU's MLIR fusion emitters are on, as set in ``XLA_FLAGS`` (None: not set, XLA's default)."""
-    match = _FUSION_EMITTERS_RE.search(os.environ.get("XLA_FLAGS", ""))
-    return match.group(1).lower() if match else None
+def digest_flags() -> dict[str, int | str]:
+    """The :data:`DIGEST_FLAGS` that ``XLA_FLAGS`` sets, by name, their values as a digest records them."""
+    return {name: record(value) for name, record in DIGEST_FLAGS.items() if (value := xla_flag(name)) is not None}
 
 
 def is_quick(profile: str) -> bool:
@@ -64,21 +62,15 @@ def is_quick(profile: str) -> bool:
     return profile == "tiny" or profile == "quick" or profile.startswith("quick-")
 
 
-def use_quick_compiles(profile: str) -> int | None:
-    """For a quick profile, ask XLA (via ``XLA_FLAGS``, which worker processes inherit) for optimisation level
-    ``QUICK_OPT_LEVEL`` and the older elemental emitter for fusions, each unless set already (the user's choice
-    wins) or JAX's backend has started (too late to apply, so nothing is changed). Returns the level this process
-    compiles with (None: XLA's default)."""
+def use_quick_compiles(profile: str) -> None:
+    """For a quick profile, ask XLA (via ``XLA_FLAGS``, which worker processes inherit) for :data:`QUICK_FLAGS`:
+    optimisation level 1 and the older elemental emitter for fusions, each unless set already (the user's choice
+    wins) or JAX's backend has started (too late to apply, so nothing is changed)."""
     from memlab.devices import backend_started
 
     if is_quick(profile) and not backend_started():
-        flags = os.environ.get("XLA_FLAGS", "")
-        if optimization_level() is None:
-            flags = f"{flags} {OPT_LEVEL_FLAG}={QUICK_OPT_LEVEL}".strip()
-        if fusion_emitters() is None:
-            flags = f"{flags} {FUSION_EMITTERS_FLAG}=false"
-        os.environ["XLA_FLAGS"] = flags
-    return optimization_level()
+        unset = [f"--{name}={value}" for name, value in QUICK_FLAGS.items() if xla_flag(name) is None]
+        os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *unset]).strip()
 
 
 def enable(folder: str, min_compile_secs: float) -> None:

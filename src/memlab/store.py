@@ -165,13 +165,8 @@ def describe(cell: Callable) -> dict:
                                  if k not in getattr(cell.func, "cell_unkeyed", ())},
                    "libraries": {"jax": ".".join(jax.__version__.split(".")[:2]),
                                  "jaxlib": ".".join(jaxlib.__version__.split(".")[:2])}}
-    level = compile_cache.optimization_level()
-    if level is not None:  # absent at XLA's default level, so the digests of cells computed there stay as they were
-        description["xla_backend_optimization_level"] = level
-    emitters = compile_cache.fusion_emitters()
-    if emitters is not None:  # likewise
-        description["xla_cpu_use_fusion_emitters"] = emitters
-    return description
+    # absent at XLA's defaults, so the digests of cells computed there stay as they were
+    return description | compile_cache.digest_flags()
 
 
 def cell_digest(cell: Callable) -> str | None:
