@@ -7,7 +7,9 @@ import sys
 import pytest
 
 from memlab import cli
-from memlab.reproduce import memlab_run, reproduce
+from memlab import reproduce as reproduce_module
+from memlab.catalog import EXPERIMENTS
+from memlab.reproduce import COSTS, expected_seconds, memlab_run, reproduce
 
 SCRIPT = """
 import sys, time
@@ -45,6 +47,24 @@ def test_longest_first_when_an_earlier_run_left_its_time(tmp_path):
         (tmp_path / name / "quick" / "results.json").write_text(json.dumps({"elapsed_s": seconds}))
     runs = reproduce(["unknown", "short", "long"], "quick", 1, tmp_path, command=fake_command)
     assert [r.name for r in runs] == ["long", "short", "unknown"]
+
+
+def test_a_fresh_folder_starts_by_the_committed_table_and_an_earlier_run_wins(tmp_path, monkeypatch):
+    table = tmp_path / "costs.json"
+    table.write_text(json.dumps({"quick": {"seconds": {"short": 1.0, "long": 50.0}}}))
+    monkeypatch.setattr(reproduce_module, "COSTS", table)
+    runs = reproduce(["unknown", "short", "long"], "quick", 1, tmp_path / "out", command=fake_command)
+    assert [r.name for r in runs] == ["long", "short", "unknown"]
+    (tmp_path / "out" / "short" / "quick").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "out" / "short" / "quick" / "results.json").write_text(json.dumps({"elapsed_s": 99.0}))
+    assert expected_seconds(["short", "long"], "quick", tmp_path / "out") == {"short": 99.0, "long": 50.0}
+    assert expected_seconds(["short"], "paper", tmp_path / "out") == {"short": 0.0}  # no table for the profile
+
+
+def test_the_committed_cost_table_names_experiments_that_exist():
+    tables = json.loads(COSTS.read_text(encoding="utf-8"))
+    assert set(tables["quick"]["seconds"]) <= set(EXPERIMENTS)
+    assert all(s > 0 for s in tables["quick"]["seconds"].values())
 
 
 def test_default_command_is_memlab_run(tmp_path):

@@ -2,8 +2,10 @@
 
 Experiments are independent, so ``jobs`` of them run side by side (``make reproduce`` uses both cores this way);
 each writes its usual folder ``<out>/<name>/<profile>/`` and a log ``<out>/<name>/<profile>.log``. Experiments
-start in the order given, longest first where an earlier run left its time in results.json. One that fails does
-not stop the others; the caller sees its exit code and log.
+start longest first, so that no core is left with a long one at the end: by the time an earlier run left in
+results.json, else by the table ``reproduce_costs.json`` (written by ``benchmarks/reproduce_costs.py`` from a
+measured run), else in the order given. One that fails does not stop the others; the caller sees its exit code and
+log.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from pathlib import Path
 from memlab.checks import check_int
 from memlab.devices import default_devices, host_devices_flags
 
-__all__ = ["Finished", "memlab_run", "reproduce"]
+__all__ = ["COSTS", "Finished", "memlab_run", "reproduce"]
+
+COSTS = Path(__file__).with_name("reproduce_costs.json")  # {profile: {"seconds": {name: wall seconds}, ...}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,11 +38,21 @@ class Finished:
     log: Path
 
 
-def _previous_seconds(out: Path, name: str, profile: str) -> float:
+def _previous_seconds(out: Path, name: str, profile: str) -> float | None:
     try:
         return float(json.loads((out / name / profile / "results.json").read_text(encoding="utf-8"))["elapsed_s"])
-    except (OSError, ValueError, KeyError):
-        return 0.0
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def expected_seconds(names: Sequence[str], profile: str, out: Path) -> dict[str, float]:
+    """Each experiment's expected wall time: its last run's in ``out``, else :data:`COSTS`' for the profile, else 0."""
+    try:
+        table = json.loads(COSTS.read_text(encoding="utf-8")).get(profile, {}).get("seconds", {})
+    except (OSError, ValueError, AttributeError):
+        table = {}
+    previous = {name: _previous_seconds(out, name, profile) for name in names}
+    return {name: previous[name] if previous[name] is not None else float(table.get(name, 0.0)) for name in names}
 
 
 def memlab_run(name: str, profile: str, out: Path, time_limit: float | None = None) -> list[str]:
@@ -59,8 +73,8 @@ def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
     check_int("jobs", jobs)
     deadline = None if time_limit is None else time.time() + time_limit
     env = {**os.environ, "XLA_FLAGS": host_devices_flags(default_devices(jobs))}  # the cores shared among the jobs
-    known_costs = {name: _previous_seconds(out, name, profile) for name in names}
-    queue = sorted(names, key=lambda name: -known_costs[name])  # stable: catalog order where nothing is known
+    expected = expected_seconds(names, profile, out)
+    queue = sorted(names, key=lambda name: -expected[name])  # stable: the order given where nothing is known
     running: dict[str, tuple[subprocess.Popen, float, Path]] = {}
     finished: list[Finished] = []
     try:
