@@ -40,9 +40,12 @@ import os
 from memlab import compile_cache
 for profile, flags in (("quick", ""), ("tiny", ""), ("quick-ablation", ""), ("paper", ""), ("paper-core", ""),
                        ("quick", "--xla_backend_optimization_level=3"),
-                       ("quick", "--xla_cpu_use_fusion_emitters=true")):
+                       ("quick", "--xla_cpu_use_fusion_emitters=true"), ("level-only", "")):
     os.environ["XLA_FLAGS"] = flags
-    compile_cache.use_quick_compiles(profile)
+    if profile == "level-only":
+        compile_cache.use_quick_compiles("quick", compile_cache.LEVEL_ONLY)
+    else:
+        compile_cache.use_quick_compiles(profile)
     print(profile, os.environ["XLA_FLAGS"])
 """
 
@@ -53,4 +56,5 @@ def test_quick_profiles_compile_at_level_1_with_the_older_emitter_unless_the_use
     quick = "--xla_backend_optimization_level=1 --xla_cpu_use_fusion_emitters=false"
     assert out == [f"quick {quick}", f"tiny {quick}", f"quick-ablation {quick}", "paper ", "paper-core ",
                    "quick --xla_backend_optimization_level=3 --xla_cpu_use_fusion_emitters=false",
-                   "quick --xla_cpu_use_fusion_emitters=true --xla_backend_optimization_level=1"]
+                   "quick --xla_cpu_use_fusion_emitters=true --xla_backend_optimization_level=1",
+                   "level-only --xla_backend_optimization_level=1"]

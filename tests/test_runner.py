@@ -312,6 +312,8 @@ def test_experiment_checks_profiles(fake_lab):
         dataclasses.replace(good, profiles={"quick": Mutable(), "paper": Mutable()})
     with pytest.raises(ValueError, match="invalid experiment name"):
         dataclasses.replace(good, name="a/b")
+    with pytest.raises(ValueError, match="quick_flags .'xla_fast'. are not among"):
+        dataclasses.replace(good, quick_flags=("xla_fast",))
 
 
 def test_to_jsonable_converts_arrays_scalars_and_nonfinite(fake_lab):

@@ -99,7 +99,7 @@ def cmd_run(args) -> int:
         # memlab reproduce's share of the cores), else the cores each cell has to itself
         devices = None if args.devices is None else check_device_count(args.devices)
         use_host_devices(executor.devices_per_cell() if devices is None else devices, override=devices is not None)
-        compile_cache.use_quick_compiles(args.profile)  # quick profiles: XLA level 1 (memlab.compile_cache)
+        compile_cache.use_quick_compiles(args.profile, exp.quick_flags)  # quick profiles (memlab.compile_cache)
     except ValueError as e:
         return _error(_option_names(str(e)))
     out = Path(args.out) if args.out else default_out_dir(exp, args.profile)

@@ -44,6 +44,9 @@ def seconds_compiling() -> float:
 # where XLA_FLAGS sets it (store.describe); and the values quick profiles ask for
 DIGEST_FLAGS = {"xla_backend_optimization_level": int, "xla_cpu_use_fusion_emitters": str.lower}
 QUICK_FLAGS = {"xla_backend_optimization_level": "1", "xla_cpu_use_fusion_emitters": "false"}
+# for an experiment whose long-running programs (PPO, recall's S6 students) the older emitter slows more than it
+# speeds their compiles (one core, quick, 2026-11-27: belief.deep-alf-inits 84 -> 107 s, recall.sweep 72 -> 106 s)
+LEVEL_ONLY = ("xla_backend_optimization_level",)
 
 
 def xla_flag(name: str) -> str | None:
@@ -62,14 +65,15 @@ def is_quick(profile: str) -> bool:
     return profile == "tiny" or profile == "quick" or profile.startswith("quick-")
 
 
-def use_quick_compiles(profile: str) -> None:
-    """For a quick profile, ask XLA (via ``XLA_FLAGS``, which worker processes inherit) for :data:`QUICK_FLAGS`:
-    optimisation level 1 and the older elemental emitter for fusions, each unless set already (the user's choice
-    wins) or JAX's backend has started (too late to apply, so nothing is changed)."""
+def use_quick_compiles(profile: str, flags: tuple[str, ...] = tuple(QUICK_FLAGS)) -> None:
+    """For a quick profile, ask XLA (via ``XLA_FLAGS``, which worker processes inherit) for the :data:`QUICK_FLAGS`
+    named in ``flags`` (an experiment's ``quick_flags``; default both: optimisation level 1 and the older elemental
+    emitter for fusions), each unless set already (the user's choice wins) or JAX's backend has started (too late to
+    apply, so nothing is changed)."""
     from memlab.devices import backend_started
 
     if is_quick(profile) and not backend_started():
-        unset = [f"--{name}={value}" for name, value in QUICK_FLAGS.items() if xla_flag(name) is None]
+        unset = [f"--{name}={QUICK_FLAGS[name]}" for name in flags if xla_flag(name) is None]
         os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *unset]).strip()
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from memlab import compile_cache
 from memlab.claims import claim_status
 from memlab.executors import Executor, LocalExecutor, Scheduled, Settings, peak_rss_mb
 from memlab.files import (
@@ -98,7 +99,8 @@ class Experiment:
     ``run(config, run: Run) -> dict`` returns the results that go into results.json. ``pool_profiles``: the
     profiles whose cells each keep about one core busy (XLA on small arrays), are long enough that a worker's own
     compiles do not matter, and whose numbers do not depend on the cell's device count: ``memlab run`` computes
-    their cells one per core in a process pool unless told otherwise.
+    their cells one per core in a process pool unless told otherwise. ``quick_flags``: the XLA flags of
+    :data:`memlab.compile_cache.QUICK_FLAGS` its quick and tiny profiles compile with (default: all).
     """
 
     name: str
@@ -108,9 +110,14 @@ class Experiment:
     profiles: Mapping[str, Any]
     run: Callable[[Any, Run], dict]
     pool_profiles: tuple[str, ...] = ()
+    quick_flags: tuple[str, ...] = tuple(compile_cache.QUICK_FLAGS)
 
     def __post_init__(self):
         _check_name("experiment", self.name)
+        unknown = set(self.quick_flags) - set(compile_cache.QUICK_FLAGS)
+        if unknown:
+            raise ValueError(f"experiment {self.name!r}: quick_flags {sorted(unknown)} are not among "
+                             f"{list(compile_cache.QUICK_FLAGS)}")
         missing = {"quick", "paper"} - set(self.profiles)
         if missing:
             raise ValueError(f"experiment {self.name!r} lacks profile(s) {sorted(missing)}; "

@@ -19,6 +19,7 @@ from memlab import plots
 from memlab.belief import ringworld as rw
 from memlab.belief.agents import LABELS, MEMORIES, train_agent
 from memlab.checks import check_choices, check_int, check_real
+from memlab.compile_cache import LEVEL_ONLY
 from memlab.rl import PPOConfig
 from memlab.runner import Experiment
 from memlab.store import CHECKPOINT, cell
@@ -369,9 +370,9 @@ EXPERIMENTS = [
     Experiment("belief.ringworld-returns", "Fig. 3", PAPER,
                "PPO on RingWorld: LOF, ALF (± softmax), S5-12, S5-256, Deep ALF (all random)",
                _profiles(FIG3, tuple(m for m in FIG3 if m != "s5-256"), ("alf", "s5-12"),
-                         **{"paper-core": PAPER_CORE}), run_ringworld_returns),
+                         **{"paper-core": PAPER_CORE}), run_ringworld_returns, quick_flags=LEVEL_ONLY),
     Experiment("belief.deep-alf-inits", "Figs. 9, 10", PAPER,
                "Deep ALF initialisations vs ALF, LOF + softmax and S5",
                _profiles(FIG9_10, tuple(m for m in FIG9_10 if m != "s5-256"), ("deep-alf-informed", "alf")),
-               run_deep_alf_inits),
+               run_deep_alf_inits, quick_flags=LEVEL_ONLY),
 ]

@@ -23,6 +23,7 @@ from memlab.belief.agents import load_agent, play, train_agent
 from memlab.belief.experiments.ringworld_ppo import QUICK_PPO, TINY_PPO
 from memlab.belief.memories import LogitFilterMemory
 from memlab.checks import check_int
+from memlab.compile_cache import LEVEL_ONLY
 from memlab.rl import PPOConfig
 from memlab.runner import Experiment
 from memlab.store import CHECKPOINT, cell
@@ -223,5 +224,6 @@ EXPERIMENTS = [
                "a trained ALF agent's trajectory: true, ALF- and LOF-decoded states, actions, observations",
                {"paper": TrajectoryConfig(), "quick": TrajectoryConfig(ppo=QUICK_PPO),
                 "tiny": TrajectoryConfig(ppo=TINY_PPO, episode_length=20, num_episodes=20, chunk_updates=2)},
-               run_ringworld_trajectory),
+               # its agent is belief.ringworld-returns' alf-0 cell: the same flags keep it one cell
+               run_ringworld_trajectory, quick_flags=LEVEL_ONLY),
 ]

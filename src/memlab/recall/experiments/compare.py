@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from memlab import plots
+from memlab.compile_cache import LEVEL_ONLY
 from memlab.recall.experiments.curves import (
     CurveConfig,
     CurveStats,
@@ -147,5 +148,5 @@ EXPERIMENTS = [
          # tiny: the well-posed target (rate and sweep's tiny profiles run A.1's)
          "tiny": CompareConfig(target="linear", context_lengths=(16,), sample_sizes=(4, 8), num_val=16, epochs=2,
                                band_draws=2000)},
-        run_compare),
+        run_compare, quick_flags=LEVEL_ONLY),
 ]

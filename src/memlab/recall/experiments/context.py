@@ -15,6 +15,7 @@ import numpy as np
 
 from memlab import plots
 from memlab.checks import check_choice, check_increasing_ints, check_int, check_real
+from memlab.compile_cache import LEVEL_ONLY
 from memlab.recall.experiments.curves import CHOICES
 from memlab.recall.limit import coupling_distance, finite_context_values, per_step_bound
 from memlab.recall.metrics import coupling_rate
@@ -246,5 +247,5 @@ EXPERIMENTS = [
          "tiny": ContextLimitConfig(train_context_length=16, num_train=8, num_val=16, epochs=2,
                                     eval_lengths=(4, 8, 16), num_pairs=2, num_mc=4, coupling_length=50,
                                     num_couplings=2)},
-        run_context_limit),
+        run_context_limit, quick_flags=LEVEL_ONLY),
 ]

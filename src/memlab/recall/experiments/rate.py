@@ -14,6 +14,7 @@ import dataclasses
 import numpy as np
 
 from memlab import plots
+from memlab.compile_cache import LEVEL_ONLY
 from memlab.recall.experiments.curves import (
     CurveConfig,
     CurveStats,
@@ -208,5 +209,5 @@ EXPERIMENTS = [
          # tiny: two seeds (the s.e. path) and a budget of 4 steps in 2 rounds (the step-budget path)
          "tiny": RateConfig(context_lengths=(16,), sample_sizes=(4, 8), num_val=16, epochs=2, num_seeds=2,
                             step_budget=4, band_draws=2000)},
-        run_rate),
+        run_rate, quick_flags=LEVEL_ONLY),
 ]

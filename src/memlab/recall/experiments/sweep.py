@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 
 from memlab import plots
+from memlab.compile_cache import LEVEL_ONLY
 from memlab.recall.experiments.curves import (
     CurveConfig,
     CurveStats,
@@ -175,5 +176,5 @@ EXPERIMENTS = [
          "paper": SweepConfig(),
          "tiny": SweepConfig(alphas=(0.5, 2.0), context_lengths=(16,), sample_sizes=(4, 8), num_val=16, epochs=2,
                              band_draws=2000)},
-        run_sweep),
+        run_sweep, quick_flags=LEVEL_ONLY),
 ]
