@@ -2,7 +2,11 @@
 earlier run left its time, failures reported with their logs, and the command line's checks."""
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -132,3 +136,32 @@ def test_cli_names_experiments_and_keeps_to_those_with_the_profile(fake_lab, tmp
     assert capsys.readouterr().err == "memlab: error: no experiment has a profile 'huge'; profiles: tiny, quick, " \
                                       "paper, broken, core\n"
     assert started == ["fake.other"] and not (tmp_path / "fake.means").exists()  # nothing started
+
+
+SIGTERM_DRIVER = """
+import sys, pathlib
+from memlab.reproduce import reproduce
+out = pathlib.Path(sys.argv[1])
+def command(name, profile, folder, time_limit=None):
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return [sys.executable, "-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
+            "time.sleep(120)", str(folder.parent / "pid")]
+try:
+    reproduce(["a"], "quick", 1, out, command=command)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_sigterm_stops_the_experiments_it_started(tmp_path):
+    """``kill`` of memlab reproduce (SIGTERM) stops its running experiments as Ctrl-C does, leaving none behind."""
+    driver = subprocess.Popen([sys.executable, "-c", SIGTERM_DRIVER, str(tmp_path)])
+    pid_file = tmp_path / "a" / "pid"
+    deadline = time.time() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    driver.send_signal(signal.SIGTERM)
+    assert driver.wait(timeout=60) == 130
+    with pytest.raises(ProcessLookupError):  # the experiment's process is gone (reaped by the driver)
+        os.kill(child, 0)

@@ -10,12 +10,14 @@ log.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -63,13 +65,32 @@ def memlab_run(name: str, profile: str, out: Path, time_limit: float | None = No
             *limit]
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt while inside (main thread only): its default would end this process and
+    leave the experiments it started running on their own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
               on_finish: Callable[[Finished], None] = lambda f: None,
               command: Callable[..., list[str]] = memlab_run, time_limit: float | None = None) -> list[Finished]:
     """Run ``command(name, profile, out/name/profile, seconds_left)`` (default :func:`memlab_run`) for every name,
-    at most ``jobs`` at a time; returns the runs in the order they finished. Ctrl-C stops every running experiment
-    (their finished cells are kept). ``time_limit`` (seconds): each run gets the time that is left as its own
-    limit, and no run starts once it is up (those are returned with returncode None)."""
+    at most ``jobs`` at a time; returns the runs in the order they finished. Ctrl-C, or SIGTERM (``kill``, a
+    cluster's scheduler), stops every running experiment (their finished cells are kept; none is left running).
+    ``time_limit`` (seconds): each run gets the time that is left as its own limit, and no run starts once it is up
+    (those are returned with returncode None)."""
     check_int("jobs", jobs)
     deadline = None if time_limit is None else time.time() + time_limit
     env = {**os.environ, "XLA_FLAGS": host_devices_flags(default_devices(jobs))}  # the cores shared among the jobs
@@ -77,34 +98,35 @@ def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
     queue = sorted(names, key=lambda name: -expected[name])  # stable: the order given where nothing is known
     running: dict[str, tuple[subprocess.Popen, float, Path]] = {}
     finished: list[Finished] = []
-    try:
-        while queue or running:
-            while queue and len(running) < jobs:
-                name = queue.pop(0)
-                log = out / name / f"{profile}.log"
-                left = None if deadline is None else deadline - time.time()
-                if left is not None and left < 1:
-                    finished.append(Finished(name, None, 0.0, log))
-                    on_finish(finished[-1])
-                    continue
-                log.parent.mkdir(parents=True, exist_ok=True)
-                with log.open("w", encoding="utf-8") as f:
-                    process = subprocess.Popen(command(name, profile, out / name / profile, left), stdout=f,
-                                               stderr=subprocess.STDOUT, env=env)
-                    running[name] = (process, time.perf_counter(), log)
-            for name, (process, start, log) in list(running.items()):
-                if process.poll() is not None:
-                    del running[name]
-                    finished.append(Finished(name, process.returncode, time.perf_counter() - start, log))
-                    on_finish(finished[-1])
-            time.sleep(0.2)
-    except KeyboardInterrupt:  # each run stops as on its own Ctrl-C: finished cells kept
-        for process, _, _ in running.values():
-            process.send_signal(signal.SIGINT)
-        for process, _, _ in running.values():
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        raise
+    with _sigterm_as_interrupt():
+        try:
+            while queue or running:
+                while queue and len(running) < jobs:
+                    name = queue.pop(0)
+                    log = out / name / f"{profile}.log"
+                    left = None if deadline is None else deadline - time.time()
+                    if left is not None and left < 1:
+                        finished.append(Finished(name, None, 0.0, log))
+                        on_finish(finished[-1])
+                        continue
+                    log.parent.mkdir(parents=True, exist_ok=True)
+                    with log.open("w", encoding="utf-8") as f:
+                        process = subprocess.Popen(command(name, profile, out / name / profile, left), stdout=f,
+                                                   stderr=subprocess.STDOUT, env=env)
+                        running[name] = (process, time.perf_counter(), log)
+                for name, (process, start, log) in list(running.items()):
+                    if process.poll() is not None:
+                        del running[name]
+                        finished.append(Finished(name, process.returncode, time.perf_counter() - start, log))
+                        on_finish(finished[-1])
+                time.sleep(0.2)
+        except KeyboardInterrupt:  # each run stops as on its own Ctrl-C: finished cells kept
+            for process, _, _ in running.values():
+                process.send_signal(signal.SIGINT)
+            for process, _, _ in running.values():
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+            raise
     return finished
