@@ -138,23 +138,25 @@ def test_scoring_a_chunk_at_a_time_equals_scoring_the_batch_at_once():
     np.testing.assert_allclose(got.distance, task.distance(outputs, other_outputs).mean(), **close)
 
 
-@pytest.mark.slow  # two XLA compiles at the paper's sizes, about 30 s
-def test_scoring_at_the_paper_sizes_fits_in_memory():
+@pytest.mark.slow  # an XLA compile at the paper sizes per layer, 5-20 s each
+@pytest.mark.parametrize("layer", leaderboard.ALL_LAYERS)
+def test_scoring_at_the_paper_sizes_fits_in_memory(layer):
     """The paper profile's held-out scoring (1024 sequences, up to 4 x the training length, width 64, depth 2, three
-    seeds, input gradients against the compiled model) of the layer with the largest per-step intermediates, causal
-    linear attention (an (L, d, d) cumulative sum): scored all at once it asked XLA for 15 GB at T and 58 GB at 4T
-    and ran out of memory on a 24 GB machine; a chunk of sequences at a time needs about 1 GB."""
+    seeds, input gradients against the compiled model) asks XLA for at most 4 GB. Scored all at once, causal linear
+    attention in its cumulative-sum form asked for 15 GB at T and 58 GB at 4T and ran out of memory on a 24 GB
+    machine; the gated DeltaNet (the largest now: its scan keeps a (d, d) state per step for the gradient) needs
+    2.9 GB a chunk of sequences at a time."""
     cfg = EXPERIMENTS["arena.leaderboard"].profiles["paper"]
     spec, key = make_task("hmm-mess3"), jax.random.key(0)
-    params = jax.vmap(lambda k: eqx.partition(make_model(spec, "linear-attention", cfg.width, cfg.depth, k),
+    params = jax.vmap(lambda k: eqx.partition(make_model(spec, layer, cfg.width, cfg.depth, k),
                                               eqx.is_inexact_array)[0])(jax.random.split(key, cfg.seeds))
-    static = static_part(spec, "linear-attention", cfg.width, cfg.depth, key)
+    static = static_part(spec, layer, cfg.width, cfg.depth, key)
     test = spec.sample(key, cfg.test_batch, max(cfg.longer) * cfg.train.length)
     side = jax.eval_shape(lambda t: leaderboard._task_side(spec, t, compiled_model(spec).model), test)
     base, target = jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), side)
     evaluate = jax.jit(lambda *a: leaderboard._evaluate(spec, static, *a))
     temp = evaluate.lower(params, test, base, target).compile().memory_analysis().temp_size_in_bytes
-    assert temp < 2e9, f"{temp / 1e9:.1f} GB"
+    assert temp < 4e9, f"{temp / 1e9:.1f} GB"
 
 
 def _tiny_cell(checkpoint=None):
