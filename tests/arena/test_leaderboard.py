@@ -197,3 +197,6 @@ def test_the_checkpoint_argument_leaves_the_cell_key_as_it_was():
     without = functools.partial(cell.func, *cell.args)
     assert store.cell_digest(cell) == store.cell_digest(without)
     assert "checkpoint" not in store.describe(cell)["arguments"]
+    quick = EXPERIMENTS["arena.leaderboard"].profiles["quick"]  # a minute's cells: one compiled run, no checkpoint
+    assert not store.takes_checkpoint(leaderboard.sweep_cells(quick, type("R", (), {
+        "key_for": lambda self, *a: jax.random.key(len(a))})())["lgssm.gru"])

@@ -131,11 +131,11 @@ def make_training(task: Task, layer: str, width: int, depth: int, config: TrainC
     return Training(init, lambda state, chunk_keys: jax.lax.scan(chunk, state, chunk_keys))
 
 
-def make_train(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch
-               ) -> Callable[[Array], TrainResult]:
+def make_train(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch,
+               static: eqx.Module | None = None) -> Callable[[Array], TrainResult]:
     """``train(key)``: initialise the model of ``layer`` from ``key`` and train it on ``task``, scoring it on
-    ``held_out`` every ``config.eval_every`` steps (module docstring)."""
-    training = make_training(task, layer, width, depth, config, held_out)
+    ``held_out`` every ``config.eval_every`` steps (module docstring). ``static``: as for :func:`make_training`."""
+    training = make_training(task, layer, width, depth, config, held_out, static)
 
     def train(key: Array) -> TrainResult:
         state, (losses, eval_loss) = training.run(*training.init(key))

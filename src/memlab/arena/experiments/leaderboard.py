@@ -36,6 +36,7 @@ from memlab.arena.train import (
     baselines,
     compare_to,
     comparison_target,
+    make_train,
     make_training,
     score,
     static_part,
@@ -94,6 +95,9 @@ class LeaderboardConfig:
     train: TrainConfig = TrainConfig()
     test_batch: int = 1024
     longer: tuple[int, ...] = ()  # also score on sequences this many times the training length (length generalisation)
+    # save every cell's training after each eval_every steps (resumable across sessions; costs a cell of the quick
+    # profile, a minute's work, about 3 s more: a compile of its initialisation and of one chunk, not of one run)
+    checkpoints: bool = True
 
     def validate(self) -> None:
         check_choices("tasks", self.tasks, TASKS)
@@ -183,15 +187,20 @@ class _Progress(NamedTuple):
 
 def _train_seeds(spec, layer: str, width: int, depth: int, config: TrainConfig, keys, test, static,
                  checkpoint: str | None) -> TrainResult:
-    """Every seed trained (a stacked :class:`TrainResult`), one chunk of ``eval_every`` steps per compiled call.
+    """Every seed trained (a stacked :class:`TrainResult`): without a ``checkpoint`` in one compiled call, with one
+    a chunk of ``eval_every`` steps per call, the progress saved after each and resumed from; under a time limit
+    (``memlab.deadline``) training then stops, saved, before a chunk that would not finish in time. Both give the
+    same numbers.
 
     The compiled programs take every array as an argument (the held-out batch baked in as constants cost XLA
     seconds of constant folding) and run the seeds one after the other: vmapping them doubled the compile time and
-    ran no faster per seed on the 2-core CPU (an LRU cell compiled in 26 s alone, 51 s vmapped over 2 seeds). With
-    a ``checkpoint``, the progress is saved after every chunk and resumed from, and under a time limit
-    (``memlab.deadline``) training stops, saved, before a chunk that would not finish in time."""
+    ran no faster per seed on the 2-core CPU (an LRU cell compiled in 26 s alone, 51 s vmapped over 2 seeds)."""
     def training(held_out=None):
         return make_training(spec, layer, width, depth, config, held_out, static)
+
+    if checkpoint is None:
+        return jax.jit(lambda keys, held_out: jax.lax.map(
+            make_train(spec, layer, width, depth, config, held_out, static), keys))(keys, test)
 
     state, chunk_keys = jax.jit(lambda keys: jax.lax.map(training().init, keys))(keys)
     run = jax.jit(lambda state, chunk_keys, held_out: jax.lax.map(lambda a: training(held_out).run(*a),
@@ -244,7 +253,7 @@ def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict:
         return partial(train_and_score, t, m, cfg.width, cfg.depth, cfg.train,
                        jax.random.split(run.key_for("train", t, m), cfg.seeds), run.key_for("test", t), cfg.test_batch,
                        *((cfg.longer,) if cfg.longer else ()), **({"code": code} if code else {}),
-                       checkpoint=CHECKPOINT)
+                       **({"checkpoint": CHECKPOINT} if cfg.checkpoints else {}))
 
     return {f"{t}.{m}": cell(t, m) for t in cfg.tasks for m in cfg.layers}
 
@@ -374,7 +383,8 @@ TINY = LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=("gru", "lru"), wi
 # arena.leaderboard` (quick, empty compile cache, 2 cores, 2026-11-27): 5 min 15 s in a pool of two processes,
 # 5 min 48 s in one
 QUICK = LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=PAPER_CORE_LAYERS, seeds=2, test_batch=512,
-                          train=TrainConfig(steps=200, batch=32, length=64, learning_rate=3e-3, eval_every=50))
+                          train=TrainConfig(steps=200, batch=32, length=64, learning_rate=3e-3, eval_every=50),
+                          checkpoints=False)
 
 PAPER = LeaderboardConfig(seeds=3, train=TrainConfig(steps=5000, eval_every=250), width=64, depth=2, longer=(2, 4))
 
