@@ -7,7 +7,6 @@ same held-out batch. Outputs: a tasks x layers heat map, the budget curves (gap 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import time
@@ -95,8 +94,8 @@ class LeaderboardConfig:
     train: TrainConfig = TrainConfig()
     test_batch: int = 1024
     longer: tuple[int, ...] = ()  # also score on sequences this many times the training length (length generalisation)
-    # save every cell's training after each eval_every steps (resumable across sessions; costs a cell of the quick
-    # profile, a minute's work, about 3 s more: a compile of its initialisation and of one chunk, not of one run)
+    # save every cell's training after each eval_every steps (resumable across sessions); a quick cell, a minute's
+    # work, would pay about 3 s for it (its initialisation and one chunk compiled apart instead of one whole run)
     checkpoints: bool = True
 
     def validate(self) -> None:
@@ -210,19 +209,17 @@ def _train_seeds(spec, layer: str, width: int, depth: int, config: TrainConfig, 
                          np.zeros((seeds, chunks), np.float32), np.int32(0))
     identity = json.dumps({"task": spec.name, "layer": layer, "width": width, "depth": depth,
                            "config": dataclasses.asdict(config), "keys": jax.random.key_data(keys).tolist()})
-    with contextlib.nullcontext() if checkpoint is None else checkpoints.owned(checkpoint) as path:
-        if path is not None and path.exists():
+    with checkpoints.owned(checkpoint) as path:
+        if path.exists():
             progress = checkpoints.load_checkpoint(path, progress, identity)[0]
         seconds = 0.0  # the last chunk's wall time: under a time limit, training stops when the next would overrun
         while (done := int(progress.done)) < chunks:
-            if path is not None:
-                deadline.check(seconds)  # OutOfTime here leaves the last checkpoint to resume from
+            deadline.check(seconds)  # OutOfTime here leaves the last checkpoint to resume from
             start = time.perf_counter()
             state, (losses, eval_loss) = run(progress.state, chunk_keys[:, done:done + 1], test)
             progress = _Progress(state, progress.losses.copy(), progress.eval_loss.copy(), np.int32(done + 1))
             progress.losses[:, done], progress.eval_loss[:, done] = losses[:, 0], eval_loss[:, 0]
-            if path is not None:
-                checkpoints.save_checkpoint(path, progress, {}, identity)
+            checkpoints.save_checkpoint(path, progress, {}, identity)
             seconds = time.perf_counter() - start
     return TrainResult(progress.state.params, progress.losses.reshape(seeds, -1), progress.eval_loss)
 
