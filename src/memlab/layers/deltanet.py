@@ -7,9 +7,10 @@ alpha_t = exp(-softplus(w_alpha . x_t + b_alpha)) in (0, 1) the decay:
     S_t = alpha_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T          (the gated delta rule)
     o_t = S_t q_t
 
-alpha = 1 is DeltaNet (Schlag et al. 2021); beta_t k_t k_t^T = 0 is gated linear attention. The recurrence runs
-as one ``lax.scan`` over time (on a CPU the sequential form is the fast one; the chunked parallel form of the
-paper is a GPU kernel). State: a (d_h x d_h) matrix per head.
+alpha = 1 is DeltaNet (Schlag et al. 2021); beta_t k_t k_t^T = 0 is gated linear attention. State: a (d_h x d_h)
+matrix per head. :func:`gated_delta_rule` is the recurrence as written, one ``lax.scan`` step per time step (the
+reference); the layer runs :func:`gated_delta_rule_chunked`, the paper's chunkwise form (tested equal), which
+takes a scan step per chunk of time steps and does the rest as matrix products.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from jax import Array
 
 from memlab.layers.attention import HeadProjections
 
-__all__ = ["GatedDeltaNet", "gated_delta_rule"]
+__all__ = ["GatedDeltaNet", "gated_delta_rule", "gated_delta_rule_chunked"]
 
 
 def _unit(x: Array) -> Array:
@@ -40,6 +41,41 @@ def gated_delta_rule(q: Array, k: Array, v: Array, alpha: Array, beta: Array) ->
 
     S0 = jnp.zeros((v.shape[-1], k.shape[-1]), v.dtype)
     return jax.lax.scan(step, S0, (q, k, v, alpha, beta))[1]
+
+
+def gated_delta_rule_chunked(q: Array, k: Array, v: Array, log_alpha: Array, beta: Array, chunk: int = 64) -> Array:
+    """:func:`gated_delta_rule` (with ``alpha = exp(log_alpha)``) a chunk of ``chunk`` steps at a time.
+
+    Within a chunk starting from state S_0, with g_t = log_alpha_1 + ... + log_alpha_t (so gamma_t = exp(g_t)) and
+    Gamma_ti = gamma_t / gamma_i for i <= t: S_t = gamma_t S_0 + sum_{i<=t} Gamma_ti r_i k_i^T, where the r_i solve
+    the unit lower-triangular system r_t + beta_t sum_{i<t} (k_t . k_i) Gamma_ti r_i = beta_t (v_t - gamma_t S_0 k_t)
+    (substitute S_t into the rule: Yang et al.'s WY/UT form with the decay carried as ratios, never 1 / gamma_t).
+    Then o_t = gamma_t S_0 q_t + sum_{i<=t} Gamma_ti (q_t . k_i) r_i, and the next chunk starts from S_C.
+    The time axis is padded to a multiple of ``chunk`` with steps that leave S unchanged (k = v = 0, beta = 0)."""
+    L = q.shape[0]
+    n = -(-L // chunk)
+
+    def chunks(a):
+        return jnp.pad(a, [(0, n * chunk - L)] + [(0, 0)] * (a.ndim - 1)).reshape(n, chunk, *a.shape[1:])
+
+    causal = jnp.tril(jnp.ones((chunk, chunk), bool))
+    earlier = jnp.tril(jnp.ones((chunk, chunk), bool), -1)
+
+    def step(S, inputs):
+        q_c, k_c, v_c, log_a, b = inputs
+        g = jnp.cumsum(log_a)
+        ratio = jnp.exp(jnp.where(causal, g[:, None] - g[None, :], 0.0)) * causal  # Gamma, 0 above the diagonal
+        gamma = jnp.exp(g)[:, None]
+        system = jnp.eye(chunk, dtype=k_c.dtype) + b[:, None] * (k_c @ k_c.T) * ratio * earlier
+        r = jax.scipy.linalg.solve_triangular(system, b[:, None] * (v_c - gamma * (k_c @ S.T)), lower=True,
+                                              unit_diagonal=True)
+        out = gamma * (q_c @ S.T) + ((q_c @ k_c.T) * ratio) @ r
+        to_end = jnp.exp(g[-1] - g)[:, None]  # gamma_C / gamma_i
+        return jnp.exp(g[-1]) * S + (to_end * r).T @ k_c, out
+
+    S0 = jnp.zeros((v.shape[-1], k.shape[-1]), v.dtype)
+    out = jax.lax.scan(step, S0, tuple(chunks(a) for a in (q, k, v, log_alpha, beta)))[1]
+    return out.reshape(n * chunk, -1)[:L]
 
 
 class GatedDeltaNet(eqx.Module):
@@ -63,5 +99,5 @@ class GatedDeltaNet(eqx.Module):
     def __call__(self, x: Array) -> Array:
         q, k, v = self.proj.split(x)  # (heads, L, d_h) each
         a, b = jnp.split(jax.vmap(self.gates)(x), 2, axis=-1)  # (L, heads) each
-        alpha, beta = jnp.exp(-jax.nn.softplus(a)).T, jax.nn.sigmoid(b).T  # (heads, L)
-        return self.proj.merge(jax.vmap(gated_delta_rule)(_unit(q), _unit(k), v, alpha, beta))
+        log_alpha, beta = -jax.nn.softplus(a).T, jax.nn.sigmoid(b).T  # (heads, L)
+        return self.proj.merge(jax.vmap(gated_delta_rule_chunked)(_unit(q), _unit(k), v, log_alpha, beta))
