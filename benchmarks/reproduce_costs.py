@@ -1,4 +1,4 @@
-"""The table ``memlab reproduce`` orders experiments by on a machine that has not run them yet.
+"""How long ``make reproduce`` takes, per experiment and in all, and the order it starts experiments in.
 
 Usage: ``python benchmarks/reproduce_costs.py OUT [--profile quick]``, where OUT is the ``--out`` folder of a finished
 ``memlab reproduce --profile PROFILE`` run (best from an empty compile cache, as a fresh clone starts).
@@ -7,7 +7,8 @@ Reads every experiment's ``OUT/<name>/<profile>/results.json`` (``elapsed_s``: i
 ``src/memlab/reproduce_costs.json`` under the profile, with the date and the machine; other profiles' tables are
 kept. ``memlab reproduce`` starts the longest experiments first (longest-processing-time-first, the classic rule for
 keeping all workers busy to the end): by the times in its own ``--out`` folder where an earlier run left them, else
-by this table.
+by this table. Where the run finished whole (``OUT/reproduce-<profile>.json``, which ``memlab reproduce`` writes with
+its wall time), the times also go to ``benchmarks/results/reproduce.json``, the documentation's table.
 """
 
 from __future__ import annotations
@@ -52,6 +53,16 @@ def main(argv: list[str]) -> int:
     for name, s in tables[args.profile]["seconds"].items():
         print(f"{s:8.1f} s  {name}")
     print(f"wrote {COSTS}")
+    whole = args.out / f"reproduce-{args.profile}.json"
+    if whole.exists():
+        from run import machine_info, write_rows  # benchmarks/run.py (this script's folder is on sys.path)
+
+        run = json.loads(whole.read_text(encoding="utf-8"))
+        total = {"run": f"memlab reproduce --profile {args.profile} --jobs {run['jobs']}",
+                 "experiments": len(run["experiments"]), "seconds": run["seconds"],
+                 "empty compile cache": run["empty_compile_cache"]}
+        write_rows("reproduce_costs", [total, *({"experiment": name, "seconds": s}
+                                          for name, s in tables[args.profile]["seconds"].items())], machine_info())
     return 0
 
 

@@ -165,3 +165,35 @@ def test_sigterm_stops_the_experiments_it_started(tmp_path):
     assert driver.wait(timeout=60) == 130
     with pytest.raises(ProcessLookupError):  # the experiment's process is gone (reaped by the driver)
         os.kill(child, 0)
+
+
+def test_a_whole_run_records_its_wall_time_and_a_partial_one_does_not(fake_lab, tmp_path, monkeypatch):
+    """``reproduce-<profile>.json`` (read by benchmarks/reproduce_costs.py) only where every experiment finished,
+    saying whether the compile cache started empty."""
+    from memlab.reproduce import Finished
+
+    def fake_reproduce(names, profile, jobs, out, on_finish=lambda f: None, time_limit=None):
+        runs = []
+        for name in names:
+            (out / name / profile).mkdir(parents=True, exist_ok=True)
+            if name != "fake.other" or not partial:
+                (out / name / profile / "results.json").write_text("{}")
+            runs.append(Finished(name, 0, 0.1, out / name / f"{profile}.log"))
+        return runs
+
+    monkeypatch.setattr("memlab.reproduce.reproduce", fake_reproduce)
+    monkeypatch.setattr(cli, "build_report", lambda out, paper=None: (out / "report.md", ""))
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MEMLAB_JAX_CACHE", str(cache))
+    partial = False
+    assert cli.main(["reproduce", "--profile", "tiny", "--jobs", "1", "--out", str(tmp_path / "a")]) == 0
+    record = json.loads((tmp_path / "a" / "reproduce-tiny.json").read_text())
+    assert record["experiments"] == ["fake.means", "fake.other"] and record["jobs"] == 1
+    assert record["empty_compile_cache"] is True and record["seconds"] >= 0
+    (cache / "program").parent.mkdir(parents=True)
+    (cache / "program").write_text("compiled")
+    assert cli.main(["reproduce", "--profile", "tiny", "--out", str(tmp_path / "b")]) == 0
+    assert json.loads((tmp_path / "b" / "reproduce-tiny.json").read_text())["empty_compile_cache"] is False
+    partial = True  # fake.other stops at a time limit (exit 0, no results.json): not a whole run
+    assert cli.main(["reproduce", "--profile", "tiny", "--out", str(tmp_path / "c")]) == 0
+    assert not (tmp_path / "c" / "reproduce-tiny.json").exists()

@@ -82,12 +82,17 @@ def cmd_list(args) -> int:
 # ---------------------------------------------------------------- run
 
 
-def use_compile_cache() -> None:
-    """Point JAX's persistent compile cache at $MEMLAB_JAX_CACHE (default ~/.cache/memlab/jax), unless 'off'."""
+def compile_cache_folder() -> Path | None:
+    """$MEMLAB_JAX_CACHE (default ~/.cache/memlab/jax); None where it is 'off' or empty."""
     default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlab" / "jax"
     folder = os.environ.get("MEMLAB_JAX_CACHE", str(default))
-    if folder and folder.lower() != "off":
-        compile_cache.enable(folder, min_compile_secs=0.5)
+    return Path(folder) if folder and folder.lower() != "off" else None
+
+
+def use_compile_cache() -> None:
+    """Point JAX's persistent compile cache at :func:`compile_cache_folder`, unless it is off."""
+    if (folder := compile_cache_folder()) is not None:
+        compile_cache.enable(str(folder), min_compile_secs=0.5)
 
 
 def cmd_run(args) -> int:
@@ -240,6 +245,8 @@ def cmd_reproduce(args) -> int:
 
     print(f"memlab: {len(names)} experiments, profile {args.profile}, {args.jobs} at a time", flush=True)
     start_time = time.time()
+    cache = compile_cache_folder()
+    cold = cache is None or not cache.is_dir() or not any(cache.iterdir())  # every program compiled afresh
     try:
         runs = reproduce(names, args.profile, args.jobs, out, on_finish=show, time_limit=args.time_limit)
     except KeyboardInterrupt:
@@ -254,7 +261,13 @@ def cmd_reproduce(args) -> int:
         path, timing = build_report(out, Path(PAPER_RESULTS))
     except ValueError as e:
         return _error(str(e))
-    print(f"{path}  ({_duration(time.perf_counter() - start)} in all)")
+    seconds = time.perf_counter() - start
+    if not unfinished and not failed:  # the wall time of a whole run, for benchmarks/reproduce_costs.py
+        atomic_write_text(out / f"reproduce-{args.profile}.json", json.dumps(
+            {"profile": args.profile, "jobs": args.jobs, "experiments": names, "seconds": round(seconds, 1),
+             "empty_compile_cache": cold, "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())},
+            indent=2) + "\n")
+    print(f"{path}  ({_duration(seconds)} in all)")
     print(timing, end="")
     if failed:
         return _error(f"{len(failed)} experiment(s) failed: {', '.join(failed)}; their logs are beside their folders")
