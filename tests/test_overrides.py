@@ -64,6 +64,7 @@ def test_a_plugin_layer_runs_in_the_leaderboard(tmp_path, monkeypatch, capsys):
     doc = json.loads((out / "results.json").read_text())
     assert doc["config"]["layers"] == ["running-mean", "gru"] and set(doc["results"]["stats"]["lgssm"]) == {
         "running-mean", "gru"}
+    assert doc["overrides"] == ["layers=running-mean,gru", "tasks=lgssm"]  # a restricted run says how
     assert str(plugin) in os.environ["MEMLAB_PLUGINS"]
 
 

@@ -95,12 +95,14 @@ def _run_section(name: str, folder: Path, doc: dict, files: Files, config) -> li
     summary_path = folder / "summary.md"
     summary = summary_path.read_text(encoding="utf-8") if summary_path.exists() else ""
     figure = _main_figure(folder, summary)
-    parts = [f"## Paper-scale run: profile `{doc['profile']}` ({_held(doc)})", ""]
+    changes = doc.get("overrides", [])  # a profile restricted with --set (e.g. to the tasks that have finished)
+    restricted = f", restricted to {', '.join(f'`{c}`' for c in changes)}" if changes else ""
+    command = " ".join([f"memlab run {name} --profile {doc['profile']}", *(f"--set {c}" for c in changes)])
+    parts = [f"## Paper-scale run: profile `{doc['profile']}`{restricted} ({_held(doc)})", ""]
     if figure:
         caption, image = figure
         parts += [f"![{caption}]({local}/{image})", "",
-                  f"*Ours: {caption}* — `paper-results/{where}`, made by "
-                  f"`memlab run {name} --profile {doc['profile']}`.", ""]
+                  f"*Ours: {caption}* — `paper-results/{where}`, made by `{command}`.", ""]
     parts += ["### Claims", "", _claims(doc) or "This run states no claims.", ""]
     if summary:
         parts += [_summary(summary, local, figure[1] if figure else None)]
@@ -118,9 +120,9 @@ def _page(name: str, runs: list[tuple[Path, dict]], unfinished: list[tuple[Path,
                   "figure or claims table yet. This command computes them (the summary, the figures and "
                   f"`results.json` with the claims go to `out/{name}/paper/`):", "",
                   f"        memlab run {name} --profile paper", ""]
-        parts += [f"    A `{profile}` run has started but not finished: `paper-results/"
-                  f"{folder.relative_to(RESULTS).as_posix()}/` holds its config; its finished cells are in "
-                  "`paper-results/cells/`." for folder, profile in unfinished] + [""]
+    parts += [f"A `{profile}` run has started but not finished: `paper-results/"
+              f"{folder.relative_to(RESULTS).as_posix()}/` holds its config; its finished cells are in "
+              "`paper-results/cells/`." for folder, profile in unfinished] + [""]
     for folder, doc in runs:
         parts += _run_section(name, folder, doc, files, config)
     profiles = ", ".join(f"`{p}`" for p in exp.profiles)

@@ -671,6 +671,7 @@ def run_experiment(
         document = {
             "experiment": exp.name,
             "profile": profile,
+            "overrides": list(overrides),  # --set changes to the profile's config (e.g. a paper profile restricted)
             "paper_ref": exp.paper_ref,
             "config": header["config"],
             "results": results,

@@ -289,7 +289,7 @@ def _figures(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
     norm = matplotlib.colors.LogNorm(vmin=FLOOR, vmax=1.0)
     image = ax.imshow(np.clip(gaps, FLOOR, 1.0), cmap="viridis_r", norm=norm, aspect="auto")
     for (i, j), g in np.ndenumerate(gaps):
-        ax.text(j, i, f"{g:.3f}", ha="center", va="center", color="white" if g > 0.1 else "black", fontsize=8)
+        ax.text(j, i, f"{g:.2g}", ha="center", va="center", color="white" if g > 0.1 else "black", fontsize=8)
     ax.set_xticks(range(len(cfg.layers)), cfg.layers, rotation=30, ha="right")
     ax.set_yticks(range(len(cfg.tasks)), cfg.tasks)
     ax.grid(False)
@@ -318,7 +318,7 @@ def claim_no_layer_beats_the_reference(run: Run, stats: dict[str, GapStats]) -> 
     s = stats[label]
     tolerance = max(3 * s.se, 0.02) if np.isfinite(s.se) else 0.02
     run.claim("no-layer-beats-the-reference", "no trained layer beats the optimal predictor (a check of the "
-              "references and the harness)", "arena", f"lowest gap: {label} {s.gap:.3f} ± {s.se:.3f}",
+              "references and the harness)", "arena", f"lowest gap: {label} {s.gap:.3g} ± {s.se:.2g}",
               bool(s.gap > -tolerance))
 
 
@@ -329,7 +329,7 @@ def _claims(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: R
         s = board.stats["mqar"]["attention"]  # MQAR at every model width it tried, gated convolutions need more
         run.claim("attention-solves-mqar", f"softmax attention solves MQAR at width {cfg.width}: gap <= 0.05",
                   "Zoology (Arora et al. 2023), Fig. 2: attention solves MQAR at the smallest width",
-                  f"gap {s.gap:.3f} ± {s.se:.3f}", bool(s.gap <= 0.05))
+                  f"gap {s.gap:.3g} ± {s.se:.2g}", bool(s.gap <= 0.05))
     memoryless = [(t, m) for t in cfg.tasks for m in cfg.layers if board.stats[t][m].gap >= 1.0]
     run.claim("every-layer-uses-memory", "every layer beats the best predictor without memory on every task",
               "arena", "all below 1" if not memoryless else "not below 1: " + ", ".join(f"{m} on {t}"
@@ -345,7 +345,7 @@ def _table(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Ru
     return run.save_table("leaderboard.csv", ["task", "layer", "gap", "se", *longer, "distance to reference",
                                               "parameters", "state", "distance to compiled",
                                               "input-gradient cosine"], rows,
-                          {"gap": ".3f", "se": ".3f", **dict.fromkeys(longer, ".3f"), "distance to reference": ".3g",
+                          {"gap": ".3g", "se": ".2g", **dict.fromkeys(longer, ".3g"), "distance to reference": ".3g",
                            "distance to compiled": ".3g", "input-gradient cosine": ".2f"})
 
 
@@ -360,7 +360,7 @@ def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
     _figures(cfg, board, run)
     exact = [t for t in cfg.tasks if reference_is_exact(make_task(t))]
     _claims(cfg, board, exact, run)
-    closest = "Closest to the optimum: " + "; ".join(f"{t}: {m} ({board.stats[t][m].gap:.3f})"
+    closest = "Closest to the optimum: " + "; ".join(f"{t}: {m} ({board.stats[t][m].gap:.3g})"
                                                      for t, m in board.closest.items()) + "."
     tc = cfg.train
     run.write_summary(SUMMARY.format(depth=cfg.depth, width=cfg.width, steps=tc.steps, batch=tc.batch,

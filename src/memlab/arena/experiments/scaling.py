@@ -177,7 +177,7 @@ def _claims(cfg: ScalingConfig, result: Scaling, exact: list[str], run: Run) -> 
     worse = [(t, m) for t, m in pairs if not _no_worse(result.stats[t][m][-1], result.stats[t][m][0])]
     narrowest, widest = cfg.widths[0], cfg.widths[-1]
     ours = f"{len(pairs) - len(worse)} of {len(pairs)}" + ("" if not worse else "; not: " + ", ".join(
-        f"{m} on {t} ({result.stats[t][m][0].gap:.3f} -> {result.stats[t][m][-1].gap:.3f})" for t, m in worse))
+        f"{m} on {t} ({result.stats[t][m][0].gap:.3g} -> {result.stats[t][m][-1].gap:.3g})" for t, m in worse))
     run.claim("wider-is-no-worse", f"for most layers (more than half of the task x layer pairs) the gap at the "
               f"largest width ({widest}) is at most the gap at the smallest ({narrowest}), within 2 standard errors",
               "arena (more state, no larger gap)", ours, len(pairs) - len(worse) > len(pairs) / 2)
@@ -189,7 +189,7 @@ def _table(cfg: ScalingConfig, result: Scaling, exact: list[str], run: Run) -> s
     rows = [(names[t], m, w, s.state, s.parameters, s.gap, s.se, *s.longer) for t in cfg.tasks for m in cfg.layers
             for w, s in zip(cfg.widths, result.stats[t][m], strict=True)]
     return run.save_table("scaling.csv", ["task", "layer", "width", "state", "parameters", "gap", "se", *longer],
-                          rows, {"gap": ".3f", "se": ".3f", **dict.fromkeys(longer, ".3f")})
+                          rows, {"gap": ".3g", "se": ".2g", **dict.fromkeys(longer, ".3g")})
 
 
 def run_scaling(cfg: ScalingConfig, run: Run) -> Scaling:
@@ -198,7 +198,7 @@ def run_scaling(cfg: ScalingConfig, run: Run) -> Scaling:
     exact = [t for t in cfg.tasks if reference_is_exact(make_task(t))]
     _claims(cfg, result, exact, run)
     closest = "Closest to the optimum at each width: " + "; ".join(
-        f"{t}: " + ", ".join(f"{w} {m} ({result.stats[t][m][i].gap:.3f})"
+        f"{t}: " + ", ".join(f"{w} {m} ({result.stats[t][m][i].gap:.3g})"
                              for i, (w, m) in enumerate(zip(cfg.widths, result.closest[t], strict=True)))
         for t in cfg.tasks) + "."
     near = f"Smallest state with a gap of at most {NEAR:g}: " + "; ".join(
