@@ -144,8 +144,17 @@ from memlab.reproduce import reproduce
 out = pathlib.Path(sys.argv[1])
 def command(name, profile, folder, time_limit=None):
     folder.parent.mkdir(parents=True, exist_ok=True)
-    return [sys.executable, "-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
-            "time.sleep(120)", str(folder.parent / "pid")]
+    return [sys.executable, "-c", EXPERIMENT, str(folder.parent)]
+EXPERIMENT = '''
+import os, pathlib, sys, time
+folder = pathlib.Path(sys.argv[1])
+(folder / "pid").write_text(str(os.getpid()))
+try:
+    time.sleep(120)
+except KeyboardInterrupt:  # what memlab run does on Ctrl-C: keep the finished cells, say so, exit
+    (folder / "stopped").write_text("by SIGINT")
+    sys.exit(130)
+'''
 try:
     reproduce(["a"], "quick", 1, out, command=command)
 except KeyboardInterrupt:
@@ -153,9 +162,16 @@ except KeyboardInterrupt:
 """
 
 
-def test_sigterm_stops_the_experiments_it_started(tmp_path):
-    """``kill`` of memlab reproduce (SIGTERM) stops its running experiments as Ctrl-C does, leaving none behind."""
-    driver = subprocess.Popen([sys.executable, "-c", SIGTERM_DRIVER, str(tmp_path)])
+@pytest.mark.parametrize("background", [False, True])
+def test_sigterm_stops_the_experiments_it_started(tmp_path, background):
+    """``kill`` of memlab reproduce (SIGTERM) stops its running experiments as Ctrl-C does (each gets SIGINT and
+    stops itself), leaving none behind; also when it runs as a shell's background job, started with SIGINT
+    ignored (its experiments must still heed the SIGINT, not wait for the kill 30 s later)."""
+    def ignore_sigint():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    driver = subprocess.Popen([sys.executable, "-c", SIGTERM_DRIVER, str(tmp_path)],
+                              preexec_fn=ignore_sigint if background else None)
     pid_file = tmp_path / "a" / "pid"
     deadline = time.time() + 60
     while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
@@ -165,6 +181,7 @@ def test_sigterm_stops_the_experiments_it_started(tmp_path):
     assert driver.wait(timeout=60) == 130
     with pytest.raises(ProcessLookupError):  # the experiment's process is gone (reaped by the driver)
         os.kill(child, 0)
+    assert (tmp_path / "a" / "stopped").read_text() == "by SIGINT"
 
 
 def test_a_whole_run_records_its_wall_time_and_a_partial_one_does_not(fake_lab, tmp_path, monkeypatch):

@@ -83,6 +83,14 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+def _heed_sigint() -> None:
+    """In each experiment's process before it starts: SIGINT, the driver's "stop, keeping your finished cells"
+    (a Ctrl-C), gets its default action back. A shell starts a background job (``memlab reproduce ... &``) with
+    SIGINT ignored, children inherit that, and Python then installs no Ctrl-C handler: the driver's SIGINT did
+    nothing and it had to kill every experiment after 30 s."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
               on_finish: Callable[[Finished], None] = lambda f: None,
               command: Callable[..., list[str]] = memlab_run, time_limit: float | None = None) -> list[Finished]:
@@ -112,7 +120,7 @@ def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
                     log.parent.mkdir(parents=True, exist_ok=True)
                     with log.open("w", encoding="utf-8") as f:
                         process = subprocess.Popen(command(name, profile, out / name / profile, left), stdout=f,
-                                                   stderr=subprocess.STDOUT, env=env)
+                                                   stderr=subprocess.STDOUT, env=env, preexec_fn=_heed_sigint)
                         running[name] = (process, time.perf_counter(), log)
                 for name, (process, start, log) in list(running.items()):
                     if process.poll() is not None:
@@ -128,5 +136,6 @@ def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
                     process.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     process.kill()
+                    process.wait()  # reaped: no zombie outlives the driver
             raise
     return finished
