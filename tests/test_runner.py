@@ -54,7 +54,8 @@ def test_run_writes_every_file(exp, fake_lab, tmp_path):
 
     doc = _strict_load(out / "results.json")
     assert set(doc) == {"experiment", "profile", "paper_ref", "config", "results", "claims", "elapsed_s", "executor",
-                        "cells", "peak_rss_mb", "software", "cpu_devices", "cell_store", "blank_panels"}
+                        "cells", "peak_rss_mb", "software", "cpu_devices", "cell_store", "blank_panels", "overrides"}
+    assert doc["overrides"] == []  # the profile as it is (--set changes are listed here)
     assert doc["cpu_devices"] == 1  # conftest.py: one CPU device in the tests
     assert doc["executor"] == "local" and doc["cells"]["computed"] == 4 and doc["cells"]["resumed"] == 0
     assert set(doc["cells"]["seconds"]) == set(doc["cells"]["peak_rss_mb"]) == {f"cell-{i}" for i in range(4)}
