@@ -41,10 +41,12 @@ def pytest_configure(config):
 
     Several tests compile the same program (e.g. the recall tiny profiles train the same student); a cached
     executable is keyed by the program itself (and XLA_FLAGS), so results never depend on the cache. Compiles over
-    2 s are stored (over 0.5 s once `memlab run` has run in the process). Set MEMLAB_JAX_CACHE to move it."""
+    0.25 s are stored (over 0.5 s once `memlab run` has run in the process): every test module drops its compiled
+    programs (below), so a program the next module needs again comes from the cache instead of being compiled
+    again. Set MEMLAB_JAX_CACHE to move it."""
     # `memlab run` inside the tests (cli.use_compile_cache) keeps to this folder, storing compiles over 0.5 s
     os.environ.setdefault("MEMLAB_JAX_CACHE", os.path.join(tempfile.gettempdir(), f"memlab-jax-cache-{os.getuid()}"))
-    compile_cache.enable(os.environ["MEMLAB_JAX_CACHE"], min_compile_secs=2.0)
+    compile_cache.enable(os.environ["MEMLAB_JAX_CACHE"], min_compile_secs=0.25)
     # LLVM at -O0: a cold run spends about half its time compiling (measured: tests/pissm 5:18 -> 4:06 cold).
     # The codegen level can change float rounding (seen: ~1e-7 relative in a pi-SSM evaluation, growing through
     # training), so the tests compare runs made under these same flags (worker processes and Ray workers inherit
