@@ -150,7 +150,7 @@ def _figure(cfg: ScalingConfig, result: Scaling, run: Run) -> None:
             ax.set_xscale("log")
             for axis in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):  # 4, 8, 16: not 4 x 10^0
                 axis(matplotlib.ticker.LogFormatter(labelOnlyBase=False))
-            ax.set_yscale("symlog", linthresh=FLOOR)  # log above 1e-3, linear through 0 (a gap may dip below it)
+            ax.set_yscale("symlog", linthresh=FLOOR)  # log above FLOOR, linear through 0 (a gap may dip below it)
             ax.set_ylim(bottom=2 * lowest if lowest < -FLOOR else -FLOOR)  # 0 in view, no empty negative decades
             ax.set_title(t if k == 1 else f"{t}, tested at {k}T")
         axes[row][0].set_ylabel("held-out gap g (symlog)" if k == 1 else f"gap at {k}T (symlog)")
