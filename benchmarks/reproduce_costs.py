@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 from memlab.catalog import EXPERIMENTS
-from memlab.files import atomic_write_text
+from memlab.files import atomic_write_text, machine_description
 from memlab.reproduce import COSTS
 
 
@@ -47,7 +45,7 @@ def main(argv: list[str]) -> int:
         return 2
     tables = json.loads(COSTS.read_text(encoding="utf-8")) if COSTS.exists() else {}
     tables[args.profile] = {"date": time.strftime("%Y-%m-%d", time.gmtime()),
-                            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+                            "machine": machine_description(),
                             "seconds": dict(sorted(seconds.items(), key=lambda kv: -kv[1]))}
     atomic_write_text(COSTS, json.dumps(tables, indent=2) + "\n")
     for name, s in tables[args.profile]["seconds"].items():
