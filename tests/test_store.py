@@ -283,3 +283,30 @@ def test_a_claim_ends_with_its_process(tmp_path):
         holder.kill()  # no release: the kernel frees the lock with the process
         holder.wait()
     assert store.is_free(digest)
+
+
+def taken_by_another_run(root, other, value):
+    """A cell that, while it runs, lets 'another run' claim cell ``other``, store ``value`` for it and let go."""
+    from memlab.files import cell_text
+
+    store = CellStore(root)
+    claim = store.claim(cell_digest(other))
+    assert claim is not None, "the sweep claimed a cell it had not started"
+    store.put(other, cell_digest(other), cell_text({"x": value}, 1.0), "other/quick/b")
+    claim.release()
+    return {"x": 0}
+
+
+def test_a_sweep_claims_each_cell_as_it_starts_so_another_run_takes_the_rest(tmp_path, fake_lab):
+    """Two runs sharing the store split a sweep's cells: while this run computes 'a', another run takes 'b' (not yet
+    claimed) and stores it; this run then reads 'b' instead of computing it, and goes on to 'c'."""
+    from memlab.runner import Run
+
+    store = CellStore(tmp_path / "cells")
+    b = partial(add, 1)
+    run = Run(tmp_path / "out", fake_lab.FakeConfig(), "quick", 0, progress=False, store=store, experiment="mine")
+    results = run.sweep({"a": partial(taken_by_another_run, str(store.root), b, -1), "b": b, "c": partial(add, 5)},
+                        "three")
+    assert results == {"a": {"x": 0}, "b": {"x": -1}, "c": {"x": 7}}
+    assert run.cells_computed == 2 and run.cells_reused == {"b": "other/quick/b"}
+    assert not any((store.root / "claims").iterdir())

@@ -27,7 +27,7 @@ import time
 import traceback
 import urllib.parse
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import jax
 import numpy as np
@@ -149,11 +149,20 @@ def _compute_pickled(blob: bytes, settings: Settings) -> tuple[str | None, str |
     return compute_cell(cell, settings)
 
 
-def _pickled(cells: Mapping[str, Callable]) -> Iterator[tuple[str, bytes | None, str | None]]:
+Cells = Mapping[str, Callable[[], Mapping]] | Iterable[tuple[str, Callable[[], Mapping]]]
+
+
+def named_cells(cells: Cells) -> Iterator[tuple[str, Callable[[], Mapping]]]:
+    """(name, cell) pairs, taken one at a time: from a mapping, or as they come from an iterable of pairs (a
+    sweep's: it claims each cell in the cell store as it is taken, ``Run._take``)."""
+    return iter(cells.items()) if isinstance(cells, Mapping) else iter(cells)
+
+
+def _pickled(cells: Cells) -> Iterator[tuple[str, bytes | None, str | None]]:
     """(name, blob, None), or (name, None, why) for a cell that cannot travel to a worker."""
     import cloudpickle
 
-    for name, cell in cells.items():
+    for name, cell in named_cells(cells):
         try:
             yield name, cloudpickle.dumps(cell), None
         except Exception as e:
@@ -164,12 +173,15 @@ def _pickled(cells: Mapping[str, Callable]) -> Iterator[tuple[str, bytes | None,
 class Executor:
     """Base class: ``run(cells, settings)`` yields Outcomes as cells finish; ``close()`` frees the workers.
 
+    ``cells`` (a mapping, or an iterable of (name, cell) pairs) is read one cell at a time as a worker comes free
+    (the Ray executor reads it at once and leaves the scheduling to the cluster).
+
     A generator from ``run`` that is closed early (Ctrl-C in the driver) stops the cells still running.
     """
 
     name = "executor"
 
-    def run(self, cells: Mapping[str, Callable[[], Mapping]], settings: Settings) -> Iterator[Outcome]:
+    def run(self, cells: Cells, settings: Settings) -> Iterator[Outcome]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -192,7 +204,7 @@ class LocalExecutor(Executor):
     name = "local"
 
     def run(self, cells, settings):
-        for name, cell in cells.items():
+        for name, cell in named_cells(cells):
             text, error = compute_cell(cell, settings)
             yield Outcome(name, text, error)
 

@@ -228,28 +228,26 @@ class Run:
         with self._progress(len(cells), label, done=len(results)) as advance:
             pending = todo
             while pending:  # another run sharing the store may hold some cells: compute the rest, then wait
-                mine, theirs, claims = self._claim(pending, digests, results, advance)
+                claims, theirs = {}, {}
+                taken = self._take(pending, digests, results, advance, claims, theirs, seconds)
                 try:
-                    if mine:
-                        scheduled = {name: Scheduled(self._located(name, compute, digests[name]), self.deadline,
-                                                     seconds, takes_checkpoint(compute))
-                                     for name, compute in mine.items()}
-                        settings = Settings.of_driver(self.deadline)
-                        with contextlib.closing(self.executor.run(scheduled, settings)) as outcomes:
-                            for outcome in outcomes:
-                                if outcome.out_of_time:
-                                    out_of_time.append(outcome.name)
-                                elif outcome.error is not None:
-                                    failures[outcome.name] = outcome.error
-                                    print(f"memlab: cell {outcome.name!r} failed:\n{outcome.error}", file=sys.stderr)
-                                else:
-                                    self._save(outcome.name, mine[outcome.name], digests[outcome.name], outcome.text)
-                                    results[outcome.name] = self._keep(outcome.name, read_cell(outcome.text))
-                                    seconds.append(self.cell_seconds[outcome.name])
-                                    self.cells_computed += 1
-                                advance()  # a Ctrl-C swallowed inside a cell stops the sweep here
+                    with contextlib.closing(self.executor.run(taken, Settings.of_driver(self.deadline))) as outcomes:
+                        for outcome in outcomes:
+                            if outcome.out_of_time:
+                                out_of_time.append(outcome.name)
+                            elif outcome.error is not None:
+                                failures[outcome.name] = outcome.error
+                                print(f"memlab: cell {outcome.name!r} failed:\n{outcome.error}", file=sys.stderr)
+                            else:
+                                self._save(outcome.name, pending[outcome.name], digests[outcome.name], outcome.text)
+                                results[outcome.name] = self._keep(outcome.name, read_cell(outcome.text))
+                                seconds.append(self.cell_seconds[outcome.name])
+                                self.cells_computed += 1
+                            if outcome.name in claims:
+                                claims.pop(outcome.name).release()
+                            advance()  # a Ctrl-C swallowed inside a cell stops the sweep here
                 finally:
-                    for claim in claims:
+                    for claim in claims.values():
                         claim.release()
                 pending = self._wait_for_others(label, theirs, digests, results, advance, out_of_time)
         if failures:
@@ -259,25 +257,28 @@ class Run:
         self._warn_other_software(label, list(cells))
         return {name: results[name] for name in cells}
 
-    def _claim(self, pending: dict, digests: dict, results: dict, advance) -> tuple[dict, dict, list]:
-        """Split ``pending`` cells into this run's (claimed in the store: :meth:`CellStore.claim`) and those another
-        live run is computing; a cell stored since the sweep began is read (into ``results``) instead."""
-        mine, theirs, claims = {}, {}, []
+    def _take(self, pending: dict, digests: dict, results: dict, advance, claims: dict, theirs: dict,
+              seconds: list) -> Iterator[tuple[str, Scheduled]]:
+        """The ``pending`` cells as the executor takes them, each claimed in the store (:meth:`CellStore.claim`,
+        kept in ``claims``) just before it starts, so another run sharing the store takes the cells this one has
+        not reached instead of waiting for them. A cell another live run holds goes to ``theirs``; one stored
+        since the sweep began is read into ``results`` instead."""
         for name, compute in pending.items():
             digest = digests[name]
-            claim = self.store.claim(digest) if digest is not None else None
-            if digest is not None and claim is None:
-                theirs[name] = compute
-                continue
-            if claim is not None and self._stored_since(compute, digest):
-                found = self._find(name, compute, digest)
-                claim.release()
-                results[name] = self._keep(name, found)
-                advance()
-                continue
-            mine[name] = compute
-            claims += [claim] if claim is not None else []
-        return mine, theirs, claims
+            if digest is not None:
+                claim = self.store.claim(digest)
+                if claim is None:
+                    theirs[name] = compute
+                    continue
+                if self._stored_since(compute, digest):
+                    found = self._find(name, compute, digest)
+                    claim.release()
+                    results[name] = self._keep(name, found)
+                    advance()
+                    continue
+                claims[name] = claim
+            yield name, Scheduled(self._located(name, compute, digest), self.deadline, seconds,
+                                  takes_checkpoint(compute))
 
     def _stored_since(self, compute: Callable, digest: str) -> bool:
         """Whether a cell not found when the sweep began is in the store now (written by another run); a damaged
