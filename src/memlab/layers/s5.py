@@ -90,8 +90,9 @@ def real_of_product(h: Array, M_re: Array, M_im: Array) -> Array:
     return jnp.real(h) @ M_re.T - jnp.imag(h) @ M_im.T
 
 
-def _apply(linear: eqx.nn.Linear, z: Array) -> Array:
-    """A Linear layer on z (..., n_in) -> (..., n_out)."""
+def apply_linear(linear: eqx.nn.Linear, z: Array) -> Array:
+    """A Linear layer on z (..., n_in) -> (..., n_out), as one matrix product over the leading axes (under a vmap,
+    a vmapped ``linear(z)`` of a sequence compiles to a loop on the CPU, several times slower)."""
     return z @ linear.weight.T + linear.bias
 
 
@@ -242,11 +243,11 @@ class S5Layer(eqx.Module):
         """The layer's output from the SSM output y and the input u (both (H,) or (L, H)): u + GLU(GELU(y))."""
         z = jax.nn.gelu(y)
         if self.activation == "full_glu":
-            z = _apply(self.glu_out1, z) * jax.nn.sigmoid(_apply(self.glu_out2, z))
+            z = apply_linear(self.glu_out1, z) * jax.nn.sigmoid(apply_linear(self.glu_out2, z))
         elif self.activation == "half_glu1":
-            z = z * jax.nn.sigmoid(_apply(self.glu_out2, z))
+            z = z * jax.nn.sigmoid(apply_linear(self.glu_out2, z))
         elif self.activation == "half_glu2":  # GELU only on the gate's input
-            z = y * jax.nn.sigmoid(_apply(self.glu_out2, z))
+            z = y * jax.nn.sigmoid(apply_linear(self.glu_out2, z))
         return u + z
 
     def step(self, h: Array, u: Array, reset: Array | bool = False) -> tuple[Array, Array]:
