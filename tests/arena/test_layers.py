@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from memlab.arena.hmm import random_hmm
-from memlab.arena.layers import LAYERS, AdaptiveLogitFilter, LogitFilter, make_layer
+from memlab.arena.layers import LAYERS, AdaptiveLogitFilter, LogitFilter, make_layer, state_size
 from memlab.belief import ALF, alf_filter, log_belief
 
 
@@ -64,3 +64,16 @@ def test_alf_with_a_stochastic_transition_is_the_linear_recurrence():
         expected.append(w)
     np.testing.assert_allclose(layer.logits(x), np.array(expected), atol=1e-5)
     assert float(AdaptiveLogitFilter(3, 5, key=jax.random.PRNGKey(8)).delta) == pytest.approx(0.1)  # the PPO ALF's
+
+
+@pytest.mark.parametrize("name", sorted(set(LAYERS) - {"attention"}))
+def test_the_recurrent_form_equals_the_layer_and_holds_the_state_it_is_counted_with(name, x64):
+    """``step`` scanned from ``init_state()`` gives ``layer(x)`` (float64, to rounding; gated DeltaNet's layer
+    runs the chunkwise form, linear attention's the parallel one), and its state is ``state_size`` numbers."""
+    width, length = 6, 23
+    layer = make_layer(name, width, jax.random.PRNGKey(2))
+    x = jax.random.normal(jax.random.PRNGKey(3), (length, width))
+    state, y = jax.lax.scan(lambda state, x_t: layer.step(state, x_t), layer.init_state(), x)
+    np.testing.assert_allclose(y, layer(x), rtol=1e-10, atol=1e-10)
+    numbers = sum(a.size * (2 if jnp.iscomplexobj(a) else 1) for a in jax.tree.leaves(state))
+    assert numbers == state_size(name, width, length)

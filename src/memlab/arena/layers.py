@@ -2,7 +2,10 @@
 
 Every entry makes a layer of a given width and says how many numbers it carries from one step to the next after
 L steps (its recurrent state; attention's is its key-value cache, which grows with L), so results can be compared
-at equal state. A researcher's own layer joins with :func:`register_layer`::
+at equal state. Every layer with a fixed-size state (all but softmax attention) also has its recurrent form,
+``layer.init_state()`` and ``layer.step(state, x_t) -> (state, y_t)``: scanned over x from ``init_state()`` it gives
+``layer(x)``, and its state holds exactly the numbers ``state_size`` counts (tested), e.g. for running a trained
+model one observation at a time. A researcher's own layer joins with :func:`register_layer`::
 
     def make_mine(width, key):
         return MyLayer(width, key=key)           # any callable module: (L, width) -> (L, width)
@@ -61,18 +64,27 @@ class GatedRNN(eqx.Module):
 
     cell: GRUCell | LSTMCell
 
-    def __call__(self, x: Array) -> Array:
-        def step(state, u):
-            state = self.cell(state, u)
-            return state, state[0] if isinstance(state, tuple) else state
+    def init_state(self):
+        return self.cell.init_state()
 
-        return jax.lax.scan(step, self.cell.init_state(), x)[1]
+    def step(self, state, u: Array):
+        state = self.cell(state, u)
+        return state, state[0] if isinstance(state, tuple) else state
+
+    def __call__(self, x: Array) -> Array:
+        return jax.lax.scan(lambda state, u: self.step(state, u), self.init_state(), x)[1]
 
 
 class S5(eqx.Module):
     """``memlab.layers.S5Layer`` (GLU mixing and residual inside), sequential scan: the fast form on a CPU."""
 
     layer: S5Layer
+
+    def init_state(self) -> Array:
+        return self.layer.initial_state()
+
+    def step(self, h: Array, u: Array) -> tuple[Array, Array]:
+        return self.layer.step(h, u)
 
     def __call__(self, x: Array) -> Array:
         return self.layer(x, method="sequential")[1]

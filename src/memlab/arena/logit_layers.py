@@ -35,6 +35,15 @@ from memlab.belief.memories import ALF_DELTA
 __all__ = ["AdaptiveLogitFilter", "LogitFilter"]
 
 
+def transition(layer: LogitFilter | AdaptiveLogitFilter) -> Array:
+    """The learned column-stochastic T = softmax(transition_logits) (column by column)."""
+    return jax.nn.softmax(layer.transition_logits, axis=0)
+
+
+def _lof_update(T: Array, w: Array, l_t: Array) -> Array:
+    return normalize_logits(log_matvec(T, w) + l_t)  # eq. (7), (8)
+
+
 class LogitFilter(eqx.Module):
     """The LOF of paper 1 (eq. (7)) as a trainable layer over ``states`` hidden states: the exact HMM filter's own
     model class, learned (module docstring). With T, E and pi0 of an HMM it computes that HMM's exact log beliefs
@@ -53,15 +62,24 @@ class LogitFilter(eqx.Module):
         self.emission = eqx.nn.Linear(width, states, key=k_e)
         self.readout = eqx.nn.Linear(states, width, key=k_r)
 
+    def init_state(self) -> Array:
+        """w_0 = log_softmax(initial_logits) (states,)."""
+        return jax.nn.log_softmax(self.initial_logits)
+
+    def step(self, w: Array, x: Array) -> tuple[Array, Array]:
+        """One input: (w_{t-1}, x_t (width,)) -> (w_t, the read-out belief (width,))."""
+        w = _lof_update(transition(self), w, self.emission(x))
+        return w, self.readout(jax.nn.softmax(w))
+
     def log_beliefs(self, x: Array) -> Array:
         """w_1..w_L (L, states): the normalised logits after each input."""
-        T = jax.nn.softmax(self.transition_logits, axis=0)
+        T = transition(self)
 
         def step(w, l_t):
-            w = normalize_logits(log_matvec(T, w) + l_t)  # eq. (7), (8)
+            w = _lof_update(T, w, l_t)
             return w, w
 
-        return jax.lax.scan(step, jax.nn.log_softmax(self.initial_logits), jax.vmap(self.emission)(x))[1]
+        return jax.lax.scan(step, self.init_state(), jax.vmap(self.emission)(x))[1]
 
     def __call__(self, x: Array) -> Array:
         return jax.vmap(self.readout)(jax.nn.softmax(self.log_beliefs(x)))
@@ -88,16 +106,24 @@ class AdaptiveLogitFilter(eqx.Module):
     def delta(self) -> Array:
         return jax.nn.sigmoid(self.delta_logit)
 
+    def init_state(self) -> Array:
+        """w_0 = 0 (states,)."""
+        return jnp.zeros(self.transition_logits.shape[0], self.transition_logits.dtype)
+
+    def step(self, w: Array, x: Array) -> tuple[Array, Array]:
+        """One input: (w_{t-1}, x_t (width,)) -> (w_t, the read-out proxy belief (width,))."""
+        w = alf_update(self.delta, transition(self) @ w, self.emission(x))  # eq. (24)
+        return w, self.readout(jax.nn.softmax(w))
+
     def logits(self, x: Array) -> Array:
         """w_1..w_L (L, states): the ALF's logits after each input."""
-        T = jax.nn.softmax(self.transition_logits, axis=0)
-        delta = self.delta
+        T, delta = transition(self), self.delta
 
         def step(w, l_t):
             w = alf_update(delta, T @ w, l_t)  # eq. (24): (1 - delta) T w_{t-1} + delta l_t
             return w, w
 
-        return jax.lax.scan(step, jnp.zeros(T.shape[0], T.dtype), jax.vmap(self.emission)(x))[1]
+        return jax.lax.scan(step, self.init_state(), jax.vmap(self.emission)(x))[1]
 
     def __call__(self, x: Array) -> Array:
         return jax.vmap(self.readout)(jax.nn.softmax(self.logits(x)))  # the proxy belief, eq. (10)

@@ -105,6 +105,22 @@ class CausalLinearAttention(eqx.Module):
         d_h = self.proj.out.in_features // self.proj.heads
         return self.proj.heads * (d_h * d_h + d_h)
 
+    def init_state(self) -> tuple[Array, Array]:
+        """(S, z) = 0: per head S_t = sum_s v_s phi(k_s)^T (heads, d_h, d_h) and z_t = sum_s phi(k_s) (heads, d_h)."""
+        heads = self.proj.heads
+        d_h = self.proj.out.in_features // heads
+        dtype = self.proj.out.weight.dtype
+        return jnp.zeros((heads, d_h, d_h), dtype), jnp.zeros((heads, d_h), dtype)
+
+    def step(self, state: tuple[Array, Array], x: Array) -> tuple[tuple[Array, Array], Array]:
+        """One step of the recurrence: ((S, z), x_t (d,)) -> ((S_t, z_t), o_t = S_t phi(q_t) / z_t . phi(q_t) (d,))."""
+        S, z = state
+        q, k, v = (a[:, 0] for a in self.proj.split(x[None]))  # (heads, d_h) each
+        q, k = feature_map(q), feature_map(k)
+        S, z = S + v[:, :, None] * k[:, None, :], z + k
+        o = jnp.einsum("hij,hj->hi", S, q) / jnp.sum(z * q, -1, keepdims=True)
+        return (S, z), self.proj.merge(o[:, None])[0]
+
     def __call__(self, x: Array) -> Array:
         q, k, v = self.proj.split(x)
         q, k = feature_map(q), feature_map(k)

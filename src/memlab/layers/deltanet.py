@@ -96,8 +96,27 @@ class GatedDeltaNet(eqx.Module):
         d_h = self.proj.out.in_features // heads
         return heads * d_h * d_h
 
+    def _gates(self, x: Array) -> tuple[Array, Array]:
+        """log alpha, beta (heads, L) for x (L, d)."""
+        a, b = jnp.split(jax.vmap(self.gates)(x), 2, axis=-1)  # (L, heads) each
+        return -jax.nn.softplus(a).T, jax.nn.sigmoid(b).T
+
+    def init_state(self) -> Array:
+        """S = 0, (heads, d_h, d_h)."""
+        heads = self.proj.heads
+        d_h = self.proj.out.in_features // heads
+        return jnp.zeros((heads, d_h, d_h), self.proj.out.weight.dtype)
+
+    def step(self, S: Array, x: Array) -> tuple[Array, Array]:
+        """One step of the gated delta rule: (S (heads, d_h, d_h), x_t (d,)) -> (S_t, o_t (d,))."""
+        q, k, v = (a[:, 0] for a in self.proj.split(x[None]))  # (heads, d_h) each
+        q, k = _unit(q), _unit(k)
+        log_alpha, beta = (g[:, 0, None, None] for g in self._gates(x[None]))  # (heads, 1, 1)
+        Sk = jnp.einsum("hij,hj->hi", S, k)
+        S = jnp.exp(log_alpha) * (S - beta * Sk[:, :, None] * k[:, None, :]) + beta * v[:, :, None] * k[:, None, :]
+        return S, self.proj.merge(jnp.einsum("hij,hj->hi", S, q)[:, None])[0]
+
     def __call__(self, x: Array) -> Array:
         q, k, v = self.proj.split(x)  # (heads, L, d_h) each
-        a, b = jnp.split(jax.vmap(self.gates)(x), 2, axis=-1)  # (L, heads) each
-        log_alpha, beta = -jax.nn.softplus(a).T, jax.nn.sigmoid(b).T  # (heads, L)
+        log_alpha, beta = self._gates(x)  # (heads, L)
         return self.proj.merge(jax.vmap(gated_delta_rule_chunked)(_unit(q), _unit(k), v, log_alpha, beta))

@@ -62,8 +62,24 @@ class LRU(eqx.Module):
         """Real numbers carried from step to step (any length): 2P, P complex modes."""
         return 2 * self.nu_log.shape[0]
 
-    def __call__(self, u: Array, method: str = "sequential") -> Array:
-        lam = self.eigenvalues
-        Bu = jnp.exp(self.gamma_log) * (u @ (self.B_re + 1j * self.B_im).T)  # (L, P)
-        h = linear_scan(jnp.broadcast_to(lam, Bu.shape), Bu, method=method)  # h_t = lambda h_{t-1} + gamma B u_t
+    def _input(self, u: Array) -> Array:
+        """gamma * (B u) for u (..., H) -> (..., P) complex."""
+        return jnp.exp(self.gamma_log) * (u @ (self.B_re + 1j * self.B_im).T)
+
+    def _output(self, h: Array, u: Array) -> Array:
+        """Re(C h) + D * u for h (..., P) and u (..., H)."""
         return (h @ (self.C_re + 1j * self.C_im).T).real + self.D * u
+
+    def init_state(self) -> Array:
+        """h_0 = 0 (P,) complex."""
+        return jnp.zeros(self.nu_log.shape, jnp.result_type(self.nu_log.dtype, jnp.complex64))
+
+    def step(self, h: Array, u: Array) -> tuple[Array, Array]:
+        """One step: (h (P,), u (H,)) -> (h_t, y_t (H,))."""
+        h = self.eigenvalues * h + self._input(u)
+        return h, self._output(h, u)
+
+    def __call__(self, u: Array, method: str = "sequential") -> Array:
+        Bu = self._input(u)  # (L, P)
+        h = linear_scan(jnp.broadcast_to(self.eigenvalues, Bu.shape), Bu, method=method)  # h_t = lambda h + gamma B u
+        return self._output(h, u)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from memlab.checks import check_choice
-from memlab.layers.s6 import DISCRETIZATIONS, METHODS, selective_scan
+from memlab.layers.s6 import DISCRETIZATIONS, METHODS, selective_scan, selective_step
 
 
 class MambaBlock(eqx.Module):
@@ -105,12 +105,31 @@ class MambaBlock(eqx.Module):
             raise ValueError(f"x must be (L, d_model) with d_model = {d_model}, got shape {x.shape}")
         if reset is not None and (jnp.shape(reset) != x.shape[:1] or jnp.asarray(reset).dtype != jnp.bool_):
             raise ValueError(f"reset must be a boolean array of shape ({x.shape[0]},), got {jnp.shape(reset)}")
-        xz = x @ self.in_proj.weight.T
-        x_in, z = jnp.split(xz, 2, axis=-1)
+        x_in, z = jnp.split(x @ self.in_proj.weight.T, 2, axis=-1)
         xc = jax.nn.silu(self._causal_conv(x_in, reset))
+        return {"xc": xc, "z": z, **self._selection(xc)}
+
+    def _selection(self, xc: Array) -> dict[str, Array]:
+        """delta (..., d_inner), B, C (..., N) from the convolved inputs xc (..., d_inner)."""
         dt, B, C = jnp.split(xc @ self.x_proj.weight.T, [self.dt_rank, self.dt_rank + self.d_state], axis=-1)
-        delta = jax.nn.softplus(dt @ self.dt_proj.weight.T + self.dt_proj.bias)
-        return {"xc": xc, "z": z, "delta": delta, "B": B, "C": C}
+        return {"delta": jax.nn.softplus(dt @ self.dt_proj.weight.T + self.dt_proj.bias), "B": B, "C": C}
+
+    def init_state(self) -> tuple[Array, Array]:
+        """The convolution's last d_conv - 1 inputs (d_conv - 1, d_inner) and the SSM state (d_inner, N), zero."""
+        d_inner, d_conv = self.conv_weight.shape
+        dtype = self.conv_weight.dtype
+        return jnp.zeros((d_conv - 1, d_inner), dtype), jnp.zeros((d_inner, self.d_state), dtype)
+
+    def step(self, state: tuple[Array, Array], x: Array) -> tuple[tuple[Array, Array], Array]:
+        """One token: ((last inputs, h), x_t (d_model,)) -> (state_t, out_t (d_model,)); scanned over a sequence
+        from ``init_state()`` it gives ``self(x)``."""
+        earlier, h = state
+        x_in, z = jnp.split(x @ self.in_proj.weight.T, 2)
+        window = jnp.concatenate([earlier, x_in[None]])  # x_{t-d_conv+1} .. x_t
+        xc = jax.nn.silu(self.conv_bias + jnp.sum(self.conv_weight.T * window, 0))
+        s = self._selection(xc)
+        h, y = selective_step(h, xc, s["delta"], self.A, s["B"], s["C"], self.discretization, a_nonzero=True)
+        return (window[1:], h), self._out(y + self.D * xc, z)
 
     def __call__(self, x: Array, reset: Array | None = None) -> Array:
         """(L, d_model) -> (L, d_model); reset (L,) bool starts a new sequence at those tokens (packing)."""
