@@ -167,7 +167,8 @@ def _tiny_cell(checkpoint=None):
 
 def test_a_cell_stopped_at_the_time_limit_resumes_from_its_checkpoint_to_the_same_numbers(tmp_path, monkeypatch):
     """A cell's training saves after every chunk of eval_every steps; stopped by the time limit after two of four
-    chunks and run again, it ends with the numbers of a run without a checkpoint."""
+    chunks and run again, it ends with the numbers of a run without a checkpoint (to float32 rounding: the two are
+    differently compiled programs, whose matrix products XLA may sum in another order)."""
     whole = _tiny_cell()
     path = tmp_path / "checkpoint"
     checks = []
@@ -184,7 +185,7 @@ def test_a_cell_stopped_at_the_time_limit_resumes_from_its_checkpoint_to_the_sam
     monkeypatch.undo()
     resumed = _tiny_cell(str(path))
     for name in ("gap", "eval_gap", "model_loss", "gradient_cosine"):
-        np.testing.assert_array_equal(resumed[name], whole[name], err_msg=name)
+        np.testing.assert_allclose(resumed[name], whole[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 def test_the_checkpoint_argument_leaves_the_cell_key_as_it_was():

@@ -31,6 +31,7 @@ from jax import Array
 from memlab.belief.alf import alf_update
 from memlab.belief.filters import log_matvec, normalize_logits
 from memlab.belief.memories import ALF_DELTA
+from memlab.layers.dense import apply_linear
 
 __all__ = ["AdaptiveLogitFilter", "LogitFilter"]
 
@@ -79,10 +80,10 @@ class LogitFilter(eqx.Module):
             w = _lof_update(T, w, l_t)
             return w, w
 
-        return jax.lax.scan(step, self.init_state(), jax.vmap(self.emission)(x))[1]
+        return jax.lax.scan(step, self.init_state(), apply_linear(self.emission, x))[1]
 
     def __call__(self, x: Array) -> Array:
-        return jax.vmap(self.readout)(jax.nn.softmax(self.log_beliefs(x)))
+        return apply_linear(self.readout, jax.nn.softmax(self.log_beliefs(x)))
 
 
 class AdaptiveLogitFilter(eqx.Module):
@@ -123,7 +124,7 @@ class AdaptiveLogitFilter(eqx.Module):
             w = alf_update(delta, T @ w, l_t)  # eq. (24): (1 - delta) T w_{t-1} + delta l_t
             return w, w
 
-        return jax.lax.scan(step, self.init_state(), jax.vmap(self.emission)(x))[1]
+        return jax.lax.scan(step, self.init_state(), apply_linear(self.emission, x))[1]
 
     def __call__(self, x: Array) -> Array:
-        return jax.vmap(self.readout)(jax.nn.softmax(self.logits(x)))  # the proxy belief, eq. (10)
+        return apply_linear(self.readout, jax.nn.softmax(self.logits(x)))  # the proxy belief, eq. (10)

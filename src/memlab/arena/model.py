@@ -11,6 +11,7 @@ from jax import Array
 
 from memlab.arena.layers import make_layer
 from memlab.checks import check_int
+from memlab.layers.dense import apply_linear, apply_mlp
 
 __all__ = ["Block", "SequenceModel", "parameter_count"]
 
@@ -29,7 +30,7 @@ class Block(eqx.Module):
 
     def __call__(self, x: Array) -> Array:
         x = x + self.mixer(jax.vmap(self.norm1)(x))
-        return x + jax.vmap(self.mlp)(jax.vmap(self.norm2)(x))
+        return x + apply_mlp(self.mlp, jax.vmap(self.norm2)(x))
 
 
 class SequenceModel(eqx.Module):
@@ -50,10 +51,10 @@ class SequenceModel(eqx.Module):
         self.head = eqx.nn.Linear(width, output_size, key=k_head)
 
     def __call__(self, x: Array) -> Array:
-        h = jax.vmap(self.embed)(x)
+        h = apply_linear(self.embed, x)
         for block in self.blocks:
             h = block(h)
-        return jax.vmap(self.head)(jax.vmap(self.norm)(h))
+        return apply_linear(self.head, jax.vmap(self.norm)(h))
 
 
 def parameter_count(model: eqx.Module) -> int:

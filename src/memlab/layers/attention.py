@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from memlab.checks import check_int
+from memlab.layers.dense import apply_linear
 
 __all__ = ["CausalLinearAttention", "CausalSoftmaxAttention", "rotary"]
 
@@ -58,12 +59,12 @@ class HeadProjections(eqx.Module):
     def split(self, x: Array) -> tuple[Array, Array, Array]:
         """q, k, v, each (heads, L, d_h)."""
         L, d = x.shape
-        qkv = jax.vmap(self.qkv)(x).reshape(L, 3, self.heads, d // self.heads)
+        qkv = apply_linear(self.qkv, x).reshape(L, 3, self.heads, d // self.heads)
         return tuple(jnp.moveaxis(qkv[:, i], 1, 0) for i in range(3))
 
     def merge(self, o: Array) -> Array:
         """(heads, L, d_h) -> out-projected (L, d)."""
-        return jax.vmap(self.out)(jnp.moveaxis(o, 0, 1).reshape(o.shape[1], -1))
+        return apply_linear(self.out, jnp.moveaxis(o, 0, 1).reshape(o.shape[1], -1))
 
 
 class CausalSoftmaxAttention(eqx.Module):

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from memlab.layers.attention import HeadProjections
+from memlab.layers.dense import apply_linear
 
 __all__ = ["GatedDeltaNet", "gated_delta_rule", "gated_delta_rule_chunked"]
 
@@ -98,7 +99,7 @@ class GatedDeltaNet(eqx.Module):
 
     def _gates(self, x: Array) -> tuple[Array, Array]:
         """log alpha, beta (heads, L) for x (L, d)."""
-        a, b = jnp.split(jax.vmap(self.gates)(x), 2, axis=-1)  # (L, heads) each
+        a, b = jnp.split(apply_linear(self.gates, x), 2, axis=-1)  # (L, heads) each
         return -jax.nn.softplus(a).T, jax.nn.sigmoid(b).T
 
     def init_state(self) -> Array:

@@ -22,6 +22,7 @@ import numpy as np
 from jax import Array
 
 from memlab.checks import check_choice, check_int, check_real
+from memlab.layers.dense import apply_linear
 from memlab.layers.s6 import discretize_diagonal
 from memlab.scan import METHODS, linear_scan
 
@@ -88,12 +89,6 @@ def real_times_complex(u: Array, M: Array) -> Array:
 def real_of_product(h: Array, M_re: Array, M_im: Array) -> Array:
     """Re(h M^T) for h (..., K) complex and M = M_re + i M_im (H, K), as two real products instead of four."""
     return jnp.real(h) @ M_re.T - jnp.imag(h) @ M_im.T
-
-
-def apply_linear(linear: eqx.nn.Linear, z: Array) -> Array:
-    """A Linear layer on z (..., n_in) -> (..., n_out), as one matrix product over the leading axes (under a vmap,
-    a vmapped ``linear(z)`` of a sequence compiles to a loop on the CPU, several times slower)."""
-    return z @ linear.weight.T + linear.bias
 
 
 def _draw_C(key: Array, H: int, P: int, C_init: str) -> Array:

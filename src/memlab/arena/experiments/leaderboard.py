@@ -189,7 +189,7 @@ def _train_seeds(spec, layer: str, width: int, depth: int, config: TrainConfig, 
     """Every seed trained (a stacked :class:`TrainResult`): without a ``checkpoint`` in one compiled call, with one
     a chunk of ``eval_every`` steps per call, the progress saved after each and resumed from; under a time limit
     (``memlab.deadline``) training then stops, saved, before a chunk that would not finish in time. Both give the
-    same numbers.
+    same numbers up to float32 rounding (XLA may order a matrix product's sums differently in the two programs).
 
     The compiled programs take every array as an argument (the held-out batch baked in as constants cost XLA
     seconds of constant folding) and run the seeds one after the other: vmapping them doubled the compile time and
