@@ -56,6 +56,11 @@ class HeadProjections(eqx.Module):
         self.out = eqx.nn.Linear(width, width, use_bias=False, key=k_out)
         self.heads = heads
 
+    @property
+    def head_size(self) -> int:
+        """d_h = width / heads."""
+        return self.out.in_features // self.heads
+
     def split(self, x: Array) -> tuple[Array, Array, Array]:
         """q, k, v, each (heads, L, d_h)."""
         L, d = x.shape
@@ -65,6 +70,14 @@ class HeadProjections(eqx.Module):
     def merge(self, o: Array) -> Array:
         """(heads, L, d_h) -> out-projected (L, d)."""
         return apply_linear(self.out, jnp.moveaxis(o, 0, 1).reshape(o.shape[1], -1))
+
+    def split_token(self, x: Array) -> tuple[Array, Array, Array]:
+        """q, k, v of one token x (d,), each (heads, d_h) (a recurrent form's step)."""
+        return tuple(a[:, 0] for a in self.split(x[None]))
+
+    def merge_token(self, o: Array) -> Array:
+        """(heads, d_h) -> out-projected (d,)."""
+        return self.merge(o[:, None])[0]
 
 
 class CausalSoftmaxAttention(eqx.Module):
@@ -103,24 +116,22 @@ class CausalLinearAttention(eqx.Module):
 
     def state_size(self, length: int | None = None) -> int:
         """S and z per head: heads (d_h^2 + d_h)."""
-        d_h = self.proj.out.in_features // self.proj.heads
+        d_h = self.proj.head_size
         return self.proj.heads * (d_h * d_h + d_h)
 
     def init_state(self) -> tuple[Array, Array]:
         """(S, z) = 0: per head S_t = sum_s v_s phi(k_s)^T (heads, d_h, d_h) and z_t = sum_s phi(k_s) (heads, d_h)."""
-        heads = self.proj.heads
-        d_h = self.proj.out.in_features // heads
-        dtype = self.proj.out.weight.dtype
+        heads, d_h, dtype = self.proj.heads, self.proj.head_size, self.proj.out.weight.dtype
         return jnp.zeros((heads, d_h, d_h), dtype), jnp.zeros((heads, d_h), dtype)
 
     def step(self, state: tuple[Array, Array], x: Array) -> tuple[tuple[Array, Array], Array]:
         """One step of the recurrence: ((S, z), x_t (d,)) -> ((S_t, z_t), o_t = S_t phi(q_t) / z_t . phi(q_t) (d,))."""
         S, z = state
-        q, k, v = (a[:, 0] for a in self.proj.split(x[None]))  # (heads, d_h) each
+        q, k, v = self.proj.split_token(x)  # (heads, d_h) each
         q, k = feature_map(q), feature_map(k)
         S, z = S + v[:, :, None] * k[:, None, :], z + k
         o = jnp.einsum("hij,hj->hi", S, q) / jnp.sum(z * q, -1, keepdims=True)
-        return (S, z), self.proj.merge(o[:, None])[0]
+        return (S, z), self.proj.merge_token(o)
 
     def __call__(self, x: Array) -> Array:
         q, k, v = self.proj.split(x)

@@ -93,9 +93,7 @@ class GatedDeltaNet(eqx.Module):
 
     def state_size(self, length: int | None = None) -> int:
         """heads d_h^2 numbers, for any length."""
-        heads = self.proj.heads
-        d_h = self.proj.out.in_features // heads
-        return heads * d_h * d_h
+        return self.proj.heads * self.proj.head_size ** 2
 
     def _gates(self, x: Array) -> tuple[Array, Array]:
         """log alpha, beta (heads, L) for x (L, d)."""
@@ -104,18 +102,17 @@ class GatedDeltaNet(eqx.Module):
 
     def init_state(self) -> Array:
         """S = 0, (heads, d_h, d_h)."""
-        heads = self.proj.heads
-        d_h = self.proj.out.in_features // heads
-        return jnp.zeros((heads, d_h, d_h), self.proj.out.weight.dtype)
+        d_h = self.proj.head_size
+        return jnp.zeros((self.proj.heads, d_h, d_h), self.proj.out.weight.dtype)
 
     def step(self, S: Array, x: Array) -> tuple[Array, Array]:
         """One step of the gated delta rule: (S (heads, d_h, d_h), x_t (d,)) -> (S_t, o_t (d,))."""
-        q, k, v = (a[:, 0] for a in self.proj.split(x[None]))  # (heads, d_h) each
+        q, k, v = self.proj.split_token(x)  # (heads, d_h) each
         q, k = _unit(q), _unit(k)
         log_alpha, beta = (g[:, 0, None, None] for g in self._gates(x[None]))  # (heads, 1, 1)
         Sk = jnp.einsum("hij,hj->hi", S, k)
         S = jnp.exp(log_alpha) * (S - beta * Sk[:, :, None] * k[:, None, :]) + beta * v[:, :, None] * k[:, None, :]
-        return S, self.proj.merge(jnp.einsum("hij,hj->hi", S, q)[:, None])[0]
+        return S, self.proj.merge_token(jnp.einsum("hij,hj->hi", S, q))
 
     def __call__(self, x: Array) -> Array:
         q, k, v = self.proj.split(x)  # (heads, L, d_h) each
