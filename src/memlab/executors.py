@@ -367,14 +367,15 @@ class RayExecutor(Executor):
         return ray
 
     def run(self, cells, settings):
-        ray = self._ensure_ray()
-        task = ray.remote(num_cpus=self.cpus_per_cell)(_compute_pickled)
-        submitted = {}
+        ray, task, submitted = None, None, {}
         for name, blob, why in _pickled(cells):
             if why:
                 yield Outcome(name, error=why)
-            else:
-                submitted[task.remote(blob, settings)] = name
+                continue
+            if task is None:  # connect only once there is a cell to send (a sweep may take none: another run has them)
+                ray = self._ensure_ray()
+                task = ray.remote(num_cpus=self.cpus_per_cell)(_compute_pickled)
+            submitted[task.remote(blob, settings)] = name
         pending = list(submitted)
         try:
             while pending:
