@@ -8,7 +8,8 @@
 * ``l1_ball``   Euclidean projection onto the l1 ball (Duchi et al. 2008)
 * ``lru``       the Linear Recurrent Unit (Orvieto et al. 2023)
 * ``attention`` causal softmax and linear attention, multi-head
-* ``deltanet``  gated DeltaNet (Yang et al. 2024), the gated delta rule as one scan
+* ``deltanet``  gated DeltaNet (Yang et al. 2024): the gated delta rule step by step and in its chunkwise form
+* ``dense``     Equinox's Linear and MLP applied to a whole sequence as one matrix product
 """
 
 from memlab.layers.attention import CausalLinearAttention, CausalSoftmaxAttention
