@@ -273,18 +273,31 @@ def test_selective_scan_forms_match_a_numpy_loop(use_x64, tol, discretization):
             close(h, h_ref, tol)
 
 
-def test_selective_scan_gradients_agree_between_forms(x64):
+@pytest.mark.parametrize("discretization, a_nonzero", [("zoh", False), ("zoh", True), ("euler_b", False)])
+def test_selective_scan_gradients_agree_between_forms(x64, discretization, a_nonzero):
+    """The sequential form's hand-written backward pass against JAX's autodiff of the parallel form: every input,
+    through the outputs and the final state, with restarts, on a batch that shares A (vmap, as the layers use it)."""
     rng = np.random.default_rng(5)
-    x, delta, A, B, C, D, h0 = map(jnp.asarray, selective_inputs(rng, 29, 2, 3))
+    L, Din, N, batch = 29, 2, 3, 3
+    x, delta, A, B, C, D, h0 = map(jnp.asarray, selective_inputs(rng, L, Din, N))
+    if a_nonzero:
+        A = A.at[0, 0].set(-0.5)
+    x, delta, B, C = (jnp.stack([v * (1 + 0.3 * i) for i in range(batch)]) for v in (x, delta, B, C))
+    reset = resets(L, [9, 10, 20])
 
     def loss(params, method):
-        delta_, A_, B_ = params
-        return jnp.sum(jnp.sin(selective_scan(x, delta_, A_, B_, C, D, h0, method=method)))
+        x_, delta_, A_, B_, C_, D_, h0_ = params
+        def one(x_, delta_, B_, C_):
+            y, h = selective_scan(x_, delta_, A_, B_, C_, D_, h0_, reset, discretization, method, return_state=True,
+                                  a_nonzero=a_nonzero)
+            return jnp.sum(jnp.sin(y)) + jnp.sum(jnp.cos(h))
+        return jnp.sum(jax.vmap(one)(x_, delta_, B_, C_))
 
     grad = jax.jit(jax.grad(loss), static_argnums=1)
-    g_seq, g_par = grad((delta, A, B), "sequential"), grad((delta, A, B), "parallel")
+    params = (x, delta, A, B, C, D, h0)
+    g_seq, g_par = grad(params, "sequential"), grad(params, "parallel")
     for gs, gp in zip(g_seq, g_par):
-        assert np.isfinite(gs).all()
+        assert np.isfinite(gs).all() and np.abs(gp).max() > 0
         close(gs, gp, 1e-11)
 
 
