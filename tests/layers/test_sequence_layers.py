@@ -102,29 +102,33 @@ def test_linear_attention_is_its_recurrence(heads):
     np.testing.assert_allclose(layer(x), _merge(layer, o), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("heads", [1, 2])
-def test_gated_deltanet_is_the_gated_delta_rule(heads):
-    layer = GatedDeltaNet(D, heads, key=jax.random.key(4))
+@pytest.mark.parametrize("heads, decay, delta", [(1, True, True), (2, True, True), (2, False, True),
+                                                (2, True, False), (1, False, False)])
+def test_gated_deltanet_is_the_gated_delta_rule(heads, decay, delta):
+    """The layer and its members without decay (DeltaNet) or delta term (gated linear attention) or both."""
+    layer = GatedDeltaNet(D, heads, key=jax.random.key(4), decay=decay, delta=delta)
     x = _x(3)
     q, k, v = _heads(layer, x)
     unit = lambda a: a / (np.linalg.norm(a, axis=-1, keepdims=True) + 1e-6)  # noqa: E731
     q, k = unit(q), unit(k)
     gates = _np(x) @ _np(layer.gates.weight).T + _np(layer.gates.bias)
-    alpha, beta = np.exp(-np.logaddexp(0.0, gates[:, :heads])), 1 / (1 + np.exp(-gates[:, heads:]))
+    alpha = np.exp(-np.logaddexp(0.0, gates[:, :heads])) if decay else np.ones((L, heads))
+    beta = 1 / (1 + np.exp(-gates[:, -heads:]))
     o = np.zeros_like(v)
     for h in range(heads):
         S = np.zeros((D // heads, D // heads))
         for t in range(L):
             k_t = k[h, t]
-            S = alpha[t, h] * S @ (np.eye(len(k_t)) - beta[t, h] * np.outer(k_t, k_t)) + beta[t, h] * np.outer(
-                v[h, t], k_t)
+            erase = np.eye(len(k_t)) - beta[t, h] * np.outer(k_t, k_t) if delta else np.eye(len(k_t))
+            S = alpha[t, h] * S @ erase + beta[t, h] * np.outer(v[h, t], k_t)
             o[h, t] = S @ q[h, t]
     np.testing.assert_allclose(layer(x), _merge(layer, o), rtol=1e-4, atol=1e-5)
     assert layer.state_size() == heads * (D // heads) ** 2
 
 
-@pytest.mark.parametrize("length,chunk,decay", [(37, 16, 1.0), (64, 64, 1.0), (64, 8, 30.0), (5, 8, 1.0)])
-def test_chunked_gated_delta_rule_is_the_recurrence(x64, length, chunk, decay):
+@pytest.mark.parametrize("length,chunk,decay,delta", [(37, 16, 1.0, True), (64, 64, 1.0, True), (64, 8, 30.0, True),
+                                                     (5, 8, 1.0, True), (37, 16, 1.0, False), (64, 8, 30.0, False)])
+def test_chunked_gated_delta_rule_is_the_recurrence(x64, length, chunk, decay, delta):
     """The chunkwise form (padding, strong decay within a chunk) equals the step-by-step scan, values and
     gradients, in float64."""
     from memlab.layers.deltanet import gated_delta_rule, gated_delta_rule_chunked
@@ -138,10 +142,10 @@ def test_chunked_gated_delta_rule_is_the_recurrence(x64, length, chunk, decay):
     args = (q, k, v, log_alpha, beta)
 
     def plain(q, k, v, log_alpha, beta):
-        return gated_delta_rule(q, k, v, jnp.exp(log_alpha), beta)
+        return gated_delta_rule(q, k, v, jnp.exp(log_alpha), beta, delta)
 
     def chunked(*a):
-        return gated_delta_rule_chunked(*a, chunk=chunk)
+        return gated_delta_rule_chunked(*a, chunk=chunk, delta=delta)
 
     np.testing.assert_allclose(chunked(*args), plain(*args), rtol=0, atol=1e-12)
     grads = [jax.grad(lambda *a, f=f: jnp.sum(jnp.sin(f(*a))), argnums=range(5))(*args) for f in (plain, chunked)]

@@ -109,6 +109,15 @@ LAYERS: dict[str, LayerSpec] = {
                      "learned, hidden states = width"),
     "gated-deltanet": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key), lambda d, L: d * d,
                                 "gated DeltaNet, one head"),
+    # gated DeltaNet without one or both of its parts: the ablation between linear attention and gated DeltaNet
+    "deltanet": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key, decay=False), lambda d, L: d * d,
+                          "DeltaNet: gated DeltaNet without the decay (alpha = 1), one head"),
+    "gated-linear-attention": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key, delta=False), lambda d, L: d * d,
+                                        "gated linear attention: gated DeltaNet without the delta rule, one head"),
+    "l2-linear-attention": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key, decay=False, delta=False),
+                                     lambda d, L: d * d,
+                                     "linear attention as gated DeltaNet writes it (L2-normalised q and k, write "
+                                     "strength beta, no normaliser), without decay or delta rule, one head"),
 }
 
 

@@ -7,13 +7,18 @@ alpha_t = exp(-softplus(w_alpha . x_t + b_alpha)) in (0, 1) the decay:
     S_t = alpha_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T          (the gated delta rule)
     o_t = S_t q_t
 
-alpha = 1 is DeltaNet (Schlag et al. 2021); beta_t k_t k_t^T = 0 is gated linear attention. State: a (d_h x d_h)
-matrix per head. :func:`gated_delta_rule` is the recurrence as written, one ``lax.scan`` step per time step (the
-reference); the layer runs :func:`gated_delta_rule_chunked`, the paper's chunkwise form (tested equal), which
-takes a scan step per chunk of time steps and does the rest as matrix products.
+alpha = 1 is DeltaNet (Schlag et al. 2021); without the delta term (-beta_t S_{t-1} k_t k_t^T) it is gated linear
+attention, S_t = alpha_t S_{t-1} + beta_t v_t k_t^T; with neither, plain linear attention with L2-normalised keys
+and no normaliser. ``GatedDeltaNet(decay=False)`` and ``(delta=False)`` are these members of the family (the
+arena's ablation of linear attention). State: a (d_h x d_h) matrix per head. :func:`gated_delta_rule` is the
+recurrence as written, one ``lax.scan`` step per time step (the reference); the layer runs
+:func:`gated_delta_rule_chunked`, the paper's chunkwise form (tested equal), which takes a scan step per chunk of
+time steps and does the rest as matrix products.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import equinox as eqx
 import jax
@@ -30,21 +35,24 @@ def _unit(x: Array) -> Array:
     return x / (jnp.linalg.norm(x, axis=-1, keepdims=True) + 1e-6)
 
 
-def gated_delta_rule(q: Array, k: Array, v: Array, alpha: Array, beta: Array) -> Array:
+def gated_delta_rule(q: Array, k: Array, v: Array, alpha: Array, beta: Array, delta: bool = True) -> Array:
     """o_t = S_t q_t with S_t = alpha_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T, S_0 = 0.
 
-    q, k (L, d_k); v (L, d_v); alpha, beta (L,) -> o (L, d_v).
+    q, k (L, d_k); v (L, d_v); alpha, beta (L,) -> o (L, d_v). ``delta=False`` drops the term beta_t S_{t-1} k_t
+    k_t^T (gated linear attention).
     """
     def step(S, inputs):
         q_t, k_t, v_t, a_t, b_t = inputs
-        S = a_t * (S - b_t * jnp.outer(S @ k_t, k_t)) + b_t * jnp.outer(v_t, k_t)
+        erased = S - b_t * jnp.outer(S @ k_t, k_t) if delta else S
+        S = a_t * erased + b_t * jnp.outer(v_t, k_t)
         return S, S @ q_t
 
     S0 = jnp.zeros((v.shape[-1], k.shape[-1]), v.dtype)
     return jax.lax.scan(step, S0, (q, k, v, alpha, beta))[1]
 
 
-def gated_delta_rule_chunked(q: Array, k: Array, v: Array, log_alpha: Array, beta: Array, chunk: int = 64) -> Array:
+def gated_delta_rule_chunked(q: Array, k: Array, v: Array, log_alpha: Array, beta: Array, chunk: int = 64,
+                             delta: bool = True) -> Array:
     """:func:`gated_delta_rule` (with ``alpha = exp(log_alpha)``) a chunk of ``chunk`` steps at a time.
 
     Within a chunk starting from state S_0, with g_t = log_alpha_1 + ... + log_alpha_t (so gamma_t = exp(g_t)) and
@@ -52,6 +60,7 @@ def gated_delta_rule_chunked(q: Array, k: Array, v: Array, log_alpha: Array, bet
     the unit lower-triangular system r_t + beta_t sum_{i<t} (k_t . k_i) Gamma_ti r_i = beta_t (v_t - gamma_t S_0 k_t)
     (substitute S_t into the rule: Yang et al.'s WY/UT form with the decay carried as ratios, never 1 / gamma_t).
     Then o_t = gamma_t S_0 q_t + sum_{i<=t} Gamma_ti (q_t . k_i) r_i, and the next chunk starts from S_C.
+    Without the delta term (``delta=False``) the system is the identity: r_t = beta_t v_t.
     The time axis is padded to a multiple of ``chunk`` with steps that leave S unchanged (k = v = 0, beta = 0)."""
     L = q.shape[0]
     n = -(-L // chunk)
@@ -67,9 +76,12 @@ def gated_delta_rule_chunked(q: Array, k: Array, v: Array, log_alpha: Array, bet
         g = jnp.cumsum(log_a)
         ratio = jnp.exp(jnp.where(causal, g[:, None] - g[None, :], 0.0)) * causal  # Gamma, 0 above the diagonal
         gamma = jnp.exp(g)[:, None]
-        system = jnp.eye(chunk, dtype=k_c.dtype) + b[:, None] * (k_c @ k_c.T) * ratio * earlier
-        r = jax.scipy.linalg.solve_triangular(system, b[:, None] * (v_c - gamma * (k_c @ S.T)), lower=True,
-                                              unit_diagonal=True)
+        if delta:
+            system = jnp.eye(chunk, dtype=k_c.dtype) + b[:, None] * (k_c @ k_c.T) * ratio * earlier
+            r = jax.scipy.linalg.solve_triangular(system, b[:, None] * (v_c - gamma * (k_c @ S.T)), lower=True,
+                                                  unit_diagonal=True)
+        else:
+            r = b[:, None] * v_c
         out = gamma * (q_c @ S.T) + ((q_c @ k_c.T) * ratio) @ r
         to_end = jnp.exp(g[-1] - g)[:, None]  # gamma_C / gamma_i
         return jnp.exp(g[-1]) * S + (to_end * r).T @ k_c, out
@@ -80,15 +92,21 @@ def gated_delta_rule_chunked(q: Array, k: Array, v: Array, log_alpha: Array, bet
 
 
 class GatedDeltaNet(eqx.Module):
-    proj: HeadProjections
-    gates: eqx.nn.Linear  # x_t -> (w_alpha . x_t + b_alpha, w_beta . x_t + b_beta) per head
+    """Gated DeltaNet; ``decay=False`` fixes alpha = 1 (DeltaNet), ``delta=False`` drops the delta term (gated
+    linear attention), both: linear attention with L2-normalised keys and no normaliser."""
 
-    def __init__(self, width: int, heads: int = 1, *, key: Array):
+    proj: HeadProjections
+    gates: eqx.nn.Linear  # x_t -> (w_alpha . x_t + b_alpha, w_beta . x_t + b_beta) per head (no alpha row: decay off)
+    decay: bool = eqx.field(static=True)
+    delta: bool = eqx.field(static=True)
+
+    def __init__(self, width: int, heads: int = 1, *, key: Array, decay: bool = True, delta: bool = True):
         k_proj, k_gates = jax.random.split(key)
         self.proj = HeadProjections(width, heads, k_proj)
-        gates = eqx.nn.Linear(width, 2 * heads, key=k_gates)
+        self.decay, self.delta = decay, delta
+        gates = eqx.nn.Linear(width, (2 if decay else 1) * heads, key=k_gates)
         # decay near 1 at initialisation (softplus(-4) = 0.018: alpha ~ 0.98), as in the paper's code
-        bias = jnp.concatenate([jnp.full(heads, -4.0), jnp.zeros(heads)])
+        bias = jnp.concatenate([jnp.full(heads, -4.0), jnp.zeros(heads)]) if decay else jnp.zeros(heads)
         self.gates = eqx.tree_at(lambda g: g.bias, gates, bias)
 
     def state_size(self, length: int | None = None) -> int:
@@ -97,6 +115,9 @@ class GatedDeltaNet(eqx.Module):
 
     def _gates(self, x: Array) -> tuple[Array, Array]:
         """log alpha, beta (heads, L) for x (L, d)."""
+        if not self.decay:
+            b = apply_linear(self.gates, x)  # (L, heads)
+            return jnp.zeros_like(b.T), jax.nn.sigmoid(b).T
         a, b = jnp.split(apply_linear(self.gates, x), 2, axis=-1)  # (L, heads) each
         return -jax.nn.softplus(a).T, jax.nn.sigmoid(b).T
 
@@ -110,11 +131,13 @@ class GatedDeltaNet(eqx.Module):
         q, k, v = self.proj.split_token(x)  # (heads, d_h) each
         q, k = _unit(q), _unit(k)
         log_alpha, beta = (g[:, 0, None, None] for g in self._gates(x[None]))  # (heads, 1, 1)
-        Sk = jnp.einsum("hij,hj->hi", S, k)
-        S = jnp.exp(log_alpha) * (S - beta * Sk[:, :, None] * k[:, None, :]) + beta * v[:, :, None] * k[:, None, :]
+        if self.delta:
+            S = S - beta * jnp.einsum("hij,hj->hi", S, k)[:, :, None] * k[:, None, :]
+        S = jnp.exp(log_alpha) * S + beta * v[:, :, None] * k[:, None, :]
         return S, self.proj.merge_token(jnp.einsum("hij,hj->hi", S, q))
 
     def __call__(self, x: Array) -> Array:
         q, k, v = self.proj.split(x)  # (heads, L, d_h) each
         log_alpha, beta = self._gates(x)  # (heads, L)
-        return self.proj.merge(jax.vmap(gated_delta_rule_chunked)(_unit(q), _unit(k), v, log_alpha, beta))
+        rule = partial(gated_delta_rule_chunked, delta=self.delta)
+        return self.proj.merge(jax.vmap(rule)(_unit(q), _unit(k), v, log_alpha, beta))
