@@ -301,6 +301,23 @@ def test_selective_scan_gradients_agree_between_forms(x64, discretization, a_non
         close(gs, gp, 1e-11)
 
 
+def test_selective_scan_forward_mode_is_refused_in_the_sequential_form_and_computed_in_the_parallel_one(x64):
+    """The sequential form's derivative is a hand-written reverse-mode backward pass: forward mode raises rather
+    than computes something else; the parallel form (JAX's own derivative) has it."""
+    x, delta, A, B, C, D, h0 = map(jnp.asarray, selective_inputs(np.random.default_rng(7), 6, 2, 3))
+
+    def y(delta, method):
+        return selective_scan(x, delta, A, B, C, D, h0, method=method)
+
+    with pytest.raises(TypeError, match="forward-mode"):
+        jax.jvp(lambda d: y(d, "sequential"), (delta,), (jnp.ones_like(delta),))
+    _, tangent = jax.jvp(lambda d: y(d, "parallel"), (delta,), (jnp.ones_like(delta),))
+    reverse = jax.vjp(lambda d: y(d, "sequential"), delta)[1]
+    # <J 1, e_ij> from forward mode equals <1, J^T e_ij> from the sequential reverse mode, for every output
+    rows = jax.vmap(lambda e: reverse(e)[0])(jnp.eye(tangent.size).reshape(-1, *tangent.shape))
+    close(rows.sum(axis=(1, 2)), tangent.ravel(), 1e-12)
+
+
 def test_selective_scan_packed_equals_separate_runs_and_zoh_vs_euler_b_gap_is_first_order(x64):
     rng = np.random.default_rng(6)
     x, delta, A, B, C, D, _ = map(jnp.asarray, selective_inputs(rng, 20, 2, 3))

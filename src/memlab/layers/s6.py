@@ -148,7 +148,8 @@ def selective_scan(x: Array, delta: Array, A: Array, B: Array, C: Array, D: Arra
     "sequential" discretises inside the ``lax.scan`` body and keeps only the state each step starts from
     (L, Din, N) for its hand-written backward pass (``_sequential_scan``); "parallel" materialises a and b
     (L, Din, N), calls ``linear_scan(method="parallel")`` and is differentiated by JAX (the tests hold the two
-    gradients equal)."""
+    gradients equal). Being a ``custom_vjp``, the sequential form has no forward mode (``jax.jvp`` raises a
+    TypeError); the parallel form has."""
     check_choice("method", method, METHODS)
     check_choice("discretization", discretization, DISCRETIZATIONS)
     x, delta, A, B, C = map(jnp.asarray, (x, delta, A, B, C))
