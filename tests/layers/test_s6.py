@@ -301,6 +301,22 @@ def test_selective_scan_gradients_agree_between_forms(x64, discretization, a_non
         close(gs, gp, 1e-11)
 
 
+def test_selective_scan_gradients_keep_each_inputs_dtype_when_C_is_wider(x64):
+    """float32 inputs with a float64 C (y is float64, the state float32): the backward pass gives each input's
+    gradient in its own dtype, equal to the parallel form's."""
+    x, delta, A, B, C, D, h0 = selective_inputs(np.random.default_rng(8), 9, 2, 3)
+    narrow = [jnp.asarray(v, jnp.float32) for v in (x, delta, A, B, h0)]
+
+    def loss(x, delta, A, B, C, h0, method):
+        return jnp.sum(jnp.sin(selective_scan(x, delta, A, B, C, None, h0, method=method)))
+
+    grads = {m: jax.grad(loss, argnums=range(6))(*narrow[:4], jnp.asarray(C), narrow[4], m)
+             for m in ("sequential", "parallel")}
+    for g_seq, g_par in zip(grads["sequential"], grads["parallel"], strict=True):
+        assert g_seq.dtype == g_par.dtype
+        close(g_seq, g_par, 1e-5)
+
+
 def test_selective_scan_forward_mode_is_refused_in_the_sequential_form_and_computed_in_the_parallel_one(x64):
     """The sequential form's derivative is a hand-written reverse-mode backward pass: forward mode raises rather
     than computes something else; the parallel form (JAX's own derivative) has it."""

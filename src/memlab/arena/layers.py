@@ -112,8 +112,10 @@ LAYERS: dict[str, LayerSpec] = {
     # gated DeltaNet without one or both of its parts: the ablation between linear attention and gated DeltaNet
     "deltanet": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key, decay=False), lambda d, L: d * d,
                           "DeltaNet: gated DeltaNet without the decay (alpha = 1), one head"),
-    "gated-linear-attention": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key, delta=False), lambda d, L: d * d,
-                                        "gated linear attention: gated DeltaNet without the delta rule, one head"),
+    "gated-linear-attention": LayerSpec(
+        lambda d, key: GatedDeltaNet(d, 1, key=key, delta=False), lambda d, L: d * d,
+        "gated linear attention with a scalar decay per head (Mamba-2's gate, not GLA's per-dimension one) and write "
+        "strength beta: gated DeltaNet without the delta rule, one head"),
     "l2-linear-attention": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key, decay=False, delta=False),
                                      lambda d, L: d * d,
                                      "linear attention as gated DeltaNet writes it (L2-normalised q and k, write "

@@ -221,7 +221,7 @@ def _sequential_scan_backward(discretization, a_nonzero, residuals, cotangents):
     def step(carry, inputs):
         g_later, gA, gh0 = carry
         x_t, delta_t, B_t, C_t, r_t, h_prev, gy_t = inputs
-        G = g_later + gy_t[:, None] * C_t[None, :]
+        G = (g_later + gy_t[:, None] * C_t[None, :]).astype(h_prev.dtype)  # a wider C widens y, not the state
         (abar, bscale), discretization_vjp = jax.vjp(discretize, A, delta_t)
         xB = x_t[:, None] * B_t[None, :]
         h_t = abar * h_prev + bscale * xB

@@ -222,10 +222,9 @@ EXPERIMENTS = [
          # quick: 3 layers x 2 widths on hmm-mess3; the width-32 cells are the leaderboard quick's
          "quick": _profile(leaderboard.QUICK, (8, 32), tasks=("hmm-mess3",), layers=("lru", "gru", "attention")),
          "paper": PAPER,
-         # without width 128, about half of the paper profile's compute (measured on one core, seconds per Adam
-         # step at widths 64 -> 128: gated DeltaNet 0.33 -> 1.45, Mamba 0.24 -> 0.62, GRU 0.04 -> 0.11: a width-128
-         # gated DeltaNet cell is about 6 hours), the leaderboard paper-core's nine layers; the same cells as the
-         # paper profile's
+         # without width 128, about half of the paper profile's compute (per Adam step at widths 64 -> 128, one
+         # core, docs/cluster.md: Mamba 71 -> 159 ms, gated DeltaNet 26 -> 63 ms, GRU 18 -> 48 ms), the leaderboard
+         # paper-core's nine layers; the same cells as the paper profile's
          "paper-core": dataclasses.replace(PAPER, widths=(8, 16, 32, 64), layers=PAPER_CORE_LAYERS)},
         run_scaling),
 ]
