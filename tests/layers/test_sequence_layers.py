@@ -87,9 +87,9 @@ def test_rotary_scores_depend_on_relative_position_only():
     assert abs(scores[5, 2] - scores[5, 4]) > 1e-3  # and they do depend on it
 
 
-@pytest.mark.parametrize("heads", [1, 2])
-def test_linear_attention_is_its_recurrence(heads):
-    layer = CausalLinearAttention(D, heads, key=jax.random.key(3))
+@pytest.mark.parametrize("heads, normalise", [(1, True), (2, True), (2, False)])
+def test_linear_attention_is_its_recurrence(heads, normalise):
+    layer = CausalLinearAttention(D, heads, key=jax.random.key(3), normalise=normalise)
     x = _x(2)
     q, k, v = _heads(layer, x)
     q, k = _np(feature_map(q)), _np(feature_map(k))
@@ -98,7 +98,7 @@ def test_linear_attention_is_its_recurrence(heads):
         S, z = np.zeros((D // heads, D // heads)), np.zeros(D // heads)
         for t in range(L):
             S, z = S + np.outer(v[h, t], k[h, t]), z + k[h, t]
-            o[h, t] = S @ q[h, t] / (z @ q[h, t])
+            o[h, t] = S @ q[h, t] / (z @ q[h, t] if normalise else 1.0)
     np.testing.assert_allclose(layer(x), _merge(layer, o), rtol=1e-4, atol=1e-5)
 
 

@@ -109,7 +109,11 @@ LAYERS: dict[str, LayerSpec] = {
                      "learned, hidden states = width"),
     "gated-deltanet": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key), lambda d, L: d * d,
                                 "gated DeltaNet, one head"),
-    # gated DeltaNet without one or both of its parts: the ablation between linear attention and gated DeltaNet
+    # gated DeltaNet without one or both of its parts, and linear attention without its normaliser: the ablation
+    # between linear attention and gated DeltaNet
+    "unnormalised-linear-attention": LayerSpec(
+        lambda d, key: CausalLinearAttention(d, 1, key=key, normalise=False), lambda d, L: d * d,
+        "causal linear attention (elu + 1) without the normaliser z_t . phi(q_t), one head"),
     "deltanet": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key, decay=False), lambda d, L: d * d,
                           "DeltaNet: gated DeltaNet without the decay (alpha = 1), one head"),
     "gated-linear-attention": LayerSpec(

@@ -109,33 +109,45 @@ def feature_map(x: Array) -> Array:
 
 
 class CausalLinearAttention(eqx.Module):
-    proj: HeadProjections
+    """Causal linear attention (Katharopoulos et al. 2020): o_t = S_t phi(q_t) / (z_t . phi(q_t)) with
+    S_t = sum_{s<=t} v_s phi(k_s)^T, z_t = sum_{s<=t} phi(k_s). ``normalise=False`` drops the normaliser,
+    o_t = S_t phi(q_t) (the arena's ablation of linear attention)."""
 
-    def __init__(self, width: int, heads: int = 1, *, key: Array):
+    proj: HeadProjections
+    normalise: bool = eqx.field(static=True)
+
+    def __init__(self, width: int, heads: int = 1, *, key: Array, normalise: bool = True):
         self.proj = HeadProjections(width, heads, key)
+        self.normalise = normalise
 
     def state_size(self, length: int | None = None) -> int:
-        """S and z per head: heads (d_h^2 + d_h)."""
+        """S (and z, when normalised) per head: heads (d_h^2 + d_h), or heads d_h^2."""
         d_h = self.proj.head_size
-        return self.proj.heads * (d_h * d_h + d_h)
+        return self.proj.heads * (d_h * d_h + (d_h if self.normalise else 0))
 
-    def init_state(self) -> tuple[Array, Array]:
-        """(S, z) = 0: per head S_t = sum_s v_s phi(k_s)^T (heads, d_h, d_h) and z_t = sum_s phi(k_s) (heads, d_h)."""
+    def init_state(self) -> tuple[Array, ...]:
+        """(S, z) = 0, or (S,) without the normaliser: per head S_t = sum_s v_s phi(k_s)^T (heads, d_h, d_h) and
+        z_t = sum_s phi(k_s) (heads, d_h)."""
         heads, d_h, dtype = self.proj.heads, self.proj.head_size, self.proj.out.weight.dtype
-        return jnp.zeros((heads, d_h, d_h), dtype), jnp.zeros((heads, d_h), dtype)
+        S = jnp.zeros((heads, d_h, d_h), dtype)
+        return (S, jnp.zeros((heads, d_h), dtype)) if self.normalise else (S,)
 
-    def step(self, state: tuple[Array, Array], x: Array) -> tuple[tuple[Array, Array], Array]:
-        """One step of the recurrence: ((S, z), x_t (d,)) -> ((S_t, z_t), o_t = S_t phi(q_t) / z_t . phi(q_t) (d,))."""
-        S, z = state
+    def step(self, state: tuple[Array, ...], x: Array) -> tuple[tuple[Array, ...], Array]:
+        """One step of the recurrence: (state, x_t (d,)) -> (state_t, o_t (d,))."""
         q, k, v = self.proj.split_token(x)  # (heads, d_h) each
         q, k = feature_map(q), feature_map(k)
-        S, z = S + v[:, :, None] * k[:, None, :], z + k
-        o = jnp.einsum("hij,hj->hi", S, q) / jnp.sum(z * q, -1, keepdims=True)
-        return (S, z), self.proj.merge_token(o)
+        S = state[0] + v[:, :, None] * k[:, None, :]
+        o = jnp.einsum("hij,hj->hi", S, q)
+        if not self.normalise:
+            return (S,), self.proj.merge_token(o)
+        z = state[1] + k
+        return (S, z), self.proj.merge_token(o / jnp.sum(z * q, -1, keepdims=True))
 
     def __call__(self, x: Array) -> Array:
         q, k, v = self.proj.split(x)
         q, k = feature_map(q), feature_map(k)
         causal = jnp.tril(jnp.ones((x.shape[0], x.shape[0]), q.dtype))
         weights = (q @ jnp.swapaxes(k, -1, -2)) * causal  # (heads, L, L): phi(q_t) . phi(k_s), s <= t
+        if not self.normalise:
+            return self.proj.merge(weights @ v)
         return self.proj.merge((weights @ v) / jnp.sum(weights, -1, keepdims=True))

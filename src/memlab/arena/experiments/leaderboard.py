@@ -390,7 +390,8 @@ PAPER = LeaderboardConfig(seeds=3, train=TrainConfig(steps=5000, eval_every=250)
 # cells are paper-core's, computed once)
 LINEAR_ATTENTION_ABLATION = dataclasses.replace(
     PAPER, tasks=("hmm-mess3", "lgssm"),
-    layers=("linear-attention", "l2-linear-attention", "gated-linear-attention", "deltanet", "gated-deltanet"))
+    layers=("linear-attention", "unnormalised-linear-attention", "l2-linear-attention", "gated-linear-attention",
+            "deltanet", "gated-deltanet"))
 
 EXPERIMENTS = [
     Experiment(
