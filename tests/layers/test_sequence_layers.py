@@ -102,15 +102,21 @@ def test_linear_attention_is_its_recurrence(heads, normalise):
     np.testing.assert_allclose(layer(x), _merge(layer, o), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("heads, decay, delta", [(1, True, True), (2, True, True), (2, False, True),
-                                                (2, True, False), (1, False, False)])
-def test_gated_deltanet_is_the_gated_delta_rule(heads, decay, delta):
-    """The layer and its members without decay (DeltaNet) or delta term (gated linear attention) or both."""
-    layer = GatedDeltaNet(D, heads, key=jax.random.key(4), decay=decay, delta=delta)
+@pytest.mark.parametrize("heads, decay, delta, features", [
+    (1, True, True, "l2"), (2, True, True, "l2"), (2, False, True, "l2"), (2, True, False, "l2"),
+    (1, False, False, "l2"), (1, False, False, "elu+1"), (2, True, False, "elu+1")])
+def test_gated_deltanet_is_the_gated_delta_rule(heads, decay, delta, features):
+    """The layer and its members without decay (DeltaNet) or delta term (gated linear attention) or both, and with
+    elu + 1 features in place of unit q and k."""
+    layer = GatedDeltaNet(D, heads, key=jax.random.key(4), decay=decay, delta=delta, features=features)
     x = _x(3)
     q, k, v = _heads(layer, x)
-    unit = lambda a: a / (np.linalg.norm(a, axis=-1, keepdims=True) + 1e-6)  # noqa: E731
-    q, k = unit(q), unit(k)
+    if features == "l2":
+        unit = lambda a: a / (np.linalg.norm(a, axis=-1, keepdims=True) + 1e-6)  # noqa: E731
+        q, k = unit(q), unit(k)
+    else:
+        elu1 = lambda a: np.where(a > 0, a + 1.0, np.exp(a))  # noqa: E731
+        q, k = elu1(q), elu1(k)
     gates = _np(x) @ _np(layer.gates.weight).T + _np(layer.gates.bias)
     alpha = np.exp(-np.logaddexp(0.0, gates[:, :heads])) if decay else np.ones((L, heads))
     beta = 1 / (1 + np.exp(-gates[:, -heads:]))
@@ -161,6 +167,13 @@ def test_delta_rule_writes_a_value_it_can_read_back():
     values = jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     o = gated_delta_rule(keys, keys, values, jnp.ones(3), jnp.ones(3))
     np.testing.assert_allclose(o, values, atol=1e-6)  # the third write replaces the first, not adds to it
+
+
+def test_deltanet_features_other_than_unit_keys_need_no_delta_rule():
+    with pytest.raises(ValueError, match="needs delta=False"):
+        GatedDeltaNet(D, 1, key=jax.random.key(0), features="elu+1")
+    with pytest.raises(ValueError, match="features must be one of"):
+        GatedDeltaNet(D, 1, key=jax.random.key(0), delta=False, features="relu")
 
 
 def test_bad_sizes_are_named():

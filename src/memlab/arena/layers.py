@@ -124,6 +124,11 @@ LAYERS: dict[str, LayerSpec] = {
                                      lambda d, L: d * d,
                                      "linear attention as gated DeltaNet writes it (L2-normalised q and k, write "
                                      "strength beta, no normaliser), without decay or delta rule, one head"),
+    # between the two above: elu + 1 features as in linear attention, write strength beta as in gated DeltaNet
+    "beta-linear-attention": LayerSpec(
+        lambda d, key: GatedDeltaNet(d, 1, key=key, decay=False, delta=False, features="elu+1"), lambda d, L: d * d,
+        "causal linear attention (elu + 1) without the normaliser, with gated DeltaNet's write strength beta, one "
+        "head"),
 }
 
 

@@ -10,7 +10,9 @@ alpha_t = exp(-softplus(w_alpha . x_t + b_alpha)) in (0, 1) the decay:
 alpha = 1 is DeltaNet (Schlag et al. 2021); without the delta term (-beta_t S_{t-1} k_t k_t^T) it is gated linear
 attention, S_t = alpha_t S_{t-1} + beta_t v_t k_t^T; with neither, plain linear attention with L2-normalised keys
 and no normaliser. ``GatedDeltaNet(decay=False)`` and ``(delta=False)`` are these members of the family (the
-arena's ablation of linear attention). State: a (d_h x d_h) matrix per head. :func:`gated_delta_rule` is the
+arena's ablation of linear attention); ``features="elu+1"`` maps q and k by Katharopoulos et al.'s elu + 1 instead of
+L2-normalising them (only without the delta rule, whose erasing step I - beta k k^T needs unit keys to stay a
+contraction). State: a (d_h x d_h) matrix per head. :func:`gated_delta_rule` is the
 recurrence as written, one ``lax.scan`` step per time step (the reference); the layer runs
 :func:`gated_delta_rule_chunked`, the paper's chunkwise form (tested equal), which takes a scan step per chunk of
 time steps and does the rest as matrix products.
@@ -25,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from memlab.layers.attention import HeadProjections
+from memlab.layers.attention import HeadProjections, feature_map
 from memlab.layers.dense import apply_linear
 
 __all__ = ["GatedDeltaNet", "gated_delta_rule", "gated_delta_rule_chunked"]
@@ -33,6 +35,9 @@ __all__ = ["GatedDeltaNet", "gated_delta_rule", "gated_delta_rule_chunked"]
 
 def _unit(x: Array) -> Array:
     return x / (jnp.linalg.norm(x, axis=-1, keepdims=True) + 1e-6)
+
+
+FEATURES = {"l2": _unit, "elu+1": feature_map}  # what q and k go through before the rule
 
 
 def gated_delta_rule(q: Array, k: Array, v: Array, alpha: Array, beta: Array, delta: bool = True) -> Array:
@@ -93,14 +98,22 @@ def gated_delta_rule_chunked(q: Array, k: Array, v: Array, log_alpha: Array, bet
 
 class GatedDeltaNet(eqx.Module):
     """Gated DeltaNet; ``decay=False`` fixes alpha = 1 (DeltaNet), ``delta=False`` drops the delta term (gated
-    linear attention), both: linear attention with L2-normalised keys and no normaliser."""
+    linear attention), both: linear attention with L2-normalised keys and no normaliser; ``features="elu+1"`` (with
+    ``delta=False``) feeds q and k through elu + 1 instead of normalising them."""
 
     proj: HeadProjections
     gates: eqx.nn.Linear  # x_t -> (w_alpha . x_t + b_alpha, w_beta . x_t + b_beta) per head (no alpha row: decay off)
     decay: bool = eqx.field(static=True)
     delta: bool = eqx.field(static=True)
+    features: str = eqx.field(static=True)
 
-    def __init__(self, width: int, heads: int = 1, *, key: Array, decay: bool = True, delta: bool = True):
+    def __init__(self, width: int, heads: int = 1, *, key: Array, decay: bool = True, delta: bool = True,
+                 features: str = "l2"):
+        if features not in FEATURES:
+            raise ValueError(f"features must be one of {sorted(FEATURES)}, got {features!r}")
+        if delta and features != "l2":
+            raise ValueError(f"features={features!r} needs delta=False: the delta rule needs unit keys")
+        self.features = features
         k_proj, k_gates = jax.random.split(key)
         self.proj = HeadProjections(width, heads, k_proj)
         self.decay, self.delta = decay, delta
@@ -129,7 +142,7 @@ class GatedDeltaNet(eqx.Module):
     def step(self, S: Array, x: Array) -> tuple[Array, Array]:
         """One step of the gated delta rule: (S (heads, d_h, d_h), x_t (d,)) -> (S_t, o_t (d,))."""
         q, k, v = self.proj.split_token(x)  # (heads, d_h) each
-        q, k = _unit(q), _unit(k)
+        q, k = FEATURES[self.features](q), FEATURES[self.features](k)
         log_alpha, beta = (g[:, 0, None, None] for g in self._gates(x[None]))  # (heads, 1, 1)
         if self.delta:
             S = S - beta * jnp.einsum("hij,hj->hi", S, k)[:, :, None] * k[:, None, :]
@@ -140,4 +153,5 @@ class GatedDeltaNet(eqx.Module):
         q, k, v = self.proj.split(x)  # (heads, L, d_h) each
         log_alpha, beta = self._gates(x)  # (heads, L)
         rule = partial(gated_delta_rule_chunked, delta=self.delta)
-        return self.proj.merge(jax.vmap(rule)(_unit(q), _unit(k), v, log_alpha, beta))
+        phi = FEATURES[self.features]
+        return self.proj.merge(jax.vmap(rule)(phi(q), phi(k), v, log_alpha, beta))

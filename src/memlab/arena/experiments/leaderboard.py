@@ -386,12 +386,13 @@ QUICK = LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=PAPER_CORE_LAYERS
 PAPER = LeaderboardConfig(seeds=3, train=TrainConfig(steps=5000, eval_every=250), width=64, depth=2, longer=(2, 4))
 
 # why linear attention stays at g = 0.43 where gated DeltaNet reaches 0.003 (paper-core): the members of the gated
-# DeltaNet family between them, each without one part, at paper-core's sizes (its linear attention and gated DeltaNet
-# cells are paper-core's, computed once)
+# DeltaNet family between them, each without one part, and two steps from linear attention to the family (its
+# normaliser dropped, then beta added), at paper-core's sizes (its linear attention and gated DeltaNet cells are
+# paper-core's, computed once)
 LINEAR_ATTENTION_ABLATION = dataclasses.replace(
     PAPER, tasks=("hmm-mess3", "lgssm"),
-    layers=("linear-attention", "unnormalised-linear-attention", "l2-linear-attention", "gated-linear-attention",
-            "deltanet", "gated-deltanet"))
+    layers=("linear-attention", "unnormalised-linear-attention", "beta-linear-attention", "l2-linear-attention",
+            "gated-linear-attention", "deltanet", "gated-deltanet"))
 
 EXPERIMENTS = [
     Experiment(
