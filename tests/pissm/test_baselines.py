@@ -253,3 +253,32 @@ def test_every_baseline_vmaps_over_sequences_in_the_shared_interface():
 def test_bad_inputs_raise_value_error(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_pissm_lg_whose_modes_all_carry_lgs_dynamics_scores_lgs_likelihood(x64):
+    """Table 1's pi-SSM(LG) (exact gain, sampled modes) with every mode equal to the LG variant's one set of base
+    matrices is LG's Kalman filter: the same log-likelihood per step, for every sampled path (issue 47: pi-SSM(LG)
+    ends below LG at paper-core, which must then come from training, not from the filter). LG predicts before its
+    first update (y[0] observes A x_0 + q), pi-SSM updates its prior with y[0]: its prior is LG's first prediction,
+    N(A m_0, A P_0 A^T + Q), diagonal here because A is 0.95 times an orthogonal matrix and P_0, Q are diagonal."""
+    from memlab.pissm.gain import ExactGain
+    from memlab.pissm.model import PiSSM, PiSSMConfig
+
+    rng = np.random.default_rng(3)
+    M, N, K, T = 4, 2, 5, 30
+    A = 0.95 * np.linalg.qr(rng.normal(size=(M, M)))[0]
+    C, q, p0, m0 = rng.normal(size=(N, M)), rng.uniform(0.01, 0.1, M), 0.7, rng.normal(size=M)
+    R = 0.05 * np.eye(N) + 0.01
+    lg = LGBaseline(LGVariant(M, N, K, Q=np.diag(q), R=R, key=jax.random.key(0), A=np.broadcast_to(A, (K, M, M)),
+                              C=np.broadcast_to(C, (K, N, M)), initial_mean=m0, initial_cov=p0 * np.eye(M)))
+    prior_cov = p0 * A @ A.T + np.diag(q)
+    assert np.allclose(prior_cov, np.diag(np.diag(prior_cov)), atol=1e-12)
+    pissm = PiSSM(PiSSMConfig(M, N, K, gain="exact"), R=R, key=jax.random.key(1), C=C, initial_mean=A @ m0)
+    assert isinstance(pissm.gain, ExactGain)
+    pissm = eqx.tree_at(lambda m: (m.A, m.log_q, m.initial_log_var), pissm,
+                        (jnp.broadcast_to(jnp.asarray(A), (K, M, M)), jnp.log(jnp.asarray(q)),
+                         jnp.log(jnp.diag(jnp.asarray(prior_cov)))))
+    y = jnp.asarray(rng.normal(size=(T, N)))
+    expected = lg(y).log_likelihoods
+    for seed in range(3):  # every sampled path of modes is the same filter
+        np.testing.assert_allclose(pissm(y, key=jax.random.key(seed)).log_likelihoods, expected, rtol=0, atol=1e-10)

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from memlab.checks import check_choice
+from memlab.layers.gated_rnn import project_model_iss
 from memlab.pissm import metrics, reference
 from memlab.pissm.baselines import DirectRNN, LGBaseline, ObservationOnly
 from memlab.pissm.data import (
@@ -39,16 +40,23 @@ from memlab.pissm.data import (
 )
 from memlab.pissm.data.pong import NOISE_STD as PONG_NOISE_STD
 from memlab.pissm.data.splits import Split
+from memlab.pissm.gain_fit import fit_readout_to_exact_gain
 from memlab.pissm.lg import LGVariant
 from memlab.pissm.model import PiSSM, PiSSMConfig
 from memlab.pissm.train import TrainConfig, make_train, predict_batch
 
-MODELS = ("pissm-gru", "pissm-lstm", "pissm-gru-bounded", "pissm-lstm-bounded", "pissm-lg", "lg", "gru", "lstm",
-          "observation", "pissm-gru-unbounded")
-PISSM_GAINS = {"pissm-gru": ("gru", "paper"), "pissm-lstm": ("lstm", "paper"), "pissm-gru-bounded": ("gru", "bounded"),
-               "pissm-lstm-bounded": ("lstm", "bounded"), "pissm-lg": ("exact", "bounded"),
-               "pissm-gru-unbounded": ("gru", "unbounded")}  # (gain, gain_form)
-ABLATIONS = ("pissm-gru-unbounded",)  # not Table 1 rows: the stability ablation of the gain's bound
+MODELS = ("pissm-gru", "pissm-lstm", "pissm-gru-tracking", "pissm-lstm-tracking", "pissm-gru-bounded",
+          "pissm-lstm-bounded", "pissm-lg", "lg", "gru", "lstm", "observation", "pissm-gru-unbounded")
+PISSM_GAINS = {"pissm-gru": ("gru", "paper"), "pissm-lstm": ("lstm", "paper"),
+               "pissm-gru-tracking": ("gru", "paper"), "pissm-lstm-tracking": ("lstm", "paper"),
+               "pissm-gru-bounded": ("gru", "bounded"), "pissm-lstm-bounded": ("lstm", "bounded"),
+               "pissm-lg": ("exact", "bounded"), "pissm-gru-unbounded": ("gru", "unbounded")}  # (gain, gain_form)
+# eq. (7)'s gain with its readout fitted to the exact Kalman factor before training (gain_fit.py: the untrained
+# filter tracks); "pissm-gru" / "pissm-lstm" keep the readout at the first step's factor (their stored cells too)
+TRACKING_INIT = ("pissm-gru-tracking", "pissm-lstm-tracking")
+GAIN_FIT_SEQUENCES = 256  # training sequences the readout is fitted on (a linear least-squares fit: plenty)
+# not Table 1 rows: the stability ablation of the gain's bound, and eq. (7)'s gain from the first step's factor
+ABLATIONS = ("pissm-gru-unbounded", "pissm-gru", "pissm-lstm")
 DATASETS = ("pong", "pong-0.01", "lorenz", "navier-stokes", "nclt")
 PONG_NOISE = {"pong": PONG_NOISE_STD, "pong-0.01": 0.01}
 STATE_SIZE = {"pong": 4, "pong-0.01": 4, "lorenz": 3, "navier-stokes": 5, "nclt": 4}
@@ -99,10 +107,14 @@ def full_mask(split: Split) -> jax.Array:
 
 
 def make_model(name: str, data_name: str, data: Dataset, key, hidden_size: int = 64, train_mask=None,
-               mode_sampling: str = "prior"):
+               mode_sampling: str = "prior", fit_gain: bool = True, iss_eps: float | None = None):
     """An untrained model ``name`` (MODELS) sized and initialised for ``data`` (module docstring); ``train_mask``
-    (B, T) bool marks the training observations the observation-only model may fit (None: all); pi-SSM draws its
-    modes from ``mode_sampling`` ("prior" or "posterior", model.py)."""
+    (B, T) bool marks the training observations the observation-only model and the gain fit may read (None: all);
+    pi-SSM draws its modes from ``mode_sampling`` ("prior" or "posterior", model.py). The ``TRACKING_INIT`` models
+    fit their gain's readout to the exact gain on the first ``GAIN_FIT_SEQUENCES`` training sequences
+    (gain_fit.py) unless ``fit_gain`` is False (a template whose leaves are replaced); ``iss_eps``: the ISS
+    projection that training will apply first is applied before that fit (the readout is fitted to the cell that
+    training starts from: the projection changes its recurrent weights)."""
     check_choice("model", name, MODELS)
     y = np.asarray(data.train.y, np.float64)
     N, M = y.shape[-1], STATE_SIZE[data_name]
@@ -128,8 +140,15 @@ def make_model(name: str, data_name: str, data: Dataset, key, hidden_size: int =
     config = PiSSMConfig(M, N, K, gain=gain, gain_form=gain_form, mode_sampling=mode_sampling, hidden_size=hidden_size,
                          transition_hidden=TRANSITION_HIDDEN[data_name], process_var=process_var,
                          initial_var=initial_var)
-    return PiSSM(config, R=R, key=key, C=C, initial_mean=initial_mean, mode_input_mean=initial_mean,
-                 mode_input_std=np.full(M, np.sqrt(initial_var)))
+    model = PiSSM(config, R=R, key=key, C=C, initial_mean=initial_mean, mode_input_mean=initial_mean,
+                  mode_input_std=np.full(M, np.sqrt(initial_var)))
+    if name in TRACKING_INIT and fit_gain:
+        n = GAIN_FIT_SEQUENCES
+        mask = None if train_mask is None else train_mask[:n]
+        # a key of its own (fold_in): the other models' keys, and so their stored cells, stay as they were
+        prepare = None if iss_eps is None else (lambda m: project_model_iss(m, iss_eps))
+        model = fit_readout_to_exact_gain(model, data.train.y[:n], mask, jax.random.fold_in(key, 1), prepare)
+    return model
 
 
 def trains(name: str) -> bool:
@@ -188,7 +207,8 @@ def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, miss
     config = dataclasses.replace(config, batch_size=max(1, min(config.batch_size, data.train.y.shape[0] // 8)),
                                  objective=objective, input_noise_std=noise_std)
     train_mask, validation_mask = training_masks(data, missing, key_masks)
-    model = make_model(name, data_name, data, key_model, train_mask=train_mask, mode_sampling=sampling)
+    model = make_model(name, data_name, data, key_model, train_mask=train_mask, mode_sampling=sampling,
+                       iss_eps=config.iss_eps if config.stability == "iss" else None)
     if not trains(name):
         return model, {"failed": False, "best_epoch": -1}
     result = compiled_train(config)(key_train, model, data.train.y, train_mask, data.validation.y, validation_mask)
@@ -256,7 +276,8 @@ def model_bytes(model) -> bytes:
 def model_from_bytes(blob: bytes, name: str, data_name: str, data: Dataset, estimator: str = "reinforce"):
     """The model ``name`` for ``data`` (trained with ``estimator``) with the leaves of ``blob`` (``model_bytes``);
     only the structure of a fresh ``make_model`` is used."""
-    template = make_model(name, data_name, data, jax.random.key(0), mode_sampling=estimator_options(estimator)[1])
+    template = make_model(name, data_name, data, jax.random.key(0), mode_sampling=estimator_options(estimator)[1],
+                          fit_gain=False)
     return eqx.tree_deserialise_leaves(io.BytesIO(blob), template)
 
 
