@@ -120,21 +120,31 @@ class _Claims:
     def __init__(self):
         self.claims = {}
 
-    def claim(self, id, claim, paper, ours, holds):  # noqa: A002 (Run.claim's signature)
-        self.claims[id] = (ours, holds)
+    def claim(self, id, claim, paper, ours, holds, *, missing="", explained="", by="paper"):  # noqa: A002
+        self.claims[id] = (ours, holds) if not missing else (ours, holds, missing)
 
 
 def test_table1_claims_read_the_paper_gain_and_the_bounded_gain_separately():
-    ll = {"pong": {"pissm-gru": -1.5, "pissm-lstm": -1.6, "pissm-gru-bounded": 2.5, "pissm-lg": 2.42, "lg": 2.4,
-                   "gru": 2.45, "lstm": 2.3}}
+    """The paper's model is eq. (7)'s gain with its fitted start (``-tracking``); the start from the first step's
+    factor (``[prior-init]``) and the bounded gain (``[bounded]``) are read apart."""
+    ll = {"pong": {"pissm-gru-tracking": -1.5, "pissm-lstm-tracking": -1.6, "pissm-gru-bounded": 2.5,
+                   "pissm-lg": 2.42, "lg": 2.4, "gru": 2.45, "lstm": 2.3, "pissm-gru": -7.0}}
     run = _Claims()
     claims_table1(ll, run)
     assert run.claims["pong-pissm-beats-lg"] == ("-1.500 vs 2.400", False)
+    assert run.claims["pong-pissm-beats-lg[prior-init]"] == ("-7.000 vs 2.400", False)
     assert run.claims["pong-pissm-beats-lg[bounded]"] == ("2.500 vs 2.400", True)  # the LSTM-bounded row did not run
     assert run.claims["pong-pissm-beats-direct-rnn[bounded]"] == ("2.500 vs 2.450", True)
     assert run.claims["pong-learned-gain-beats-exact-gain"][1] is False
     assert run.claims["pong-learned-gain-beats-exact-gain[bounded]"] == ("2.500 vs 2.420", True)
-    assert len(run.claims) == 6
+    assert len(run.claims) == 9
+    failed = _Claims()  # every run of the paper's gain failed: its claims fail, they do not vanish
+    claims_table1({"pong": {**ll["pong"], "pissm-gru-tracking": np.nan, "pissm-lstm-tracking": np.nan}}, failed)
+    assert failed.claims["pong-pissm-beats-lg"] == ("no run trained vs 2.400", False)
+    absent = _Claims()  # neither row run: the paper's claims are undecided, the other gain forms' absent
+    claims_table1({"pong": {"lg": 2.4, "gru": 2.45, "pissm-lg": 2.42}}, absent)
+    assert absent.claims["pong-pissm-beats-lg"][1:] == (False, "neither pissm-gru-tracking nor pissm-lstm-tracking run")
+    assert not any("[" in id for id in absent.claims)
 
 
 def test_modes_reading_says_whether_the_full_model_learned_reflections():
@@ -151,3 +161,15 @@ def test_modes_reading_says_whether_the_full_model_learned_reflections():
         assert "lies in learning the modes' dynamics" in reading and "learns reflecting modes" not in reading
     stuck = oracle_reading("reinforce", SelectionScores(at_hits=0.0, in_flight=1.0, test_ll=4.4), rule, learned)
     assert "does not find the reflections" in stuck
+
+
+def test_stability_rows_say_when_failing_runs_went_non_finite_and_how_far_they_got():
+    from memlab.pissm.experiments.report import nonfinite_step, stability_row
+
+    good = {"ll": 2.0, "failed": False, "best_val": 2.1, "recurrent_norm": [0.5, 0.6, 0.7]}
+    late = {"ll": np.nan, "failed": True, "best_val": 1.0, "recurrent_norm": [0.5, 0.6, np.nan, np.nan]}
+    early = {"ll": np.nan, "failed": True, "best_val": -np.inf, "recurrent_norm": [0.5, np.nan]}
+    assert (nonfinite_step(good), nonfinite_step(late), nonfinite_step(early)) == (None, 3, 2)
+    row = stability_row("pissm-gru", "iss", 0.1, [good, late, early])
+    assert (row.success, row.nonfinite_step_min, row.nonfinite_step_max) == (1 / 3, 2.0, 3.0)
+    assert row.best_val_mean == pytest.approx(1.55)  # the finite best values, the -inf of a run that never scored out

@@ -39,10 +39,14 @@ def test_every_issue_experiment_is_registered_with_its_profiles():
 def test_paper_profiles_use_the_paper_grids():
     stability = EXPERIMENTS["pissm.stability"].profiles["paper"]
     assert stability.iss_eps == (0.1, 0.15, 0.2, 0.25) and stability.clip_norms == (5.0, 10.0, 15.0, 20.0)
-    assert stability.models == ("pissm-gru", "pissm-lstm")
+    assert stability.models == ("pissm-gru-tracking", "pissm-lstm-tracking")  # eq. (7)'s gain, fitted start
+    prior = EXPERIMENTS["pissm.stability"].profiles["paper-prior-init"]  # the first runs, kept as an ablation
+    assert prior.models == ("pissm-gru", "pissm-lstm") and dataclasses.replace(prior, models=stability.models) == \
+        stability
     table1 = EXPERIMENTS["pissm.table1"].profiles["paper"]
     assert set(table1.datasets) == {"pong", "pong-0.01", "lorenz", "navier-stokes", "nclt"}
-    assert {"pissm-gru", "pissm-lstm", "pissm-lg", "lg", "gru", "lstm", "observation"} <= set(table1.models)
+    assert {"pissm-gru-tracking", "pissm-lstm-tracking", "pissm-lg", "lg", "gru", "lstm", "observation"} <= \
+        set(table1.models)
     assert EXPERIMENTS["pissm.table1"].profiles["paper-mixture"].estimator == "mixture"
     for name in ("paper", "paper-mixture", "paper-core", "quick"):  # one part: numbers independent of the devices
         assert EXPERIMENTS["pissm.table1"].profiles[name].gradient_parts == 1

@@ -24,9 +24,12 @@ __all__ = ["CHOICES", "DIRECT", "STABILITY_COLUMNS", "STABILITY_FORMATS", "TABLE
 CHOICES = """- Data: our own generators (Pong: unit box, point ball, speeds 0.03–0.07 box widths per step, observation \
 noise 0.05, or 0.01 for `pong-0.01`; Lorenz and Navier–Stokes as `memlab.pissm.data` documents); the paper gives \
 neither sizes nor noise levels.
-- The gain of `pissm-gru` / `pissm-lstm` is eq. (7) as printed: L_t read from the RNN fed [Σ_{t|t-1}, r_t], \
-nothing bounding it (its readout starts at the first step's Kalman factor); `-bounded` models use memlab's factor \
-around the exact gain, bounded so the filter cannot diverge (`memlab.pissm.model`).
+- The gain of `pissm-gru-tracking` / `pissm-lstm-tracking` (the paper's π-SSM) is eq. (7) as printed: L_t read \
+from the RNN fed [Σ_{t|t-1}, r_t], nothing bounding it; the paper states no initialisation, and memlab's sets the \
+cell's weights on r_t to zero and fits the readout to the exact Kalman factor, so the untrained filter tracks \
+(`memlab.pissm.gain_fit`). `pissm-gru` / `pissm-lstm` are the same gain with the readout at the first step's \
+Kalman factor, where the untrained filter has already lost track (an ablation). `-bounded` models use memlab's \
+factor around the exact gain, bounded so the filter cannot diverge (`memlab.pissm.model`).
 - The mode z_t is drawn from q(z_t | x_{t-1}) (App. E.1's box, App. E.2's code; estimator `reinforce`) or from \
 the eq. (6) posterior (section 5's text; estimator `mixture`); `reinforce` maximises E_z[log q(y_t | ...)] by \
 eq. (9), `mixture` the exact log Σ_k q(k | x_{t-1}) N(y_t | k) (section 6's log E_z). Evaluation always scores \
@@ -45,6 +48,12 @@ covariance gave NaN).
 """
 SNAPSHOTS = (15, 35, 55, 75)  # Fig. 9's predictive ellipses, at these steps
 FAILED = {True: " (failed)", False: ""}  # Fig. 8's panel titles
+
+
+def paper_row(model: str) -> str:
+    """The paper's row of a model name: eq. (7)'s gain is the paper's pi-SSM-GRU / LSTM whichever way its readout
+    starts (``runs.TRACKING_INIT``)."""
+    return model.removesuffix("-tracking")
 
 
 def blank(value):
@@ -118,7 +127,8 @@ def table1_row(data_name: str, model_name: str, ceiling: float, cells: list[dict
         filtered_mse_std=None if filtered is None else float(filtered.std()),
         filtered_mse_db=None if filtered is None else float(metrics.to_db(filtered.mean())),
         predicted_mse=float(column["predicted_mse"].mean()), failed=sum(bool(c.get("failed", False)) for c in cells),
-        paper_ll=PAPER_LL.get(model_name, (None,) * 4)[d], paper_mse=PAPER_MSE.get(model_name, (None,) * 4)[d])
+        paper_ll=PAPER_LL.get(paper_row(model_name), (None,) * 4)[d],
+        paper_mse=PAPER_MSE.get(paper_row(model_name), (None,) * 4)[d])
 
 
 # Table 6, Pong column: objective (mean, std) and success rate per (model, scheme, value).
@@ -140,6 +150,10 @@ class StabilityRow:
     model, scheme, value: the model, "iss" (ISS buffer eps = value) or "clip" (gradient-norm threshold = value).
     runs: seeds; success: the share of them that trained (finite, not diverged, a finite test score).
     objective_mean, objective_std: test log-likelihood per step over the successful runs; NaN if none.
+    nonfinite_step_min, nonfinite_step_max: over the runs that failed with a non-finite value, the first optimiser
+    step (1-based, counted over epochs) after which the parameters were not finite; NaN if no run did.
+    best_val_mean: the best validation log-likelihood per step a run reached before it stopped, mean over the runs
+    that reached a finite one (how far the failing runs got); NaN if none did.
     paper_objective, paper_std, paper_success: Table 6's Pong column; None where the paper has no number.
     """
 
@@ -150,6 +164,9 @@ class StabilityRow:
     success: float
     objective_mean: float
     objective_std: float
+    nonfinite_step_min: float
+    nonfinite_step_max: float
+    best_val_mean: float
     paper_objective: float | None
     paper_std: float | None
     paper_success: float | None
@@ -157,6 +174,7 @@ class StabilityRow:
 
 STABILITY_COLUMNS = [f.name for f in dataclasses.fields(StabilityRow)]
 STABILITY_FORMATS = {"value": "g", "success": ".0%", "objective_mean": ".3f", "objective_std": ".3f",
+                     "nonfinite_step_min": ".0f", "nonfinite_step_max": ".0f", "best_val_mean": ".3f",
                      "paper_success": ".0%"}
 
 
@@ -164,9 +182,21 @@ def stability_row(model: str, scheme: str, value: float, cells: list[dict]) -> S
     """The row of one (model, scheme, value) from its cells (one per seed, ``cells.stability_cell``): the success
     rate and the objective over the successful runs, beside Table 6."""
     lls = [c["ll"] for c in cells if not c["failed"] and np.isfinite(c["ll"])]
-    paper = PAPER_TABLE6.get((model, scheme, value), (None, None, None))
+    steps = [step for c in cells if c["failed"] and (step := nonfinite_step(c)) is not None]
+    best = [c["best_val"] for c in cells if np.isfinite(c.get("best_val", np.nan))]
+    paper = PAPER_TABLE6.get((paper_row(model), scheme, value), (None, None, None))
     return StabilityRow(model, scheme, value, len(cells), len(lls) / len(cells),
-                        float(np.mean(lls)) if lls else np.nan, float(np.std(lls)) if lls else np.nan, *paper)
+                        float(np.mean(lls)) if lls else np.nan, float(np.std(lls)) if lls else np.nan,
+                        float(min(steps)) if steps else np.nan, float(max(steps)) if steps else np.nan,
+                        float(np.mean(best)) if best else np.nan, *paper)
+
+
+def nonfinite_step(record: dict) -> int | None:
+    """The first optimiser step (1-based) after which a training record's parameters were not finite (its
+    ||U||_inf, recorded after every step, is NaN from there), or None if they stayed finite."""
+    norms = np.asarray(record.get("recurrent_norm", []), float)
+    bad = np.flatnonzero(~np.isfinite(norms))
+    return int(bad[0]) + 1 if bad.size else None
 
 
 def plot_log_likelihoods(table: list[Table1Row]):
@@ -231,8 +261,13 @@ def plot_stability(model: str, panels: list[tuple[str, float, dict]]):
         handles = loss + norm + bound
         ax.set_title(f"{model}, {label} = {value:g}{FAILED[record['failed']]}")
         if record.get("failed_epoch", -1) >= 0:  # training stopped there: say so where the loss curve ends
-            ax.text(0.02, 0.86, f"stopped after epoch {record['failed_epoch'] + 1}: a non-finite value",
+            first = nonfinite_step(record)
+            where = f"\nparameters non-finite after optimiser step {first}" if first else ""
+            ax.text(0.02, 0.86, f"stopped in epoch {record['failed_epoch'] + 1}: a non-finite value{where}",
                     transform=ax.transAxes, va="top", fontsize=7)
+            if first is not None and first <= 3:  # nothing to draw: a marker where the ratio was still finite
+                twin.plot(steps[:first - 1], ratio[:first - 1], "C3o", ms=4)
+                ax.set_xlim(0, max(first + 1, 3))
     fig.suptitle("Fig. 8 (paper: the ISS run trains with ||U|| held below its bound; GC at the largest delta "
                  "lets it grow and fails)", fontsize=9)
     fig.legend(handles, [h.get_label() for h in handles], loc="outside lower center", ncol=3, fontsize=7)
