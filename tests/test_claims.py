@@ -2,7 +2,7 @@
 
 import pytest
 
-from memlab.claims import claim_status, is_paper_scale, status_counts, status_of
+from memlab.claims import claim_status, decisive_status, is_paper_scale, status_counts, status_of
 from memlab.runner import Run
 
 
@@ -45,3 +45,28 @@ def test_run_records_the_status_and_the_evidence(tmp_path):
                                                                        ("size", None)]
     with pytest.raises(ValueError, match="explained must be a string"):
         run.claim("c", "x", "p", "o", True, explained=None)
+
+
+def test_a_claim_naming_a_member_not_run_is_undecided_whatever_holds_says(tmp_path):
+    assert claim_status(True, "paper-core", "", "S5-256 not run") == "undecided"
+    assert claim_status(False, "quick", "an ablation", "S5-256 not run") == "undecided"
+    run = Run(tmp_path, None, "paper-core", 0, progress=False)
+    run.claim("a", "x", "p", "o", True, missing="S5-256 not run")
+    run.claim("b", "x", "p", "o", True, by="memlab")
+    assert [(c["status"], c.get("missing"), c.get("by")) for c in run.claims] == [
+        ("undecided", "S5-256 not run", None), ("holds", None, "memlab")]
+    with pytest.raises(ValueError, match="by must be one of"):
+        run.claim("c", "x", "p", "o", True, by="someone")
+
+
+@pytest.mark.parametrize(("own", "paper_scale", "verdict"), [
+    ("size", [], "size"),  # no paper-scale run: the run's own status
+    ("size", [("paper-core", "fails")], "fails"),
+    ("holds", [("paper-core", "fails")], "fails"),  # the paper's scale decides, also against a quick pass
+    ("size", [("paper-core", "holds"), ("paper", "fails")], "fails"),  # paper before paper-core
+    ("size", [("paper-query-past", "holds"), ("paper-core", "differs")], "differs"),
+    ("size", [("paper", "undecided"), ("paper-core", "holds")], "holds"),  # undecided decides nothing
+    ("holds", [("paper-core", "undecided")], "holds"),
+])
+def test_the_paper_scale_verdict_decides(own, paper_scale, verdict):
+    assert decisive_status(own, paper_scale) == verdict

@@ -113,7 +113,7 @@ def test_report_gathers_claims_summaries_and_images(tmp_path, capsys):
 
     assert report.startswith("# memlab report\n")
     # tiny has 4 cells (< 5): "at least 5 cells" fails at this size; quick has 6
-    assert "4 claims: 3 hold, 1 fail at this size (the paper profile decides)." in report
+    assert "- The papers' claims: 4 claims: 3 hold, 1 fail at this size (the paper profile decides)." in report
     assert "| fake.means (tiny) | 2 | 1 | 1 |  |  |" in report
     assert report.count("## fake.means (tiny)") == 1 and "Fake experiment" in report  # one heading, not two
     claims = report[report.index("### Claims of fake.means (tiny)"):]
@@ -157,9 +157,30 @@ def test_report_shows_the_paper_scale_verdict_beside_each_claim(tmp_path, capsys
     assert run("fake.means", "--profile", "tiny", "--out", str(out / "fake.means/tiny")) == 0
     assert cli.main(["report", str(out), "--paper-results", str(paper)]) == 0
     report = (out / "report.md").read_text()
-    assert "| id | claim | paper | ours | status | paper-scale run |" in report
-    # fails at the tiny size, holds in the paper profile's 50 cells
-    assert "| cells-enough | at least 5 cells \\| a pipe | Table 0 | 4 cells | ✗ size | paper ✓ |" in report
+    assert "| id | claim | paper | ours | status | paper-scale run | verdict |" in report
+    # fails at the tiny size, holds in the paper profile's 50 cells: the paper profile's verdict decides, and the
+    # counts at the top are of the verdicts
+    assert "| cells-enough | at least 5 cells \\| a pipe | Table 0 | 4 cells | ✗ size | paper ✓ | ✓ |" in report
+    assert "- The papers' claims: 2 claims: 2 hold." in report
     assert cli.main(["report", str(paper), "--paper-results", str(paper)]) == 0  # a folder is not its own reference
     assert "paper-scale run" not in (paper / "report.md").read_text()
+    capsys.readouterr()
+
+
+def test_report_counts_memlabs_own_checks_apart_and_undecided_claims_as_such(tmp_path, capsys):
+    out = tmp_path / "out" / "x.y" / "quick"
+    out.mkdir(parents=True)
+    (out / "summary.md").write_text("# x.y\n\nA run.\n")
+    claims = [{"id": "a", "claim": "A", "paper": "Fig. 1", "ours": "1", "holds": True, "status": "holds"},
+              {"id": "b", "claim": "B", "paper": "Fig. 1", "ours": "S5-256 not run", "holds": False,
+               "status": "undecided", "missing": "S5-256 not run"},
+              {"id": "c", "claim": "C", "paper": "memlab", "ours": "2", "holds": True, "status": "holds",
+               "by": "memlab"}]
+    (out / "results.json").write_text(json.dumps({"experiment": "x.y", "profile": "quick", "paper_ref": "Fig. 1",
+                                                  "claims": claims}))
+    assert cli.main(["report", str(tmp_path / "out")]) == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "- The papers' claims: 2 claims: 1 hold, 1 are not decided (the run lacks a member they name)." in report
+    assert "- memlab's own checks: 1 claim: 1 hold." in report
+    assert "| c (memlab's check) | C |" in report and "| b | B | Fig. 1 | S5-256 not run | ? not run |" in report
     capsys.readouterr()

@@ -7,9 +7,16 @@ Every experiment records the paper's claims it tests (``Run.claim``); each gets 
   epochs, steps); the paper profile decides;
 * ``differs`` -- it fails and the experiment names the evidence that explains why memlab departs from the paper (an
   ablation, an oracle, a bound), whatever the size;
-* ``fails``   -- it fails at the paper's scale and nothing explains it: a real open disagreement.
+* ``fails``   -- it fails at the paper's scale and nothing explains it: a real open disagreement;
+* ``undecided`` -- the run lacks a member the claim names (a model, a memory, a size it did not run): no verdict,
+  whatever the numbers of the members it did run say.
+
+Claims are the paper's unless recorded as memlab's own checks (``by="memlab"``: a sanity check such as "every
+memory beats random actions", which the paper does not state); reports count the two apart.
 
 A profile is paper-scale when its name starts with ``paper`` (``paper``, ``paper-core``, ``paper-equal-steps``...).
+Where a paper-scale run of the same experiment records the same claim, its verdict decides the claim for a smaller
+run too (``decisive_status``): "fails at this size" is left only for claims no paper-scale run has decided.
 """
 
 from __future__ import annotations
@@ -17,16 +24,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-__all__ = ["LEGEND", "STATUSES", "SYMBOLS", "claim_status", "is_paper_scale", "status_counts", "status_of"]
+__all__ = ["BY", "LEGEND", "STATUSES", "SYMBOLS", "claim_status", "decisive_status", "is_paper_scale",
+           "paper_profile_rank", "status_counts", "status_of"]
 
 STATUSES = {  # status -> what it means, in the order reports list them
     "holds": "hold",
     "size": "fail at this size (the paper profile decides)",
     "differs": "differ from the paper (an experiment shows why)",
     "fails": "fail at the paper's scale",
+    "undecided": "are not decided (the run lacks a member they name)",
 }
 
-SYMBOLS = {"holds": "✓", "size": "✗ size", "differs": "≠ explained", "fails": "✗"}
+SYMBOLS = {"holds": "✓", "size": "✗ size", "differs": "≠ explained", "fails": "✗", "undecided": "? not run"}
+
+BY = {"paper": "The papers' claims", "memlab": "memlab's own checks"}  # who makes a claim -> how reports name them
 
 LEGEND = {  # status -> what one claim's symbol means
     "holds": "holds",
@@ -34,6 +45,7 @@ LEGEND = {  # status -> what one claim's symbol means
             "profile decides",
     "differs": "differs from the paper, and the experiment named beside it shows why",
     "fails": "fails at the paper's scale",
+    "undecided": "not decided: the run lacks a member the claim names",
 }
 
 
@@ -42,9 +54,12 @@ def is_paper_scale(profile: str) -> bool:
     return profile.startswith("paper")
 
 
-def claim_status(holds: bool, profile: str, explained: str = "") -> str:
+def claim_status(holds: bool, profile: str, explained: str = "", missing: str = "") -> str:
     """The status of a claim that ``holds`` (or not) in a run of ``profile``; ``explained``: the evidence for a known
-    difference from the paper ("" if none)."""
+    difference from the paper ("" if none); ``missing``: what the claim names that the run did not run ("" if
+    nothing), which leaves it undecided whatever ``holds`` says."""
+    if missing:
+        return "undecided"
     if holds:
         return "holds"
     if explained:
@@ -55,12 +70,27 @@ def claim_status(holds: bool, profile: str, explained: str = "") -> str:
 def status_of(claim: Mapping, profile: str) -> str:
     """A recorded claim's status (results files written before statuses existed carry only ``holds``)."""
     status = claim.get("status")
-    return status if status in STATUSES else claim_status(bool(claim["holds"]), profile, claim.get("explained", ""))
+    return status if status in STATUSES else claim_status(bool(claim["holds"]), profile, claim.get("explained", ""),
+                                                          claim.get("missing", ""))
+
+
+def paper_profile_rank(profile: str) -> tuple[int, str]:
+    """Which paper-scale run decides when several record a claim: ``paper`` first, then ``paper-core``, then the
+    others by name (a variant such as ``paper-query-past`` decides only what the first two did not run)."""
+    return ({"paper": 0, "paper-core": 1}.get(profile, 2), profile)
+
+
+def decisive_status(status: str, paper_scale: list[tuple[str, str]]) -> str:
+    """The verdict of a claim whose own run gave ``status``: the first of ``paper_scale`` ([(profile, status)] of the
+    paper-scale runs recording the same claim, by ``paper_profile_rank``) that decided it, else ``status``."""
+    for _, verdict in sorted(paper_scale, key=lambda p: paper_profile_rank(p[0])):
+        if verdict != "undecided":
+            return verdict
+    return status
 
 
 def status_counts(statuses: Iterable[str]) -> str:
-    """'131 claims: 79 hold, 40 fail at this size (the paper profile decides), ...' (statuses with no claim left
-    out)."""
+    """'131 claims: 79 hold, 40 fail at this size (...), ...' (statuses with no claim left out)."""
     counts = Counter(statuses)
     total = sum(counts.values())
     parts = [f"{counts[s]} {meaning}" for s, meaning in STATUSES.items() if counts[s]]

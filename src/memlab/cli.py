@@ -15,18 +15,17 @@ import argparse
 import errno
 import json
 import os
-import posixpath
 import re
 import sys
 import time
 from pathlib import Path
 
 from memlab import __version__, catalog, compile_cache
-from memlab.claims import LEGEND, STATUSES, SYMBOLS, is_paper_scale, status_counts, status_of
+from memlab.claims import status_counts, status_of
 from memlab.devices import check_device_count, cores_for_run, use_host_devices
 from memlab.executors import EXECUTORS, make_executor
-from memlab.files import compile_share, markdown_table
 from memlab.plugins import add_plugins
+from memlab.report import build_report, duration, megabytes
 from memlab.runner import (
     CellsFailed,
     SetupError,
@@ -38,8 +37,6 @@ from memlab.runner import (
 from memlab.store import StoreError
 
 PAPER_RESULTS = "paper-results"  # where the committed paper-scale runs live (the repository's own)
-_LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")  # [text](target "title")
-_ABSOLUTE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|/|#)")  # URL scheme, absolute path or anchor
 
 
 class _Parser(argparse.ArgumentParser):
@@ -135,9 +132,9 @@ def cmd_run(args) -> int:
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     cells = doc["cells"]
     reused = f", {cells['reused']} reused from other runs" if cells.get("reused") else ""
-    print(f"{out}  ({_duration(time.perf_counter() - start)}; {cells['computed']} cells computed, "
+    print(f"{out}  ({duration(time.perf_counter() - start)}; {cells['computed']} cells computed, "
           f"{cells['resumed']} resumed{reused}, executor {executor.name}; "
-          f"peak memory {_megabytes(doc['peak_rss_mb'])})")
+          f"peak memory {megabytes(doc['peak_rss_mb'])})")
     claims = doc.get("claims", [])
     if claims:
         failing = [f"{c['id']} ({status_of(c, doc['profile'])})" for c in claims if not c["holds"]]
@@ -165,13 +162,6 @@ def _executor_choice(args, exp) -> tuple[str, int | None]:
     return "local", args.workers
 
 
-def _megabytes(mb: float | None) -> str:
-    """A peak RSS for people: '812 MB', '2.3 GB'; '?' for runs recorded before memlab kept it."""
-    if mb is None:
-        return "?"
-    return f"{mb / 1024:.1f} GB" if mb >= 1024 else f"{mb:.0f} MB"
-
-
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
 
 
@@ -189,22 +179,6 @@ def parse_duration(text: str) -> float:
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"duration must be positive, got {text!r}")
     return seconds
-
-
-def _cell_time(cells: dict) -> str:
-    """The summed compute time of an experiment's cells and the share spent compiling (``files.compile_share``):
-    '5 min 2 s (71 %)'; without the share if no cell recorded it; '?' if no cell time is known."""
-    seconds = cells.get("seconds", {})
-    if not any(s is not None for s in seconds.values()):
-        return "?"
-    compiling = cells.get("compile_seconds", {})
-    share = compile_share((s, compiling.get(name)) for name, s in seconds.items())
-    return _duration(sum(s for s in seconds.values() if s is not None)) + (
-        f" ({100 * share:.0f} %)" if share is not None else "")
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds < 120 else f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
 
 
 # ---------------------------------------------------------------- reproduce
@@ -241,7 +215,7 @@ def cmd_reproduce(args) -> int:
             mark = "✓" if complete(run) else f"… stopped at the time limit, see {run.log}:"
         else:
             mark = f"✗ exit {run.returncode}, see {run.log}:"
-        print(f"{mark} {run.name} ({_duration(run.seconds)})", flush=True)
+        print(f"{mark} {run.name} ({duration(run.seconds)})", flush=True)
 
     print(f"memlab: {len(names)} experiments, profile {args.profile}, {args.jobs} at a time", flush=True)
     start_time = time.time()
@@ -267,7 +241,7 @@ def cmd_reproduce(args) -> int:
             {"profile": args.profile, "jobs": args.jobs, "experiments": names, "seconds": round(seconds, 1),
              "empty_compile_cache": cold, "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())},
             indent=2) + "\n")
-    print(f"{path}  ({_duration(seconds)} in all)")
+    print(f"{path}  ({duration(seconds)} in all)")
     print(timing, end="")
     if failed:
         return _error(f"{len(failed)} experiment(s) failed: {', '.join(failed)}; their logs are beside their folders")
@@ -280,148 +254,6 @@ def _profiles_of(names: list[str]) -> str:
 
 
 # ---------------------------------------------------------------- report
-
-
-def rebase_markdown(markdown: str, folder: str) -> tuple[str, set[str]]:
-    """Rewrite relative link targets so they resolve from one level up, and demote headings by two levels.
-
-    Returns the new text and the set of rewritten targets (to know which images are already shown).
-    """
-    targets: set[str] = set()
-
-    def link(m: re.Match) -> str:
-        target = m.group(2)
-        if _ABSOLUTE.match(target):
-            return m.group(0)
-        target = posixpath.normpath(posixpath.join(folder, target))
-        targets.add(target)
-        return f"{m.group(1)}({target}{m.group(3)})"
-
-    lines, fenced = [], False
-    for line in markdown.splitlines():
-        if line.lstrip().startswith(("```", "~~~")):
-            fenced = not fenced
-        elif not fenced:
-            line = _LINK.sub(link, line)
-            if re.match(r"#{1,4}\s", line):
-                line = "##" + line
-        lines.append(line)
-    return "\n".join(lines), targets
-
-
-_CLAIM_FIELDS = ("id", "claim", "paper", "ours", "holds")
-
-
-def _read_results(path: Path) -> dict | None:
-    """A results.json as the report reads it, or None after one line on stderr naming the file and what is wrong
-    with it (the report is then written from the others)."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) for k in ("experiment", "profile",
-                                                                                       "paper_ref")):
-            raise ValueError("no experiment, profile and paper_ref")
-        claims = doc.get("claims", [])
-        if not isinstance(claims, list) or not all(isinstance(c, dict) and set(_CLAIM_FIELDS) <= set(c)
-                                                   for c in claims):
-            raise ValueError(f"its claims are not a list of {{{', '.join(_CLAIM_FIELDS)}}}")
-        if not isinstance(doc.get("cells", {}), dict) or not isinstance(doc.get("elapsed_s", 0.0), (int, float)):
-            raise ValueError("its cells or elapsed_s are not what memlab run writes")
-    except (OSError, ValueError) as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
-        print(f"memlab: {path} is not a memlab results file ({e}); the report leaves it out", file=sys.stderr)
-        return None
-    return {**doc, "claims": doc.get("claims", [])}
-
-
-def _paper_scale_verdicts(paper_root: Path | None, root: Path) -> dict[str, dict[str, list[str]]]:
-    """experiment -> claim id -> ['paper-core ✓', ...]: the verdicts of the paper-scale runs under ``paper_root``
-    (none when it is ``root`` itself or missing)."""
-    verdicts: dict[str, dict[str, list[str]]] = {}
-    if paper_root is None or not paper_root.is_dir() or paper_root.resolve() == root.resolve():
-        return verdicts
-    for path in sorted(paper_root.rglob("results.json")):
-        doc = _read_results(path)
-        if doc is None or not is_paper_scale(doc["profile"]):
-            continue
-        for c in doc["claims"]:
-            verdicts.setdefault(doc["experiment"], {}).setdefault(c["id"], []).append(
-                f"{doc['profile']} {SYMBOLS[status_of(c, doc['profile'])]}")
-    return verdicts
-
-
-def _section_heading(summary: str, doc: dict | None, folder: str) -> tuple[str, str]:
-    """The experiment's report heading and its summary without the summary's own title (shown once, not twice)."""
-    if doc is None:  # no results to name it: the folder, and the summary as it is
-        return folder, summary
-    lines = summary.splitlines()
-    title = lines[0][2:].strip() if lines and lines[0].startswith("# ") else ""
-    body = "\n".join(lines[1:]) if title else summary
-    name = doc["experiment"]
-    rest = title[len(name):].strip(" —-:") if title.startswith(name) else title
-    heading = f"{name} ({doc['profile']})" + (f" — {rest}" if rest else "")
-    if doc["paper_ref"] in heading:
-        return heading, body.strip()
-    return heading, f"*Paper: {doc['paper_ref']}.*\n\n{body.strip()}"
-
-
-def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]:
-    """Gather every summary.md under ``root`` into ``root/report.md``, one section per experiment: its summary,
-    figures and claims, each claim with its status (:mod:`memlab.claims`) and, where ``paper_root`` holds a
-    paper-scale run of the same experiment, that run's verdict beside it.
-
-    Returns the report's path and a Markdown table of the time each experiment's last invocation took.
-    """
-    if not root.is_dir():
-        raise ValueError(f"no such folder {root}; run an experiment first (memlab run NAME)")
-    summaries = sorted(root.rglob("summary.md"))
-    if not summaries:
-        raise ValueError(f"no summary.md under {root}; run an experiment first (memlab run NAME)")
-
-    documents = {path: _read_results(path) for path in sorted(root.rglob("results.json"))}
-    paper = _paper_scale_verdicts(paper_root, root)
-    paper = {name: v for name, v in paper.items() if any(d and d["experiment"] == name for d in documents.values())}
-    statuses = {path: [status_of(c, doc["profile"]) for c in doc["claims"]]
-                for path, doc in documents.items() if doc is not None}  # per results.json, claim by claim
-    contents, times = [], []
-    for path, mine in statuses.items():
-        doc = documents[path]
-        contents.append((f"{doc['experiment']} ({doc['profile']})", len(mine),
-                         *(mine.count(s) or "" for s in STATUSES)))
-        cells = doc.get("cells", {})
-        times.append((doc["experiment"], doc["profile"], _duration(float(doc.get("elapsed_s", 0.0))),
-                      cells.get("computed", "?"), cells.get("resumed", "?"), _cell_time(cells),
-                      doc.get("executor", "local"), _megabytes(doc.get("peak_rss_mb"))))
-    timing = markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed",
-                             "cell time (compiling)", "executor", "peak memory"], times)
-    legend = "; ".join(f"{SYMBOLS[s]}: {LEGEND[s]}" for s in STATUSES)
-    every_status = [s for mine in statuses.values() for s in mine]
-    parts = ["# memlab report", "", status_counts(every_status) + ".", "", f"Statuses: {legend}."
-             + (f" Where `{paper_root}` holds a paper-scale run of an experiment, its verdict is shown beside ours."
-                if paper else ""), ""]
-    if contents:
-        parts += [markdown_table(["experiment", "claims", *(SYMBOLS[s] for s in STATUSES)], contents), ""]
-
-    for summary in summaries:
-        folder = summary.parent.relative_to(root).as_posix()
-        doc = documents.get(summary.parent / "results.json")
-        heading, body = _section_heading(summary.read_text(encoding="utf-8"), doc, folder)
-        text, shown = rebase_markdown(body, folder)
-        parts += [f"## {heading}", "", text.strip(), ""]
-        for png in sorted(summary.parent.rglob("*.png")):
-            target = posixpath.normpath(posixpath.join(folder, png.relative_to(summary.parent).as_posix()))
-            if target not in shown:
-                parts += [f"![{png.stem}]({target})", ""]
-        if doc is not None and doc["claims"]:
-            verdicts = paper.get(doc["experiment"], {})
-            rows = [(c["id"], c["claim"], c["paper"], c["ours"], SYMBOLS[status]
-                     + (f" — {c['explained']}" if c.get("explained") else ""),
-                     *([", ".join(verdicts.get(c["id"], [])) or "—"] if verdicts else []))
-                    for c, status in zip(doc["claims"], statuses[summary.parent / "results.json"], strict=True)]
-            parts += [f"### Claims of {doc['experiment']} ({doc['profile']})", "",
-                      markdown_table(["id", "claim", "paper", "ours", "status",
-                                      *(["paper-scale run"] if verdicts else [])], rows), ""]
-    parts += ["## Time per experiment", "", "The last invocation of each run (a resumed run skips finished cells).",
-              "", timing]
-    return atomic_write_text(root / "report.md", "\n".join(parts)), timing
 
 
 def cmd_report(args) -> int:

@@ -27,7 +27,7 @@ import jax
 import numpy as np
 
 from memlab import compile_cache
-from memlab.claims import claim_status
+from memlab.claims import BY, claim_status
 from memlab.executors import Executor, LocalExecutor, Scheduled, Settings, peak_rss_mb
 from memlab.files import (
     CellRecord,
@@ -490,22 +490,29 @@ class Run:
         """Write summary.md: the paper's numbers beside ours. Relative image links are rewritten by `memlab report`."""
         return self.write_text("summary.md", markdown)
 
-    def claim(self, id: str, claim: str, paper: str, ours: str, holds: bool, *, explained: str = "") -> None:
+    def claim(self, id: str, claim: str, paper: str, ours: str, holds: bool, *, explained: str = "",
+              missing: str = "", by: str = "paper") -> None:
         """Record one claim of the paper; ``holds`` must be computed from this run's numbers (bool or numpy bool).
         ``explained``: for a claim memlab is known to depart from, the experiment or figure that shows why (a
-        failing claim is then 'differs', not a failure: :mod:`memlab.claims`)."""
+        failing claim is then 'differs', not a failure: :mod:`memlab.claims`). ``missing``: what the claim names
+        that this run did not run (e.g. "S5-256 not run"); the claim is then undecided, never holds. ``by``:
+        "paper", or "memlab" for memlab's own check that the paper does not state (reports count them apart)."""
         if not isinstance(holds, (bool, np.bool_)):
             raise ValueError(f"claim {id!r}: holds must be a bool computed from the run, got {type(holds).__name__}")
+        if by not in BY:
+            raise ValueError(f"claim {id!r}: by must be one of {', '.join(BY)}, got {by!r}")
         for field, value in (("id", id), ("claim", claim), ("paper", paper), ("ours", ours)):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"claim {id!r}: {field} must be a non-empty string, got {value!r}")
-        if not isinstance(explained, str):
-            raise ValueError(f"claim {id!r}: explained must be a string, got {type(explained).__name__}")
+        for field, value in (("explained", explained), ("missing", missing)):
+            if not isinstance(value, str):
+                raise ValueError(f"claim {id!r}: {field} must be a string, got {type(value).__name__}")
         if any(c["id"] == id for c in self.claims):
             raise ValueError(f"claim id {id!r} recorded twice")
         self.claims.append({"id": id, "claim": claim, "paper": paper, "ours": ours, "holds": bool(holds),
-                            "status": claim_status(bool(holds), self.profile, explained),
-                            **({"explained": explained} if explained else {})})
+                            "status": claim_status(bool(holds), self.profile, explained, missing),
+                            **({"explained": explained} if explained else {}),
+                            **({"missing": missing} if missing else {}), **({"by": by} if by != "paper" else {})})
 
 
 # ---------------------------------------------------------------- running

@@ -1,0 +1,202 @@
+"""``memlab report``: every summary.md under a folder gathered into one report.md, with each claim's verdict.
+
+A claim's verdict is its own run's status (:mod:`memlab.claims`) unless a paper-scale run of the same experiment
+(under ``paper-results/``) records the same claim: that run decides it (``claims.decisive_status``), so a quick
+run's "fails at this size" is shown only where no paper-scale run exists. The counts at the top of the report are of
+these verdicts, the papers' claims and memlab's own checks apart.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import sys
+from pathlib import Path
+
+from memlab.claims import BY, LEGEND, STATUSES, SYMBOLS, decisive_status, is_paper_scale, status_counts, status_of
+from memlab.files import atomic_write_text, compile_share, markdown_table
+
+__all__ = ["build_report", "duration", "megabytes", "paper_scale_verdicts", "rebase_markdown", "read_results"]
+
+_LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")  # [text](target "title")
+_ABSOLUTE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|/|#)")  # URL scheme, absolute path or anchor
+_CLAIM_FIELDS = ("id", "claim", "paper", "ours", "holds")
+
+
+def duration(seconds: float) -> str:
+    """'12.3 s' below two minutes, else '5 min 02 s'."""
+    return f"{seconds:.1f} s" if seconds < 120 else f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
+
+
+def megabytes(mb: float | None) -> str:
+    """A peak RSS for people: '812 MB', '2.3 GB'; '?' for runs recorded before memlab kept it."""
+    if mb is None:
+        return "?"
+    return f"{mb / 1024:.1f} GB" if mb >= 1024 else f"{mb:.0f} MB"
+
+
+def cell_time(cells: dict) -> str:
+    """The summed compute time of an experiment's cells and the share spent compiling (``files.compile_share``):
+    '5 min 2 s (71 %)'; without the share if no cell recorded it; '?' if no cell time is known."""
+    seconds = cells.get("seconds", {})
+    if not any(s is not None for s in seconds.values()):
+        return "?"
+    compiling = cells.get("compile_seconds", {})
+    share = compile_share((s, compiling.get(name)) for name, s in seconds.items())
+    return duration(sum(s for s in seconds.values() if s is not None)) + (
+        f" ({100 * share:.0f} %)" if share is not None else "")
+
+
+def rebase_markdown(markdown: str, folder: str) -> tuple[str, set[str]]:
+    """Rewrite relative link targets so they resolve from one level up, and demote headings by two levels.
+
+    Returns the new text and the set of rewritten targets (to know which images are already shown).
+    """
+    targets: set[str] = set()
+
+    def link(m: re.Match) -> str:
+        target = m.group(2)
+        if _ABSOLUTE.match(target):
+            return m.group(0)
+        target = posixpath.normpath(posixpath.join(folder, target))
+        targets.add(target)
+        return f"{m.group(1)}({target}{m.group(3)})"
+
+    lines, fenced = [], False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced:
+            line = _LINK.sub(link, line)
+            if re.match(r"#{1,4}\s", line):
+                line = "##" + line
+        lines.append(line)
+    return "\n".join(lines), targets
+
+
+def read_results(path: Path) -> dict | None:
+    """A results.json as the report reads it, or None after one line on stderr naming the file and what is wrong
+    with it (the report is then written from the others)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) for k in ("experiment", "profile",
+                                                                                       "paper_ref")):
+            raise ValueError("no experiment, profile and paper_ref")
+        claims = doc.get("claims", [])
+        if not isinstance(claims, list) or not all(isinstance(c, dict) and set(_CLAIM_FIELDS) <= set(c)
+                                                   for c in claims):
+            raise ValueError(f"its claims are not a list of {{{', '.join(_CLAIM_FIELDS)}}}")
+        if not isinstance(doc.get("cells", {}), dict) or not isinstance(doc.get("elapsed_s", 0.0), (int, float)):
+            raise ValueError("its cells or elapsed_s are not what memlab run writes")
+    except (OSError, ValueError) as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        print(f"memlab: {path} is not a memlab results file ({e}); the report leaves it out", file=sys.stderr)
+        return None
+    return {**doc, "claims": doc.get("claims", [])}
+
+
+def paper_scale_verdicts(paper_root: Path | None, root: Path) -> dict[str, dict[str, list[tuple[str, str]]]]:
+    """experiment -> claim id -> [(profile, status), ...] of the paper-scale runs under ``paper_root`` (none when it
+    is ``root`` itself or missing)."""
+    verdicts: dict[str, dict[str, list[tuple[str, str]]]] = {}
+    if paper_root is None or not paper_root.is_dir() or paper_root.resolve() == root.resolve():
+        return verdicts
+    for path in sorted(paper_root.rglob("results.json")):
+        doc = read_results(path)
+        if doc is None or not is_paper_scale(doc["profile"]):
+            continue
+        for c in doc["claims"]:
+            verdicts.setdefault(doc["experiment"], {}).setdefault(c["id"], []).append(
+                (doc["profile"], status_of(c, doc["profile"])))
+    return verdicts
+
+
+def _section_heading(summary: str, doc: dict | None, folder: str) -> tuple[str, str]:
+    """The experiment's report heading and its summary without the summary's own title (shown once, not twice)."""
+    if doc is None:  # no results to name it: the folder, and the summary as it is
+        return folder, summary
+    lines = summary.splitlines()
+    title = lines[0][2:].strip() if lines and lines[0].startswith("# ") else ""
+    body = "\n".join(lines[1:]) if title else summary
+    name = doc["experiment"]
+    rest = title[len(name):].strip(" —-:") if title.startswith(name) else title
+    heading = f"{name} ({doc['profile']})" + (f" — {rest}" if rest else "")
+    if doc["paper_ref"] in heading:
+        return heading, body.strip()
+    return heading, f"*Paper: {doc['paper_ref']}.*\n\n{body.strip()}"
+
+
+def _counts_line(verdicts: list[tuple[str, str]]) -> list[str]:
+    """'- The papers' claims: 12 claims: ... .' and, if any, "- memlab's own checks: ..." ((by, verdict) pairs)."""
+    return [f"- {BY[by]}: {status_counts(v for b, v in verdicts if b == by)}."
+            for by in BY if any(b == by for b, _ in verdicts)]
+
+
+def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]:
+    """Gather every summary.md under ``root`` into ``root/report.md``, one section per experiment: its summary,
+    figures and claims, each claim with its run's status, the verdicts of the paper-scale runs of the same
+    experiment under ``paper_root`` and the verdict that decides it (module doc).
+
+    Returns the report's path and a Markdown table of the time each experiment's last invocation took.
+    """
+    if not root.is_dir():
+        raise ValueError(f"no such folder {root}; run an experiment first (memlab run NAME)")
+    summaries = sorted(root.rglob("summary.md"))
+    if not summaries:
+        raise ValueError(f"no summary.md under {root}; run an experiment first (memlab run NAME)")
+
+    documents = {path: read_results(path) for path in sorted(root.rglob("results.json"))}
+    paper = paper_scale_verdicts(paper_root, root)
+    paper = {name: v for name, v in paper.items() if any(d and d["experiment"] == name for d in documents.values())}
+    statuses, decided = {}, {}  # per results.json, claim by claim: the run's own status, and the deciding verdict
+    for path, doc in documents.items():
+        if doc is None:
+            continue
+        statuses[path] = [status_of(c, doc["profile"]) for c in doc["claims"]]
+        scale = paper.get(doc["experiment"], {})
+        decided[path] = [decisive_status(s, scale.get(c["id"], [])) for c, s in zip(doc["claims"], statuses[path])]
+    contents, times = [], []
+    for path, verdicts in decided.items():
+        doc = documents[path]
+        contents.append((f"{doc['experiment']} ({doc['profile']})", len(verdicts),
+                         *(verdicts.count(s) or "" for s in STATUSES)))
+        cells = doc.get("cells", {})
+        times.append((doc["experiment"], doc["profile"], duration(float(doc.get("elapsed_s", 0.0))),
+                      cells.get("computed", "?"), cells.get("resumed", "?"), cell_time(cells),
+                      doc.get("executor", "local"), megabytes(doc.get("peak_rss_mb"))))
+    timing = markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed",
+                             "cell time (compiling)", "executor", "peak memory"], times)
+    legend = "; ".join(f"{SYMBOLS[s]}: {LEGEND[s]}" for s in STATUSES)
+    every = [(c.get("by", "paper"), v) for path, verdicts in decided.items()
+             for c, v in zip(documents[path]["claims"], verdicts)]
+    where = (f" Where `{paper_root}` holds a paper-scale run of an experiment, its verdict decides the claim (the "
+             "`verdict` column and these counts; `paper`, then `paper-core`, then the other paper-scale profiles); "
+             "a claim no paper-scale run has recorded keeps this run's status." if paper else "")
+    parts = ["# memlab report", "", *(_counts_line(every) or ["No claims."]), "", f"Statuses: {legend}.{where}", ""]
+    if contents:
+        parts += [markdown_table(["experiment", "claims", *(SYMBOLS[s] for s in STATUSES)], contents), ""]
+
+    for summary in summaries:
+        folder = summary.parent.relative_to(root).as_posix()
+        results = summary.parent / "results.json"
+        doc = documents.get(results)
+        heading, body = _section_heading(summary.read_text(encoding="utf-8"), doc, folder)
+        text, shown = rebase_markdown(body, folder)
+        parts += [f"## {heading}", "", text.strip(), ""]
+        for png in sorted(summary.parent.rglob("*.png")):
+            target = posixpath.normpath(posixpath.join(folder, png.relative_to(summary.parent).as_posix()))
+            if target not in shown:
+                parts += [f"![{png.stem}]({target})", ""]
+        if doc is not None and doc["claims"]:
+            scale = paper.get(doc["experiment"], {})
+            rows = [(c["id"] + (" (memlab's check)" if c.get("by") == "memlab" else ""), c["claim"], c["paper"],
+                     c["ours"], SYMBOLS[status] + (f" — {c['explained']}" if c.get("explained") else ""),
+                     *([", ".join(f"{p} {SYMBOLS[v]}" for p, v in scale.get(c["id"], [])) or "—",
+                        SYMBOLS[verdict]] if scale else []))
+                    for c, status, verdict in zip(doc["claims"], statuses[results], decided[results], strict=True)]
+            parts += [f"### Claims of {doc['experiment']} ({doc['profile']})", "",
+                      markdown_table(["id", "claim", "paper", "ours", "status",
+                                      *(["paper-scale run", "verdict"] if scale else [])], rows), ""]
+    parts += ["## Time per experiment", "", "The last invocation of each run (a resumed run skips finished cells).",
+              "", timing]
+    return atomic_write_text(root / "report.md", "\n".join(parts)), timing
