@@ -146,40 +146,42 @@ def test_the_previous_action_ablation_reads_the_share_of_s5s_gap_it_closes():
 
     def stats(**tails):
         return {m.replace("_", "-"): MemoryStats(tail_mean=v, tail_std=0.01, tail_per_seed=[v],
-                                                 half_ceiling_update=None, diagnostics={}) for m, v in tails.items()}
+                                                 half_ceiling_update=None, diagnostics={}, learning_std=0.01)
+                for m, v in tails.items()}
 
     line = previous_action_ablation(stats(s5_12=0.30, s5_12_prev_action=0.40, alf=0.50, lof=0.45))
     assert "ends at 0.400" in line and "ALF, ends at 0.500" in line and "closes 50% of S5-12's gap" in line
     assert previous_action_ablation(stats(s5_12=0.30, alf=0.5)) == ""
 
 
-def test_fig3_orderings_are_read_on_the_memories_a_profile_runs():
-    """paper-core and quick have no S5-256: the learned-below-fixed ordering compares the learned memories they
-    run and says S5-256 was not; a claim that needs S5-256 itself is skipped."""
+def test_fig3_claims_naming_a_memory_not_run_are_undecided():
+    """paper-core and quick have no S5-256: every claim that names it is undecided (``missing``), never holds, and
+    its part without S5-256 is decided as a claim of its own; with S5-256 run, nothing is missing."""
     from memlab.belief.experiments.ringworld_ppo import MemoryStats, ReturnsAnalysis, _returns_claims
 
     class Claims:
         def __init__(self):
             self.made = {}
 
-        def claim(self, id, claim, paper, ours, holds):
-            self.made[id] = (ours, holds)
+        def claim(self, id, claim, paper, ours, holds, *, missing="", by="paper"):
+            self.made[id] = (ours, holds, missing)
 
     def claims(**tails):
         stats = {m.replace("_", "-"): MemoryStats(tail_mean=v, tail_std=0.01, tail_per_seed=[v],
-                                                  half_ceiling_update=None, diagnostics={})
+                                                  half_ceiling_update=None, diagnostics={}, learning_std=0.01)
                  for m, v in tails.items()}
         run = Claims()
         _returns_claims(None, ReturnsAnalysis(curves={}, stats=stats, ceiling=0.9, floor=-0.1, qmdp=0.5), run)
         return run.made
 
     made = claims(alf=0.55, lof_softmax=0.56, deep_alf_all_random=0.47, s5_12=0.40)
-    assert made["all-random-deep-alf-above-s5-12"][1]
-    ours, holds = made["learned-below-alf-and-lof-softmax"]
-    assert holds and "S5-256 not run" in ours
-    assert "s5-256-above-s5-12" not in made and "s5-256-matches-deep-alf" not in made
+    assert made["all-random-deep-alf-above-s5-12"][1:] == (True, "")
+    for id in ("learned-below-alf-and-lof-softmax", "s5-256-above-s5-12", "s5-256-matches-deep-alf"):
+        ours, holds, missing = made[id]
+        assert not holds and missing == "S5-256 not run" and "S5-256 not run" in ours, id
+    assert made["s5-12-and-deep-alf-below-alf-and-lof-softmax"][1:] == (True, "")
     assert not claims(alf=0.55, lof_softmax=0.56, deep_alf_all_random=0.57, s5_12=0.40)[
-        "learned-below-alf-and-lof-softmax"][1]
+        "s5-12-and-deep-alf-below-alf-and-lof-softmax"][1]
     full = claims(alf=0.55, lof_softmax=0.56, deep_alf_all_random=0.47, s5_12=0.40, s5_256=0.58)
     assert not full["learned-below-alf-and-lof-softmax"][1] and full["s5-256-above-s5-12"][1]
-    assert "not run" not in full["learned-below-alf-and-lof-softmax"][0]
+    assert all(missing == "" for _, _, missing in full.values())

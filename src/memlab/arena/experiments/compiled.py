@@ -143,11 +143,11 @@ def run_compiled(cfg: CompiledConfig, run: Run) -> dict[str, CompiledStats]:
     run.claim("exact-compiled-reach-the-optimum", "every exact compiled model's gap is at most 1e-3 after its stated "
               "transient, at every test length", "arena",
               f"largest: {worst} {max(exact[worst].gaps):.1e}" if worst else "no exact compiled model",
-              bool(worst is None or max(exact[worst].gaps) <= 1e-3))
+              bool(worst is None or max(exact[worst].gaps) <= 1e-3), by="memlab")
     approximate = {t: s.gaps[-1] for t, s in stats.items() if not s.exact}
     run.claim("alf-uses-memory", "the ALF predicts better than having no memory (gap below 1)",
               "linear-recurrent-memory-pomdp", ", ".join(f"{t} {g:.3f}" for t, g in approximate.items()) or "none",
-              bool(all(g < 1.0 for g in approximate.values())))
+              bool(all(g < 1.0 for g in approximate.values())), by="memlab")
     rows = [(t, s.description, "yes" if s.exact else "no", s.transient, *s.gaps) for t, s in stats.items()]
     table = run.save_table("compiled.csv", ["task", "compiled model", "exact", "transient",
                                             *(f"gap at L = {n}" for n in cfg.lengths)], rows, ".3g")

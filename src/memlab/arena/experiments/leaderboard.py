@@ -319,7 +319,7 @@ def claim_no_layer_beats_the_reference(run: Run, stats: dict[str, GapStats]) -> 
     tolerance = max(3 * s.se, 0.02) if np.isfinite(s.se) else 0.02
     run.claim("no-layer-beats-the-reference", "no trained layer beats the optimal predictor (a check of the "
               "references and the harness)", "arena", f"lowest gap: {label} {s.gap:.3g} ± {s.se:.2g}",
-              bool(s.gap > -tolerance))
+              bool(s.gap > -tolerance), by="memlab")
 
 
 def _claims(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Run) -> None:
@@ -334,7 +334,7 @@ def _claims(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: R
     run.claim("every-layer-uses-memory", "every layer beats the best predictor without memory on every task",
               "arena", "all below 1" if not memoryless else "not below 1: " + ", ".join(f"{m} on {t}"
                                                                                        for t, m in memoryless),
-              not memoryless)
+              not memoryless, by="memlab")
 
 
 def _table(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Run) -> str:

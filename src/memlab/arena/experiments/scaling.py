@@ -180,7 +180,7 @@ def _claims(cfg: ScalingConfig, result: Scaling, exact: list[str], run: Run) -> 
         f"{m} on {t} ({result.stats[t][m][0].gap:.3g} -> {result.stats[t][m][-1].gap:.3g})" for t, m in worse))
     run.claim("wider-is-no-worse", f"for most layers (more than half of the task x layer pairs) the gap at the "
               f"largest width ({widest}) is at most the gap at the smallest ({narrowest}), within 2 standard errors",
-              "arena (more state, no larger gap)", ours, len(pairs) - len(worse) > len(pairs) / 2)
+              "arena (more state, no larger gap)", ours, len(pairs) - len(worse) > len(pairs) / 2, by="memlab")
 
 
 def _table(cfg: ScalingConfig, result: Scaling, exact: list[str], run: Run) -> str:
