@@ -17,7 +17,7 @@ from pathlib import Path
 from mkdocs.structure.files import File, Files
 
 from memlab.catalog import EXPERIMENTS
-from memlab.cli import rebase_markdown
+from memlab.report import rebase_markdown
 from memlab.files import markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]

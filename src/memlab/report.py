@@ -14,7 +14,17 @@ import re
 import sys
 from pathlib import Path
 
-from memlab.claims import BY, LEGEND, STATUSES, SYMBOLS, decisive_status, is_paper_scale, status_counts, status_of
+from memlab.claims import (
+    BY,
+    LEGEND,
+    STATUSES,
+    SYMBOLS,
+    decisive_status,
+    is_paper_scale,
+    paper_profile_rank,
+    status_counts,
+    status_of,
+)
 from memlab.files import atomic_write_text, compile_share, markdown_table
 
 __all__ = ["build_report", "duration", "megabytes", "paper_scale_verdicts", "rebase_markdown", "read_results"]
@@ -191,7 +201,9 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
             scale = paper.get(doc["experiment"], {})
             rows = [(c["id"] + (" (memlab's check)" if c.get("by") == "memlab" else ""), c["claim"], c["paper"],
                      c["ours"], SYMBOLS[status] + (f" — {c['explained']}" if c.get("explained") else ""),
-                     *([", ".join(f"{p} {SYMBOLS[v]}" for p, v in scale.get(c["id"], [])) or "—",
+                     *([", ".join(f"{p} {SYMBOLS[v]}" for p, v in sorted(scale.get(c["id"], []),
+                                                                        key=lambda pv: paper_profile_rank(pv[0])))
+                        or "—",
                         SYMBOLS[verdict]] if scale else []))
                     for c, status, verdict in zip(doc["claims"], statuses[results], decided[results], strict=True)]
             parts += [f"### Claims of {doc['experiment']} ({doc['profile']})", "",

@@ -10,6 +10,7 @@ them imports them. Module by module: docs/studies/pissm.md.
 from memlab.pissm.baselines import DirectRNN, LGBaseline, ObservationOnly
 from memlab.pissm.data import Dataset, Split, SplitLayout
 from memlab.pissm.gain import ExactGain, PaperGain, WhitenedGain
+from memlab.pissm.gain_fit import fit_readout_to_exact_gain
 from memlab.pissm.kalman import KalmanFiltered, kalman_filter, sample_lgssm
 from memlab.pissm.lg import LGFiltered, LGVariant
 from memlab.pissm.metrics import (
@@ -84,6 +85,7 @@ __all__ = [
     "estimator_options",
     "evaluate",
     "fit",
+    "fit_readout_to_exact_gain",
     "gaussian_log_density",
     "gaussian_prior_particle_filter",
     "imputation_mask",
