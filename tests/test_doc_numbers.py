@@ -1,0 +1,155 @@
+"""Numbers the documents quote from committed result files, checked against those files (issue 47).
+
+Each ``Quote`` is a phrase of a document with ``{name}`` where a number stands, the result file it comes from, and
+how each number is read from that file and written. The test formats the phrase from the file and requires the
+document to contain it: when a rerun changes a result, the document that quotes the old number fails here until it
+is brought up to date. Documents: README.md, docs/, paper-results/README.md. More quotes: test_doc_numbers_studies.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Quote(NamedTuple):
+    doc: str  # relative to the repository's root
+    text: str  # the phrase, with {name} where each number stands
+    source: str  # the result file (JSON or CSV) the numbers come from, relative to the root
+    numbers: dict[str, Callable[[Any], str]]  # name -> the number as the document writes it, from the loaded file
+
+
+def percent(value: float, digits: int = 0) -> str:
+    """0.8698 -> '87 %' (the documents' spacing)."""
+    return f"{100 * value:.{digits}f} %"
+
+
+def fixed(value: float, digits: int = 3) -> str:
+    return f"{value:.{digits}f}"
+
+
+def load(source: str) -> Any:
+    path = ROOT / source
+    if path.suffix == ".json":
+        return json.loads(path.read_text(encoding="utf-8"))
+    import csv
+
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def check_quote(quote: Quote) -> None:
+    """The document holds the phrase with the numbers of its result file (module doc)."""
+    data = load(quote.source)
+    expected = quote.text.format(**{name: read(data) for name, read in quote.numbers.items()})
+    text = " ".join((ROOT / quote.doc).read_text(encoding="utf-8").split())  # line breaks as spaces
+    assert expected in text, f"{quote.doc} should say {expected!r} ({quote.source})"
+
+
+def _mixture_001(field: str, digits: int = 0) -> Callable[[Any], str]:
+    return lambda d: percent(d["results"]["mixture"][field], digits)
+
+
+MODES_001 = "paper-results/pissm.pong-modes-paper-0.01/results.json"
+_REFLECTIONS_001 = {"at": _mixture_001("reflecting_at_bounces"), "next": _mixture_001("reflecting_next_to_bounces"),
+                    "elsewhere": _mixture_001("reflecting_elsewhere", 1),
+                    "oracle": lambda d: percent(d["results"]["oracle"]["mixture"]["at_hits"])}
+_REFLECTIONS_TEXT = ("the exact mixture learns the selection on the true maps ({oracle} of hits) and reflecting modes "
+                     "in the full model (its A_z reflects at {at} of hits, {next} counting the step after, "
+                     "{elsewhere} elsewhere)")
+
+QUOTES = [
+    Quote("docs/studies/pissm.md", _REFLECTIONS_TEXT, MODES_001, _REFLECTIONS_001),
+    Quote("docs/experiments.md", _REFLECTIONS_TEXT, MODES_001, _REFLECTIONS_001),
+]
+
+
+# ---------------------------------------------------------------------------------------------- pi-SSM (issue 47)
+
+STABILITY = "paper-results/pissm.stability/{}/results.json"
+TABLE1_CORE = "paper-results/pissm.table1/paper-core/results.json"
+PISSM_ROW_DOCS = ("docs/studies/pissm.md", "docs/experiments.md")  # the experiments table, on both pages
+
+
+def _rows(d) -> list[dict]:
+    return d["results"]["table"]
+
+
+def _trained(d) -> str:
+    return str(round(sum(r["success"] * r["runs"] for r in _rows(d))))
+
+
+def _runs(d) -> str:
+    return str(sum(r["runs"] for r in _rows(d)))
+
+
+def _steps(d, pick) -> str:
+    return f"{pick(float(v) for r in _rows(d) for v in (r['nonfinite_step_min'], r['nonfinite_step_max'])):.0f}"
+
+
+def _one_step(d) -> str:
+    """The step every failing run of the file went non-finite at (one number only if they all agree)."""
+    low, high = _steps(d, min), _steps(d, max)
+    return low if low == high else f"{low}–{high}"
+
+
+def _ll(model: str, std: bool = True) -> Callable[[Any], str]:
+    def read(d):
+        row = next(r for r in _rows(d) if r["model"] == model and r["dataset"] == "pong")
+        return f"{float(row['ll_mean']):.3f}" + (f" ± {float(row['ll_std']):.3f}" if std else "")
+    return read
+
+
+def _signed(value: float) -> str:
+    return f"{value:.3f}".replace("-", "−")
+
+
+QUOTES += [
+    Quote("paper-results/README.md", "From that start {trained} of {runs} runs train", STABILITY.format("paper-core"),
+          {"trained": _trained, "runs": _runs}),
+    Quote("paper-results/README.md", "every run's parameters are non-finite after optimiser step {step}",
+          STABILITY.format("paper-core"), {"step": _one_step}),
+    Quote("paper-results/README.md", "{trained} of {runs} runs train: the parameters are non-finite after between "
+          "{low} and {high} optimiser steps", STABILITY.format("paper-prior-init"),
+          {"trained": _trained, "runs": _runs, "low": lambda d: _steps(d, min), "high": lambda d: _steps(d, max)}),
+    Quote("paper-results/README.md", "mean per setting, {low} to {high}, where the exact gain's π-SSM(LG) ends at",
+          STABILITY.format("paper-prior-init"),
+          {"low": lambda d: _signed(min(float(r["best_val_mean"]) for r in _rows(d))),
+           "high": lambda d: _signed(max(float(r["best_val_mean"]) for r in _rows(d)))}),
+    Quote("paper-results/README.md", "LG {lg}, π-SSM-GRU with the bounded gain {bounded}, π-SSM(LG) (exact Kalman "
+          "gain) {pissm_lg}", TABLE1_CORE, {"lg": _ll("lg"), "bounded": _ll("pissm-gru-bounded"),
+                                      "pissm_lg": _ll("pissm-lg")}),
+    *(Quote(doc, "({trained} of {runs} from the tracking start, non-finite after optimiser step {step};",
+            STABILITY.format("paper-core"), {"trained": _trained, "runs": _runs, "step": _one_step})
+      for doc in PISSM_ROW_DOCS),
+    *(Quote(doc, "{trained} of {runs} from the first step's factor)", STABILITY.format("paper-prior-init"),
+            {"trained": _trained, "runs": _runs}) for doc in PISSM_ROW_DOCS),
+    Quote("paper-results/README.md", "so its {gap} nats below LG come from training", TABLE1_CORE,
+          {"gap": lambda d: f"{float(_ll('lg', False)(d)) - float(_ll('pissm-lg', False)(d)):.2f}"}),
+]
+
+
+@pytest.mark.parametrize("quote", QUOTES, ids=[f"{q.doc}:{q.text[:40]}" for q in QUOTES])
+def test_documents_quote_their_result_files(quote):
+    check_quote(quote)
+
+
+def test_a_changed_result_fails_its_quote(tmp_path, monkeypatch):
+    """The check is not vacuous: the same quote against a result file with another number fails."""
+    doc = tmp_path / "doc.md"
+    doc.write_text("it reflects at 87 % of hits\n")
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps({"x": 0.8698}))
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    quote = Quote("doc.md", "reflects at {x} of hits", "r.json", {"x": lambda d: percent(d["x"])})
+    check_quote(quote)
+    result.write_text(json.dumps({"x": 0.63}))
+    with pytest.raises(AssertionError, match="63 %"):
+        check_quote(quote)

@@ -1,0 +1,478 @@
+"""The studies' numbers in the documents, checked against their committed result files (issue 47).
+
+The framework is test_doc_numbers.py's: each ``Quote`` is a short phrase of a document with ``{name}`` where a
+number stands, and the test formats it from the result file and requires the document to contain it. Here: the
+belief (RingWorld returns), ictd (Algorithm 1 pretraining, mask relaxation), recall (rate, paper-core) and arena
+(leaderboard, linear-attention ablation) runs under paper-results/, as README.md, docs/studies/, docs/experiments.md
+and paper-results/README.md quote them; seed and cell counts are read from the per-seed results and the cell store.
+Numbers that come from the papers, from the profiles' settings alone (steps, updates, widths) or from timings are not
+checked, and nothing is read from the ``claims`` list (only the numeric results).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not on the path (--import-mode=importlib)
+from test_doc_numbers import Quote, check_quote, fixed, percent  # noqa: E402
+
+README = "README.md"
+RESULTS_README = "paper-results/README.md"
+EXPERIMENTS = "docs/experiments.md"
+BELIEF_DOC = "docs/studies/belief.md"
+ICTD_DOC = "docs/studies/ictd.md"
+RECALL_DOC = "docs/studies/recall.md"
+ARENA_DOC = "docs/studies/arena.md"
+
+RINGWORLD = "paper-results/belief.ringworld-returns/paper-core/results.json"
+PRETRAIN = "paper-results/ictd.pretrain-paper/results.json"
+PRETRAIN_PAST = "paper-results/ictd.pretrain-paper-query-past/results.json"
+MASK = "paper-results/ictd.mask-relaxation-paper/results.json"
+MASK_PAST = "paper-results/ictd.mask-relaxation-paper-query-past/results.json"
+RATE = "paper-results/recall.rate/paper-core/results.json"
+RATE_BAND = "paper-results/recall.rate/paper-core/band.csv"
+LEADERBOARD = "paper-results/arena.leaderboard/paper-core/results.json"
+ABLATION = "paper-results/arena.leaderboard/linear-attention-ablation/results.json"
+
+Read = Callable[[Any], str]
+
+
+# ---- formatting ----------------------------------------------------------------------------------------------------
+
+
+def sig(value: float, digits: int = 2) -> str:
+    """Significant digits, trailing zeros kept: 0.0010494 -> '0.0010', 0.4297 -> '0.43'."""
+    return f"{value:#.{digits}g}".rstrip(".")
+
+
+def minus(text: str) -> str:
+    """The documents' minus sign (U+2212)."""
+    return text.replace("-", "\u2212")
+
+
+def bound(value: float) -> str:
+    """An upper bound of one significant digit, as 'within X' is written: 0.0095 -> '0.01', 0.0033 -> '0.004'."""
+    exponent = math.floor(math.log10(value))
+    text = f"{math.ceil(round(value / 10**exponent, 9)) * 10**exponent:.{max(0, -exponent)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def same(values: list[str]) -> str:
+    """One number that the document states for several results: they must all be written alike."""
+    distinct = sorted(set(values))
+    return distinct[0] if len(distinct) == 1 else " / ".join(distinct)  # several: no document says that
+
+
+# ---- belief.ringworld-returns ---------------------------------------------------------------------------------------
+
+
+def _memory(name: str, field: str = "tail_mean", digits: int = 3) -> Read:
+    return lambda d: fixed(d["results"]["memories"][name][field], digits)
+
+
+def _reference(name: str, digits: int = 3) -> Read:
+    return lambda d: minus(fixed(d["results"][name], digits))
+
+
+def _half(name: str) -> Read:
+    return lambda d: str(d["results"]["memories"][name]["half_ceiling_update"])
+
+
+def _tail(name: str) -> Callable[[Any], float]:
+    return lambda d: d["results"]["memories"][name]["tail_mean"]
+
+
+def _qmdp_distance(d: Any) -> str:
+    return bound(max(abs(d["results"]["qmdp"] - _tail(m)(d)) for m in ("lof", "lof-softmax", "alf")))
+
+
+def _gap_closed(d: Any) -> str:
+    s5, prev, best = _tail("s5-12")(d), _tail("s5-12-prev-action")(d), _tail("lof-softmax")(d)
+    return percent((prev - s5) / (best - s5))
+
+
+def _deep_seed(which: int) -> Read:
+    """Deep ALF's per-seed returns: 0 the lowest, 1 and 2 the others in seed order."""
+
+    def read(d):
+        seeds = d["results"]["memories"]["deep-alf-all-random"]["tail_per_seed"]
+        low = min(seeds)
+        return fixed([low, *(s for s in seeds if s != low)][which])
+
+    return read
+
+
+def _paper_core_cells(d: Any) -> str:
+    """paper-core's cells that the paper profile has too: all but QMDP and S5-12 fed the previous action."""
+    return str(sum(not (k == "qmdp" or k.startswith("s5-12-prev-action")) for k in d["cells"]["store"]))
+
+
+def _seed_count(*names: str) -> Read:
+    """Seeds per memory (its per-seed returns), the same for every memory named."""
+    return lambda d: same([str(len(d["results"]["memories"][m]["tail_per_seed"])) for m in names])
+
+
+_SEED_COUNTS = {"direct": _seed_count("lof", "lof-softmax", "alf"),
+                "learned": _seed_count("deep-alf-all-random", "s5-12"), "prev": _seed_count("s5-12-prev-action")}
+
+_FIG3_MEANS = {"lofsm": _memory("lof-softmax"), "alf": _memory("alf"), "lof": _memory("lof"),
+               "qmdp": _reference("qmdp"), "deep": _memory("deep-alf-all-random"), "s5": _memory("s5-12")}
+
+BELIEF = [
+    Quote(README, "(LOF + softmax {lofsm}, ALF {alf}, LOF {lof}; QMDP {qmdp}), above the learned Deep ALF ({deep}) "
+          "and S5-12 ({s5})", RINGWORLD, _FIG3_MEANS),
+    Quote(BELIEF_DOC, "updates LOF + softmax {lofsm}, ALF {alf}, LOF {lof} (QMDP on the exact belief: {qmdp}), "
+          "Deep ALF (all random) {deep} ± {deep_std}, S5-12 + previous action {prev}, S5-12 {s5}; ALF is halfway "
+          "from random to the ceiling at update {alf_half}, LOF at {lof_half}", RINGWORLD,
+          _FIG3_MEANS | {"deep_std": _memory("deep-alf-all-random", "tail_std"),
+                         "prev": _memory("s5-12-prev-action"), "alf_half": _half("alf"), "lof_half": _half("lof")}),
+    Quote(BELIEF_DOC, "(`--profile paper-core`: LOF, LOF + softmax, ALF × {direct} seeds, Deep ALF and S5-12 × "
+          "{learned}, S5-12 fed the previous action × {prev};", RINGWORLD, _SEED_COUNTS),
+    Quote(BELIEF_DOC, "For ε = 0.05, K = 100 the optimum is {ceiling}.", RINGWORLD,
+          {"ceiling": _reference("ceiling")}),
+    Quote(RESULTS_README, "LOF, LOF + softmax and ALF × {direct} seeds, Deep ALF (all random) and S5-12 × {learned}, "
+          "S5-12 fed the previous action × {prev};", RINGWORLD, _SEED_COUNTS),
+    Quote(RESULTS_README, "Return over the last 100 updates: LOF + softmax {lofsm} ± {lofsm_std}, ALF {alf} ± "
+          "{alf_std}, LOF {lof} ± {lof_std}, Deep ALF {deep} ± {deep_std}, S5-12 + previous action {prev} ± "
+          "{prev_std}, S5-12 {s5} ± {s5_std}; QMDP on the exact belief {qmdp}, the fully informed optimum {ceiling}, "
+          "random actions {floor}.", RINGWORLD,
+          _FIG3_MEANS | {"prev": _memory("s5-12-prev-action"), "ceiling": _reference("ceiling"),
+                         "floor": _reference("floor"),
+                         **{f"{key}_std": _memory(name, "tail_std") for key, name in
+                            [("lofsm", "lof-softmax"), ("alf", "alf"), ("lof", "lof"),
+                             ("deep", "deep-alf-all-random"), ("prev", "s5-12-prev-action"), ("s5", "s5-12")]}}),
+    Quote(RESULTS_README, "(update {alf_half} against LOF's {lof_half}; the first update halfway from random to the "
+          "ceiling)", RINGWORLD, {"alf_half": _half("alf"), "lof_half": _half("lof")}),
+    Quote(RESULTS_README, "the three fixed filters end within {distance} of QMDP's return", RINGWORLD,
+          {"distance": _qmdp_distance}),
+    Quote(RESULTS_README, "one Deep ALF seed stays at {low} (the others {first}, {second}), hence its spread",
+          RINGWORLD, {"low": _deep_seed(0), "first": _deep_seed(1), "second": _deep_seed(2)}),
+    Quote(RESULTS_README, "its final returns do not (per seed {low}–{high}, std {std})", RINGWORLD,
+          {"low": lambda d: fixed(min(d["results"]["memories"]["lof"]["tail_per_seed"])),
+           "high": lambda d: fixed(max(d["results"]["memories"]["lof"]["tail_per_seed"])),
+           "std": _memory("lof", "tail_std")}),
+    Quote(RESULTS_README, "the last 100 updates, where it held by {lof_std} > {others_std}", RINGWORLD,
+          {"lof_std": _memory("lof", "tail_std"),
+           "others_std": lambda d: fixed(max(d["results"]["memories"][m]["tail_std"]
+                                             for m in ("lof-softmax", "alf")))}),
+    Quote(RESULTS_README, "close {share} of S5-12's gap to LOF + softmax", RINGWORLD, {"share": _gap_closed}),
+    Quote(RESULTS_README, "{cells} cells, at least", RINGWORLD, {"cells": lambda d: str(len(d["cells"]["store"]))}),
+    Quote(RESULTS_README, "56 + QMDP (paper-core: {cells} of them, done;", RINGWORLD, {"cells": _paper_core_cells}),
+]
+
+
+# ---- ictd.pretrain, ictd.mask-relaxation ---------------------------------------------------------------------------
+
+
+def _signs(row: list[float]) -> str:
+    return "".join("+" if x > 0 else "-" for x in row)
+
+
+def _seeds_with(pattern: str, part: str | None = None) -> Read:
+    def read(d):
+        results = d["results"][part] if part else d["results"]
+        return str(sum(_signs(row) == pattern for row in results["final_value_row"]))
+
+    return read
+
+
+def _seeds(d: Any) -> str:
+    return str(len(d["results"]["final_value_row"]))
+
+
+def _none_with(pattern: str) -> Read:
+    """'no seed' reaches the pattern under either mask."""
+    return lambda d: same(["no" if _seeds_with(pattern, mask)(d) == "0" else _seeds_with(pattern, mask)(d)
+                           for mask in ("full", "relaxed")])
+
+
+def _heldout(which: str) -> Read:
+    return lambda d: fixed(d["results"]["heldout_abs_td_error"][which])
+
+
+def _paper_pattern_score(d: Any) -> str:
+    """The seed-mean paper-rule emergence score of the seeds that end with (+, +, -)."""
+    results = d["results"]
+    scores = [s for s, row in zip(results["best_score"], results["final_value_row"]) if _signs(row) == "++-"]
+    return fixed(sum(scores) / len(scores), 2)
+
+
+_SIGN_PATTERN_TEXT = ("with Algorithm 1's query {paper}/{n} seeds reach the paper's sign pattern ({mirror}/{n} the "
+                      "mirror, which has the lower TD error on these tasks)")
+_PAST_TEXT = "one step past, {paper}/{n} do and d_t rises as in Fig. 5"
+_SIGN_COUNTS = {"paper": _seeds_with("++-"), "mirror": _seeds_with("--+"), "n": _seeds}
+_MASK_TEXT = ("no seed reaches (+, +, −) in either layout; the feature block of A becomes diagonal (share {share}) "
+              "with either mask")
+_MASK_NUMBERS = {"share": lambda d: same([fixed(d["results"][m]["A_diag"], 2) for m in ("full", "relaxed")]),
+                 "no": _none_with("++-")}
+
+ICTD = [
+    Quote(ICTD_DOC, _SIGN_PATTERN_TEXT, PRETRAIN, _SIGN_COUNTS),
+    Quote(ICTD_DOC, _PAST_TEXT, PRETRAIN_PAST, _SIGN_COUNTS),
+    Quote(EXPERIMENTS, _SIGN_PATTERN_TEXT, PRETRAIN, _SIGN_COUNTS),
+    Quote(EXPERIMENTS, _PAST_TEXT, PRETRAIN_PAST, _SIGN_COUNTS),
+    Quote(RESULTS_README, "{paper} of {n} seeds reach the paper's (+, +, −) value row; all {mirror} converge to the "
+          "mirror image (−, −, +), d_t falls from {dt0} to {dt1} (below uniform attention), and on held-out Boyan "
+          "tasks −θ* has a lower TD error than θ* ({minus_star} against {star})", PRETRAIN,
+          _SIGN_COUNTS | {"dt0": lambda d: fixed(d["results"]["d_t_start"]),
+                          "dt1": lambda d: fixed(d["results"]["d_t_end"]),
+                          "minus_star": _heldout("-theta*"), "star": _heldout("theta*")}),
+    Quote(RESULTS_README, "{paper} of {n} seeds end with (+, +, −) (their paper-rule emergence score {score}), d_t "
+          "rises from {dt0} to {dt1} as the paper reports, and θ* beats −θ* ({star} against {minus_star})",
+          PRETRAIN_PAST,
+          _SIGN_COUNTS | {"score": _paper_pattern_score, "dt0": lambda d: fixed(d["results"]["d_t_start"]),
+                          "dt1": lambda d: fixed(d["results"]["d_t_end"]),
+                          "minus_star": _heldout("-theta*"), "star": _heldout("theta*")}),
+    Quote(RESULTS_README, "(Algorithm 1 at Table 1, {n} seeds per layout)", PRETRAIN, {"n": _seeds}),
+    Quote(RESULTS_README, "(Algorithm 1 at Table 1, {n} seeds per layout)", PRETRAIN_PAST, {"n": _seeds}),
+    # one sentence about both layouts: each file must give its numbers
+    Quote(RESULTS_README, _MASK_TEXT.replace("no seed", "{no} seed"), MASK, _MASK_NUMBERS),
+    Quote(RESULTS_README, _MASK_TEXT.replace("no seed", "{no} seed"), MASK_PAST, _MASK_NUMBERS),
+]
+
+
+# ---- recall.rate paper-core ----------------------------------------------------------------------------------------
+
+
+def _records(d: Any, alpha: float) -> list[dict]:
+    return sorted((r for r in d["results"]["records"] if r["alpha"] == alpha), key=lambda r: r["n"])
+
+
+def _fit(alpha: str, field: str, digits: int = 2) -> Read:
+    return lambda d: fixed(d["results"]["fits"][f"mamba-1 alpha={alpha}"][field], digits)
+
+
+def _ratios(d: Any, alpha: float) -> list[tuple[float, int]]:
+    """Best validation MSE / the tag-only risk of the same validation set, with its n."""
+    return [(r["mse"] / r["val_baseline_tag_only"], r["n"]) for r in _records(d, alpha)]
+
+
+def _lowest_ratio(alpha: float, digits: int = 3) -> Read:
+    return lambda d: fixed(min(_ratios(d, alpha))[0], digits)
+
+
+def _band(column: str, alpha: str = "1.0", digits: int = 2) -> Read:
+    """A cell of band.csv ('0.253 ± 0.003': its value)."""
+    return lambda rows: fixed(float(next(r for r in rows if r["α"] == alpha)[column].split()[0]), digits)
+
+
+def _mse_at(alpha: float, which: int) -> Read:
+    return lambda d: fixed(_records(d, alpha)[which]["mse"])
+
+
+def _grid(d: Any) -> dict[str, str]:
+    records = d["results"]["records"]
+    return {"alphas": str(len({r["alpha"] for r in records})), "ns": str(len({r["n"] for r in records})),
+            "seeds": same([str(len(r["best_val_mse"])) for r in records])}
+
+
+RECALL = [
+    Quote(RECALL_DOC, "at α = 1 the context predictor is at {context} for T = 5000 and still 0.21 for T = 10⁷, "
+          "against {measure} (tag-only {tag})", RATE_BAND,
+          {"context": _band("context (T)"), "measure": _band("measure (T = ∞)"), "tag": _band("tag-only")}),
+    Quote(EXPERIMENTS, "(C = {c075} and {c1} against the paper's 1.81 and 1.28, R² {r075} / {r1}), but up to n = {n} "
+          "the student never beats the tag-only risk of its own validation set (ratio {ratio})", RATE,
+          {"c075": _fit("0.75", "C"), "c1": _fit("1", "C"), "r075": _fit("0.75", "r_squared"),
+           "r1": _fit("1", "r_squared"), "n": lambda d: str(max(r["n"] for r in d["results"]["records"])),
+           "ratio": lambda d: same([_lowest_ratio(a, 2)(d) for a in (0.75, 1.0)])}),
+    Quote(EXPERIMENTS, "Paper-core run (`paper-results/`, the literal student, {seeds} seeds)", RATE,
+          {"seeds": lambda d: _grid(d)["seeds"]}),
+    Quote(RESULTS_README, "(the literal A.1 student, T = 5000, {alphas} α × {ns} n × {seeds} seeds,", RATE,
+          {key: (lambda d, key=key: _grid(d)[key]) for key in ("alphas", "ns", "seeds")}),
+    Quote(RESULTS_README, "| 20 (paper-core: {cells}, done:", RATE, {"cells": lambda d: str(len(d["cells"]["store"]))}),
+    Quote(RESULTS_README, "(α = 0.75: {a_first} → {a_last}; α = 1: {b_first} → {b_last}, flat from n = 4 to 16, then "
+          "down)", RATE, {"a_first": _mse_at(0.75, 0), "a_last": _mse_at(0.75, -1), "b_first": _mse_at(1.0, 0),
+                          "b_last": _mse_at(1.0, -1)}),
+    Quote(RESULTS_README, "eq. (1)'s fit gives C = {c075} (R² {r075}) and {c1} (R² {r1}) against the paper's 1.81 "
+          "and 1.28", RATE, {"c075": _fit("0.75", "C"), "c1": _fit("1", "C"), "r075": _fit("0.75", "r_squared"),
+                             "r1": _fit("1", "r_squared")}),
+    Quote(RESULTS_README, "(lowest ratio {r075} at α = 0.75 and {r1} at α = 1, at n = {n})", RATE,
+          {"r075": _lowest_ratio(0.75), "r1": _lowest_ratio(1.0),
+           "n": lambda d: same([str(min(_ratios(d, a))[1]) for a in (0.75, 1.0)])}),
+    Quote(RESULTS_README, "the population risk, {p075} / {p1}, which the n = {n} points do pass; the validation sets' "
+          "own tag-only risk is lower, {v075} / {v1}", RATE,
+          {"p075": lambda d: fixed(_records(d, 0.75)[0]["baseline_tag_only"]),
+           "p1": lambda d: fixed(_records(d, 1.0)[0]["baseline_tag_only"]),
+           "v075": lambda d: fixed(_records(d, 0.75)[0]["val_baseline_tag_only"]),
+           "v1": lambda d: fixed(_records(d, 1.0)[0]["val_baseline_tag_only"]),
+           "n": lambda d: same([str(r["n"]) for a in (0.75, 1.0) for r in _records(d, a)
+                                if r["mse"] < r["baseline_tag_only"]])}),
+]
+
+
+# ---- arena.leaderboard ---------------------------------------------------------------------------------------------
+
+LAYER_NAMES = {"gru": "GRU", "mamba": "Mamba"}
+
+
+def _stat(task: str, layer: str, field: str = "gap", digits: int = 2) -> Read:
+    return lambda d: sig(d["results"]["stats"][task][layer][field], digits)
+
+
+def _longer(task: str, layer: str, times: int, digits: int = 2) -> Read:
+    """The gap at times × the training length (the run's `longer` list: 2T, 4T)."""
+    return lambda d: sig(d["results"]["stats"][task][layer]["longer"][d["config"]["longer"].index(times)], digits)
+
+
+def _both_tasks(layer: str, digits: int = 2) -> Read:
+    return lambda d: same([sig(d["results"]["stats"][t][layer]["gap"], digits) for t in ("hmm-mess3", "lgssm")])
+
+
+def _gap(d: Any, task: str, layer: str) -> float:
+    return d["results"]["stats"][task][layer]["gap"]
+
+
+def _within_reference(task: str) -> Read:
+    """Every layer but linear attention ends within this of the reference."""
+    return lambda d: bound(max(s["gap"] for layer, s in d["results"]["stats"][task].items()
+                               if layer != "linear-attention"))
+
+
+def _cosines(which: Callable) -> Read:
+    return lambda d: fixed(which(s["gradient_cosine"] for layer, s in d["results"]["stats"]["lgssm"].items()
+                                 if layer != "linear-attention"), 2)
+
+
+def _beyond_gated_deltanet(layer: str, digits: int) -> Read:
+    """How far the member ends from gated DeltaNet, the larger of the two tasks."""
+    return lambda d: sig(max(_gap(d, t, layer) - _gap(d, t, "gated-deltanet") for t in ("hmm-mess3", "lgssm")),
+                         digits)
+
+
+def _first_part(task: str, fix: str) -> Read:
+    """The part of linear attention's gap that one change removes."""
+    return lambda d: fixed(_gap(d, task, "linear-attention") - _gap(d, task, fix), 2)
+
+
+_MESS3 = {"gru": _stat("hmm-mess3", "gru"), "lstm": _stat("hmm-mess3", "lstm"), "mamba": _stat("hmm-mess3", "mamba"),
+          "lof": _stat("hmm-mess3", "lof"), "gdn": _stat("hmm-mess3", "gated-deltanet"),
+          "lru": _stat("hmm-mess3", "lru"), "s5": _stat("hmm-mess3", "s5"), "att": _stat("hmm-mess3", "attention"),
+          "att4": _longer("hmm-mess3", "attention", 4), "la": _stat("hmm-mess3", "linear-attention")}
+_LGSSM = {"mamba": _stat("lgssm", "mamba"), "gru": _stat("lgssm", "gru"), "lru": _stat("lgssm", "lru"),
+          "lstm": _stat("lgssm", "lstm"), "lof": _stat("lgssm", "lof"), "s5": _stat("lgssm", "s5"),
+          "gdn": _stat("lgssm", "gated-deltanet"), "att": _stat("lgssm", "attention"),
+          "att4": _longer("lgssm", "attention", 4), "la": _stat("lgssm", "linear-attention")}
+_SEEDS = {"seeds": lambda d: same([str(len(s["per_seed"])) for task in d["results"]["stats"].values()
+                                   for s in task.values()])}
+_CELLS = {"cells": lambda d: str(len(d["cells"]["store"]))}
+_ABLATION_CELLS = {"new": lambda d: str(len(d["cells"]["store"]) - len(d["cells"]["reused_from"])),
+                   "reused": lambda d: str(len(d["cells"]["reused_from"]))}
+
+
+def _ablation_row(layer: str, what: str, digits: int = 2, at_2t: int = 2) -> Quote:
+    return Quote(ARENA_DOC, f"| `{layer}` | {what} | {{mess3}} | {{lgssm}} | {{mess3_2t}} |", ABLATION,
+                 {"mess3": _stat("hmm-mess3", layer, digits=digits), "lgssm": _stat("lgssm", layer, digits=digits),
+                  "mess3_2t": _longer("hmm-mess3", layer, 2, at_2t)})
+
+
+ARENA = [
+    Quote(README, "every layer but linear attention ({la}) ends within {mess3} of the exact filter on Mess3 "
+          "({closest_mess3} closest, {gru})", LEADERBOARD,
+          {"la": _stat("hmm-mess3", "linear-attention"), "mess3": _within_reference("hmm-mess3"),
+           "closest_mess3": lambda d: LAYER_NAMES[d["results"]["closest"]["hmm-mess3"]],
+           "gru": _stat("hmm-mess3", "gru", digits=1)}),
+    Quote(README, "within {lgssm} of the Kalman filter on a linear-Gaussian model ({closest_lgssm} closest, {mamba})",
+          LEADERBOARD, {"lgssm": _within_reference("lgssm"), "mamba": _stat("lgssm", "mamba"),
+                        "closest_lgssm": lambda d: LAYER_NAMES[d["results"]["closest"]["lgssm"]]}),
+    Quote(README, "a decay alone closes that gap to {gla}", ABLATION,
+          {"gla": _both_tasks("gated-linear-attention", 1)}),
+    Quote(ARENA_DOC, "| hmm-mess3 | GRU {gru}, LSTM {lstm}, Mamba {mamba}, LOF {lof} | gated DeltaNet {gdn}, "
+          "LRU {lru}, S5 {s5} | softmax attention {att} ({att4} at 4T), linear attention {la} |", LEADERBOARD, _MESS3),
+    Quote(ARENA_DOC, "| lgssm | Mamba {mamba}, GRU {gru}, LRU {lru}, LSTM {lstm} | LOF {lof}, S5 {s5}, gated DeltaNet "
+          "{gdn}, softmax attention {att} ({att4} at 4T) | linear attention {la} |", LEADERBOARD, _LGSSM),
+    Quote(ARENA_DOC, "5000 Adam steps, {seeds} seeds, 1024 held-out sequences): {cells} cells of 4 to 27 minutes",
+          LEADERBOARD, _SEEDS | _CELLS),
+    Quote(ARENA_DOC, "Gaps (mean of {seeds} seeds):", LEADERBOARD, _SEEDS),
+    Quote(ARENA_DOC, "but S5 ({mess3} at 4T on hmm-mess3, {lgssm} on lgssm)", LEADERBOARD,
+          {"mess3": _longer("hmm-mess3", "s5", 4), "lgssm": _longer("lgssm", "s5", 4)}),
+    Quote(ARENA_DOC, "loses most of its lead there ({mess3} and {lgssm} at 4T)", LEADERBOARD,
+          {"mess3": _longer("hmm-mess3", "attention", 4), "lgssm": _longer("lgssm", "attention", 4)}),
+    Quote(ARENA_DOC, "stays at {la} on both tasks", LEADERBOARD, {"la": _both_tasks("linear-attention")}),
+    Quote(ARENA_DOC, "(cosine {low}–{high}; linear attention {la})", LEADERBOARD,
+          {"low": _cosines(min), "high": _cosines(max), "la": _stat("lgssm", "linear-attention", "gradient_cosine")}),
+    Quote(ARENA_DOC, "Why linear attention stays at {la} is what", ABLATION, {"la": _both_tasks("linear-attention")}),
+    Quote(ARENA_DOC, "({new} new cells of 5–10 minutes, the other {reused} are paper-core's", ABLATION,
+          _ABLATION_CELLS),
+    _ablation_row("linear-attention", "elu + 1 features, normalised by z_t"),
+    _ablation_row("unnormalised-linear-attention", "the same without the normaliser"),
+    _ablation_row("beta-linear-attention", "+ write strength β (elu + 1 features still)"),
+    _ablation_row("l2-linear-attention", "L2-normalised q, k in place of elu + 1", at_2t=3),
+    _ablation_row("gated-linear-attention", "+ a scalar decay α_t"),
+    _ablation_row("deltanet", "+ the delta rule instead"),
+    _ablation_row("gated-deltanet", "+ both"),
+    Quote(ARENA_DOC, "the decay alone comes within {decay} of gated DeltaNet, the delta rule alone within {delta}",
+          ABLATION, {"decay": _beyond_gated_deltanet("gated-linear-attention", 1),
+                     "delta": _beyond_gated_deltanet("deltanet", 2)}),
+    Quote(ARENA_DOC, "({at2} at 2T, {at4} at 4T on hmm-mess3)", ABLATION,
+          {"at2": _longer("hmm-mess3", "l2-linear-attention", 2, 3),
+           "at4": _longer("hmm-mess3", "l2-linear-attention", 4, 3)}),
+    Quote(ARENA_DOC, "The first {lgssm_part}–{mess3_part} of the gap has a different cause on each task: on lgssm it "
+          "is the normaliser (dropping it alone: {la} → {un}; adding β then {beta}, and L2 features in place of "
+          "elu + 1 {l2})", ABLATION,
+          {"lgssm_part": _first_part("lgssm", "unnormalised-linear-attention"),
+           "mess3_part": _first_part("hmm-mess3", "l2-linear-attention"), "la": _stat("lgssm", "linear-attention"),
+           "un": _stat("lgssm", "unnormalised-linear-attention"), "beta": _stat("lgssm", "beta-linear-attention"),
+           "l2": _stat("lgssm", "l2-linear-attention")}),
+    Quote(ARENA_DOC, "(dropping the normaliser: {un}, adding β: {beta} ± {beta_se}, no change; L2-normalised q and k "
+          "in place of elu + 1: {l2})", ABLATION,
+          {"un": _stat("hmm-mess3", "unnormalised-linear-attention"),
+           "beta": _stat("hmm-mess3", "beta-linear-attention"),
+           "beta_se": _stat("hmm-mess3", "beta-linear-attention", "se"),
+           "l2": _stat("hmm-mess3", "l2-linear-attention")}),
+    Quote(RESULTS_README, "the paper profile on hmm-mess3 and lgssm, {cells} cells", LEADERBOARD, _CELLS),
+    Quote(RESULTS_README, "5000 Adam steps, {seeds} seeds, 1024 held-out sequences;", LEADERBOARD, _SEEDS),
+    Quote(RESULTS_README, "Normalised gaps on Mess3: GRU {gru}, LSTM {lstm}, Mamba {mamba}, LOF {lof}, gated DeltaNet "
+          "{gdn}, LRU {lru}, S5 {s5}, softmax attention {att} ({att4} at 4T), linear attention {la};", LEADERBOARD,
+          _MESS3),
+    Quote(RESULTS_README, "on the linear-Gaussian model: Mamba {mamba}, GRU {gru}, LRU {lru}, LSTM {lstm}, LOF {lof}, "
+          "S5 {s5}, gated DeltaNet {gdn}, softmax attention {att} ({att4} at 4T), linear attention {la}.",
+          LEADERBOARD, _LGSSM),
+    Quote(RESULTS_README, "{cells} cells of 4–27 min on one core", LEADERBOARD, _CELLS),
+    Quote(RESULTS_README, "Why linear attention stays at {la}: gaps on Mess3 / the linear-Gaussian model, linear "
+          "attention (elu + 1, normalised) {la_m} / {la_l}; the family's member without decay or delta rule "
+          "(L2-normalised q and k, write strength β, no normaliser) {l2_m} / {l2_l}, still falling at 5000 steps and "
+          "worse than no memory at 2T ({l2_m2} / {l2_l2}); adding only the scalar decay (gated linear attention) "
+          "{gla_m} / {gla_l}, only the delta rule (DeltaNet) {dn_m} / {dn_l}, both (gated DeltaNet) {gdn_m} / "
+          "{gdn_l}.", ABLATION,
+          {"la": _both_tasks("linear-attention"),
+           "l2_m2": _longer("hmm-mess3", "l2-linear-attention", 2, 3),
+           "l2_l2": _longer("lgssm", "l2-linear-attention", 2, 3),
+           **{f"{key}_{t[0]}": _stat(task, layer) for key, layer in
+              [("la", "linear-attention"), ("l2", "l2-linear-attention"), ("gla", "gated-linear-attention"),
+               ("dn", "deltanet"), ("gdn", "gated-deltanet")] for t, task in [("m", "hmm-mess3"), ("l", "lgssm")]}}),
+    Quote(RESULTS_README, "the decay alone to within {decay} of gated DeltaNet", ABLATION,
+          {"decay": _beyond_gated_deltanet("gated-linear-attention", 1)}),
+    Quote(RESULTS_README, "Linear attention without its normaliser: {un_m} / {un_l}, so the first {part} is the "
+          "normaliser on lgssm; with β added (elu + 1 features still): {beta_m} ± {beta_se} / {beta_l}, so on Mess3 "
+          "it is the elu + 1 feature map (L2-normalised q and k in its place: {l2_m}), not β.", ABLATION,
+          {"un_m": _stat("hmm-mess3", "unnormalised-linear-attention"),
+           "un_l": _stat("lgssm", "unnormalised-linear-attention"),
+           "part": _first_part("lgssm", "unnormalised-linear-attention"),
+           "beta_m": _stat("hmm-mess3", "beta-linear-attention"),
+           "beta_se": _stat("hmm-mess3", "beta-linear-attention", "se"),
+           "beta_l": _stat("lgssm", "beta-linear-attention"), "l2_m": _stat("hmm-mess3", "l2-linear-attention")}),
+    Quote(RESULTS_README, "{new} new cells of 5–10 min on one core; the other {reused} are paper-core's.", ABLATION,
+          _ABLATION_CELLS),
+]
+
+QUOTES = BELIEF + ICTD + RECALL + ARENA
+
+
+@pytest.mark.parametrize("quote", QUOTES, ids=[f"{q.doc}:{q.text[:40]}" for q in QUOTES])
+def test_documents_quote_their_result_files(quote):
+    check_quote(quote)
+
+
+def test_formats():
+    assert sig(0.0010494) == "0.0010" and sig(0.4297) == "0.43" and sig(1.2772, 3) == "1.28"
+    assert sig(0.00037452) == "0.00037" and sig(0.000375, 1) == "0.0004"
+    assert bound(0.0095) == "0.01" and bound(0.00326) == "0.004" and bound(0.0099) == "0.01"
+    assert bound(0.004) == "0.004" and bound(0.000386) == "0.0004"
+    assert minus(fixed(-0.0833)) == "−0.083"
+    assert same(["0.92", "0.92"]) == "0.92" and same(["0.92", "0.93"]) == "0.92 / 0.93"
