@@ -100,6 +100,11 @@ def _one_step(d) -> str:
     return low if low == high else f"{low}–{high}"
 
 
+def _only(d, model: str) -> dict:
+    """The results file ``d`` with only ``model``'s rows."""
+    return {"results": {"table": [r for r in _rows(d) if r["model"] == model]}}
+
+
 def _ll(model: str, std: bool = True) -> Callable[[Any], str]:
     def read(d):
         row = next(r for r in _rows(d) if r["model"] == model and r["dataset"] == "pong")
@@ -131,6 +136,16 @@ QUOTES += [
       for doc in PISSM_ROW_DOCS),
     *(Quote(doc, "{trained} of {runs} from the first step's factor)", STABILITY.format("paper-prior-init"),
             {"trained": _trained, "runs": _runs}) for doc in PISSM_ROW_DOCS),
+    Quote("paper-results/README.md", "{trained} of {runs} runs train. From the tracking start every run's parameters "
+          "are again non-finite after optimiser step {step};", STABILITY.format("paper-lr"),
+          {"trained": _trained, "runs": _runs, "step": lambda d: _one_step(_only(d, "pissm-gru-tracking"))}),
+    Quote("paper-results/README.md", "between {low} and {high} optimiser steps (up to {epochs} of the 60 epochs), and "
+          "reach a best validation log-likelihood per step of {best_low} to {best_high}", STABILITY.format("paper-lr"),
+          {"low": lambda d: _steps(_only(d, "pissm-gru"), min), "high": lambda d: _steps(_only(d, "pissm-gru"), max),
+           # 125 optimiser steps per epoch: 4000 training sequences in minibatches of 32
+           "epochs": lambda d: f"{float(_steps(_only(d, 'pissm-gru'), max)) / 125:.0f}",
+           "best_low": lambda d: fixed(min(float(r["best_val_mean"]) for r in _rows(_only(d, "pissm-gru")))),
+           "best_high": lambda d: fixed(max(float(r["best_val_mean"]) for r in _rows(_only(d, "pissm-gru"))))}),
     Quote("paper-results/README.md", "so its {gap} nats below LG come from training", TABLE1_CORE,
           {"gap": lambda d: f"{float(_ll('lg', False)(d)) - float(_ll('pissm-lg', False)(d)):.2f}"}),
 ]
