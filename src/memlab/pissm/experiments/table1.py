@@ -306,8 +306,19 @@ EXPERIMENTS = [Experiment(
                                    models=("pissm-gru-tracking", "pissm-gru", "pissm-gru-bounded", "pissm-lg", "lg",
                                            "gru", "observation")),
         "paper-mixture": Table1Config(layout="paper", seeds=5, epochs=60, estimator="mixture"),
+        # issue 47: Table 1's orderings on two more data sets (3 of the paper profile's 5 seeds; same cell names, keys
+        # and arguments): eq. (7)'s gain, the bounded gain, the exact gain, LG and the direct GRU, and Lorenz's
+        # particle filter
+        "paper-core-lorenz-navier-stokes": Table1Config(
+            layout="paper", datasets=("lorenz", "navier-stokes"), seeds=3, epochs=60,
+            models=("pissm-gru-tracking", "pissm-gru-bounded", "pissm-lg", "lg", "gru")),
+        # issue 47: does the mixture objective (no REINFORCE, z_t from eq. (6)) close pi-SSM(LG)'s gap to LG on
+        # Pong? paper-core's pi-SSM rows with paper-mixture's estimator (its cell names, keys and arguments)
+        "paper-core-mixture": Table1Config(layout="paper", datasets=("pong",), seeds=3, epochs=60,
+                                           estimator="mixture", particles=0,
+                                           models=("pissm-gru-bounded", "pissm-lg", "lg")),
     },
     # paper-scale cells, one core each: two at a time on 2 cores do 1.3x the work of one (steady state, issue 29)
-    pool_profiles=("paper", "paper-core", "paper-mixture"),
+    pool_profiles=("paper", "paper-core", "paper-mixture", "paper-core-lorenz-navier-stokes", "paper-core-mixture"),
     run=run_table1,
 )]
