@@ -67,6 +67,7 @@ def test_a_claim_naming_a_member_not_run_is_undecided_whatever_holds_says(tmp_pa
     ("size", [("paper-query-past", "holds"), ("paper-core", "differs")], "differs"),
     ("size", [("paper", "undecided"), ("paper-core", "holds")], "holds"),  # undecided decides nothing
     ("holds", [("paper-core", "undecided")], "holds"),
+    ("size", [("paper-lr", "holds"), ("paper-ablation", "fails")], "size"),  # a changed setting decides nothing
 ])
 def test_the_paper_scale_verdict_decides(own, paper_scale, verdict):
     assert decisive_status(own, paper_scale) == verdict

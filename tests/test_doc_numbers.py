@@ -112,6 +112,10 @@ def _ll(model: str, std: bool = True) -> Callable[[Any], str]:
     return read
 
 
+def _learning_std(memory: str) -> Callable[[Any], str]:
+    return lambda d: fixed(d["results"]["memories"][memory]["learning_std"])
+
+
 def _signed(value: float) -> str:
     return f"{value:.3f}".replace("-", "−")
 
@@ -146,6 +150,9 @@ QUOTES += [
            "epochs": lambda d: f"{float(_steps(_only(d, 'pissm-gru'), max)) / 125:.0f}",
            "best_low": lambda d: fixed(min(float(r["best_val_mean"]) for r in _rows(_only(d, "pissm-gru")))),
            "best_high": lambda d: fixed(max(float(r["best_val_mean"]) for r in _rows(_only(d, "pissm-gru"))))}),
+    Quote("paper-results/README.md", "the first 60 of 457 updates: LOF {lof}, LOF + softmax {lofsm}, ALF {alf})",
+          "paper-results/belief.ringworld-returns/paper-core/results.json",
+          {k: _learning_std(m) for k, m in (("lof", "lof"), ("lofsm", "lof-softmax"), ("alf", "alf"))}),
     Quote("paper-results/README.md", "so its {gap} nats below LG come from training", TABLE1_CORE,
           {"gap": lambda d: f"{float(_ll('lg', False)(d)) - float(_ll('pissm-lg', False)(d)):.2f}"}),
 ]

@@ -17,8 +17,9 @@ from pathlib import Path
 from mkdocs.structure.files import File, Files
 
 from memlab.catalog import EXPERIMENTS
-from memlab.report import rebase_markdown
+from memlab.claims import SYMBOLS, status_of
 from memlab.files import markdown_table
+from memlab.report import rebase_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "paper-results"
@@ -50,17 +51,27 @@ def _unfinished() -> dict[str, list[tuple[Path, str]]]:
 
 
 def _held(doc: dict) -> str:
+    """'5 of 6 claims hold (1 not decided); 2 of memlab's own checks hold' (memlab.claims's statuses)."""
     claims = doc.get("claims", [])
-    return f"{sum(bool(c['holds']) for c in claims)} of {len(claims)} claims hold" if claims else "no claims"
+    if not claims:
+        return "no claims"
+    parts = []
+    for by, words in (("paper", "claims hold"), ("memlab", "of memlab's own checks hold")):
+        mine = [status_of(c, doc.get("profile", "")) for c in claims if c.get("by", "paper") == by]
+        if mine:
+            undecided = mine.count("undecided")
+            parts.append(f"{mine.count('holds')} of {len(mine)} {words}"
+                         + (f" ({undecided} not decided)" if undecided else ""))
+    return "; ".join(parts)
 
 
 def _claims(doc: dict) -> str:
     def text(value) -> str:  # claims are plain text: θ* is not the start of an emphasis
         return str(value).replace("*", r"\*")
 
-    rows = [(text(c["claim"]), text(c["paper"]), text(c["ours"]), "✓" if c["holds"] else "✗")
-            for c in doc.get("claims", [])]
-    return markdown_table(["claim", "paper", "ours", "holds"], rows) if rows else ""
+    rows = [(text(c["claim"]) + (" (memlab's check)" if c.get("by") == "memlab" else ""), text(c["paper"]),
+             text(c["ours"]), SYMBOLS[status_of(c, doc.get("profile", ""))]) for c in doc.get("claims", [])]
+    return markdown_table(["claim", "paper", "ours", "status"], rows) if rows else ""
 
 
 def _main_figure(folder: Path, summary: str) -> tuple[str, str] | None:

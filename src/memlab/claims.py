@@ -15,8 +15,8 @@ Claims are the paper's unless recorded as memlab's own checks (``by="memlab"``: 
 memory beats random actions", which the paper does not state); reports count the two apart.
 
 A profile is paper-scale when its name starts with ``paper`` (``paper``, ``paper-core``, ``paper-equal-steps``...).
-Where a paper-scale run of the same experiment records the same claim, its verdict decides the claim for a smaller
-run too (``decisive_status``): "fails at this size" is left only for claims no paper-scale run has decided.
+Where a ``paper`` or ``paper-core`` run of the same experiment records the same claim, its verdict decides the claim
+for a smaller run too (``decisive_status``): "fails at this size" is left only for claims no such run has decided.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-__all__ = ["BY", "LEGEND", "STATUSES", "SYMBOLS", "claim_status", "decisive_status", "is_paper_scale",
+__all__ = ["BY", "DECIDING", "LEGEND", "STATUSES", "SYMBOLS", "claim_status", "decisive_status", "is_paper_scale",
            "paper_profile_rank", "status_counts", "status_of"]
 
 STATUSES = {  # status -> what it means, in the order reports list them
@@ -74,17 +74,22 @@ def status_of(claim: Mapping, profile: str) -> str:
                                                           claim.get("missing", ""))
 
 
+DECIDING = ("paper", "paper-core")  # the paper-scale profiles whose verdicts decide a claim (module doc)
+
+
 def paper_profile_rank(profile: str) -> tuple[int, str]:
-    """Which paper-scale run decides when several record a claim: ``paper`` first, then ``paper-core``, then the
-    others by name (a variant such as ``paper-query-past`` decides only what the first two did not run)."""
+    """The order in which paper-scale runs are listed and consulted: ``paper``, ``paper-core``, then the others by
+    name."""
     return ({"paper": 0, "paper-core": 1}.get(profile, 2), profile)
 
 
 def decisive_status(status: str, paper_scale: list[tuple[str, str]]) -> str:
-    """The verdict of a claim whose own run gave ``status``: the first of ``paper_scale`` ([(profile, status)] of the
-    paper-scale runs recording the same claim, by ``paper_profile_rank``) that decided it, else ``status``."""
-    for _, verdict in sorted(paper_scale, key=lambda p: paper_profile_rank(p[0])):
-        if verdict != "undecided":
+    """The verdict of a claim whose own run gave ``status``: the first decided verdict of ``paper_scale`` ([(profile,
+    status)] of the paper-scale runs recording the same claim) from ``paper``, then ``paper-core``; else
+    ``status``. Other paper-scale profiles (``paper-lr``, ``paper-ablation``, ``paper-0.01``...) change the paper's
+    setting on purpose: they are shown beside a claim but do not decide it."""
+    for profile, verdict in sorted(paper_scale, key=lambda p: paper_profile_rank(p[0])):
+        if profile in DECIDING and verdict != "undecided":
             return verdict
     return status
 

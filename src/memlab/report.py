@@ -164,7 +164,9 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
             continue
         statuses[path] = [status_of(c, doc["profile"]) for c in doc["claims"]]
         scale = paper.get(doc["experiment"], {})
-        decided[path] = [decisive_status(s, scale.get(c["id"], [])) for c, s in zip(doc["claims"], statuses[path])]
+        # a paper-scale run being reported keeps its own verdicts (it is itself the evidence)
+        decided[path] = statuses[path] if is_paper_scale(doc["profile"]) else [
+            decisive_status(s, scale.get(c["id"], [])) for c, s in zip(doc["claims"], statuses[path])]
     contents, times = [], []
     for path, verdicts in decided.items():
         doc = documents[path]
@@ -179,9 +181,10 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
     legend = "; ".join(f"{SYMBOLS[s]}: {LEGEND[s]}" for s in STATUSES)
     every = [(c.get("by", "paper"), v) for path, verdicts in decided.items()
              for c, v in zip(documents[path]["claims"], verdicts)]
-    where = (f" Where `{paper_root}` holds a paper-scale run of an experiment, its verdict decides the claim (the "
-             "`verdict` column and these counts; `paper`, then `paper-core`, then the other paper-scale profiles); "
-             "a claim no paper-scale run has recorded keeps this run's status." if paper else "")
+    where = (f" Where `{paper_root}` holds a `paper` or `paper-core` run of an experiment, its verdict decides the "
+             "claim (the `verdict` column and these counts); other paper-scale profiles change the paper's setting "
+             "and are shown beside it only; a claim no deciding run has recorded keeps this run's status." if paper
+             else "")
     parts = ["# memlab report", "", *(_counts_line(every) or ["No claims."]), "", f"Statuses: {legend}.{where}", ""]
     if contents:
         parts += [markdown_table(["experiment", "claims", *(SYMBOLS[s] for s in STATUSES)], contents), ""]

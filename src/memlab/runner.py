@@ -509,7 +509,8 @@ class Run:
                 raise ValueError(f"claim {id!r}: {field} must be a string, got {type(value).__name__}")
         if any(c["id"] == id for c in self.claims):
             raise ValueError(f"claim id {id!r} recorded twice")
-        self.claims.append({"id": id, "claim": claim, "paper": paper, "ours": ours, "holds": bool(holds),
+        self.claims.append({"id": id, "claim": claim, "paper": paper, "ours": ours,
+                            "holds": bool(holds) and not missing,
                             "status": claim_status(bool(holds), self.profile, explained, missing),
                             **({"explained": explained} if explained else {}),
                             **({"missing": missing} if missing else {}), **({"by": by} if by != "paper" else {})})

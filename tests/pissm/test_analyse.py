@@ -126,13 +126,14 @@ class _Claims:
 
 def test_table1_claims_read_the_paper_gain_and_the_bounded_gain_separately():
     """The paper's model is eq. (7)'s gain with its fitted start (``-tracking``); the start from the first step's
-    factor (``[prior-init]``) and the bounded gain (``[bounded]``) are read apart."""
+    factor (``[prior-init]``) and the bounded gain (``[bounded]``) are read apart. A 'best of GRU/LSTM' claim the
+    rows run do not satisfy is undecided while the other row is missing."""
     ll = {"pong": {"pissm-gru-tracking": -1.5, "pissm-lstm-tracking": -1.6, "pissm-gru-bounded": 2.5,
                    "pissm-lg": 2.42, "lg": 2.4, "gru": 2.45, "lstm": 2.3, "pissm-gru": -7.0}}
     run = _Claims()
     claims_table1(ll, run)
     assert run.claims["pong-pissm-beats-lg"] == ("-1.500 vs 2.400", False)
-    assert run.claims["pong-pissm-beats-lg[prior-init]"] == ("-7.000 vs 2.400", False)
+    assert run.claims["pong-pissm-beats-lg[prior-init]"] == ("-7.000 vs 2.400", False, "pissm-lstm not run")
     assert run.claims["pong-pissm-beats-lg[bounded]"] == ("2.500 vs 2.400", True)  # the LSTM-bounded row did not run
     assert run.claims["pong-pissm-beats-direct-rnn[bounded]"] == ("2.500 vs 2.450", True)
     assert run.claims["pong-learned-gain-beats-exact-gain"][1] is False
@@ -143,8 +144,12 @@ def test_table1_claims_read_the_paper_gain_and_the_bounded_gain_separately():
     assert failed.claims["pong-pissm-beats-lg"] == ("no run trained vs 2.400", False)
     absent = _Claims()  # neither row run: the paper's claims are undecided, the other gain forms' absent
     claims_table1({"pong": {"lg": 2.4, "gru": 2.45, "pissm-lg": 2.42}}, absent)
-    assert absent.claims["pong-pissm-beats-lg"][1:] == (False, "neither pissm-gru-tracking nor pissm-lstm-tracking run")
+    assert absent.claims["pong-pissm-beats-lg"][1:] == (False,
+                                                        "pissm-gru-tracking not run, pissm-lstm-tracking not run")
     assert not any("[" in id for id in absent.claims)
+    only_lstm = _Claims()  # the direct GRU missing, the LSTM run: the comparison reads the LSTM, not NaN
+    claims_table1({"navier-stokes": {"pissm-gru-tracking": 3.0, "pissm-lstm-tracking": 2.0, "lstm": 2.5}}, only_lstm)
+    assert only_lstm.claims["navier-stokes-pissm-beats-direct-rnn"] == ("3.000 vs 2.500", True)
 
 
 def test_modes_reading_says_whether_the_full_model_learned_reflections():
@@ -170,6 +175,10 @@ def test_stability_rows_say_when_failing_runs_went_non_finite_and_how_far_they_g
     late = {"ll": np.nan, "failed": True, "best_val": 1.0, "recurrent_norm": [0.5, 0.6, np.nan, np.nan]}
     early = {"ll": np.nan, "failed": True, "best_val": -np.inf, "recurrent_norm": [0.5, np.nan]}
     assert (nonfinite_step(good), nonfinite_step(late), nonfinite_step(early)) == (None, 3, 2)
+    # failed on a validation value with finite parameters: the NaN padding of the epochs never run is not a step
+    padded = {"failed": True, "failed_epoch": 0, "train_loss": [1.0, np.nan],
+              "recurrent_norm": [0.5, 0.6, np.nan, np.nan]}
+    assert nonfinite_step(padded) is None
     row = stability_row("pissm-gru", "iss", 0.1, [good, late, early])
     assert (row.success, row.nonfinite_step_min, row.nonfinite_step_max) == (1 / 3, 2.0, 3.0)
     assert row.best_val_mean == pytest.approx(1.55)  # the finite best values, the -inf of a run that never scored out

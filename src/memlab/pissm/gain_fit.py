@@ -43,11 +43,14 @@ from memlab.pissm.model import PiSSM
 
 __all__ = ["PATHS", "fit_readout_to_exact_gain", "gain_inputs_along_paths"]
 
-# (process-noise factor on Q, observation-noise factor on R) of each set of exact-gain paths (module doc). Tried
+# (factor on the model's Q, factor on the data's noise: y plus noise of (factor - 1) R) of each set of exact-gain
+# paths (module doc). Tried
 # on quick Pong and rejected: without the third set 3-6 diverging sequences per seed; with 100 Q or with 3 Q and
 # 30 Q added the fit worsens on the usual range (0.1-0.8 nats per step below the exact gain, more divergences).
 PATHS = ((1.0, 1.0), (10.0, 1.0), (1.0, 100.0))
 RIDGE = 1e-6  # relative to the weighted normal matrix's mean diagonal: keeps the solve defined, changes no fit
+# PATHS, RIDGE and runs.GAIN_FIT_SEQUENCES determine the tracking models' start, which no cell digest sees: changing
+# one changes stored results (bump the pissm cells' versions)
 
 
 def gain_inputs_along_paths(model: PiSSM, y: Array, mask: Array, key: Array) -> tuple[Array, Array]:
@@ -96,15 +99,14 @@ def fit_readout_to_exact_gain(model: PiSSM, y: Array, mask: Array | None, key: A
         noise_key, path_key = jax.random.split(path_key)
         paths_of = eqx.tree_at(lambda m: m.log_q, exact, exact.log_q + np.log(process))
         y_paths = y + np.sqrt(observation - 1.0) * jax.random.normal(noise_key, y.shape, y.dtype) @ R_chol.T
-        paths.append(eqx.filter_jit(gain_inputs_along_paths)(paths_of, y_paths, mask, path_key))
+        paths.append(_paths_jit(paths_of, y_paths, mask, path_key))
     N = y.shape[-1]
     model = _without_residual_inputs(model, N)
     if prepare is not None:
         model = prepare(model)
-    features_of = jax.jit(jax.vmap(_readout_features, in_axes=(None, 0, 0)))
     X, Y = [], []
     for inputs, targets in paths:
-        x = np.asarray(features_of(model.gain, inputs, mask), np.float64)[observed]
+        x = np.asarray(_features_jit(model.gain, inputs, mask), np.float64)[observed]
         t = np.asarray(targets, np.float64)[observed]
         finite = np.all(np.isfinite(x), axis=1) & np.all(np.isfinite(t), axis=1)
         X.append(x[finite])
@@ -113,6 +115,10 @@ def fit_readout_to_exact_gain(model: PiSSM, y: Array, mask: Array | None, key: A
     dtype = model.gain.readout.weight.dtype
     return eqx.tree_at(lambda m: (m.gain.readout.weight, m.gain.readout.bias), model,
                        (jnp.asarray(weight, dtype), jnp.asarray(bias, dtype)))
+
+
+_paths_jit = eqx.filter_jit(gain_inputs_along_paths)  # one compiled program per model structure and data shape
+_features_jit = eqx.filter_jit(jax.vmap(lambda gain, u, seen: _readout_features(gain, u, seen), in_axes=(None, 0, 0)))
 
 
 def _without_residual_inputs(model: PiSSM, N: int) -> PiSSM:

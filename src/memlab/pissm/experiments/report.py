@@ -152,8 +152,8 @@ class StabilityRow:
     objective_mean, objective_std: test log-likelihood per step over the successful runs; NaN if none.
     nonfinite_step_min, nonfinite_step_max: over the runs that failed with a non-finite value, the first optimiser
     step (1-based, counted over epochs) after which the parameters were not finite; NaN if no run did.
-    best_val_mean: the best validation log-likelihood per step a run reached before it stopped, mean over the runs
-    that reached a finite one (how far the failing runs got); NaN if none did.
+    best_val_mean: the best validation log-likelihood per step a run reached (before it stopped, if it failed), mean
+    over the runs that reached a finite one; NaN if none did.
     paper_objective, paper_std, paper_success: Table 6's Pong column; None where the paper has no number.
     """
 
@@ -193,8 +193,12 @@ def stability_row(model: str, scheme: str, value: float, cells: list[dict]) -> S
 
 def nonfinite_step(record: dict) -> int | None:
     """The first optimiser step (1-based) after which a training record's parameters were not finite (its
-    ||U||_inf, recorded after every step, is NaN from there), or None if they stayed finite."""
+    ||U||_inf, recorded after every step, is NaN from there), or None if they stayed finite. Only the steps that ran
+    count: training stops after its first non-finite epoch and pads the later epochs' histories with NaN."""
     norms = np.asarray(record.get("recurrent_norm", []), float)
+    epochs, failed = len(record.get("train_loss", [])), record.get("failed_epoch", -1)
+    if epochs and failed is not None and failed >= 0:
+        norms = norms[:(failed + 1) * (norms.size // epochs)]
     bad = np.flatnonzero(~np.isfinite(norms))
     return int(bad[0]) + 1 if bad.size else None
 
