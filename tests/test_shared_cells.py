@@ -42,7 +42,7 @@ def test_deep_alf_inits_shares_40_ppo_runs_and_the_qmdp_line_with_ringworld_retu
 def test_paper_core_is_a_subset_of_the_paper_profile_by_name_and_digest(tmp_path):
     paper = _ringworld("belief.ringworld-returns", "paper", tmp_path)
     core = _ringworld("belief.ringworld-returns", "paper-core", tmp_path)
-    assert len(core) == 3 * 4 + 2 * 3 + 2 + 1
+    assert len(core) == 4 * 4 + 2 * 3 + 2 + 1  # LOF, LOF + softmax, ALF, ALF + softmax x 4; two learned x 3; ...
     new = {n for n in core if n.startswith("s5-12-prev-action")}  # not a memory of Fig. 3
     assert new == {"s5-12-prev-action-0", "s5-12-prev-action-1"}
     assert all(paper[n] == core[n] for n in set(core) - new)

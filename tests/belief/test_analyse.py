@@ -111,7 +111,8 @@ def test_ringworld_returns_analysis():
     assert alf.half_ceiling_update == 2 and s5.half_ceiling_update is None  # 1-based; never reached: None
     assert alf.diagnostics == {"delta": pytest.approx(0.2)} and s5.diagnostics == {}
     # results.json holds MemoryStats under these names (committed results are read by them)
-    assert list(to_jsonable(alf)) == ["tail_mean", "tail_std", "tail_per_seed", "half_ceiling_update", "diagnostics"]
+    assert list(to_jsonable(alf)) == ["tail_mean", "tail_std", "tail_per_seed", "half_ceiling_update", "diagnostics",
+                                      "learning_std"]
 
 
 def test_ringworld_trajectory_analysis():

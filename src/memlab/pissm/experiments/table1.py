@@ -316,13 +316,12 @@ EXPERIMENTS = [Experiment(
         # paper-core (issue 29): the paper profile on Pong (noise 0.05) only, 3 of its 5 seeds, the rows that settle
         # Table 1's orderings: the paper's gain, the bounded gain, the exact gain, LG, the direct GRU,
         # observation-only, and the particle filter. Same cell names, keys and arguments as the paper profile's.
-        # The paper's gain twice: with its readout fitted to the exact gain (the paper's model) and from the first
-        # step's factor (the first paper-core's row, kept as the ablation it became: issue 47); the LSTM rows too
-        # (issue 47: Table 1's claims are about the better of the GRU and LSTM rows, undecided without both).
+        # The paper's gain with its readout fitted to the exact gain (issue 47; its first start, from the first
+        # step's factor, is pissm.stability's paper-prior-init), and the LSTM rows too (Table 1's claims are about
+        # the better of the GRU and LSTM rows, undecided without both).
         "paper-core": Table1Config(layout="paper", datasets=("pong",), seeds=3, epochs=60,
-                                   models=("pissm-gru-tracking", "pissm-lstm-tracking", "pissm-gru",
-                                           "pissm-gru-bounded", "pissm-lstm-bounded", "pissm-lg", "lg", "gru",
-                                           "observation")),
+                                   models=("pissm-gru-tracking", "pissm-lstm-tracking", "pissm-gru-bounded",
+                                           "pissm-lstm-bounded", "pissm-lg", "lg", "gru", "observation")),
         "paper-mixture": Table1Config(layout="paper", seeds=5, epochs=60, estimator="mixture"),
         # issue 47: Table 1's orderings on two more data sets (3 of the paper profile's 5 seeds; same cell names, keys
         # and arguments): eq. (7)'s gain, the bounded gain, the exact gain, LG and the direct GRU, and Lorenz's
