@@ -24,7 +24,7 @@ from jax import Array
 from memlab.layers.gated_rnn import BoundedInput, GRUCell, LSTMCell
 from memlab.pissm.small_matmul import fused_matmul, fused_matvec
 
-__all__ = ["GAIN_BOUND", "OFF_DIAGONAL_BOUND", "ExactGain", "PaperGain", "WhitenedGain"]
+__all__ = ["GAIN_BOUND", "OFF_DIAGONAL_BOUND", "ExactGain", "PaperGain", "WhitenedGain", "rnn_features"]
 
 GAIN_BOUND = math.sqrt(2.0)  # Ltilde's diagonal lies in (0, GAIN_BOUND) (module doc)
 OFF_DIAGONAL_BOUND = 0.5
@@ -128,13 +128,19 @@ class WhitenedGain(eqx.Module):
         return fused_matmul(L, L.T), state
 
 
-def _rnn_readout(gain: PaperGain | WhitenedGain, u: Array, state, observed: Array):
-    """The readout (N(N+1)/2,) of the layer-normalised state after one cell step on u, and the new state (the old
-    one kept where y_t is missing)."""
+def rnn_features(gain: PaperGain | WhitenedGain, u: Array, state, observed: Array):
+    """The layer-normalised state (H,) after one step of ``gain``'s cell on u, and the new state (the old one kept
+    where y_t is missing): what the readout reads (gain_fit.py fits the readout on it)."""
     new_state = gain.cell(state, u)
     state = jax.tree_util.tree_map(lambda new, old: jnp.where(observed, new, old), new_state, state)
     h = state[0] if isinstance(state, tuple) else state
-    return gain.readout(gain.norm(h)), state
+    return gain.norm(h), state
+
+
+def _rnn_readout(gain: PaperGain | WhitenedGain, u: Array, state, observed: Array):
+    """The readout (N(N+1)/2,) of ``rnn_features`` after one cell step on u, and the new state."""
+    features, state = rnn_features(gain, u, state, observed)
+    return gain.readout(features), state
 
 
 def _inverse_cholesky(S_chol: Array) -> Array:

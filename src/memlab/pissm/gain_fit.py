@@ -37,16 +37,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.pissm.gain import ExactGain, PaperGain
+from memlab.pissm.gain import ExactGain, PaperGain, rnn_features
 from memlab.pissm.kalman import check_observations
 from memlab.pissm.model import PiSSM
 
 __all__ = ["PATHS", "fit_readout_to_exact_gain", "gain_inputs_along_paths"]
 
 # (factor on the model's Q, factor on the data's noise: y plus noise of (factor - 1) R) of each set of exact-gain
-# paths (module doc). Tried
-# on quick Pong and rejected: without the third set 3-6 diverging sequences per seed; with 100 Q or with 3 Q and
-# 30 Q added the fit worsens on the usual range (0.1-0.8 nats per step below the exact gain, more divergences).
+# paths (module doc). Tried on quick Pong and rejected: without the third set 3-6 diverging sequences per seed; with
+# 100 Q or with 3 Q and 30 Q added the fit worsens on the usual range (0.1-0.8 nats per step below the exact gain,
+# more divergences).
 PATHS = ((1.0, 1.0), (10.0, 1.0), (1.0, 100.0))
 RIDGE = 1e-6  # relative to the weighted normal matrix's mean diagonal: keeps the solve defined, changes no fit
 # PATHS, RIDGE and runs.GAIN_FIT_SEQUENCES determine the tracking models' start, which no cell digest sees: changing
@@ -117,10 +117,6 @@ def fit_readout_to_exact_gain(model: PiSSM, y: Array, mask: Array | None, key: A
                        (jnp.asarray(weight, dtype), jnp.asarray(bias, dtype)))
 
 
-_paths_jit = eqx.filter_jit(gain_inputs_along_paths)  # one compiled program per model structure and data shape
-_features_jit = eqx.filter_jit(jax.vmap(lambda gain, u, seen: _readout_features(gain, u, seen), in_axes=(None, 0, 0)))
-
-
 def _without_residual_inputs(model: PiSSM, N: int) -> PiSSM:
     """``model`` with the last N input columns (r_t) of every W_x of its gain cell at zero (module doc, step 2)."""
     cell = model.gain.cell
@@ -130,17 +126,19 @@ def _without_residual_inputs(model: PiSSM, N: int) -> PiSSM:
 
 
 def _readout_features(gain: PaperGain, inputs: Array, observed: Array) -> Array:
-    """The layer-normalised RNN states (T, H) that the readout reads, driven by ``inputs`` (T, D); the state is kept
-    where y_t is missing, as in the filter (gain.py's ``_rnn_readout``)."""
+    """The layer-normalised RNN states (T, H) that the readout reads, driven by ``inputs`` (T, D), as in the filter
+    (``gain.rnn_features``)."""
 
     def step(state, u_and_observed):
         u, seen = u_and_observed
-        new = gain.cell(state, u)
-        state = jax.tree_util.tree_map(lambda a, b: jnp.where(seen, a, b), new, state)
-        h = state[0] if isinstance(state, tuple) else state
-        return state, gain.norm(h)
+        features, state = rnn_features(gain, u, state, seen)
+        return state, features
 
     return jax.lax.scan(step, gain.init_state(), (inputs, observed))[1]
+
+
+_paths_jit = eqx.filter_jit(gain_inputs_along_paths)  # one compiled program per model structure and data shape
+_features_jit = eqx.filter_jit(jax.vmap(_readout_features, in_axes=(None, 0, 0)))
 
 
 def _weighted_least_squares(X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

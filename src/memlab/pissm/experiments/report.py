@@ -16,9 +16,9 @@ from memlab.pissm.data import Split
 from memlab.pissm.pong_modes import true_eigenvalues
 from memlab.pissm.runs import NUM_MODES
 
-__all__ = ["CHOICES", "DIRECT", "STABILITY_COLUMNS", "STABILITY_FORMATS", "TABLE1_COLUMNS", "TABLE1_FORMATS",
-           "StabilityRow", "Table1Row", "blank", "plot_imputation", "plot_log_likelihoods", "plot_modes",
-           "plot_stability", "stability_row", "table1_row"]
+__all__ = ["CHOICES", "DIRECT", "PAPER_TABLE6", "STABILITY_COLUMNS", "STABILITY_FORMATS", "TABLE1_COLUMNS",
+           "TABLE1_FORMATS", "StabilityRow", "Table1Row", "blank", "paper_row", "plot_imputation",
+           "plot_log_likelihoods", "plot_modes", "plot_stability", "stability_row", "table1_row"]
 
 # The choices every pi-SSM experiment's summary.md lists (the paper leaves them open, or memlab departs from its text).
 CHOICES = """- Data: our own generators (Pong: unit box, point ball, speeds 0.03–0.07 box widths per step, observation \

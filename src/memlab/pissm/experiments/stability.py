@@ -21,14 +21,16 @@ from memlab.pissm.data import Dataset
 from memlab.pissm.experiments.cells import stability_cell
 from memlab.pissm.experiments.report import (
     CHOICES,
+    PAPER_TABLE6,
     STABILITY_COLUMNS,
     STABILITY_FORMATS,
     StabilityRow,
     blank,
+    paper_row,
     plot_stability,
     stability_row,
 )
-from memlab.pissm.runs import LAYOUTS, PISSM_GAINS, load_dataset
+from memlab.pissm.runs import LAYOUTS, PISSM_GAINS, TRACKING_INIT, load_dataset
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
 
@@ -83,17 +85,23 @@ decay (0.5 every 10 epochs), the batch size.
 # read these
 MODELS = ("pissm-gru-tracking", "pissm-lstm-tracking")
 GATED = tuple(m for m, (gain, _) in PISSM_GAINS.items() if gain != "exact")  # any gated gain (the ablation)
-PAPER_WORDS = "eq. (7) as printed (absolute units, raw [Σ, r] inputs, unbounded)"
-MODEL_WORDS = {"pissm-gru-tracking": f"{PAPER_WORDS}, readout fitted to the exact gain before training",
-               "pissm-lstm-tracking": f"{PAPER_WORDS}, readout fitted to the exact gain before training",
-               "pissm-gru": f"{PAPER_WORDS}, readout from the first step's factor (untrained filter loses track)",
-               "pissm-lstm": f"{PAPER_WORDS}, readout from the first step's factor (untrained filter loses track)",
-               "pissm-gru-unbounded": "scale-free inputs, L = G^{-T} Ltilde around the exact gain, unbounded",
-               "pissm-gru-bounded": "scale-free inputs, around the exact gain, bounded (memlab's)",
-               "pissm-lstm-bounded": "scale-free inputs, around the exact gain, bounded (memlab's)"}
-# Table 6's Pong column, smallest against largest ISS buffer, per paper model (the claim quotes its own model's)
-PAPER_EPS_ORDER = {"pissm-gru-tracking": "5.401 (eps 0.1) > 4.888 (eps 0.25)",
-                   "pissm-lstm-tracking": "5.475 (eps 0.1) > 4.911 (eps 0.25)"}
+GAIN_WORDS = {"paper": "eq. (7) as printed (absolute units, raw [Σ, r] inputs, unbounded)",
+              "unbounded": "scale-free inputs, L = G^{-T} Ltilde around the exact gain, unbounded",
+              "bounded": "scale-free inputs, around the exact gain, bounded (memlab's)"}
+START_WORDS = {True: "readout fitted to the exact gain before training",
+               False: "readout from the first step's factor (untrained filter loses track)"}  # eq. (7)'s two starts
+
+
+def _model_words(model: str) -> str:
+    """How a model's gain is built: its form, and for eq. (7)'s gain its start (``runs.TRACKING_INIT``)."""
+    form = PISSM_GAINS[model][1]
+    return GAIN_WORDS[form] + (f", {START_WORDS[model in TRACKING_INIT]}" if form == "paper" else "")
+
+
+def _paper_eps_order(model: str, low: float, high: float) -> str:
+    """Table 6's objectives of ``model``'s paper row at the ISS buffers ``low`` and ``high`` (report.PAPER_TABLE6)."""
+    objective = {eps: PAPER_TABLE6[(paper_row(model), "iss", eps)][0] for eps in (low, high)}
+    return f"{objective[low]:.3f} (eps {low:g}) > {objective[high]:.3f} (eps {high:g})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,7 +229,8 @@ def _claims(cfg: StabilityConfig, stats: StabilityStats, run: Run) -> None:
         lo = by[(m, "iss", min(cfg.iss_eps))].objective_mean
         hi = by[(m, "iss", max(cfg.iss_eps))].objective_mean
         run.claim(f"{m}-smaller-eps-better", f"{m}: a smaller ISS buffer gives a higher objective",
-                  f"{PAPER_EPS_ORDER[m]} (Table 6)", f"{_objective(lo)} vs {_objective(hi)}",
+                  f"{_paper_eps_order(m, min(cfg.iss_eps), max(cfg.iss_eps))} (Table 6)",
+                  f"{_objective(lo)} vs {_objective(hi)}",
                   bool(np.isfinite(lo) and np.isfinite(hi) and lo > hi),
                   explained=why if not (np.isfinite(lo) and np.isfinite(hi)) else "")
 
@@ -253,7 +262,7 @@ def _gain_forms(cfg: StabilityConfig, stats: StabilityStats) -> str:
             if rows:
                 ok = round(sum(r.success * r.runs for r in rows))
                 counts.append(f"{ok} of {sum(r.runs for r in rows)} runs succeed {words}")
-        lines.append(f"- `{m}`: {MODEL_WORDS[m]}: {', '.join(counts)}")
+        lines.append(f"- `{m}`: {_model_words(m)}: {', '.join(counts)}")
     return "\n".join(lines)
 
 

@@ -241,18 +241,16 @@ def add_claims(ll: dict[str, dict[str, float]], run: Run) -> None:
                                best > best_direct, absent)
             if "pissm-lg" in ran_here:
                 gain = f"{ours[gru]:.3f}" if np.isfinite(ours[gru]) else "no run trained"
-                reference = ours["pissm-lg"]
-                missing = "" if gru in ran_here else f"{gru} not run"
-                missing = missing or ("" if np.isfinite(reference) else "pi-SSM(LG) has no finite score")
-                run.claim(f"{data_name}-learned-gain-beats-exact-gain{tag}", f"{data_name}: the learned gain ({gru}) "
-                          "beats the exact Kalman gain (pi-SSM(LG))", "yes (Table 1)",
-                          f"{gain} vs {reference:.3f}", bool(ours[gru] > reference and not missing), missing=missing)
+                _best_of_claim(run, f"{data_name}-learned-gain-beats-exact-gain{tag}", f"{data_name}: the learned "
+                               f"gain ({gru}) beats the exact Kalman gain (pi-SSM(LG))", gain, ours["pissm-lg"],
+                               "pi-SSM(LG)", ours[gru] > ours["pissm-lg"], [gru] if gru not in ran_here else [])
 
 
 def _best_of_claim(run: Run, id: str, text: str, shown: str, reference: float, name: str, holds: bool,
                    absent: list[str]) -> None:
-    """One of ``add_claims``' claims about the better of two gains: undecided while a gain row is ``absent`` and the
-    rows run do not satisfy it, or when the reference row has no finite score."""
+    """One of ``add_claims``' orderings of a gain (``shown``, the better of those run) over a reference row
+    (``name``): undecided while a gain row is ``absent`` and the rows run do not satisfy it, or when the reference row
+    has no finite score."""
     missing = ", ".join(f"{m} not run" for m in absent) if absent and not holds else ""
     if not np.isfinite(reference):
         missing = missing or f"{name} has no finite score"
