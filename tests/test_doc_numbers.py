@@ -116,6 +116,17 @@ def _learning_std(memory: str) -> Callable[[Any], str]:
     return lambda d: fixed(d["results"]["memories"][memory]["learning_std"])
 
 
+def _survival(model: str, size: float = 0.011) -> Callable[[Any], str]:
+    """The median share of ``model``'s test filters still finite after a random step of ``size`` (pissm.stability's
+    start survival)."""
+    return lambda d: percent(d["results"]["start_survival"][model][d["results"]["step_sizes"].index(size)][0])
+
+
+def _survival_row(d, model: str) -> list[float]:
+    """The median shares of ``model``'s test filters still finite, per step size (the sizes in order)."""
+    return [median for median, _, _ in d["results"]["start_survival"][model]]
+
+
 def _signed(value: float) -> str:
     return f"{value:.3f}".replace("-", "−")
 
@@ -132,9 +143,8 @@ QUOTES += [
           STABILITY.format("paper-prior-init"),
           {"low": lambda d: _signed(min(float(r["best_val_mean"]) for r in _rows(d))),
            "high": lambda d: _signed(max(float(r["best_val_mean"]) for r in _rows(d)))}),
-    Quote("paper-results/README.md", "LG {lg}, π-SSM-GRU with the bounded gain {bounded}, π-SSM(LG) (exact Kalman "
-          "gain) {pissm_lg}", TABLE1_CORE, {"lg": _ll("lg"), "bounded": _ll("pissm-gru-bounded"),
-                                      "pissm_lg": _ll("pissm-lg")}),
+    Quote("paper-results/README.md", "LG {lg}, π-SSM-GRU with the bounded gain {bounded},", TABLE1_CORE,
+          {"lg": _ll("lg"), "bounded": _ll("pissm-gru-bounded")}),
     *(Quote(doc, "({trained} of {runs} from the tracking start, non-finite after optimiser step {step};",
             STABILITY.format("paper-core"), {"trained": _trained, "runs": _runs, "step": _one_step})
       for doc in PISSM_ROW_DOCS),
@@ -150,6 +160,34 @@ QUOTES += [
            "epochs": lambda d: f"{float(_steps(_only(d, 'pissm-gru'), max)) / 125:.0f}",
            "best_low": lambda d: fixed(min(float(r["best_val_mean"]) for r in _rows(_only(d, "pissm-gru")))),
            "best_high": lambda d: fixed(max(float(r["best_val_mean"]) for r in _rows(_only(d, "pissm-gru"))))}),
+    *(Quote(doc, "{trained} of {runs} with normalised inputs, non-finite after optimiser step {step};",
+            STABILITY.format("paper-normalised"), {"trained": _trained, "runs": _runs, "step": _one_step})
+      for doc in PISSM_ROW_DOCS),
+    *(Quote(doc, "a random step of Adam's size ({lr}) in the gain's parameters leaves {tracking} of the tracking "
+            "start's test filters finite ({normalised} with normalised inputs), {prior} of the first step's factor's "
+            "(which has lost track) and {bounded} of the bounded gain's", STABILITY.format("paper-ablation"),
+            {"lr": lambda d: "0.011", "tracking": _survival("pissm-gru-tracking"),
+             "normalised": lambda d: _survival("pissm-gru-normalised")(load(STABILITY.format("paper-normalised"))),
+             "prior": _survival("pissm-gru"), "bounded": _survival("pissm-gru-bounded")}) for doc in PISSM_ROW_DOCS),
+    Quote("paper-results/README.md", "π-SSM-GRU with the bounded gain {gru}, π-SSM-LSTM with the bounded gain {lstm}, "
+          "π-SSM(LG) (exact Kalman gain) {pissm_lg}", TABLE1_CORE,
+          {"gru": _ll("pissm-gru-bounded"), "lstm": _ll("pissm-lstm-bounded"), "pissm_lg": _ll("pissm-lg")}),
+    Quote("paper-results/README.md", "after a random step of 1e-4 in every parameter of the gain a median of {small} "
+          "of the tracking start's test filters stay finite, after 1e-3 or Adam's 0.011 {large}",
+          STABILITY.format("paper-core"), {"small": _survival("pissm-gru-tracking", 1e-4),
+                                            "large": lambda d: "none" if max(_survival_row(d, "pissm-gru-tracking")[
+                                                3:]) == 0 else "some"}),
+    Quote("paper-results/README.md", "from the first step's factor, and for the scale-free gains with or without the "
+          "bound, {all} at every size up to 0.011", STABILITY.format("paper-ablation"),
+          {"all": lambda d: percent(min(min(_survival_row(d, m)) for m in ("pissm-gru", "pissm-gru-unbounded",
+                                                                           "pissm-gru-bounded")))}),
+    Quote("paper-results/README.md", "With the inputs normalised (a fixed tanh scaling set on the exact-gain paths) "
+          "and the readout fitted as in paper-core, {trained} of {runs} runs train, every run non-finite after "
+          "optimiser step {step}", STABILITY.format("paper-normalised"),
+          {"trained": _trained, "runs": _runs, "step": _one_step}),
+    Quote("paper-results/README.md", "survives random steps of 1e-3 ({mid} of test filters finite, median) but not of "
+          "0.011 ({lr})", STABILITY.format("paper-normalised"),
+          {"mid": _survival("pissm-gru-normalised", 1e-3), "lr": _survival("pissm-gru-normalised")}),
     Quote("paper-results/README.md", "the first 60 of 457 updates: LOF {lof}, LOF + softmax {lofsm}, ALF {alf})",
           "paper-results/belief.ringworld-returns/paper-core/results.json",
           {k: _learning_std(m) for k, m in (("lof", "lof"), ("lofsm", "lof-softmax"), ("alf", "alf"))}),

@@ -206,7 +206,7 @@ def _ll(model: str) -> Read:
     return lambda d: fixed(float(_pong(d, model)["ll_mean"]))
 
 
-PAPER_GAINS = ("pissm-gru", "pissm-gru-tracking")  # eq. (7)'s gain as printed, from either start
+PAPER_GAINS = ("pissm-gru-tracking", "pissm-lstm-tracking")  # eq. (7)'s gain as printed, GRU and LSTM cells
 
 TABLE1_ROWS = [
     Quote(doc, "at the paper's sizes on Pong (`paper-core`, `paper-results/`): particle filter {pf}, direct GRU {gru}, "

@@ -56,13 +56,16 @@ def test_table1_rows_are_means_over_seeds_beside_the_paper():
     assert ll_ceiling(0.5 * np.eye(3), average=False) == pytest.approx(-1.717, abs=1e-3)
 
 
+_STARTS = {"pissm-gru-start-0": {"finite": [[1.0]]}}  # one start, one step size, one direction
+
+
 def test_stability_success_rate_and_objective_over_the_successful_runs():
     cfg = StabilityConfig(models=("pissm-gru",), iss_eps=(0.1,), clip_norms=(20.0,), seeds=3)
     cells = {"pissm-gru-iss-0.1-0": {"ll": 5.0, "failed": False}, "pissm-gru-iss-0.1-1": {"ll": 7.0, "failed": False},
              "pissm-gru-iss-0.1-2": {"ll": 6.0, "failed": False},
              "pissm-gru-clip-20-0": {"ll": 4.0, "failed": False}, "pissm-gru-clip-20-1": {"ll": np.nan, "failed": True},
              "pissm-gru-clip-20-2": {"ll": np.nan, "failed": False}}  # finite training, NaN test: not a success
-    table = analyse_stability(cfg, cells).table
+    table = analyse_stability(cfg, cells, _STARTS).table
     iss, clip = table
     assert (iss.scheme, iss.value, iss.runs, iss.success) == ("iss", 0.1, 3, 1.0)
     assert iss.objective_mean == 6.0 and iss.objective_std == pytest.approx(np.std([5.0, 7.0, 6.0]))
@@ -74,7 +77,7 @@ def test_stability_success_rate_and_objective_over_the_successful_runs():
 def test_stability_with_no_successful_run_reports_nan():
     cfg = StabilityConfig(models=("pissm-gru",), iss_eps=(0.1,), clip_norms=(5.0,), seeds=1)
     cells = {"pissm-gru-iss-0.1-0": {"ll": 1.0, "failed": False}, "pissm-gru-clip-5-0": {"ll": np.nan, "failed": True}}
-    clip = analyse_stability(cfg, cells).table[1]
+    clip = analyse_stability(cfg, cells, _STARTS).table[1]
     assert clip.success == 0.0 and np.isnan(clip.objective_mean) and np.isnan(clip.objective_std)
 
 
@@ -118,10 +121,11 @@ class _Claims:
     """A stand-in for ``Run`` that keeps the claims an experiment makes."""
 
     def __init__(self):
-        self.claims = {}
+        self.claims, self.explained, self.by = {}, {}, {}
 
     def claim(self, id, claim, paper, ours, holds, *, missing="", explained="", by="paper"):  # noqa: A002
         self.claims[id] = (ours, holds) if not missing else (ours, holds, missing)
+        self.explained[id], self.by[id] = explained, by
 
 
 def test_table1_claims_read_the_paper_gain_and_the_bounded_gain_separately():
@@ -142,6 +146,8 @@ def test_table1_claims_read_the_paper_gain_and_the_bounded_gain_separately():
     failed = _Claims()  # every run of the paper's gain failed: its claims fail, they do not vanish
     claims_table1({"pong": {**ll["pong"], "pissm-gru-tracking": np.nan, "pissm-lstm-tracking": np.nan}}, failed)
     assert failed.claims["pong-pissm-beats-lg"] == ("no run trained vs 2.400", False)
+    assert "pissm.stability" in failed.explained["pong-learned-gain-beats-exact-gain"]  # the experiment that shows why
+    assert not run.explained["pong-pissm-beats-lg"]  # a gain that trained and lost is not explained away
     absent = _Claims()  # neither row run: the paper's claims are undecided, the other gain forms' absent
     claims_table1({"pong": {"lg": 2.4, "gru": 2.45, "pissm-lg": 2.42}}, absent)
     assert absent.claims["pong-pissm-beats-lg"][1:] == (False,
@@ -150,6 +156,31 @@ def test_table1_claims_read_the_paper_gain_and_the_bounded_gain_separately():
     only_lstm = _Claims()  # the direct GRU missing, the LSTM run: the comparison reads the LSTM, not NaN
     claims_table1({"navier-stokes": {"pissm-gru-tracking": 3.0, "pissm-lstm-tracking": 2.0, "lstm": 2.5}}, only_lstm)
     assert only_lstm.claims["navier-stokes-pissm-beats-direct-rnn"] == ("3.000 vs 2.500", True)
+
+
+def test_table1_one_mode_ablation_is_memlabs_claim_and_reads_both_one_mode_rows():
+    level = _Claims()
+    claims_table1({"pong": {"pissm-lg-one-mode": 2.30, "lg-one-mode": 2.33, "pissm-lg": 2.47, "lg": 2.79}}, level)
+    assert level.claims["pong-one-mode-pissm-lg-level-with-lg"] == ("2.300 vs 2.330", True)
+    assert level.by["pong-one-mode-pissm-lg-level-with-lg"] == "memlab"
+    apart = _Claims()
+    claims_table1({"pong": {"pissm-lg-one-mode": 2.20, "lg-one-mode": 2.33}}, apart)
+    assert apart.claims["pong-one-mode-pissm-lg-level-with-lg"] == ("2.200 vs 2.330", False)
+    one_row = _Claims()  # without both rows there is nothing to compare
+    claims_table1({"pong": {"pissm-lg-one-mode": 2.20, "lg": 2.33}}, one_row)
+    assert "pong-one-mode-pissm-lg-level-with-lg" not in one_row.claims
+
+
+def test_stability_start_survival_is_read_per_model_over_starts_and_directions():
+    cfg = StabilityConfig(models=("pissm-gru-tracking", "pissm-gru-bounded"), iss_eps=(0.1,), clip_norms=(20.0,),
+                          seeds=1)
+    cells = {f"{m}-{k}-0": {"ll": 1.0, "failed": False} for m in cfg.models for k in ("iss-0.1", "clip-20")}
+    starts = {"pissm-gru-tracking-start-0": {"finite": [[1.0, 1.0], [0.5, 0.0]]},
+              "pissm-gru-tracking-start-1": {"finite": [[1.0, 0.9], [0.25, 1.0]]},
+              "pissm-gru-bounded-start-0": {"finite": [[1.0, 1.0], [1.0, 1.0]]}}
+    survival = analyse_stability(cfg, cells, starts).start_survival
+    assert survival["pissm-gru-tracking"] == [(1.0, 0.9, 1.0), (0.375, 0.0, 1.0)]
+    assert survival["pissm-gru-bounded"] == [(1.0, 1.0, 1.0), (1.0, 1.0, 1.0)]
 
 
 def test_modes_reading_says_whether_the_full_model_learned_reflections():

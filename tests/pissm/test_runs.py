@@ -18,7 +18,7 @@ def pong():
     return runs.load_dataset("pong", runs.LAYOUTS["tiny"]["pong"])
 
 
-@pytest.mark.parametrize("name", ["pissm-gru", "lg", "observation"])
+@pytest.mark.parametrize("name", ["pissm-gru", "lg", "observation", "pissm-gru-normalised", "lg-one-mode"])
 def test_a_model_survives_bytes(name, pong):
     model = runs.make_model(name, "pong", pong, jax.random.key(3))
     model = jax.tree.map(lambda x: x + 0.01 if isinstance(x, jax.Array) and x.dtype == jnp.float32 else x, model)
@@ -30,6 +30,15 @@ def test_a_model_survives_bytes(name, pong):
     fresh = runs.make_model(name, "pong", pong, jax.random.key(0))  # the template: other values
     assert any(not np.array_equal(np.asarray(a), np.asarray(b))
                for a, b in zip(jax.tree.leaves(fresh), jax.tree.leaves(back)))
+
+
+def test_one_mode_ablation_has_one_mode_and_the_rest_as_the_data_sets(pong):
+    one, full = runs.make_model("pissm-lg-one-mode", "pong", pong, jax.random.key(0)), \
+        runs.make_model("pissm-lg", "pong", pong, jax.random.key(0))
+    assert one.A.shape[0] == 1 and full.A.shape[0] == runs.NUM_MODES["pong"]
+    assert one.A.shape[1:] == full.A.shape[1:] and type(one.gain) is type(full.gain)
+    lg = runs.make_model("lg-one-mode", "pong", pong, jax.random.key(0))
+    assert lg.lg.A.shape[0] == 1
 
 
 def test_particle_reference_filters_each_test_sequence_with_its_own_key(pong):

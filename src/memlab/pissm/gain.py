@@ -2,7 +2,9 @@
 one module per variant. ``model.PiSSM`` holds one and calls it once per step; the variant is its type.
 
 - ``ExactGain``: L L^T = S^{-1}, the Kalman gain (pi-SSM(LG), section 7).
-- ``PaperGain``: eq. (7) as printed, L_t = RNN(Sigma_{t|t-1}, r_t) in absolute units, nothing around it.
+- ``PaperGain``: eq. (7) as printed, L_t = RNN(Sigma_{t|t-1}, r_t) in absolute units, nothing around it; or with
+  the inputs normalised to ||u_t||_inf < 1 (``normalise_inputs``: Assumption 4 of Theorem 2, "enforced via input
+  normalization", App. C.7), L_t still in absolute units.
 - ``WhitenedGain``: memlab's gain, L_t = G^{-T} Ltilde around the exact gain (S = G G^T), from scale-free features,
   Ltilde bounded (``bounded=True``) or not (the ablation).
 
@@ -45,18 +47,27 @@ class ExactGain(eqx.Module):
 
 class PaperGain(eqx.Module):
     """Eq. (7) as printed: a GRU / LSTM cell on u_t = [tril Sigma_{t|t-1} (M(M+1)/2), r_t (N)], layer norm, readout
-    to L_t's N(N+1)/2 lower-triangular entries; L_t L_t^T unbounded."""
+    to L_t's N(N+1)/2 lower-triangular entries; L_t L_t^T unbounded. With ``input_norm`` (a ``BoundedInput``), the
+    cell reads u_t through it: ||u_t||_inf < 1, each entry on its own scale (Assumption 4, App. C.7)."""
 
     cell: GRUCell | LSTMCell
     norm: eqx.nn.LayerNorm
     readout: eqx.nn.Linear
+    input_norm: BoundedInput | None
 
     def __init__(self, state_size: int, observation_size: int, S_0: Array, cell_type: type[GRUCell | LSTMCell],
-                 hidden_size: int, *, key_cell: Array, key_readout: Array, dtype):
+                 hidden_size: int, *, key_cell: Array, key_readout: Array, dtype, normalise_inputs: bool = False):
         """S_0 (N, N) = C P_0 C^T + R: the readout's bias starts at chol(S_0^{-1}) (the exact gain of the first step),
-        its weights at 0.01 x their default."""
+        its weights at 0.01 x their default. ``normalise_inputs``: an input normalisation centred on 0 with S_0's
+        scale (variances: mean diag S_0; residuals: its square root); ``gain_fit`` sets it from filter paths."""
         M, N = state_size, observation_size
-        self.cell = cell_type(M * (M + 1) // 2 + N, hidden_size, key=key_cell)
+        D = M * (M + 1) // 2 + N
+        self.cell = cell_type(D, hidden_size, key=key_cell)
+        if normalise_inputs:
+            variance = float(np.mean(np.diag(np.asarray(S_0, np.float64))))
+            self.input_norm = BoundedInput(np.zeros(D), np.r_[np.full(D - N, variance), np.full(N, np.sqrt(variance))])
+        else:
+            self.input_norm = None
         self.norm = eqx.nn.LayerNorm(hidden_size, dtype=dtype)
         readout = eqx.nn.Linear(hidden_size, N * (N + 1) // 2, key=key_readout, dtype=dtype)
         L_0 = jnp.linalg.cholesky(jnp.linalg.inv(S_0))
@@ -66,10 +77,16 @@ class PaperGain(eqx.Module):
     def init_state(self):
         return self.cell.init_state()
 
+    def cell_input(self, u: Array) -> Array:
+        """What the cell reads of u_t = [tril Sigma_{t|t-1}, r_t]: u_t itself, or normalised (``input_norm``). The
+        normalisation is fixed, not trained: its centre is in Sigma's absolute units (~1e-4 on Pong), where one Adam
+        step of App. F.1's 0.011 would move it by a hundred of its scales."""
+        return u if self.input_norm is None else jax.lax.stop_gradient(self.input_norm)(u)
+
     def __call__(self, S_chol: Array, pred_cov: Array, residual: Array, state, observed: Array):
         M, N = pred_cov.shape[0], S_chol.shape[0]
         u = jnp.concatenate([pred_cov[np.tril_indices(M)], residual])  # eq. (7): L_t = RNN(Sigma_{t|t-1}, r_t)
-        entries, state = _rnn_readout(self, u, state, observed)
+        entries, state = _rnn_readout(self, self.cell_input(u), state, observed)
         L = _lower_triangular(entries, N, S_chol.dtype)
         return fused_matmul(L, L.T), state
 

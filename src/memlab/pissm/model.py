@@ -57,7 +57,8 @@ __all__ = ["COVARIANCES", "GAINS", "GAIN_FORMS", "MODE_SAMPLING", "PiSSM", "PiSS
            "roundoff_floor"]
 
 Gain = Literal["gru", "lstm", "exact"]  # the gain RNN's cell, or the exact Kalman gain (gain.py)
-GainForm = Literal["bounded", "paper", "unbounded"]  # how a GRU / LSTM gives the gain: gain.py's variants
+# how a GRU / LSTM gives the gain: gain.py's variants
+GainForm = Literal["bounded", "paper", "paper-normalised", "unbounded"]
 ModeSampling = Literal["prior", "posterior"]  # z_t ~ q(z_t | x_{t-1}) (App. E.1's box) or eq. (6) (section 5's text)
 Covariance = Literal["full", "diagonal"]
 GAINS, GAIN_FORMS, MODE_SAMPLING, COVARIANCES = (typing.get_args(t) for t in (Gain, GainForm, ModeSampling, Covariance))
@@ -74,7 +75,8 @@ class PiSSMConfig:
     mode network's input scaling) are ``PiSSM``'s own arguments.
 
     ``gain`` and ``gain_form`` choose the gain module (gain.py): "exact" -> ``ExactGain``; "gru" / "lstm" with
-    "paper" -> ``PaperGain``, with "bounded" / "unbounded" -> ``WhitenedGain`` (bounded or not).
+    "paper" -> ``PaperGain`` (inputs normalised: "paper-normalised"), with "bounded" / "unbounded" -> ``WhitenedGain``
+    (bounded or not).
     ``covariance="diagonal"`` keeps only the covariances' diagonals (the paper's choice; module doc).
     A starts at I + N(0, mode_spread^2) per mode, Q at process_var I, P_0 at initial_var I; q(z | x)'s output
     layer at mode_net_gain x its default initialisation (module doc: symmetry breaking).
@@ -334,9 +336,10 @@ def _make_gain(config: PiSSMConfig, R, C: Array, key_cell: Array, key_readout: A
         return ExactGain()
     M, N, cell_type = config.state_size, config.observation_size, CELL_TYPES[config.gain]
     keys = {"key_cell": key_cell, "key_readout": key_readout, "dtype": dtype}
-    if config.gain_form == "paper":
+    if config.gain_form in ("paper", "paper-normalised"):
         S_0 = C[0] @ (config.initial_var * jnp.eye(M, dtype=dtype)) @ C[0].T + jnp.asarray(R, dtype)
-        return PaperGain(M, N, S_0, cell_type, config.hidden_size, **keys)
+        return PaperGain(M, N, S_0, cell_type, config.hidden_size,
+                         normalise_inputs=config.gain_form == "paper-normalised", **keys)
     return WhitenedGain(M, N, R, cell_type, config.hidden_size, bounded=config.gain_form == "bounded", **keys)
 
 

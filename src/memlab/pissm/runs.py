@@ -46,17 +46,28 @@ from memlab.pissm.model import PiSSM, PiSSMConfig
 from memlab.pissm.train import TrainConfig, make_train, predict_batch
 
 MODELS = ("pissm-gru", "pissm-lstm", "pissm-gru-tracking", "pissm-lstm-tracking", "pissm-gru-bounded",
-          "pissm-lstm-bounded", "pissm-lg", "lg", "gru", "lstm", "observation", "pissm-gru-unbounded")
+          "pissm-lstm-bounded", "pissm-lg", "lg", "gru", "lstm", "observation", "pissm-gru-unbounded",
+          "pissm-gru-normalised", "pissm-lstm-normalised", "pissm-lg-one-mode", "lg-one-mode")
 PISSM_GAINS = {"pissm-gru": ("gru", "paper"), "pissm-lstm": ("lstm", "paper"),
                "pissm-gru-tracking": ("gru", "paper"), "pissm-lstm-tracking": ("lstm", "paper"),
                "pissm-gru-bounded": ("gru", "bounded"), "pissm-lstm-bounded": ("lstm", "bounded"),
-               "pissm-lg": ("exact", "bounded"), "pissm-gru-unbounded": ("gru", "unbounded")}  # (gain, gain_form)
+               "pissm-lg": ("exact", "bounded"), "pissm-gru-unbounded": ("gru", "unbounded"),
+               "pissm-gru-normalised": ("gru", "paper-normalised"),
+               "pissm-lstm-normalised": ("lstm", "paper-normalised"),
+               "pissm-lg-one-mode": ("exact", "bounded")}  # (gain, gain_form)
 # eq. (7)'s gain with its readout fitted to the exact Kalman factor before training (gain_fit.py: the untrained
-# filter tracks); "pissm-gru" / "pissm-lstm" keep the readout at the first step's factor (their stored cells too)
-TRACKING_INIT = ("pissm-gru-tracking", "pissm-lstm-tracking")
+# filter tracks), its inputs as they are or normalised (Assumption 4); "pissm-gru" / "pissm-lstm" keep the readout
+# at the first step's factor (their stored cells too)
+TRACKING_INIT = ("pissm-gru-tracking", "pissm-lstm-tracking", "pissm-gru-normalised", "pissm-lstm-normalised")
 GAIN_FIT_SEQUENCES = 256  # training sequences the readout is fitted on (a linear least-squares fit: plenty)
-# not Table 1 rows: the stability ablation of the gain's bound, and eq. (7)'s gain from the first step's factor
-ABLATIONS = ("pissm-gru-unbounded", "pissm-gru", "pissm-lstm")
+# not Table 1 rows: the stability ablation of the gain's bound, eq. (7)'s gain from the first step's factor and with
+# normalised inputs
+ABLATIONS = ("pissm-gru-unbounded", "pissm-gru", "pissm-lstm", "pissm-gru-normalised", "pissm-lstm-normalised",
+             "pissm-lg-one-mode", "lg-one-mode")
+# the ablation of pi-SSM(LG)'s modes: with one mode pi-SSM(LG) and LG are both the Kalman filter of one linear model
+# (the mode network and the mixture weights have nothing to choose), each trained its own way; the gap between them
+# is then the training's, not the modes'
+ONE_MODE = ("pissm-lg-one-mode", "lg-one-mode")
 DATASETS = ("pong", "pong-0.01", "lorenz", "navier-stokes", "nclt")
 PONG_NOISE = {"pong": PONG_NOISE_STD, "pong-0.01": 0.01}
 STATE_SIZE = {"pong": 4, "pong-0.01": 4, "lorenz": 3, "navier-stokes": 5, "nclt": 4}
@@ -131,8 +142,8 @@ def make_model(name: str, data_name: str, data: Dataset, key, hidden_size: int =
     initial_mean = np.linalg.pinv(C) @ y[:, 0].mean(0)
     initial_var = float(np.mean(y[:, 0].var(0)))
     process_var = 0.1 * float(np.mean(np.diag(R)))
-    K = NUM_MODES[data_name]
-    if name == "lg":
+    K = 1 if name in ONE_MODE else NUM_MODES[data_name]
+    if name in ("lg", "lg-one-mode"):
         lg = LGVariant(M, N, K, Q=process_var * np.eye(M), R=R, key=key, C=np.broadcast_to(C, (K, N, M)),
                        initial_mean=initial_mean, initial_cov=initial_var * np.eye(M))
         return LGBaseline(lg)
@@ -200,15 +211,12 @@ def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, miss
     Returns (model, record): record has best_val, best_epoch, failed, failed_epoch, and the per-epoch histories
     (the runner times every cell, so a record holds results only and runs on any executor compare equal).
     """
-    key_model, key_train, key_masks = jax.random.split(key, 3)
+    model, (train_mask, validation_mask), key_train = _start(name, data_name, data, config, key, missing, estimator)
     # at least 8 minibatches per epoch (Lorenz has 40 training sequences)
-    objective, sampling = estimator_options(estimator)
+    objective, _ = estimator_options(estimator)
     noise_std = input_noise * float(np.sqrt(np.mean(np.diag(np.asarray(data.R, np.float64)))))
     config = dataclasses.replace(config, batch_size=max(1, min(config.batch_size, data.train.y.shape[0] // 8)),
                                  objective=objective, input_noise_std=noise_std)
-    train_mask, validation_mask = training_masks(data, missing, key_masks)
-    model = make_model(name, data_name, data, key_model, train_mask=train_mask, mode_sampling=sampling,
-                       iss_eps=config.iss_eps if config.stability == "iss" else None)
     if not trains(name):
         return model, {"failed": False, "best_epoch": -1}
     result = compiled_train(config)(key_train, model, data.train.y, train_mask, data.validation.y, validation_mask)
@@ -223,6 +231,23 @@ def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, miss
         "radius": np.asarray(result.radius).ravel().tolist(),
     }
     return result.model, record
+
+
+def initial_model(name: str, data_name: str, data: Dataset, config: TrainConfig, key, missing: float = 0.0,
+                  estimator: str = "reinforce"):
+    """The untrained model that ``fit`` with the same arguments starts from."""
+    return _start(name, data_name, data, config, key, missing, estimator)[0]
+
+
+def _start(name, data_name, data, config, key, missing, estimator):
+    """(initial model, (training mask, validation mask), training key) of ``fit``: ``key`` split into the keys of the
+    initialisation, the training run and the masks."""
+    key_model, key_train, key_masks = jax.random.split(key, 3)
+    _, sampling = estimator_options(estimator)
+    masks = training_masks(data, missing, key_masks)
+    model = make_model(name, data_name, data, key_model, train_mask=masks[0], mode_sampling=sampling,
+                       iss_eps=config.iss_eps if config.stability == "iss" else None)
+    return model, masks, key_train
 
 
 predict_jit = eqx.filter_jit(predict_batch)  # num_samples (an int) is static

@@ -29,12 +29,14 @@ from memlab.pissm.runs import (
     evaluate,
     fit,
     full_mask,
+    initial_model,
     mean_scores,
     model_bytes,
     model_from_bytes,
     particle_scores,
     predict_jit,
 )
+from memlab.pissm.sensitivity import gain_step_survival
 from memlab.pissm.train import TrainConfig
 from memlab.store import cell
 
@@ -44,7 +46,8 @@ if TYPE_CHECKING:  # the configs are the experiments' (a cell receives one); onl
 
 __all__ = ["STATISTICS", "EstimatorStats", "OracleScores", "RuleScores", "SelectionScores", "fit_as_bytes",
            "imputation_score_cell", "imputation_train_cell", "modes_evaluate_cell", "modes_rules_cell",
-           "modes_train_cell", "particle_cell", "score_test_split", "stability_cell", "train_and_score"]
+           "modes_train_cell", "particle_cell", "score_test_split", "stability_cell", "start_survival_cell",
+           "train_and_score"]
 
 
 def fit_as_bytes(*args, **kwargs) -> dict:
@@ -82,6 +85,16 @@ def stability_cell(model: str, data: Dataset, train_cfg: TrainConfig, key, eval_
     if not record["failed"]:
         ll = score_test_split(trained, data, eval_key, num_samples)["ll"]
     return {**record, "ll": ll}
+
+
+@cell("pissm.start-survival")
+def start_survival_cell(model: str, data: Dataset, iss_eps: float, key, eval_key, sizes: tuple[float, ...],
+                        directions: int) -> dict:
+    """One cell: the start that ``stability_cell(model, data, <ISS at iss_eps>, key, ...)`` trains from, filtering
+    the test split after random steps of its gain's parameters (``sensitivity.gain_step_survival``)."""
+    start = initial_model(model, "pong", data, TrainConfig(stability="iss", iss_eps=iss_eps), key)
+    survival = gain_step_survival(start, data.test.y, full_mask(data.test), eval_key, sizes, directions)
+    return {"sizes": list(sizes), "finite": survival.finite.tolist(), "ll": survival.log_likelihood.tolist()}
 
 
 @cell("pissm.modes-train")

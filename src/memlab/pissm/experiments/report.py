@@ -18,7 +18,7 @@ from memlab.pissm.runs import NUM_MODES
 
 __all__ = ["CHOICES", "DIRECT", "PAPER_TABLE6", "STABILITY_COLUMNS", "STABILITY_FORMATS", "TABLE1_COLUMNS",
            "TABLE1_FORMATS", "StabilityRow", "Table1Row", "blank", "paper_row", "plot_imputation",
-           "plot_log_likelihoods", "plot_modes", "plot_stability", "stability_row", "table1_row"]
+           "plot_log_likelihoods", "plot_modes", "plot_stability", "plot_start_survival", "stability_row", "table1_row"]
 
 # The choices every pi-SSM experiment's summary.md lists (the paper leaves them open, or memlab departs from its text).
 CHOICES = """- Data: our own generators (Pong: unit box, point ball, speeds 0.03–0.07 box widths per step, observation \
@@ -52,8 +52,8 @@ FAILED = {True: " (failed)", False: ""}  # Fig. 8's panel titles
 
 def paper_row(model: str) -> str:
     """The paper's row of a model name: eq. (7)'s gain is the paper's pi-SSM-GRU / LSTM whichever way its readout
-    starts (``runs.TRACKING_INIT``)."""
-    return model.removesuffix("-tracking")
+    starts (``runs.TRACKING_INIT``) and whether its inputs are normalised."""
+    return model.removesuffix("-tracking").removesuffix("-normalised")
 
 
 def blank(value):
@@ -275,6 +275,32 @@ def plot_stability(model: str, panels: list[tuple[str, float, dict]]):
     fig.suptitle("Fig. 8 (paper: the ISS run trains with ||U|| held below its bound; GC at the largest delta "
                  "lets it grow and fails)", fontsize=9)
     fig.legend(handles, [h.get_label() for h in handles], loc="outside lower center", ncol=3, fontsize=7)
+    return fig
+
+
+def plot_start_survival(sizes, survival: dict[str, list[tuple[float, float, float]]], learning_rate: float):
+    """Per model, the fraction of test sequences whose filter stays finite after a random step of each size in its
+    gain's parameters (median over starts and directions, the band from the smallest to the largest); the training
+    runs' learning rate marked. Returns the figure."""
+    fig, ax = plots.figure(1, 1, width=5.5, height=3.4)
+    sizes = np.asarray(sizes, float)
+    x = np.where(sizes > 0, sizes, sizes[sizes > 0].min() / 10)  # the start itself, one decade left of the smallest
+    for i, (model, rows) in enumerate(survival.items()):  # markers shrink so that coinciding curves stay visible
+        median, low, high = (np.asarray(v) for v in zip(*rows))
+        ax.plot(x, 100 * median, color=f"C{i}", marker="osD^v"[i % 5], ms=max(9 - 2 * i, 3),
+                ls=("-", "--", "-.", ":")[i % 4], label=model, lw=1.2)
+        ax.fill_between(x, 100 * low, 100 * high, color=f"C{i}", alpha=0.15, lw=0)
+    ax.axvline(learning_rate, color="k", ls=":", lw=1, label=f"Adam's learning rate {learning_rate:g}")
+    ax.set_xscale("log")
+    ticks = [i for i in range(len(sizes)) if not (sizes[i] == learning_rate and np.sum(np.abs(np.log10(
+        x / x[i])) < 0.3) > 1)]  # the learning rate's tick only where no other size's sits beside it
+    ax.set_xticks(x[ticks], ["start" if sizes[i] == 0 else f"{sizes[i]:g}" for i in ticks], fontsize=7)
+    ax.minorticks_off()
+    ax.set_xlabel("random step: every gain parameter moved by +- this much")
+    ax.set_ylabel("test sequences still finite (%)")
+    ax.set_ylim(-3, 103)
+    ax.set_title("How far the start can move before the filter diverges", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
     return fig
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from memlab.checks import check_choice, check_choices, check_int, check_real
 from memlab.files import markdown_table
 from memlab.pissm.data import Dataset
-from memlab.pissm.experiments.cells import stability_cell
+from memlab.pissm.experiments.cells import stability_cell, start_survival_cell
 from memlab.pissm.experiments.report import (
     CHOICES,
     PAPER_TABLE6,
@@ -28,6 +28,7 @@ from memlab.pissm.experiments.report import (
     blank,
     paper_row,
     plot_stability,
+    plot_start_survival,
     stability_row,
 )
 from memlab.pissm.runs import LAYOUTS, PISSM_GAINS, TRACKING_INIT, load_dataset
@@ -63,6 +64,18 @@ bounded gain):
 
 ![Fig. 8](fig8_stability.png)
 
+## The start: how far training can move it
+
+Every run of a model starts from one initial model per seed. The ISS runs' starts of the first {starts} seeds, \
+each moved by a random step of one size in every trainable parameter of the gain ({directions} random sign \
+directions; Adam's first steps move every parameter by about its learning rate, {learning_rate:g} here), filtering \
+the test split: the share of test sequences whose filter stays finite (median over starts and directions, \
+smallest–largest in brackets; `memlab.pissm.sensitivity`).
+
+{survival}
+
+![The starts' survival of random steps](start_survival.png)
+
 ## What this verdict depends on
 
 Where Table 6's claims fail here, the choices of memlab's they were tested against, each in a profile of this \
@@ -73,6 +86,8 @@ the first paper run) and fitted to the exact Kalman factor (`paper`, `paper-core
 - Adam's learning rate: App. F.1's 0.011 and 1e-3 (`paper-lr`, both initialisations);
 - the gain's form: eq. (7)'s inputs and units against scale-free inputs around the exact gain, with and without \
 the bound (`paper-ablation`);
+- the gain's inputs: as printed and normalised to ||u_t||_inf < 1 (Theorem 2's Assumption 4, "enforced via input \
+normalization"; `paper-normalised`);
 - the ISS buffer and the clipping threshold: the paper's grid.
 
 Not varied yet: App. F.1's input noise (every run: {input_noise} × the observation noise), the learning-rate \
@@ -86,6 +101,8 @@ decay (0.5 every 10 epochs), the batch size.
 MODELS = ("pissm-gru-tracking", "pissm-lstm-tracking")
 GATED = tuple(m for m, (gain, _) in PISSM_GAINS.items() if gain != "exact")  # any gated gain (the ablation)
 GAIN_WORDS = {"paper": "eq. (7) as printed (absolute units, raw [Σ, r] inputs, unbounded)",
+              "paper-normalised": "eq. (7) with its [Σ, r] inputs normalised to ||u||_inf < 1 (Assumption 4), L_t in "
+                                  "absolute units, unbounded",
               "unbounded": "scale-free inputs, L = G^{-T} Ltilde around the exact gain, unbounded",
               "bounded": "scale-free inputs, around the exact gain, bounded (memlab's)"}
 START_WORDS = {True: "readout fitted to the exact gain before training",
@@ -95,7 +112,7 @@ START_WORDS = {True: "readout fitted to the exact gain before training",
 def _model_words(model: str) -> str:
     """How a model's gain is built: its form, and for eq. (7)'s gain its start (``runs.TRACKING_INIT``)."""
     form = PISSM_GAINS[model][1]
-    return GAIN_WORDS[form] + (f", {START_WORDS[model in TRACKING_INIT]}" if form == "paper" else "")
+    return GAIN_WORDS[form] + (f", {START_WORDS[model in TRACKING_INIT]}" if form.startswith("paper") else "")
 
 
 def _paper_eps_order(model: str, low: float, high: float) -> str:
@@ -135,8 +152,9 @@ def run_stability(cfg: StabilityConfig, run: Run) -> dict:
     """Pong (driver) -> one sweep of (model, scheme, value, seed) training cells -> table, Fig. 8, claims."""
     data = load_dataset("pong", LAYOUTS[cfg.layout]["pong"], key=run.key_for("data", "pong"))
     cells = run.sweep(sweep_cells(cfg, data, run), "pissm.stability")
-    stats = analyse(cfg, cells)
-    _figures(cfg, cells, run)
+    starts = run.sweep(survival_cells(cfg, data, run), "pissm.stability start")
+    stats = analyse(cfg, cells, starts)
+    _figures(cfg, cells, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
     return stats
@@ -159,6 +177,25 @@ def sweep_cells(cfg: StabilityConfig, data: Dataset, run: Run) -> dict:
             for model in cfg.models for scheme, value in _schemes(cfg) for s in range(cfg.seeds)}
 
 
+# the sizes of the random steps a start is tested against (sensitivity.py): Adam's first steps move every parameter by
+# about the learning rate (the profiles' 0.011 and 1e-3 are added); 0 is the start itself
+STEP_SIZES = (0.0, 1e-5, 1e-4, 1e-3, 1e-2)
+STEP_DIRECTIONS = 4
+START_SEEDS = 3  # the first seeds' starts of each model (a start costs a model fit and one filter pass per step)
+
+
+def _step_sizes(cfg: StabilityConfig) -> tuple[float, ...]:
+    return tuple(sorted(set(STEP_SIZES) | {cfg.learning_rate}))
+
+
+def survival_cells(cfg: StabilityConfig, data: Dataset, run: Run) -> dict:
+    """The ISS runs' starts (smallest buffer) of the first ``START_SEEDS`` seeds of each model, stepped at random
+    (``start_survival_cell``): the same keys as their training cells, so each is the start that cell trains from."""
+    return {f"{model}-start-{s}": partial(start_survival_cell, model, data, min(cfg.iss_eps), run.key_for("train", s),
+                                          run.key_for("start", s), _step_sizes(cfg), STEP_DIRECTIONS)
+            for model in cfg.models for s in range(min(cfg.seeds, START_SEEDS))}
+
+
 def _train_config(cfg: StabilityConfig, scheme: str, value: float) -> TrainConfig:
     """ISS buffer / clipping threshold ``value`` (the other scheme's field at its default)."""
     return TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, stability=scheme, learning_rate=cfg.learning_rate,
@@ -173,6 +210,10 @@ class StabilityStats:
     table: list[StabilityRow]
     iss_failures: int = 0  # ISS runs (of the paper's models) that failed
     iss_failures_within_bound: int = 0  # of those, the runs whose ||U||_inf stayed within the ISS bound to the end
+    step_sizes: tuple[float, ...] = ()
+    # per model, per step size: the fraction of test sequences whose filter stays finite after a random step of that
+    # size in the gain's parameters, over the starts and directions (median, min, max; survival_cells)
+    start_survival: dict[str, list[tuple[float, float, float]]] = dataclasses.field(default_factory=dict)
 
 
 def _within_bound(record: dict) -> bool:
@@ -183,19 +224,27 @@ def _within_bound(record: dict) -> bool:
     return bool(ratio.size and ratio.max() <= 1.0 + 1e-5)
 
 
-def analyse(cfg: StabilityConfig, cells: dict[str, dict]) -> StabilityStats:
+def analyse(cfg: StabilityConfig, cells: dict[str, dict], starts: dict[str, dict]) -> StabilityStats:
     """Cells -> per (model, scheme, value) the success rate over seeds and the objective's mean and std over the
-    successful runs, beside Table 6; and how many failed ISS runs kept their RNN within the ISS bound."""
+    successful runs, beside Table 6; how many failed ISS runs kept their RNN within the ISS bound; and how the starts
+    survive random steps (``survival_cells``)."""
     table = [stability_row(model, scheme, value, [cells[_name(model, scheme, value, s)] for s in range(cfg.seeds)])
              for model in cfg.models for scheme, value in _schemes(cfg)]
     failed = [cells[_name(m, "iss", e, s)] for m in cfg.models if m in MODELS for e in cfg.iss_eps
               for s in range(cfg.seeds) if cells[_name(m, "iss", e, s)]["failed"]]
-    return StabilityStats(table, len(failed), sum(_within_bound(c) for c in failed))
+    survival = {}
+    for model in cfg.models:
+        finite = np.concatenate([np.asarray(r["finite"], float) for name, r in starts.items()
+                                 if name.rsplit("-start-", 1)[0] == model], axis=1)  # (sizes, starts x directions)
+        survival[model] = [(float(np.median(f)), float(f.min()), float(f.max())) for f in finite]
+    return StabilityStats(table, len(failed), sum(_within_bound(c) for c in failed), _step_sizes(cfg), survival)
 
 
-def _figures(cfg: StabilityConfig, cells: dict[str, dict], run: Run) -> None:
+def _figures(cfg: StabilityConfig, cells: dict[str, dict], stats: StabilityStats, run: Run) -> None:
     """Fig. 8: loss and ||U||_inf / radius per optimiser step, smallest eps (a seed that trained, if one did) vs
-    largest delta (a seed that failed, if one did)."""
+    largest delta (a seed that failed, if one did); and the starts' survival of random steps."""
+    run.save_figure(plot_start_survival(stats.step_sizes, stats.start_survival, cfg.learning_rate),
+                    "start_survival.png")
     model = cfg.models[0]
     picks = [("ISS eps", "iss", min(cfg.iss_eps), False), ("GC delta", "clip", max(cfg.clip_norms), True)]
 
@@ -217,7 +266,7 @@ def _claims(cfg: StabilityConfig, stats: StabilityStats, run: Run) -> None:
     within = stats.iss_failures and stats.iss_failures_within_bound == stats.iss_failures
     why = (f"every failed ISS run ({stats.iss_failures}) kept ||U||_inf within its ISS bound to the end (Fig. 8): "
            "what diverged is eq. (7)'s gain in the filter, which ISS does not bound (profile paper-ablation changes "
-           "the gain alone)") if within else ""
+           f"the gain alone){_survival_words(cfg, stats, models)}") if within else ""
     run.claim("iss-always-succeeds", "every ISS-projected run trains without NaN or divergence", "100% (Table 6)",
               f"{100 * min(iss_success):.0f}% (worst setting)", bool(min(iss_success) == 1.0), explained=why)
     largest = max(cfg.clip_norms)
@@ -235,6 +284,15 @@ def _claims(cfg: StabilityConfig, stats: StabilityStats, run: Run) -> None:
                   explained=why if not (np.isfinite(lo) and np.isfinite(hi)) else "")
 
 
+def _survival_words(cfg: StabilityConfig, stats: StabilityStats, models: list[str]) -> str:
+    """How much of the test split the paper's models' starts keep finite after one random step of Adam's size (the
+    learning rate): the measurement behind a failure at the first optimiser steps (start_survival.png)."""
+    at = stats.step_sizes.index(cfg.learning_rate)
+    kept = ", ".join(f"{m} {100 * stats.start_survival[m][at][0]:.0f} %" for m in models)
+    return (f"; a random step of Adam's size ({cfg.learning_rate:g}) in the gain's parameters leaves finite a median "
+            f"of {kept} of the test filters from the start these runs train from (start_survival.png)")
+
+
 def _objective(value: float) -> str:
     """An objective for the reader: NaN means that no run of the setting trained, and says so."""
     return f"{value:.3f}" if np.isfinite(value) else "no run trained"
@@ -248,7 +306,16 @@ def _summary(cfg: StabilityConfig, stats: StabilityStats, run: Run) -> None:
               *row[std + 1:]] for row in rows]
     table = markdown_table(STABILITY_COLUMNS, shown, STABILITY_FORMATS)
     run.write_summary(SUMMARY.format(**dataclasses.asdict(cfg), table=table, choices=CHOICES,
-                                     gains=_gain_forms(cfg, stats)))
+                                     gains=_gain_forms(cfg, stats), survival=_survival_table(stats),
+                                     starts=min(cfg.seeds, START_SEEDS), directions=STEP_DIRECTIONS))
+
+
+def _survival_table(stats: StabilityStats) -> str:
+    """The starts' survival (``StabilityStats.start_survival``) as a table: a row per model, a column per step size."""
+    header = ["model"] + ["start" if size == 0 else f"step {size:g}" for size in stats.step_sizes]
+    rows = [[f"`{m}`"] + [f"{100 * med:.0f} % ({100 * lo:.0f}–{100 * hi:.0f})" for med, lo, hi in rows]
+            for m, rows in stats.start_survival.items()]
+    return markdown_table(header, rows)
 
 
 def _gain_forms(cfg: StabilityConfig, stats: StabilityStats) -> str:
@@ -294,6 +361,11 @@ EXPERIMENTS = [Experiment(
         # threshold, 5 of its 10 seeds (20 cells; same cell names, keys and arguments as the paper profile's)
         "paper-core": StabilityConfig(layout="paper", models=("pissm-gru-tracking",), iss_eps=(0.1, 0.25),
                                       clip_norms=(5.0, 20.0), seeds=5, epochs=60),
+        # paper-normalised: paper-core with eq. (7)'s inputs normalised (Theorem 2's Assumption 4, "enforced via input
+        # normalization", App. C.7), the readout fitted to the exact gain as in paper-core: is the failure of
+        # paper-core's runs due to the unnormalised inputs, which the paper's theorem assumes away?
+        "paper-normalised": StabilityConfig(layout="paper", models=("pissm-gru-normalised",), iss_eps=(0.1, 0.25),
+                                            clip_norms=(5.0, 20.0), seeds=5, epochs=60),
         # paper-ablation: quick-ablation's question at the paper's sizes (issue 29): eq. (7)'s gain from either
         # initialisation, the bounded gain's inputs and units without its bound, and the bounded gain, with ISS 0.1
         # and GC 20, 5 seeds (the paper profile's cell names and keys)
@@ -310,5 +382,5 @@ EXPERIMENTS = [Experiment(
     },
     run=run_stability,
     # paper-scale cells, one core each: two at a time on 2 cores do 1.3x the work of one (steady state, issue 29)
-    pool_profiles=("paper", "paper-prior-init", "paper-core", "paper-ablation", "paper-lr"),
+    pool_profiles=("paper", "paper-prior-init", "paper-core", "paper-ablation", "paper-lr", "paper-normalised"),
 )]
