@@ -127,6 +127,11 @@ def _survival_row(d, model: str) -> list[float]:
     return [median for median, _, _ in d["results"]["start_survival"][model]]
 
 
+def _signed_ll(text: str) -> str:
+    """A '-1.234 ± 0.5' of ``_ll`` with the documents' minus sign."""
+    return text.replace("-", "−")
+
+
 def _signed(value: float) -> str:
     return f"{value:.3f}".replace("-", "−")
 
@@ -169,6 +174,10 @@ QUOTES += [
             {"lr": lambda d: "0.011", "tracking": _survival("pissm-gru-tracking"),
              "normalised": lambda d: _survival("pissm-gru-normalised")(load(STABILITY.format("paper-normalised"))),
              "prior": _survival("pissm-gru"), "bounded": _survival("pissm-gru-bounded")}) for doc in PISSM_ROW_DOCS),
+    Quote("paper-results/README.md", "the GRU failed in all {seeds} seeds after some epochs, {ll} on the test split",
+          "paper-results/pissm.table1/paper-core-prior-init/results.json",
+          {"seeds": lambda d: str(next(r for r in _rows(d) if r["model"] == "pissm-gru")["failed"]),
+           "ll": lambda d: _signed_ll(_ll("pissm-gru")(d))}),
     Quote("paper-results/README.md", "π-SSM-GRU with the bounded gain {gru}, π-SSM-LSTM with the bounded gain {lstm}, "
           "π-SSM(LG) (exact Kalman gain) {pissm_lg}", TABLE1_CORE,
           {"gru": _ll("pissm-gru-bounded"), "lstm": _ll("pissm-lstm-bounded"), "pissm_lg": _ll("pissm-lg")}),

@@ -4,6 +4,7 @@ asks for it; the time limit stops a run between cells, or a checkpointing cell a
 import dataclasses
 import json
 import time
+import typing
 from functools import partial
 from pathlib import Path
 
@@ -72,6 +73,26 @@ def test_a_named_cell_keeps_its_digest_when_it_moves_and_a_new_version_is_a_new_
     assert cell_digest(partial(named, 1)) != before
     with pytest.raises(ValueError, match="cell name"):
         cell("a/b")
+
+
+def test_a_cell_keeps_its_digest_when_its_config_class_is_renamed_or_moved():
+    """What a cell computes from, not where its classes live: a config (dataclass) or a data set (NamedTuple) of a
+    new name and module, with the same fields and values, is the same cell; other values are another."""
+    from memlab.pissm.data.splits import Dataset
+    from memlab.pissm.train import TrainConfig
+
+    @dataclasses.dataclass(frozen=True)
+    class Renamed(TrainConfig):
+        pass
+
+    Renamed.__module__, Renamed.__qualname__ = "memlab.elsewhere", "RenamedTrainConfig"
+    config = TrainConfig(epochs=3)
+    same = Renamed(**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
+    assert cell_digest(partial(add, config, 1)) == cell_digest(partial(add, same, 1))
+    assert cell_digest(partial(add, config, 1)) != cell_digest(partial(add, TrainConfig(epochs=4), 1))
+    Moved = typing.NamedTuple("Moved", [(name, object) for name in Dataset._fields])
+    data = Dataset(*range(len(Dataset._fields)))
+    assert cell_digest(partial(add, data, 1)) == cell_digest(partial(add, Moved(*data), 1))
 
 
 def test_checkpoint_placeholder_becomes_a_path():

@@ -91,18 +91,17 @@ def _number(x: float) -> str:
     return repr(float(x)) if math.isfinite(x) else str(x)
 
 
-def _qualname(obj) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
-
-
 def describe_value(x: Any) -> Any:
-    """The JSON description of one argument (module docstring); NotDescribable for an unknown type."""
+    """The JSON description of one argument (module docstring); NotDescribable for an unknown type. A dataclass (an
+    Equinox module too) or NamedTuple by its fields' names and values, never by where its class lives or what it is
+    called, so that moving or renaming a config class leaves every stored cell found; another registered pytree by
+    its structure (``str(treedef)``, which names its node types) and leaves."""
     if x is CHECKPOINT:
         return "CHECKPOINT"
     if x is None or isinstance(x, (bool, str)):
         return x
     if isinstance(x, enum.Enum):
-        return {"__enum__": _qualname(x), "value": describe_value(x.value)}
+        return {"__enum__": describe_value(x.value)}
     if isinstance(x, (int, np.integer)):
         return int(x)
     if isinstance(x, (float, np.floating)):
@@ -118,10 +117,9 @@ def describe_value(x: Any) -> Any:
     if isinstance(x, (jax.Array, np.ndarray)):
         return _array(x)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {"__class__": _qualname(x),
-                **{f.name: describe_value(getattr(x, f.name)) for f in dataclasses.fields(x)}}
+        return {"__fields__": {f.name: describe_value(getattr(x, f.name)) for f in dataclasses.fields(x)}}
     if isinstance(x, tuple) and hasattr(x, "_fields"):  # NamedTuple
-        return {"__class__": _qualname(x), **{k: describe_value(v) for k, v in zip(x._fields, x)}}
+        return {"__fields__": {k: describe_value(v) for k, v in zip(x._fields, x)}}
     if isinstance(x, (list, tuple)):
         return [describe_value(v) for v in x]
     if isinstance(x, Mapping):
@@ -130,9 +128,9 @@ def describe_value(x: Any) -> Any:
         return {"__dict__": [[describe_value(k), describe_value(x[k])] for k in sorted(x, key=repr)]}
     if isinstance(x, functools.partial):
         return describe(x)
-    leaves, treedef = jax.tree_util.tree_flatten(x)
+    leaves, treedef = jax.tree_util.tree_flatten(x)  # another registered pytree: its structure (static data too)
     if len(leaves) == 1 and leaves[0] is x:
-        raise NotDescribable(f"an argument of type {_qualname(x)}")
+        raise NotDescribable(f"an argument of type {type(x).__module__}.{type(x).__qualname__}")
     return {"__pytree__": str(treedef), "leaves": [describe_value(v) for v in leaves]}
 
 

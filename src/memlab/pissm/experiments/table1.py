@@ -359,6 +359,10 @@ EXPERIMENTS = [Experiment(
             models=("pissm-gru-tracking", "pissm-gru-bounded", "pissm-lg", "lg", "gru")),
         # issue 47: does the mixture objective (no REINFORCE, z_t from eq. (6)) close pi-SSM(LG)'s gap to LG on
         # Pong? paper-core's pi-SSM rows with paper-mixture's estimator (its cell names, keys and arguments)
+        # eq. (7)'s gain from the first step's factor (the untrained filter lost), the rows paper-core ran before the
+        # fitted start replaced them (their stored cells), beside LG and pi-SSM(LG)
+        "paper-core-prior-init": Table1Config(layout="paper", datasets=("pong",), seeds=3, epochs=60,
+                                              models=("pissm-gru", "pissm-lg", "lg")),
         # issue 47: pi-SSM(LG)'s gap to LG with and without its modes (runs.ONE_MODE; paper-core's pissm-lg and lg
         # cells are shared)
         "paper-core-one-mode": Table1Config(layout="paper", datasets=("pong",), seeds=3, epochs=60,
@@ -369,6 +373,6 @@ EXPERIMENTS = [Experiment(
     },
     # paper-scale cells, one core each: two at a time on 2 cores do 1.3x the work of one (steady state, issue 29)
     pool_profiles=("paper", "paper-core", "paper-mixture", "paper-core-lorenz-navier-stokes", "paper-core-mixture",
-                   "paper-core-one-mode"),
+                   "paper-core-one-mode", "paper-core-prior-init"),
     run=run_table1,
 )]

@@ -1,0 +1,78 @@
+"""One-off rewrite of a cell store for the digests of commit "stable cell identity" (issue 48): a config or data
+argument is described by its fields' names and values, no longer by its class's module and name.
+
+    python tools/migrations/stable_cell_identity.py OLD_STORE_PY STORE [EXPERIMENT/PROFILE ...]
+
+OLD_STORE_PY: memlab/store.py as it was before the change (``git show <commit>^:src/memlab/store.py > old.py``).
+The given (experiment, profile) runs, else every stored one and every committed run folder under STORE's parent, run
+against STORE computing nothing (``memlab.resolve``); each cell asked for is looked up under its new digest and, if
+absent, moved there from its old one (the record's "digest" field and its checkpoint folder too). Idempotent. Then
+the committed run folders' results.json ("cells" -> "store") get the new digests. Prints what moved.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import memlab.runner as runner
+from memlab.files import atomic_write_text
+from memlab.resolve import resolved_digests, stored_origins
+from memlab.store import CHECKPOINT
+
+
+def main(old_store_py: str, store: str, *extra: str) -> None:
+    spec = importlib.util.spec_from_file_location("store_old", old_store_py)
+    old = sys.modules["store_old"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    old.CHECKPOINT = CHECKPOINT  # the placeholder cells carry is this package's, not the old module's copy
+    root = Path(store)
+    moved: dict[str, str] = {}
+    new_digest = runner.cell_digest
+
+    def migrating_digest(cell):
+        new = new_digest(cell)
+        before = old.cell_digest(cell)
+        if new is None or before is None or before == new:
+            return new
+        folder = root / old._function_name(cell.func).removeprefix("memlab.")
+        source, target = folder / f"{before}.json", folder / f"{new}.json"
+        if source.exists() and not target.exists():
+            entry = json.loads(source.read_text(encoding="utf-8"))
+            entry["digest"] = new
+            atomic_write_text(target, json.dumps(entry) + "\n")
+            source.unlink()
+            print(f"moved {folder.name}/{before} -> {new}  ({entry['origin']})")
+        checkpoint = root / "checkpoints" / before  # an unfinished cell's progress: it has no record yet
+        if checkpoint.exists() and not (root / "checkpoints" / new).exists():
+            shutil.move(checkpoint, root / "checkpoints" / new)
+            print(f"moved checkpoints/{before} -> {new}")
+        moved[before] = new
+        return new
+
+    runner.cell_digest = migrating_digest
+    runs = {tuple(x.split("/")) for x in extra}
+    if not runs:  # every stored origin and committed run folder <experiment>/<profile>/
+        runs = set(stored_origins(root)) | {(p.parent.parent.name, p.parent.name)
+                                            for p in root.parent.glob("*/*/results.json")}
+    for experiment, profile in sorted(runs):
+        try:
+            resolved_digests(experiment, profile, root)
+        except (KeyError, ValueError) as e:  # an experiment or profile that no longer exists
+            print(f"skipped {experiment}/{profile}: {e}", file=sys.stderr)
+    for results in root.parent.glob("**/results.json"):  # text, not JSON: nothing else in the file changes
+        text = results.read_text(encoding="utf-8")
+        stored = json.loads(text).get("cells", {}).get("store", {})
+        if any(d in moved for d in stored.values()):
+            for d in stored.values():
+                text = text.replace(f'"{d}"', f'"{moved.get(d, d)}"')
+            atomic_write_text(results, text)
+            print(f"rewrote {results}")
+    print(f"{len(moved)} digests changed")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
