@@ -75,6 +75,8 @@ QUOTES = [
 
 STABILITY = "paper-results/pissm.stability/{}/results.json"
 TABLE1_CORE = "paper-results/pissm.table1/paper-core/results.json"
+ONE_MODE = "paper-results/pissm.table1/paper-core-one-mode/results.json"
+MIXTURE = "paper-results/pissm.table1/paper-core-mixture/results.json"
 PISSM_ROW_DOCS = ("docs/studies/pissm.md", "docs/experiments.md")  # the experiments table, on both pages
 
 
@@ -178,6 +180,15 @@ QUOTES += [
           "paper-results/pissm.table1/paper-core-prior-init/results.json",
           {"seeds": lambda d: str(next(r for r in _rows(d) if r["model"] == "pissm-gru")["failed"]),
            "ll": lambda d: _signed_ll(_ll("pissm-gru")(d))}),
+    Quote("paper-results/README.md", "π-SSM(LG) and LG end level ({pissm} against {lg},", ONE_MODE,
+          {"pissm": _ll("pissm-lg-one-mode", False), "lg": _ll("lg-one-mode", False)}),
+    Quote("paper-results/README.md", "with Pong's 18 modes LG's soft mixture gains {lg} nats over its one mode, "
+          "π-SSM(LG)'s sampled modes trained by REINFORCE {pissm}", ONE_MODE,
+          {"lg": lambda d: fixed(float(_ll("lg", False)(d)) - float(_ll("lg-one-mode", False)(d))),
+           "pissm": lambda d: fixed(float(_ll("pissm-lg", False)(d)) - float(_ll("pissm-lg-one-mode", False)(d)))}),
+    Quote("paper-results/README.md", "π-SSM(LG) reaches {pissm} and the bounded π-SSM-GRU {gru}, still below LG's {lg}",
+          MIXTURE, {"pissm": _ll("pissm-lg", False), "gru": _ll("pissm-gru-bounded", False),
+                    "lg": _ll("lg", False)}),
     Quote("paper-results/README.md", "π-SSM-GRU with the bounded gain {gru}, π-SSM-LSTM with the bounded gain {lstm}, "
           "π-SSM(LG) (exact Kalman gain) {pissm_lg}", TABLE1_CORE,
           {"gru": _ll("pissm-gru-bounded"), "lstm": _ll("pissm-lstm-bounded"), "pissm_lg": _ll("pissm-lg")}),
