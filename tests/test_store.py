@@ -39,7 +39,7 @@ def test_digest_names_function_arguments_and_key_and_nothing_else():
     assert cell_digest(partial(add, np.zeros(3, np.float32))) != cell_digest(partial(add, np.zeros(3, np.float64)))
     # the checkpoint's path is the runner's business, not the result's
     assert cell_digest(partial(add, 1, CHECKPOINT)) != base
-    assert describe(partial(add, 1, CHECKPOINT))["arguments"]["b"] == "CHECKPOINT"
+    assert describe(partial(add, 1, CHECKPOINT))["arguments"][1] == "CHECKPOINT"
     assert set(describe(partial(add, 1))["libraries"]) == {"jax", "jaxlib"}
     assert cell_digest(lambda: {"x": 1}) is None  # not describable: kept in the run folder only
     assert cell_digest(partial(add, object())) is None
@@ -76,8 +76,9 @@ def test_a_named_cell_keeps_its_digest_when_it_moves_and_a_new_version_is_a_new_
 
 
 def test_a_cell_keeps_its_digest_when_its_config_class_is_renamed_or_moved():
-    """What a cell computes from, not where its classes live: a config (dataclass) or a data set (NamedTuple) of a
-    new name and module, with the same fields and values, is the same cell; other values are another."""
+    """What a cell computes from, not what things are called: a config (dataclass) or a data set (NamedTuple) of a
+    new name and module, fields renamed, or the cell's parameters renamed, with the same values in the same places,
+    is the same cell; other values are another."""
     from memlab.pissm.data.splits import Dataset
     from memlab.pissm.train import TrainConfig
 
@@ -90,9 +91,16 @@ def test_a_cell_keeps_its_digest_when_its_config_class_is_renamed_or_moved():
     same = Renamed(**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
     assert cell_digest(partial(add, config, 1)) == cell_digest(partial(add, same, 1))
     assert cell_digest(partial(add, config, 1)) != cell_digest(partial(add, TrainConfig(epochs=4), 1))
-    Moved = typing.NamedTuple("Moved", [(name, object) for name in Dataset._fields])
+    Moved = typing.NamedTuple("Moved", [(f"renamed_{name}", object) for name in Dataset._fields])  # fields too
     data = Dataset(*range(len(Dataset._fields)))
     assert cell_digest(partial(add, data, 1)) == cell_digest(partial(add, Moved(*data), 1))
+
+    def renamed(first, second=2, factor=1.0):  # add's parameters renamed: the same values in the same places
+        return {}
+
+    renamed.__module__, renamed.__qualname__ = add.__module__, add.__qualname__
+    assert cell_digest(partial(renamed, config, 1)) == cell_digest(partial(add, config, 1))
+    assert cell_digest(partial(renamed, config, second=3)) == cell_digest(partial(add, config, 3))
 
 
 def test_checkpoint_placeholder_becomes_a_path():

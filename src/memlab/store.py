@@ -93,9 +93,9 @@ def _number(x: float) -> str:
 
 def describe_value(x: Any) -> Any:
     """The JSON description of one argument (module docstring); NotDescribable for an unknown type. A dataclass (an
-    Equinox module too) or NamedTuple by its fields' names and values, never by where its class lives or what it is
-    called, so that moving or renaming a config class leaves every stored cell found; another registered pytree by
-    its structure (``str(treedef)``, which names its node types) and leaves."""
+    Equinox module too) or NamedTuple by its fields' values in order, never by what its class or its fields are
+    called or where the class lives, so that renaming or moving a config class or a field leaves every stored cell
+    found; another registered pytree by its structure (``str(treedef)``, which names its node types) and leaves."""
     if x is CHECKPOINT:
         return "CHECKPOINT"
     if x is None or isinstance(x, (bool, str)):
@@ -117,9 +117,9 @@ def describe_value(x: Any) -> Any:
     if isinstance(x, (jax.Array, np.ndarray)):
         return _array(x)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {"__fields__": {f.name: describe_value(getattr(x, f.name)) for f in dataclasses.fields(x)}}
+        return {"__fields__": [describe_value(getattr(x, f.name)) for f in dataclasses.fields(x)]}
     if isinstance(x, tuple) and hasattr(x, "_fields"):  # NamedTuple
-        return {"__fields__": {k: describe_value(v) for k, v in zip(x._fields, x)}}
+        return {"__fields__": [describe_value(v) for v in x]}
     if isinstance(x, (list, tuple)):
         return [describe_value(v) for v in x]
     if isinstance(x, Mapping):
@@ -153,14 +153,15 @@ def describe(cell: Callable) -> dict:
     import jaxlib
 
     name = _function_name(cell.func)
-    try:  # by parameter name, defaults filled in: f(a, b) and f(a, b=b) and f(a) with b's default are one cell
+    try:  # in parameter order, defaults filled in: f(a, b) and f(a, b=b) and f(a) with b's default are one cell
         bound = inspect.signature(cell.func).bind(*cell.args, **cell.keywords)
     except (TypeError, ValueError) as e:
         raise NotDescribable(f"cell {name}: {e}") from e
     bound.apply_defaults()
     description = {"function": name, "cell_version": getattr(cell.func, "cell_version", 0),
-                   "arguments": {k: describe_value(v) for k, v in bound.arguments.items()
-                                 if k not in getattr(cell.func, "cell_unkeyed", ())},
+                   # values only, so a parameter may be renamed; its position is what identifies it
+                   "arguments": [describe_value(v) for k, v in bound.arguments.items()
+                                 if k not in getattr(cell.func, "cell_unkeyed", ())],
                    "libraries": {"jax": ".".join(jax.__version__.split(".")[:2]),
                                  "jaxlib": ".".join(jaxlib.__version__.split(".")[:2])}}
     # absent at XLA's defaults, so the digests of cells computed there stay as they were

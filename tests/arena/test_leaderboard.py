@@ -197,7 +197,7 @@ def test_the_checkpoint_argument_leaves_the_cell_key_as_it_was():
     assert cell.keywords["checkpoint"] is store.CHECKPOINT and store.takes_checkpoint(cell)
     without = functools.partial(cell.func, *cell.args)
     assert store.cell_digest(cell) == store.cell_digest(without)
-    assert "checkpoint" not in store.describe(cell)["arguments"]
+    assert "CHECKPOINT" not in store.describe(cell)["arguments"]
     quick = EXPERIMENTS["arena.leaderboard"].profiles["quick"]  # a minute's cells: one compiled run, no checkpoint
     assert not store.takes_checkpoint(leaderboard.sweep_cells(quick, type("R", (), {
         "key_for": lambda self, *a: jax.random.key(len(a))})())["lgssm.gru"])

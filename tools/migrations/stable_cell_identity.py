@@ -1,5 +1,6 @@
-"""One-off rewrite of a cell store for the digests of commit "stable cell identity" (issue 48): a config or data
-argument is described by its fields' names and values, no longer by its class's module and name.
+"""One-off rewrite of a cell store for new digests (issue 48's stable cell identity: a config or data argument
+described by its fields' values, no longer by its class's module and name, then without field and parameter
+names). Run once per change of ``store.describe``, with the store.py from before it.
 
     python tools/migrations/stable_cell_identity.py OLD_STORE_PY STORE [EXPERIMENT/PROFILE ...]
 

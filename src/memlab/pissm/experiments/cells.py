@@ -6,9 +6,9 @@ Table 1's cells train a model by name and score its test split (``train_and_scor
 a run that did not fail), or run the true-dynamics particle filter (``particle_cell``). ``pissm.pong-modes`` and
 ``pissm.imputation`` train in one sweep, returning the model as bytes, and rebuild it in a second sweep to score it.
 
-A cell's store name (``@cell``), its parameter names and its arguments' values are its digest (``store.describe``):
+A cell's store name (``@cell``), version and its arguments' values in order are its digest (``store.describe``):
 changing these orphans the stored cells (paper-results/cells; tests/test_store_committed.py says so), moving a cell
-function or renaming an argument's class does not.
+function or renaming a parameter, an argument's class or its fields does not.
 """
 
 from __future__ import annotations
