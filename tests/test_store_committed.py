@@ -10,6 +10,7 @@ keep a profile that asks for it, or bump the cell's version and delete the recor
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -41,3 +42,14 @@ def test_every_committed_cell_is_found_by_the_current_code():
 def test_every_committed_cell_is_found_including_the_slow_runs():
     done = _lost(())
     assert done.returncode == 0, done.stdout[:2000] + done.stderr[-2000:]
+
+
+def test_a_cell_whose_profile_is_gone_is_listed_lost(tmp_path):
+    """A record whose origin names no experiment or profile of today's code is lost (not an error of the check)."""
+    from memlab.resolve import lost_cells
+
+    record = {"digest": "0" * 32, "origin": "no.such-experiment/paper/cell-0", "function": "x", "record": {}}
+    (tmp_path / "cells" / "x").mkdir(parents=True)
+    (tmp_path / "cells" / "x" / f"{'0' * 32}.json").write_text(json.dumps(record))
+    assert lost_cells(tmp_path / "cells") == {str(tmp_path / "cells" / "x" / f"{'0' * 32}.json"):
+                                               "no.such-experiment/paper/cell-0"}

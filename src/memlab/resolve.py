@@ -73,6 +73,8 @@ def lost_cells(store: str | Path, skip: Sequence[tuple[str, str]] = ()) -> dict[
                                          for p in store.parent.glob("*/*/results.json")}
     found: set[str] = set()
     for experiment, profile in sorted(runs - skip):
+        if experiment not in catalog.EXPERIMENTS or profile not in catalog.EXPERIMENTS[experiment].profiles:
+            continue  # an experiment or profile that no longer exists finds nothing: its cells are listed lost
         found |= resolved_digests(experiment, profile, store)
         document = store.parent / experiment / profile / "results.json"
         overrides = json.loads(document.read_text(encoding="utf-8"))["overrides"] if document.exists() else []
