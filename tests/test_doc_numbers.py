@@ -77,6 +77,7 @@ STABILITY = "paper-results/pissm.stability/{}/results.json"
 TABLE1_CORE = "paper-results/pissm.table1/paper-core/results.json"
 ONE_MODE = "paper-results/pissm.table1/paper-core-one-mode/results.json"
 MIXTURE = "paper-results/pissm.table1/paper-core-mixture/results.json"
+LORENZ_NS = "paper-results/pissm.table1/paper-core-lorenz-navier-stokes/results.json"
 PISSM_ROW_DOCS = ("docs/studies/pissm.md", "docs/experiments.md")  # the experiments table, on both pages
 
 
@@ -127,6 +128,15 @@ def _survival(model: str, size: float = 0.011) -> Callable[[Any], str]:
 def _survival_row(d, model: str) -> list[float]:
     """The median shares of ``model``'s test filters still finite, per step size (the sizes in order)."""
     return [median for median, _, _ in d["results"]["start_survival"][model]]
+
+
+def _row(d, dataset: str, model: str) -> dict:
+    return next(r for r in _rows(d) if r["model"] == model and r["dataset"] == dataset)
+
+
+def _row_ll(dataset: str, model: str) -> Callable[[Any], str]:
+    """A row's mean test log-likelihood as the documents write it (the minus sign as −)."""
+    return lambda d: f"{float(_row(d, dataset, model)['ll_mean']):.3f}".replace("-", "−")
 
 
 def _signed_ll(text: str) -> str:
@@ -180,6 +190,15 @@ QUOTES += [
           "paper-results/pissm.table1/paper-core-prior-init/results.json",
           {"seeds": lambda d: str(next(r for r in _rows(d) if r["model"] == "pissm-gru")["failed"]),
            "ll": lambda d: _signed_ll(_ll("pissm-gru")(d))}),
+    Quote("paper-results/README.md", "Lorenz: particle filter {pf}, LG {lg}, direct GRU {gru}, π-SSM(LG) {pissm_lg}, "
+          "bounded π-SSM-GRU {bounded}, eq. (7)'s gain failed in all {failed} seeds", LORENZ_NS,
+          {"pf": _row_ll("lorenz", "pf"), "lg": _row_ll("lorenz", "lg"), "gru": _row_ll("lorenz", "gru"),
+           "pissm_lg": _row_ll("lorenz", "pissm-lg"), "bounded": _row_ll("lorenz", "pissm-gru-bounded"),
+           "failed": lambda d: str(_row(d, "lorenz", "pissm-gru-tracking")["failed"])}),
+    Quote("paper-results/README.md", "Navier–Stokes: direct GRU {gru}, LG {lg}, π-SSM(LG) {pissm_lg}, bounded "
+          "π-SSM-GRU {bounded} (one of 3 seeds failed)", LORENZ_NS,
+          {"gru": _row_ll("navier-stokes", "gru"), "lg": _row_ll("navier-stokes", "lg"),
+           "pissm_lg": _row_ll("navier-stokes", "pissm-lg"), "bounded": _row_ll("navier-stokes", "pissm-gru-bounded")}),
     Quote("paper-results/README.md", "π-SSM(LG) and LG end level ({pissm} against {lg},", ONE_MODE,
           {"pissm": _ll("pissm-lg-one-mode", False), "lg": _ll("lg-one-mode", False)}),
     Quote("paper-results/README.md", "with Pong's 18 modes LG's soft mixture gains {lg} nats over its one mode, "
