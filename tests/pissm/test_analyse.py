@@ -56,7 +56,8 @@ def test_table1_rows_are_means_over_seeds_beside_the_paper():
     assert ll_ceiling(0.5 * np.eye(3), average=False) == pytest.approx(-1.717, abs=1e-3)
 
 
-_STARTS = {"pissm-gru-start-0": {"finite": [[1.0]]}}  # one start, one step size, one direction
+# the starts of the first three seeds (stability.START_SEEDS), one step size, one direction each
+_STARTS = {f"pissm-gru-start-{s}": {"finite": [[1.0]]} for s in range(3)}
 
 
 def test_stability_success_rate_and_objective_over_the_successful_runs():
@@ -173,11 +174,13 @@ def test_table1_one_mode_ablation_is_memlabs_claim_and_reads_both_one_mode_rows(
 
 def test_stability_start_survival_is_read_per_model_over_starts_and_directions():
     cfg = StabilityConfig(models=("pissm-gru-tracking", "pissm-gru-bounded"), iss_eps=(0.1,), clip_norms=(20.0,),
-                          seeds=1)
-    cells = {f"{m}-{k}-0": {"ll": 1.0, "failed": False} for m in cfg.models for k in ("iss-0.1", "clip-20")}
+                          seeds=2)
+    cells = {f"{m}-{k}-{s}": {"ll": 1.0, "failed": False} for m in cfg.models for k in ("iss-0.1", "clip-20")
+             for s in range(2)}
     starts = {"pissm-gru-tracking-start-0": {"finite": [[1.0, 1.0], [0.5, 0.0]]},
               "pissm-gru-tracking-start-1": {"finite": [[1.0, 0.9], [0.25, 1.0]]},
-              "pissm-gru-bounded-start-0": {"finite": [[1.0, 1.0], [1.0, 1.0]]}}
+              "pissm-gru-bounded-start-0": {"finite": [[1.0, 1.0], [1.0, 1.0]]},
+              "pissm-gru-bounded-start-1": {"finite": [[1.0, 1.0], [1.0, 1.0]]}}
     survival = analyse_stability(cfg, cells, starts).start_survival
     assert survival["pissm-gru-tracking"] == [(1.0, 0.9, 1.0), (0.375, 0.0, 1.0)]
     assert survival["pissm-gru-bounded"] == [(1.0, 1.0, 1.0), (1.0, 1.0, 1.0)]

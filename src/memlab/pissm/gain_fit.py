@@ -55,6 +55,7 @@ __all__ = ["PATHS", "fit_readout_to_exact_gain", "gain_inputs_along_paths"]
 # 100 Q or with 3 Q and 30 Q added the fit worsens on the usual range (0.1-0.8 nats per step below the exact gain,
 # more divergences).
 PATHS = ((1.0, 1.0), (10.0, 1.0), (1.0, 100.0))
+ALL_NON_FINITE = "the exact-gain filter gave non-finite values on every sequence; cannot fit the gain"
 SCALE_FLOOR = 1e-6  # an input that never varies along the paths gets this fraction of the widest input's scale
 RIDGE = 1e-6  # relative to the weighted normal matrix's mean diagonal: keeps the solve defined, changes no fit
 # PATHS, RIDGE and runs.GAIN_FIT_SEQUENCES determine the tracking models' start, which no cell digest sees: changing
@@ -134,7 +135,7 @@ def _normalisation_from_paths(model: PiSSM, inputs: list[Array], observed: np.nd
     u = np.concatenate([np.asarray(x, np.float64)[observed] for x in inputs])
     u = u[np.all(np.isfinite(u), axis=1)]
     if not len(u):
-        raise ValueError("the exact-gain filter gave non-finite values on every sequence; cannot fit the gain")
+        raise ValueError(ALL_NON_FINITE)
     centre = np.median(u, axis=0)
     spread = np.quantile(np.abs(u - centre), 0.9, axis=0)
     scale = np.maximum(spread, SCALE_FLOOR * np.max(spread))
@@ -170,7 +171,7 @@ _features_jit = eqx.filter_jit(jax.vmap(_readout_features, in_axes=(None, 0, 0))
 def _weighted_least_squares(X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(weight (P, H), bias (P,)) minimising sum_t ||W x_t + b - y_t||^2 / ||y_t||^2 (module doc, step 3)."""
     if not len(X):
-        raise ValueError("the exact-gain filter gave non-finite values on every sequence; cannot fit the gain")
+        raise ValueError(ALL_NON_FINITE)
     X = np.c_[X, np.ones(len(X))]
     weight = 1.0 / np.linalg.norm(Y, axis=1)
     Xw, Yw = X * weight[:, None], Y * weight[:, None]

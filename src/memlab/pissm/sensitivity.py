@@ -19,7 +19,7 @@ from jax import Array
 
 from memlab.pissm.gain import ExactGain
 from memlab.pissm.model import PiSSM
-from memlab.pissm.train import predict_batch
+from memlab.pissm.runs import predict_jit
 
 __all__ = ["GainSurvival", "gain_step_survival"]
 
@@ -42,7 +42,7 @@ def gain_step_survival(model: PiSSM, y: Array, mask: Array, key: Array, sizes, d
         raise ValueError(f"sizes must be a non-empty 1-D sequence of finite sizes >= 0, got {sizes!r}")
     if int(directions) != directions or directions < 1:
         raise ValueError(f"directions must be a positive int, got {directions!r}")
-    trained = getattr(model.gain, "input_norm", None)
+    fixed_norm = getattr(model.gain, "input_norm", None)  # PaperGain's normalisation: fixed, training never moves it
     params, static = eqx.partition(model.gain, eqx.is_inexact_array)
     leaves, treedef = jax.tree_util.tree_flatten(params)
     k_directions, k_paths = jax.random.split(key)
@@ -54,8 +54,8 @@ def gain_step_survival(model: PiSSM, y: Array, mask: Array, key: Array, sizes, d
         for s, size in enumerate(sizes):
             stepped = jax.tree_util.tree_unflatten(treedef, [leaf + size * sign for leaf, sign in zip(leaves, signs)])
             gain = eqx.combine(stepped, static)
-            if trained is not None:
-                gain = eqx.tree_at(lambda g: g.input_norm, gain, trained)
+            if fixed_norm is not None:
+                gain = eqx.tree_at(lambda g: g.input_norm, gain, fixed_norm)
             ll = _log_likelihoods(eqx.tree_at(lambda m: m.gain, model, gain), y, mask, k_paths)
             alive = np.all(np.isfinite(ll) | ~np.asarray(mask), axis=1)
             finite[s, d] = alive.mean()
@@ -65,9 +65,6 @@ def gain_step_survival(model: PiSSM, y: Array, mask: Array, key: Array, sizes, d
     return GainSurvival(finite, log_likelihood)
 
 
-_predict = eqx.filter_jit(predict_batch)
-
-
 def _log_likelihoods(model: PiSSM, y: Array, mask: Array, key: Array) -> np.ndarray:
     """Per sequence and step (B, T): log q(y_t | y_{1:t-1}) along one sampled path."""
-    return np.asarray(_predict(model, y, mask, key).log_likelihoods)[0]
+    return np.asarray(predict_jit(model, y, mask, key).log_likelihoods)[0]

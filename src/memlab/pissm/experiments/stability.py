@@ -191,9 +191,13 @@ def _step_sizes(cfg: StabilityConfig) -> tuple[float, ...]:
 def survival_cells(cfg: StabilityConfig, data: Dataset, run: Run) -> dict:
     """The ISS runs' starts (smallest buffer) of the first ``START_SEEDS`` seeds of each model, stepped at random
     (``start_survival_cell``): the same keys as their training cells, so each is the start that cell trains from."""
-    return {f"{model}-start-{s}": partial(start_survival_cell, model, data, min(cfg.iss_eps), run.key_for("train", s),
-                                          run.key_for("start", s), _step_sizes(cfg), STEP_DIRECTIONS)
+    return {_start_name(model, s): partial(start_survival_cell, model, data, min(cfg.iss_eps), run.key_for("train", s),
+                                           run.key_for("start", s), _step_sizes(cfg), STEP_DIRECTIONS)
             for model in cfg.models for s in range(min(cfg.seeds, START_SEEDS))}
+
+
+def _start_name(model: str, s: int) -> str:
+    return f"{model}-start-{s}"
 
 
 def _train_config(cfg: StabilityConfig, scheme: str, value: float) -> TrainConfig:
@@ -234,8 +238,8 @@ def analyse(cfg: StabilityConfig, cells: dict[str, dict], starts: dict[str, dict
               for s in range(cfg.seeds) if cells[_name(m, "iss", e, s)]["failed"]]
     survival = {}
     for model in cfg.models:
-        finite = np.concatenate([np.asarray(r["finite"], float) for name, r in starts.items()
-                                 if name.rsplit("-start-", 1)[0] == model], axis=1)  # (sizes, starts x directions)
+        finite = np.concatenate([np.asarray(starts[_start_name(model, s)]["finite"], float)
+                                 for s in range(min(cfg.seeds, START_SEEDS))], axis=1)  # (sizes, starts x directions)
         survival[model] = [(float(np.median(f)), float(f.min()), float(f.max())) for f in finite]
     return StabilityStats(table, len(failed), sum(_within_bound(c) for c in failed), _step_sizes(cfg), survival)
 

@@ -269,9 +269,8 @@ def _one_mode_claim(run: Run, data_name: str, ours: dict[str, float]) -> None:
 
 # why eq. (7)'s gain scores nothing: the experiment that shows it (pissm.stability's start-survival table)
 NO_RUN_TRAINED = ("every run of eq. (7)'s gain failed within its first optimiser steps; pissm.stability shows why: "
-                  "from "
-                  "the start these runs train from (fitted to the exact gain so that the untrained filter tracks), a "
-                  "random step of Adam's size in the gain's parameters leaves no test filter finite "
+                  "from the start these runs train from (fitted to the exact gain so that the untrained filter "
+                  "tracks), a random step of Adam's size in the gain's parameters leaves no test filter finite "
                   "(start_survival.png), while from the first step's factor the filter survives any step but has lost "
                   "track before training (profiles paper-core, paper-ablation)")
 
@@ -357,8 +356,6 @@ EXPERIMENTS = [Experiment(
         "paper-core-lorenz-navier-stokes": Table1Config(
             layout="paper", datasets=("lorenz", "navier-stokes"), seeds=3, epochs=60,
             models=("pissm-gru-tracking", "pissm-gru-bounded", "pissm-lg", "lg", "gru")),
-        # issue 47: does the mixture objective (no REINFORCE, z_t from eq. (6)) close pi-SSM(LG)'s gap to LG on
-        # Pong? paper-core's pi-SSM rows with paper-mixture's estimator (its cell names, keys and arguments)
         # eq. (7)'s gain from the first step's factor (the untrained filter lost), the rows paper-core ran before the
         # fitted start replaced them (their stored cells), beside LG and pi-SSM(LG)
         "paper-core-prior-init": Table1Config(layout="paper", datasets=("pong",), seeds=3, epochs=60,
@@ -367,6 +364,8 @@ EXPERIMENTS = [Experiment(
         # cells are shared)
         "paper-core-one-mode": Table1Config(layout="paper", datasets=("pong",), seeds=3, epochs=60,
                                             models=("pissm-lg-one-mode", "lg-one-mode", "pissm-lg", "lg")),
+        # issue 47: does the mixture objective (no REINFORCE, z_t from eq. (6)) close pi-SSM(LG)'s gap to LG on
+        # Pong? paper-core's pi-SSM rows with paper-mixture's estimator (its cell names, keys and arguments)
         "paper-core-mixture": Table1Config(layout="paper", datasets=("pong",), seeds=3, epochs=60,
                                            estimator="mixture", particles=0,
                                            models=("pissm-gru-bounded", "pissm-lg", "lg")),
