@@ -53,3 +53,12 @@ def test_a_cell_whose_profile_is_gone_is_listed_lost(tmp_path):
     (tmp_path / "cells" / "x" / f"{'0' * 32}.json").write_text(json.dumps(record))
     assert lost_cells(tmp_path / "cells") == {str(tmp_path / "cells" / "x" / f"{'0' * 32}.json"):
                                                "no.such-experiment/paper/cell-0"}
+
+
+def test_resolve_refuses_a_missing_store_and_a_bad_skip_in_one_line(tmp_path, capsys):
+    from memlab.resolve import main
+
+    for argv, words in (([str(tmp_path / "none")], "no cell store"), ([str(tmp_path), "--skip", "x"], "--skip")):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2 and words in capsys.readouterr().err

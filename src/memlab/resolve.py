@@ -97,6 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("store")
     parser.add_argument("--skip", action="append", default=[], metavar="EXPERIMENT/PROFILE")
     args = parser.parse_args(argv)
+    if not Path(args.store).is_dir():
+        parser.error(f"no cell store at {args.store} (a folder of <function>/<digest>.json records)")
+    if any("/" not in s for s in args.skip):
+        parser.error(f"--skip takes EXPERIMENT/PROFILE, got {next(s for s in args.skip if '/' not in s)!r}")
     skip = [tuple(s.split("/", 1)) for s in args.skip]
     lost = lost_cells(args.store, skip)
     for path, origin in lost.items():
