@@ -127,7 +127,7 @@ def _one_cell_per_function(out) -> list[str]:
 def _executor_for(request, name: str):
     """The session's process pool for every other experiment of the catalog, its Ray cluster for the rest (the pool
     for all of them without the ray extra). Both send a cell through the same cloudpickle path
-    (``executors._pickled``), so one of them checks an experiment's cells away from the driver, and each still
+    (``worker.pickled``), so one of them checks an experiment's cells away from the driver, and each still
     runs half the catalog (test_executors.py tests the executors themselves). Half the cost of running both."""
     from memlab.catalog import EXPERIMENTS
 

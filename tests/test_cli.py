@@ -90,7 +90,7 @@ def test_interrupt_then_resume(state, fake_lab, tmp_path, capsys):
 
     state["interrupt_after"] = None
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
-    assert (fake_lab.last_run().cells_skipped, fake_lab.last_run().cells_computed) == (3, 1)
+    assert (fake_lab.last_run().cells.resumed, fake_lab.last_run().cells.computed) == (3, 1)
     assert run("fake.means", "--profile", "tiny", "--out", str(tmp_path / "fresh")) == 0
     results = [json.loads((d / "results.json").read_text())["results"] for d in (out, tmp_path / "fresh")]
     assert results[0] == results[1]

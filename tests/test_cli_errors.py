@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from memlab import cli
-from memlab.runner import LOCK
+from memlab.run_folder import LOCK
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -107,7 +107,7 @@ def test_second_run_into_a_locked_folder_is_refused(tmp_path, capsys, fake_lab):
         one_error_line(capsys, "another memlab run", str(out))
     assert snapshot(out) == before
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0  # the lock is free again
-    assert fake_lab.last_run().cells_skipped == 4
+    assert fake_lab.last_run().cells.resumed == 4
 
 
 def test_lock_of_a_killed_run_does_not_block(tmp_path, capsys):
@@ -146,12 +146,12 @@ def test_a_damaged_cell_file_is_named_and_recomputed(tmp_path, capsys, fake_lab,
     err = capsys.readouterr().err
     assert err.startswith(f"memlab: cell file {path} is damaged (") and err.count("\n") == 1, err
     assert "Traceback" not in err
-    assert fake_lab.last_run().cells_computed == 1
+    assert fake_lab.last_run().cells.computed == 1
     assert json.loads((out / "results.json").read_text())["results"] == results
     record = json.loads(path.read_text())  # replaced by the recomputed cell
     assert record.get("record", record)["result"] == json.loads(text).get("record", json.loads(text))["result"]
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0  # and read back quietly
-    assert "damaged" not in capsys.readouterr().err and fake_lab.last_run().cells_computed == 0
+    assert "damaged" not in capsys.readouterr().err and fake_lab.last_run().cells.computed == 0
 
 
 def test_a_damaged_digest_file_recomputes_its_cell(tmp_path, capsys, fake_lab):
@@ -161,7 +161,7 @@ def test_a_damaged_digest_file_recomputes_its_cell(tmp_path, capsys, fake_lab):
     (out / "cells" / "cell-1.digest").write_bytes(b"\xff\xfe")
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
     assert "Traceback" not in capsys.readouterr().err
-    assert (fake_lab.last_run().cells_skipped, fake_lab.last_run().cells_computed) == (3, 1)
+    assert (fake_lab.last_run().cells.resumed, fake_lab.last_run().cells.computed) == (3, 1)
 
 
 # ---------------------------------------------------------------- 5. a full disk
@@ -188,7 +188,7 @@ def test_a_full_disk_is_one_line_and_the_cells_are_kept(tmp_path, capsys, monkey
                    "rerun the same command")
     assert len(list((out / "cells").glob("*.json"))) == 4 and not list(out.glob(".*.tmp"))
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 0
-    assert (fake_lab.last_run().cells_skipped, fake_lab.last_run().cells_computed) == (4, 0)
+    assert (fake_lab.last_run().cells.resumed, fake_lab.last_run().cells.computed) == (4, 0)
 
 
 # ---------------------------------------------------------------- 6. report with one bad results.json

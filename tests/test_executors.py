@@ -97,7 +97,7 @@ def test_a_lost_worker_process_loses_only_unfinished_cells(fake_lab, tmp_path):
         cells["crash"] = partial(dict, i=3)  # the pool starts again for the next sweep
         again = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False, executor=executor)
         assert again.sweep(cells, "again") == {f"ok-{i}": {"i": i} for i in range(3)} | {"crash": {"i": 3}}
-        assert again.cells_skipped == len(kept)
+        assert again.cells.resumed == len(kept)
 
 
 def _cell_files(out: Path) -> list[str]:

@@ -100,7 +100,7 @@ def test_interrupt_then_resume_matches_uninterrupted_run(exp, fake_lab, tmp_path
     fake_lab.STATE["interrupt_after"] = None
     run_experiment(exp, "tiny", out_dir=out, progress=False)
     run = fake_lab.last_run()
-    assert (run.cells_skipped, run.cells_computed) == (2, 2)
+    assert (run.cells.resumed, run.cells.computed) == (2, 2)
     assert fake_lab.STATE["computed"] == 4  # every cell computed exactly once over both runs
     assert _results(out) == _results(run_experiment(exp, "tiny", out_dir=tmp_path / "fresh", progress=False))
 
@@ -125,14 +125,14 @@ def test_ctrl_c_swallowed_by_a_callback_still_stops_the_run(exp, fake_lab, tmp_p
 
     fake_lab.STATE["swallowed_sigint_in"] = None
     run_experiment(exp, "tiny", out_dir=out, progress=False)
-    assert (fake_lab.last_run().cells_skipped, fake_lab.last_run().cells_computed) == (2, 2)
+    assert (fake_lab.last_run().cells.resumed, fake_lab.last_run().cells.computed) == (2, 2)
 
 
 def test_same_config_resumes_and_different_config_is_refused(exp, fake_lab, tmp_path):
     out = tmp_path / "o"
     run_experiment(exp, "tiny", out_dir=out, progress=False)
     run_experiment(exp, "tiny", out_dir=out, progress=False)
-    assert (fake_lab.last_run().cells_skipped, fake_lab.last_run().cells_computed) == (4, 0)
+    assert (fake_lab.last_run().cells.resumed, fake_lab.last_run().cells.computed) == (4, 0)
     with pytest.raises(ValueError, match=f"{out}.*different config.*--out"):
         run_experiment(exp, "tiny", seed=1, out_dir=out, progress=False)
     assert json.loads((out / "config.json").read_text())["config"]["seed"] == 0  # untouched
@@ -214,11 +214,11 @@ def test_sweep_returns_cells_in_order_and_reads_finished_ones(fake_lab, tmp_path
     again = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
     second = again.sweep({f"c{i}": partial(cell, i) for i in (1, 2, 3, 4)}, "second")
     assert second == {"c1": first["c1"], "c2": first["c2"], "c3": first["c3"], "c4": {"i": 4, "blob": b"\x00\xff" * 4}}
-    assert order == [3, 1, 2, 4] and (again.cells_skipped, again.cells_computed) == (3, 1)
-    assert set(again.cell_seconds) == {"c1", "c2", "c3", "c4"}
+    assert order == [3, 1, 2, 4] and (again.cells.resumed, again.cells.computed) == (3, 1)
+    assert set(again.cells.seconds) == {"c1", "c2", "c3", "c4"}
     (tmp_path / "cells" / "old.json").write_text('{"i": 7}')  # a cell file of memlab <= 0.1: the bare result
     assert again.sweep({"old": partial(cell, 0)}, "old")["old"] == {"i": 7}
-    assert again.cell_peak_rss_mb["old"] is None and again.cell_peak_rss_mb["c4"] > 10
+    assert again.cells.peak_rss_mb["old"] is None and again.cells.peak_rss_mb["c4"] > 10
 
 
 def _current_rss_mb() -> float:
@@ -235,9 +235,9 @@ def test_cell_records_the_peak_memory_of_its_process(fake_lab, tmp_path):
     run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
     resident = _current_rss_mb()
     run.sweep({"big": big}, "big")
-    assert run.cell_peak_rss_mb["big"] >= resident + 0.95 * 400
+    assert run.cells.peak_rss_mb["big"] >= resident + 0.95 * 400
     record = files.read_cell((tmp_path / "cells" / "big.json").read_text())
-    assert record.peak_rss_mb == run.cell_peak_rss_mb["big"] and record.result == {"sum": 50.0 * 2**20}
+    assert record.peak_rss_mb == run.cells.peak_rss_mb["big"] and record.result == {"sum": 50.0 * 2**20}
 
 
 def test_cell_records_its_compile_time_date_and_machine(fake_lab, tmp_path):
@@ -252,10 +252,10 @@ def test_cell_records_its_compile_time_date_and_machine(fake_lab, tmp_path):
 
     run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
     run.sweep({"compiles": compiles, "plain": plain}, "c")
-    assert 0 < run.cell_compile_seconds["compiles"] <= run.cell_seconds["compiles"]
-    assert run.cell_compile_seconds["plain"] == 0
+    assert 0 < run.cells.compile_seconds["compiles"] <= run.cells.seconds["compiles"]
+    assert run.cells.compile_seconds["plain"] == 0
     text = (tmp_path / "cells" / "compiles.json").read_text()
-    assert files.read_cell(text).compile_seconds == run.cell_compile_seconds["compiles"]
+    assert files.read_cell(text).compile_seconds == run.cells.compile_seconds["compiles"]
     raw = json.loads(text)  # when and where it finished, for the clusters page's table
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", raw["finished"])
     assert f", {os.cpu_count()} CPUs, " in raw["machine"]
@@ -273,7 +273,7 @@ def test_a_failing_cell_is_reported_and_the_others_are_kept(exp, fake_lab, tmp_p
     assert not (out / "results.json").exists()
     fake_lab.STATE["fail_cell"] = None
     run_experiment(exp, "tiny", out_dir=out, progress=False)
-    assert (fake_lab.last_run().cells_skipped, fake_lab.last_run().cells_computed) == (3, 1)
+    assert (fake_lab.last_run().cells.resumed, fake_lab.last_run().cells.computed) == (3, 1)
 
 
 def test_key_streams_are_named_and_stable(fake_lab, tmp_path):
@@ -332,7 +332,7 @@ def test_cells_record_their_software_and_a_resume_from_other_versions_is_flagged
     run = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
     run.sweep({"a": lambda: {"x": 1.0}, "b": lambda: {"x": 2.0}}, "first")
     here = files.software_versions()
-    assert run.cell_software == {"a": here, "b": here} and set(here) == {"jax", "jaxlib", "numpy"}
+    assert run.cells.software == {"a": here, "b": here} and set(here) == {"jax", "jaxlib", "numpy"}
     assert "computed with" not in capsys.readouterr().err
     # cell b as an older jax wrote it (jax 0.10.2 miscompiled, tests/test_backend.py)
     path = tmp_path / "cells" / "b.json"
@@ -344,7 +344,7 @@ def test_cells_record_their_software_and_a_resume_from_other_versions_is_flagged
     assert resumed == {"a": {"x": 1.0}, "b": {"x": 2.0}}  # kept (the warning says how to recompute)
     err = capsys.readouterr().err
     assert "1 of 2 cells were computed with jax 0.10.2, jaxlib 0.10.2" in err and str(tmp_path / "cells") in err
-    assert again.cell_software["b"]["jax"] == "0.10.2"
+    assert again.cells.software["b"]["jax"] == "0.10.2"
 
 
 @dataclasses.dataclass(frozen=True)

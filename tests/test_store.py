@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memlab import cli, deadline
+from memlab import cell_cache, cli, deadline
 from memlab.keys import key_for
 from memlab.runner import Experiment, TimeLimitReached, run_experiment
 from memlab.store import CHECKPOINT, CellStore, cell, cell_digest, describe, takes_checkpoint, with_checkpoint
@@ -164,7 +164,7 @@ def test_a_damaged_store_record_is_recomputed_with_one_warning_line(fake_lab, tm
     err = capsys.readouterr().err
     assert err == f"memlab: cell file {damaged} is damaged (not valid JSON (Expecting property name enclosed in " \
                   "double quotes: line 1 column 2 (char 1))); replacing it\n"
-    assert fake_lab.last_run().cells_computed == 1 and json.loads(damaged.read_text())["record"]["result"]
+    assert fake_lab.last_run().cells.computed == 1 and json.loads(damaged.read_text())["record"]["result"]
 
 
 def test_a_checkpoint_in_use_by_another_process_is_not_shared(tmp_path):
@@ -187,7 +187,7 @@ def test_the_time_limit_starts_no_cell_that_would_not_finish(fake_lab, tmp_path,
     # the command line: exit 0, one line saying what finished
     assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(out), "--no-progress",
                      "--time-limit", "1h"]) == 0
-    assert fake_lab.last_run().cells_skipped == 2 and fake_lab.STATE["computed"] == 4
+    assert fake_lab.last_run().cells.resumed == 2 and fake_lab.STATE["computed"] == 4
     assert (out / "results.json").exists()
     capsys.readouterr()
     assert cli.main(["run", "fake.means", "--profile", "quick", "--out", str(tmp_path / "q"), "--no-progress",
@@ -261,11 +261,10 @@ def _sweep_beside_another_run(tmp_path, fake_lab, monkeypatch, other_stores: boo
     never give (-1), or lets go of it without storing it, half a second in."""
     import threading
 
-    from memlab import runner
     from memlab.files import cell_text
     from memlab.runner import Run
 
-    monkeypatch.setattr(runner, "CLAIM_POLL_S", 0.05)
+    monkeypatch.setattr(cell_cache, "CLAIM_POLL_S", 0.05)
     store = CellStore(tmp_path / "cells")
     shared = partial(add, 1)
     holder = store.claim(cell_digest(shared))
@@ -288,13 +287,13 @@ def _sweep_beside_another_run(tmp_path, fake_lab, monkeypatch, other_stores: boo
 def test_a_cell_another_run_is_computing_is_waited_for_and_read_not_computed_again(tmp_path, fake_lab, monkeypatch):
     run, results, store = _sweep_beside_another_run(tmp_path, fake_lab, monkeypatch, other_stores=True)
     assert results == {"a": {"x": -1}, "b": {"x": 7}}  # 'a' is the other run's record, 'b' computed here
-    assert run.cells_computed == 1 and run.cells_reused == {"a": "other/quick/a"}
+    assert run.cells.computed == 1 and run.cells.reused_from == {"a": "other/quick/a"}
     assert not any((store.root / "claims").iterdir())  # every claim released, its file removed
 
 
 def test_a_cell_whose_holder_lets_go_without_storing_it_is_computed_here(tmp_path, fake_lab, monkeypatch):
     run, results, store = _sweep_beside_another_run(tmp_path, fake_lab, monkeypatch, other_stores=False)
-    assert results == {"a": {"x": 3}, "b": {"x": 7}} and run.cells_computed == 2 and not run.cells_reused
+    assert results == {"a": {"x": 3}, "b": {"x": 7}} and run.cells.computed == 2 and not run.cells.reused_from
     assert store.get(partial(add, 1), cell_digest(partial(add, 1)))["origin"] == "mine/quick/a"
 
 
@@ -337,5 +336,5 @@ def test_a_sweep_claims_each_cell_as_it_starts_so_another_run_takes_the_rest(tmp
     results = run.sweep({"a": partial(taken_by_another_run, str(store.root), b, -1), "b": b, "c": partial(add, 5)},
                         "three")
     assert results == {"a": {"x": 0}, "b": {"x": -1}, "c": {"x": 7}}
-    assert run.cells_computed == 2 and run.cells_reused == {"b": "other/quick/b"}
+    assert run.cells.computed == 2 and run.cells.reused_from == {"b": "other/quick/b"}
     assert not any((store.root / "claims").iterdir())

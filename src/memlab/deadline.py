@@ -1,7 +1,7 @@
 """The wall-clock deadline of a run with a time limit (``memlab run --time-limit``), as seen inside a cell.
 
 The driver sets it (``Settings.deadline``, seconds since the epoch, so it means the same in every worker process
-and on every machine of a cluster whose clocks agree); :func:`memlab.executors.compute_cell` installs it around
+and on every machine of a cluster whose clocks agree); :func:`memlab.worker.compute_cell` installs it around
 each cell. A cell that saves its progress (a ``CHECKPOINT`` argument) calls :func:`check` after each save and
 stops with :class:`OutOfTime` when its next piece of work would not finish in time; the runner then counts the
 cell as unfinished, not failed, and the same command resumes it from its checkpoint.

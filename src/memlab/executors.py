@@ -15,159 +15,23 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import contextlib
-import dataclasses
 import math
 import multiprocessing
 import os
-import resource
 import signal
 import socket
-import sys
-import time
-import traceback
 import urllib.parse
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterator
 
-import jax
-import numpy as np
-
-from memlab import compile_cache, deadline
 from memlab.checks import check_int
 from memlab.devices import default_devices
-from memlab.files import cell_text
+from memlab.worker import Cells, Outcome, Settings, compute_cell, compute_pickled, named_cells, pickled
 
-__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "OUT_OF_TIME", "Outcome", "ProcessExecutor", "RayExecutor",
-           "Scheduled", "make_executor", "peak_rss_mb"]
+__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "ProcessExecutor", "RayExecutor", "make_executor"]
 
 EXECUTORS = ("local", "processes", "ray")
 RAY_MISSING = 'the ray executor needs Ray: pip install -e ".[ray]" (or pip install "memlab[ray]")'
-OUT_OF_TIME = "out of time"  # the error of a cell that did not start, or stopped at a checkpoint, at the time limit
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """One finished cell: ``text`` is its record (``files.cell_text``) or ``error`` the traceback it raised
-    (``OUT_OF_TIME``: it did not start, or saved its progress and stopped, because the time limit came)."""
-
-    name: str
-    text: str | None = None
-    error: str | None = None
-
-    @property
-    def out_of_time(self) -> bool:
-        return self.error == OUT_OF_TIME
-
-
-@dataclasses.dataclass(frozen=True)
-class Scheduled:
-    """A cell under a time limit: it may start while the time left exceeds its expected duration.
-
-    ``deadline``: epoch seconds (None: no limit). ``seconds``: the compute times of the sweep's finished cells, a
-    list the driver extends as cells finish (shared in this process; a worker gets it as it was at dispatch);
-    their median is the expected duration. ``checkpoints``: the cell saves its progress and stops itself in time
-    (``memlab.deadline``), so it may start whenever time is left.
-    """
-
-    compute: Callable[[], Mapping]
-    deadline: float | None = None
-    seconds: list[float] = dataclasses.field(default_factory=list)
-    checkpoints: bool = False
-
-    @property
-    def start_by(self) -> float | None:
-        """The latest wall-clock time the cell may start at (None: any time)."""
-        if self.deadline is None or self.checkpoints or not self.seconds:
-            return self.deadline
-        return self.deadline - float(np.median(self.seconds))
-
-    def __call__(self) -> Mapping:
-        return self.compute()
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The driver's JAX settings at the time of a sweep, applied wherever its cells run."""
-
-    x64: bool
-    cache_dir: str | None
-    cache_min_compile_secs: float
-    deadline: float | None = None  # epoch seconds of the run's time limit (memlab.deadline)
-
-    @classmethod
-    def of_driver(cls, deadline: float | None = None) -> Settings:
-        return cls(bool(jax.config.jax_enable_x64), jax.config.jax_compilation_cache_dir,
-                   float(jax.config.jax_persistent_cache_min_compile_time_secs), deadline)
-
-
-_applied_cache: list[str | None] = []  # the compile cache a worker process was configured with
-
-
-def _configure_worker(settings: Settings) -> None:
-    if settings.cache_dir and not _applied_cache:
-        compile_cache.enable(settings.cache_dir, settings.cache_min_compile_secs)
-        _applied_cache.append(settings.cache_dir)
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MB (the kernel's high-water mark, ``ru_maxrss``).
-
-    It never decreases, so after a cell it bounds that cell's peak from above (earlier cells of the same
-    process and the compiled programs it keeps count too).
-    """
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
-
-
-def compute_cell(cell: Callable[[], Mapping], settings: Settings) -> tuple[str | None, str | None]:
-    """Run one cell where it lands; (record, None) or (None, traceback), or (None, OUT_OF_TIME) if it is past the
-    cell's ``start_by`` (:class:`Scheduled`) or the cell stopped at the deadline. Ctrl-C is not caught."""
-    start_by = getattr(cell, "start_by", None)
-    if start_by is not None and time.time() > start_by:
-        return None, OUT_OF_TIME
-    start, compiled_before = time.perf_counter(), compile_cache.seconds_compiling()
-    try:
-        with jax.enable_x64(settings.x64), deadline.until(settings.deadline):
-            result = cell()
-        return cell_text(result, time.perf_counter() - start, peak_rss_mb(),
-                         compile_cache.seconds_compiling() - compiled_before), None
-    except deadline.OutOfTime:
-        return None, OUT_OF_TIME
-    except Exception:
-        return None, traceback.format_exc()
-
-
-def _compute_pickled(blob: bytes, settings: Settings) -> tuple[str | None, str | None]:
-    """A worker's entry point: unpickle the cell, configure JAX, compute."""
-    import cloudpickle
-
-    _configure_worker(settings)
-    try:
-        cell = cloudpickle.loads(blob)
-    except Exception:
-        return None, traceback.format_exc()
-    return compute_cell(cell, settings)
-
-
-Cells = Mapping[str, Callable[[], Mapping]] | Iterable[tuple[str, Callable[[], Mapping]]]
-
-
-def named_cells(cells: Cells) -> Iterator[tuple[str, Callable[[], Mapping]]]:
-    """(name, cell) pairs, taken one at a time: from a mapping, or as they come from an iterable of pairs (a
-    sweep's: it claims each cell in the cell store as it is taken, ``Run._take``)."""
-    return iter(cells.items()) if isinstance(cells, Mapping) else iter(cells)
-
-
-def _pickled(cells: Cells) -> Iterator[tuple[str, bytes | None, str | None]]:
-    """(name, blob, None), or (name, None, why) for a cell that cannot travel to a worker."""
-    import cloudpickle
-
-    for name, cell in named_cells(cells):
-        try:
-            yield name, cloudpickle.dumps(cell), None
-        except Exception as e:
-            yield name, None, f"cell {name!r} cannot be sent to a worker ({type(e).__name__}: {e}); " \
-                              "a cell must be a picklable function of the config and a key"
 
 
 class Executor:
@@ -239,7 +103,7 @@ class ProcessExecutor(Executor):
         """Cells go to the workers one at a time as workers come free (``workers`` in flight), so each is pickled
         when it starts, with what the driver knows then (``Scheduled``: the times of the cells finished so far)."""
         pool = self._ensure_pool()
-        waiting, running, done = _pickled(cells), {}, []
+        waiting, running, done = pickled(cells), {}, []
         healthy = False
         try:
             while True:
@@ -251,7 +115,7 @@ class ProcessExecutor(Executor):
                         yield Outcome(name, error=why)
                         continue
                     try:
-                        running[pool.submit(_compute_pickled, blob, settings)] = name
+                        running[pool.submit(compute_pickled, blob, settings)] = name
                     except futures.process.BrokenProcessPool as e:  # a worker died before: the pool is gone
                         yield Outcome(name, error=f"the worker process was lost ({e})")
                 if not running:
@@ -368,13 +232,13 @@ class RayExecutor(Executor):
 
     def run(self, cells, settings):
         ray, task, submitted = None, None, {}
-        for name, blob, why in _pickled(cells):
+        for name, blob, why in pickled(cells):
             if why:
                 yield Outcome(name, error=why)
                 continue
             if task is None:  # connect only once there is a cell to send (a sweep may take none: another run has them)
                 ray = self._ensure_ray()
-                task = ray.remote(num_cpus=self.cpus_per_cell)(_compute_pickled)
+                task = ray.remote(num_cpus=self.cpus_per_cell)(compute_pickled)
             submitted[task.remote(blob, settings)] = name
         pending = list(submitted)
         try:

@@ -20,6 +20,7 @@ import functools
 import json
 import math
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,6 +32,7 @@ import numpy as np
 
 __all__ = [
     "atomic_write_bytes",
+    "check_name",
     "atomic_write_text",
     "CellRecord",
     "cell_text",
@@ -45,6 +47,15 @@ __all__ = [
 _NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 _BYTES = "__bytes__"
 CELL_FORMAT = 1  # version of the cell record written by cell_text
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+,-]*$")  # experiment, profile and cell names: folder and file names
+
+
+def check_name(kind: str, name: str) -> None:
+    """ValueError unless ``name`` (of an experiment, profile or cell) is safe as a file or folder name."""
+    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+        raise ValueError(f"invalid {kind} name {name!r}; expected letters, digits and . _ = + , - (no '/' or '..')")
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:

@@ -21,8 +21,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from memlab import catalog
-from memlab.executors import Executor, Outcome
+from memlab.executors import Executor
 from memlab.runner import CellsFailed, run_experiment
+from memlab.worker import Outcome
 
 __all__ = ["NOT_STORED", "NothingComputed", "lost_cells", "resolved_digests", "stored_origins"]
 

@@ -9,17 +9,11 @@ resumes and stops in time: docs/architecture.md, "The experiment contract".
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
-import fcntl
 import io
-import json
-import os
-import re
-import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,22 +21,24 @@ import jax
 import numpy as np
 
 from memlab import compile_cache
+from memlab.cell_cache import CellCache, CellsFailed, TimeLimitReached
 from memlab.claims import BY, claim_status
-from memlab.executors import Executor, LocalExecutor, Scheduled, Settings, peak_rss_mb
+from memlab.executors import Executor, LocalExecutor
 from memlab.files import (
-    CellRecord,
     atomic_write_bytes,
     atomic_write_text,
+    check_name,
     dumps,
     markdown_table,
-    read_cell,
     software_versions,
     to_jsonable,
 )
 from memlab.interrupt import StickyInterrupt
 from memlab.keys import check_seed, key_for
 from memlab.overrides import apply_overrides
-from memlab.store import CellStore, DamagedRecord, cell_digest, takes_checkpoint, with_checkpoint
+from memlab.run_folder import SetupError, bind_folder, locked
+from memlab.store import CellStore
+from memlab.worker import peak_rss_mb
 
 __all__ = [
     "CellsFailed",
@@ -57,38 +53,6 @@ __all__ = [
     "run_experiment",
     "to_jsonable",
 ]
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+,-]*$")  # experiment, cell and profile names
-
-
-class SetupError(ValueError):
-    """Bad profile, invalid config or unusable output folder: raised before the experiment starts."""
-
-
-class CellsFailed(RuntimeError):
-    """Cells of a sweep raised; every other cell finished and is kept. ``failures`` maps name -> traceback."""
-
-    def __init__(self, label: str, total: int, failures: Mapping[str, str]):
-        self.failures = dict(failures)
-        names = ", ".join(self.failures)
-        super().__init__(f"{len(self.failures)} of {total} cells of '{label}' failed: {names} (tracebacks above); "
-                         "the other cells are kept; rerun the same command to retry the failed ones")
-
-
-class TimeLimitReached(Exception):
-    """The run's time limit came before every cell of a sweep finished; the finished ones are kept and cells that
-    checkpoint saved their progress, so the same command resumes."""
-
-    def __init__(self, label: str, finished: int, total: int):
-        self.finished, self.total = finished, total
-        super().__init__(f"time limit reached in '{label}': {finished} of {total} cells finished; "
-                         "the same command resumes")
-
-
-def _check_name(kind: str, name: str) -> None:
-    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
-        raise ValueError(f"invalid {kind} name {name!r}; expected letters, digits and . _ = + , - (no '/' or '..')")
-
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
@@ -113,7 +77,7 @@ class Experiment:
     quick_flags: tuple[str, ...] = tuple(compile_cache.QUICK_FLAGS)
 
     def __post_init__(self):
-        _check_name("experiment", self.name)
+        check_name("experiment", self.name)
         unknown = set(self.quick_flags) - set(compile_cache.QUICK_FLAGS)
         if unknown:
             raise ValueError(f"experiment {self.name!r}: quick_flags {sorted(unknown)} are not among "
@@ -123,7 +87,7 @@ class Experiment:
             raise ValueError(f"experiment {self.name!r} lacks profile(s) {sorted(missing)}; "
                              "'quick' and 'paper' are required")
         for profile, config in self.profiles.items():
-            _check_name("profile", profile)
+            check_name("profile", profile)
             fields = {f.name: f for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else {}
             if not fields or not config.__dataclass_params__.frozen or "seed" not in fields:
                 raise ValueError(
@@ -139,13 +103,9 @@ class Run:
     """What ``Experiment.run`` gets: the output folder, the config, the seed, named keys, the sweep, writers.
 
     Attributes: ``out_dir``, ``config``, ``experiment``, ``profile``, ``seed``, ``executor``, ``store`` (the
-    :class:`~memlab.store.CellStore`, None: cells only in the run folder), ``deadline`` (epoch seconds of the time
-    limit, or None), ``cells_computed``, ``cells_skipped`` (finished by an earlier invocation of this run),
-    ``cells_reused`` (name -> the 'experiment/profile/cell' that first computed it), ``cell_store`` (name -> digest
-    of the cells kept in the store), ``cell_seconds`` (compute time of every cell of the run, also of resumed ones),
-    ``cell_peak_rss_mb`` (peak resident memory of the process that computed each cell, up to its end),
-    ``cell_software`` (the library versions that computed each cell, ``files.software_versions``),
-    ``cell_compile_seconds`` (the part of each cell's time spent compiling), ``claims``.
+    :class:`~memlab.store.CellStore`, None: cells only in the run folder), ``cells`` (the
+    :class:`~memlab.cell_cache.CellCache`: which cells were computed, resumed or reused, and each one's time, memory
+    and software), ``claims``, ``blank_panels``.
     """
 
     def __init__(self, out_dir: Path, config: Any, profile: str, seed: int, progress: bool = True,
@@ -154,23 +114,13 @@ class Run:
         self.out_dir = Path(out_dir)
         self.config = config
         self.experiment = experiment
-        self.store = store
-        self.deadline = deadline
-        self.cells_reused: dict[str, str] = {}
-        self.cell_store: dict[str, str] = {}
         self.profile = profile
         self.seed = seed
-        self.show_progress = progress
         self.executor = executor or LocalExecutor()
-        self.cells_computed = 0
-        self.cells_skipped = 0
-        self.cell_seconds: dict[str, float | None] = {}
-        self.cell_peak_rss_mb: dict[str, float | None] = {}
-        self.cell_software: dict[str, dict | None] = {}
-        self.cell_compile_seconds: dict[str, float | None] = {}
+        self.cells = CellCache(self.out_dir, f"{experiment}/{profile}", store, self.executor, deadline,
+                               interrupt or StickyInterrupt(), progress)
         self.claims: list[dict] = []
         self.blank_panels: list[str] = []  # 'figure.png: panel title' for every panel that shows nothing
-        self._interrupt = interrupt or StickyInterrupt()
 
     @property
     def key(self) -> jax.Array:
@@ -189,7 +139,10 @@ class Run:
                              f"got {str(filename)!r}")
         return self.out_dir / rel
 
-    # ------------------------------------------------------------ sweeps
+    @property
+    def store(self) -> CellStore | None:
+        """The cell store the run's cells go to (None: only the run folder)."""
+        return self.cells.store
 
     def sweep(self, cells: Mapping[str, Callable[[], Mapping]], label: str) -> dict[str, dict]:
         """Compute a grid of independent cells; returns ``{name: result}`` in the order of ``cells``.
@@ -197,248 +150,16 @@ class Run:
         ``cells`` maps a cell name (letters, digits, ``. _ = + , -``; unique within the run) to a zero-argument
         function returning a dict of arrays, numbers, strings, lists, dicts or ``bytes`` -- a pure function of
         the config and a named key, since it may run in another process or on another machine. Build it as
-        ``functools.partial(f, *args)`` of a module-level ``f`` and it also goes to the cell store
-        (``memlab.store``), where any experiment asking for the same function and arguments finds it. A
-        finished cell is read from the store, else from the run folder's ``cells/<name>.json`` (``_find``).
-        Unfinished cells go to the run's executor and each is written (atomically) as it arrives. Results are
-        JSON round-tripped (arrays come back as lists), so fresh and resumed runs see the same values. Ctrl-C
-        stops the sweep and keeps the finished cells; cells that raise are reported with their traceback while the
-        others finish, then :class:`CellsFailed` is raised; at the run's time limit :class:`TimeLimitReached` is
-        raised once the running cells have finished or stopped.
+        ``functools.partial(f, *args)`` of a module-level ``f`` (declared with ``memlab.store.cell``) and it also
+        goes to the cell store, where any experiment asking for the same function and arguments finds it. Finished
+        cells are read, the rest computed by the run's executor and written as each arrives
+        (:class:`~memlab.cell_cache.CellCache`). Results are JSON round-tripped (arrays come back as lists), so
+        fresh and resumed runs see the same values. Ctrl-C stops the sweep and keeps the finished cells; cells
+        that raise are reported with their traceback while the others finish, then :class:`CellsFailed` is
+        raised; at the run's time limit :class:`TimeLimitReached` is raised once the running cells have finished
+        or stopped.
         """
-        if not isinstance(cells, Mapping):
-            raise ValueError(f"sweep '{label}': cells must map names to functions, got {type(cells).__name__}")
-        results, todo, digests = {}, {}, {}
-        for name, compute in cells.items():
-            _check_name("cell", name)
-            if name in self.cell_seconds:
-                raise ValueError(f"cell name {name!r} used twice in one run; each cell needs its own name")
-            if not callable(compute):
-                raise ValueError(f"cell {name!r}: expected a zero-argument function, got {type(compute).__name__}")
-            self.cell_seconds[name] = None
-            digest = digests[name] = cell_digest(compute) if self.store is not None else None
-            found = self._find(name, compute, digest)
-            if found is not None:
-                results[name] = self._keep(name, found)
-            else:
-                todo[name] = compute
-        self._interrupt.check()
-        failures, out_of_time = {}, []
-        seconds = [self.cell_seconds[n] for n in results if self.cell_seconds[n] is not None]  # grows as cells end
-        with self._progress(len(cells), label, done=len(results)) as advance:
-            pending = todo
-            while pending:  # another run sharing the store may hold some cells: compute the rest, then wait
-                claims, theirs = {}, {}
-                taken = self._take(pending, digests, results, advance, claims, theirs, seconds)
-                try:
-                    with contextlib.closing(self.executor.run(taken, Settings.of_driver(self.deadline))) as outcomes:
-                        for outcome in outcomes:
-                            if outcome.out_of_time:
-                                out_of_time.append(outcome.name)
-                            elif outcome.error is not None:
-                                failures[outcome.name] = outcome.error
-                                print(f"memlab: cell {outcome.name!r} failed:\n{outcome.error}", file=sys.stderr)
-                            else:
-                                self._save(outcome.name, pending[outcome.name], digests[outcome.name], outcome.text)
-                                results[outcome.name] = self._keep(outcome.name, read_cell(outcome.text))
-                                seconds.append(self.cell_seconds[outcome.name])
-                                self.cells_computed += 1
-                            if outcome.name in claims:
-                                claims.pop(outcome.name).release()
-                            advance()  # a Ctrl-C swallowed inside a cell stops the sweep here
-                finally:
-                    for claim in claims.values():
-                        claim.release()
-                pending = self._wait_for_others(label, theirs, digests, results, advance, out_of_time)
-        if failures:
-            raise CellsFailed(label, len(cells), failures)
-        if out_of_time:
-            raise TimeLimitReached(label, len(cells) - len(out_of_time), len(cells))
-        self._warn_other_software(label, list(cells))
-        return {name: results[name] for name in cells}
-
-    def _take(self, pending: dict, digests: dict, results: dict, advance, claims: dict, theirs: dict,
-              seconds: list) -> Iterator[tuple[str, Scheduled]]:
-        """The ``pending`` cells as the executor takes them, each claimed in the store (:meth:`CellStore.claim`,
-        kept in ``claims``) just before it starts, so another run sharing the store takes the cells this one has
-        not reached instead of waiting for them. A cell another live run holds goes to ``theirs``; one stored
-        since the sweep began is read into ``results`` instead."""
-        for name, compute in pending.items():
-            digest = digests[name]
-            if digest is not None:
-                claim = self.store.claim(digest)
-                if claim is None:
-                    theirs[name] = compute
-                    continue
-                if self._stored_since(compute, digest):
-                    found = self._find(name, compute, digest)
-                    claim.release()
-                    results[name] = self._keep(name, found)
-                    advance()
-                    continue
-                claims[name] = claim
-            yield name, Scheduled(self._located(name, compute, digest), self.deadline, seconds,
-                                  takes_checkpoint(compute))
-
-    def _stored_since(self, compute: Callable, digest: str) -> bool:
-        """Whether a cell not found when the sweep began is in the store now (written by another run); a damaged
-        file was reported then and counts as absent, without a second warning."""
-        try:
-            return self.store.get(compute, digest) is not None
-        except DamagedRecord:
-            return False
-
-    def _wait_for_others(self, label: str, theirs: dict, digests: dict, results: dict, advance,
-                         out_of_time: list) -> dict:
-        """Wait for the cells another run holds: each is read from the store once stored; one whose holder let
-        go without storing it (the other run failed or stopped) is returned, for this run to compute. At the time
-        limit the rest count as out of time."""
-        if theirs:
-            print(f"memlab: sweep '{label}': waiting for {len(theirs)} cell(s) another run sharing the cell store "
-                  f"is computing ({self.store.root / 'claims'})", file=sys.stderr)
-        theirs = dict(theirs)
-        while theirs:
-            self._interrupt.check()
-            if self.deadline is not None and time.time() >= self.deadline:
-                out_of_time.extend(theirs)
-                return {}
-            for name, compute in list(theirs.items()):
-                if self._stored_since(compute, digests[name]):
-                    results[name] = self._keep(name, self._find(name, compute, digests[name]))
-                    del theirs[name]
-                    advance()
-            free = {n: c for n, c in theirs.items() if self.store.is_free(digests[n])}
-            if free:
-                return free
-            if theirs:
-                time.sleep(CLAIM_POLL_S)
-        return {}
-
-    def _origin(self, name: str) -> str:
-        return f"{self.experiment}/{self.profile}/{name}"
-
-    def _find(self, name: str, compute: Callable, digest: str | None) -> CellRecord | None:
-        """A finished cell: from the store under its digest (then copied into the run folder), else from the run
-        folder's copy if that copy was made for the same digest (its ``<name>.digest`` beside it) or the cell has
-        no digest; noted as resumed (computed by this run) or reused (first computed for another experiment or
-        profile). A run-folder copy made for another digest (the cell's code version, arguments or jax changed) is
-        stale and ignored; one from before the store (no digest beside it) resumes this run but is not filed."""
-        path = self._cell_path(name)
-        entry = self._stored(compute, digest)
-        if entry is not None:
-            self.cell_store[name] = digest
-            if entry["origin"] == self._origin(name):
-                self.cells_skipped += 1
-            else:
-                self.cells_reused[name] = entry["origin"]
-            text = json.dumps(entry["record"])
-            if not (path.exists() and self._made_for(name) == digest):  # a copy for this digest stays untouched
-                self._write_copy(name, text, digest)
-            return read_cell(text)
-        if not path.exists():
-            return None
-        made_for = self._made_for(name)
-        if digest is not None and made_for is not None and made_for != digest:
-            print(f"memlab: cell {name!r}: {path} was computed for other code, arguments or jax; recomputing",
-                  file=sys.stderr)
-            return None
-        try:
-            text = path.read_text(encoding="utf-8")
-            record = read_cell(text)
-        except (ValueError, UnicodeDecodeError) as e:  # one damaged file costs one cell, not the run
-            print(f"memlab: {DamagedRecord(path, str(e))}; recomputing the cell", file=sys.stderr)
-            return None
-        if digest is not None and made_for is not None:
-            self.store.put(compute, digest, text, self._origin(name))  # the store was lost
-            self.cell_store[name] = digest
-        self.cells_skipped += 1
-        return record
-
-    def _stored(self, compute: Callable, digest: str | None) -> dict | None:
-        """The store's entry of a cell, or None (no digest, not stored, or a damaged file, which is then replaced:
-        by the run folder's copy or by the recomputed cell)."""
-        if digest is None:
-            return None
-        try:
-            return self.store.get(compute, digest)
-        except DamagedRecord as e:
-            print(f"memlab: {e}; replacing it", file=sys.stderr)
-            return None
-
-    def _write_copy(self, name: str, text: str, digest: str | None) -> None:
-        """The run folder's copy of a cell record and, for a stored cell, the digest it was computed for."""
-        atomic_write_text(self._cell_path(name), text)
-        if digest is not None:
-            atomic_write_text(self._digest_path(name), digest + "\n")
-
-    def _digest_path(self, name: str) -> Path:
-        return self.out_dir / "cells" / f"{name}.digest"
-
-    def _made_for(self, name: str) -> str | None:
-        """The digest the run folder's copy of a cell was computed for (None: no record of it)."""
-        path = self._digest_path(name)
-        try:
-            return path.read_text(encoding="utf-8").strip() if path.exists() else None
-        except UnicodeDecodeError:  # a damaged record names no digest: the copy is recomputed, never trusted
-            return ""
-
-    def _located(self, name: str, compute: Callable, digest: str | None) -> Callable:
-        """The cell with its CHECKPOINT argument made a path: in the store (shared) or in the run folder."""
-        folder = self.store.checkpoint_dir(digest) if digest is not None else self.out_dir / "checkpoints" / name
-        return with_checkpoint(compute, folder / "checkpoint")
-
-    def _save(self, name: str, compute: Callable, digest: str | None, text: str) -> None:
-        """The run folder's copy first: it is what resumes this run; then the store's, which others reuse."""
-        self._write_copy(name, text, digest)
-        if digest is not None:
-            self.store.put(compute, digest, text, self._origin(name))
-            self.cell_store[name] = digest
-
-    def _keep(self, name: str, record: CellRecord) -> dict:
-        """Note a finished cell's time, memory and software; return its result."""
-        self.cell_seconds[name], self.cell_peak_rss_mb[name] = record.seconds, record.peak_rss_mb
-        self.cell_software[name] = record.software
-        self.cell_compile_seconds[name] = record.compile_seconds
-        return record.result
-
-    def _warn_other_software(self, label: str, names: list[str]) -> None:
-        """A warning on stderr when cells of this sweep were computed by other library versions than this process
-        has (a resumed folder from before an upgrade, or workers that differ): their numbers may not be what this
-        installation computes."""
-        here = software_versions()
-        other = {n: self.cell_software[n] for n in names if self.cell_software[n] not in (None, here)}
-        if other:
-            versions = sorted({", ".join(f"{k} {v}" for k, v in s.items()) for s in other.values()})
-            print(f"memlab: sweep '{label}': {len(other)} of {len(names)} cells were computed with "
-                  f"{'; '.join(versions)} (this process: {', '.join(f'{k} {v}' for k, v in here.items())}); delete "
-                  f"their files under {self.out_dir / 'cells'}{self._store_words()} to recompute them",
-                  file=sys.stderr)
-
-    def _store_words(self) -> str:
-        return "" if self.store is None else \
-            f" and in the cell store {self.store.root} (<module.function>/<digest>.json; results.json: cells.store)"
-
-    def _cell_path(self, name: str) -> Path:
-        return self.out_dir / "cells" / f"{name}.json"
-
-    @contextlib.contextmanager
-    def _progress(self, total: int, description: str, done: int = 0) -> Iterator[Callable[[int], None]]:
-        """Yields ``advance(n=1)``; a rich progress bar on stderr unless disabled; checks for Ctrl-C."""
-        if not self.show_progress:
-            yield lambda n=1: self._interrupt.check()
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
-            task = bar.add_task(description, total=total, completed=done)
-
-            def advance(n=1):
-                self._interrupt.check()
-                bar.advance(task, n)
-
-            yield advance
+        return self.cells.compute(cells, label)
 
     # ------------------------------------------------------------ writers
 
@@ -556,75 +277,6 @@ def _resolve_config(exp: Experiment, profile: str, seed: int | None, overrides: 
     return config
 
 
-CLAIM_POLL_S = 1.0  # how often a run waiting for another run's cells looks for them in the store
-LOCK = ".memlab.lock"  # in the run folder while a run writes to it (fcntl.flock: the kernel frees it with the process)
-
-
-def _holds_work(out_dir: Path) -> bool:
-    """Whether a run folder holds something computed: results, a finished cell or a checkpoint."""
-    return (out_dir / "results.json").exists() or any(
-        (out_dir / sub).is_dir() and any((out_dir / sub).iterdir()) for sub in ("cells", "checkpoints"))
-
-
-def _bind_folder(out_dir: Path, header: dict) -> None:
-    """Write config.json into ``out_dir`` (created before, locked by :func:`_locked`), or check that an existing
-    one holds the same config. A config.json beside no computed work (a run that stopped before its first cell)
-    is replaced: it binds nothing."""
-    config_path = out_dir / "config.json"
-    try:
-        if config_path.exists():
-            old = _read_config(config_path)
-            same = {k: old.get(k) for k in ("experiment", "config")} == {k: header[k] for k in ("experiment", "config")}
-            if not same and _holds_work(out_dir):
-                raise SetupError(
-                    f"output folder {out_dir} holds a run of a different config; pick another --out or delete "
-                    "the folder"
-                )
-        atomic_write_text(config_path, dumps(header))
-    except OSError as e:
-        raise SetupError(f"cannot write to output folder {out_dir}: {e.strerror or e}") from e
-
-
-def _read_config(path: Path) -> dict:
-    """An existing config.json; SetupError if it is damaged."""
-    advice = "pick another --out or delete the folder"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:  # not JSON, not UTF-8
-        raise SetupError(f"{path} is damaged ({e}); {advice}") from e
-    if not isinstance(config, dict):
-        raise SetupError(f"{path} is damaged (not a JSON object); {advice}")
-    return config
-
-
-@contextlib.contextmanager
-def _locked(out_dir: Path) -> Iterator[None]:
-    """Create ``out_dir`` and hold its lock while the run writes to it: SetupError if another process holds it (two
-    identical runs would both compute every cell) or if the folder is not empty and holds no memlab run (its files
-    are the user's, e.g. their own results.json)."""
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        if not (out_dir / "config.json").exists() and any(p.name != LOCK for p in out_dir.iterdir()):
-            raise SetupError(f"output folder {out_dir} is not empty and holds no memlab run (no config.json); "
-                             "pick a new or empty folder for --out")
-        lock = open(out_dir / LOCK, "a+", encoding="utf-8")  # noqa: SIM115  (closed below, which frees the lock)
-    except OSError as e:
-        raise SetupError(f"cannot write to output folder {out_dir}: {e.strerror or e}") from e
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "?"
-            raise SetupError(f"another memlab run (process {holder}) is writing to {out_dir}; wait for it to "
-                             "finish or pick another --out") from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
-        yield  # closing the file frees the lock; a process that dies frees it too
-
-
 def run_peak_rss_mb(cell_peaks: Mapping[str, float | None]) -> float:
     """Peak resident memory of a run (MB): this process's high-water mark or a cell's, whichever is larger."""
     return round(max([peak_rss_mb(), *(p for p in cell_peaks.values() if p is not None)]), 1)
@@ -667,8 +319,8 @@ def run_experiment(
     deadline = None if time_limit is None else time.time() + float(time_limit)
     header = to_jsonable({"experiment": exp.name, "profile": profile, "config": config})
     interrupt = StickyInterrupt()
-    with interrupt.installed(), _locked(out_dir):  # before config.json exists: from then on a Ctrl-C cannot be lost
-        _bind_folder(out_dir, header)
+    with interrupt.installed(), locked(out_dir):  # before config.json exists: from then on a Ctrl-C cannot be lost
+        bind_folder(out_dir, header)
         run = Run(out_dir, config, profile, config.seed, progress=progress, interrupt=interrupt, executor=executor,
                   experiment=exp.name, store=store or None, deadline=deadline)
         start = time.perf_counter()
@@ -690,13 +342,10 @@ def run_experiment(
             "executor": run.executor.name,
             "cpu_devices": jax.local_device_count(),  # of this process (memlab.devices; cells elsewhere: theirs)
             # the largest of this process's peak and every cell's (also cells computed elsewhere or resumed)
-            "peak_rss_mb": run_peak_rss_mb(run.cell_peak_rss_mb),
+            "peak_rss_mb": run_peak_rss_mb(run.cells.peak_rss_mb),
             "software": software_versions(),  # of this process; each cell's own below (None: not recorded)
             "cell_store": None if run.store is None else str(run.store.root),
-            "cells": {"computed": run.cells_computed, "resumed": run.cells_skipped,
-                      "reused": len(run.cells_reused), "reused_from": run.cells_reused, "store": run.cell_store,
-                      "seconds": run.cell_seconds, "compile_seconds": run.cell_compile_seconds,
-                      "peak_rss_mb": run.cell_peak_rss_mb, "software": run.cell_software},
+            "cells": run.cells.summary(),
         }
         atomic_write_text(out_dir / "results.json", dumps(document))
     return out_dir

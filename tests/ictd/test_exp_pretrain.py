@@ -150,7 +150,7 @@ def test_tiny_profile_writes_the_contract_and_resumes(name, tmp_path):
     S, T = config.num_seeds, config.num_steps
     masks_run = ["full"] if name == "ictd.pretrain" else ["full", "relaxed"]
     assert len((out / "trace_mean.csv").read_text().splitlines()) == 1 + T * len(masks_run)
-    assert runs[0].cells_computed == (S + 1) * len(masks_run) and runs[0].cells_skipped == 0
+    assert runs[0].cells.computed == (S + 1) * len(masks_run) and runs[0].cells.resumed == 0
     if name == "ictd.pretrain":
         assert {"v-sign-pattern", "a-diagonal", "masked-entries-zero", "dt-increases", "td-error-below-theta-star",
                 "theta-star-beats-mirror", "v-rises-after-dt[mirrored]", "a-high-across-dt[paper]"} <= ids
@@ -167,7 +167,7 @@ def test_tiny_profile_writes_the_contract_and_resumes(name, tmp_path):
 
     cell_bytes = {p.name: p.read_bytes() for p in (out / "cells").glob("*.json")}
     run_experiment(exp, "tiny", out_dir=tmp_path, progress=False)
-    assert runs[1].cells_skipped == (S + 1) * len(masks_run) and runs[1].cells_computed == 0
+    assert runs[1].cells.resumed == (S + 1) * len(masks_run) and runs[1].cells.computed == 0
     assert {p.name: p.read_bytes() for p in (out / "cells").glob("*.json")} == cell_bytes
     again = json.loads((out / "results.json").read_text())
     assert again["results"] == results["results"] and again["claims"] == claims

@@ -200,7 +200,7 @@ def setting_cells(config: PretrainConfig, slug: str, seed_keys, eval_key, eval_t
 def setting_from_cells(label: str, config: PretrainConfig, slug: str, results: Mapping,
                        seconds: Mapping | None = None) -> Setting:
     """The Setting of the cells of ``setting_cells(config, slug, ...)`` from a sweep's results (``seconds``: the
-    compute time of each cell by name, e.g. ``Run.cell_seconds``; missing ones count as NaN)."""
+    compute time of each cell by name, e.g. ``Run.cells.seconds``; missing ones count as NaN)."""
     names = [f"{slug}-seed={s}" for s in range(config.num_seeds)]
     times = [(seconds or {}).get(name) for name in names]
     return stack_setting(label, config, [results[name] for name in names], results[f"{slug}-references"],

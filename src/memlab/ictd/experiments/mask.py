@@ -142,7 +142,7 @@ def run_mask_relaxation(cfg: MaskRelaxationConfig, run: Run) -> dict:
     cells = {name: cell for mask, config in cfg.settings().items()
              for name, cell in setting_cells(config, mask, seed_keys, eval_key, cfg.eval_tasks).items()}
     cells = run.sweep(cells, "F.5 full and relaxed masks (one cell per seed)")
-    stats = analyse(cfg, cells, run.cell_seconds)
+    stats = analyse(cfg, cells, run.cells.seconds)
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)

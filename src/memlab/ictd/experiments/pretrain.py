@@ -146,7 +146,7 @@ def run_pretrain(cfg: PretrainExperimentConfig, run: Run) -> dict:
     seed_keys = [run.key_for("train", s) for s in range(cfg.train.num_seeds)]
     cells = run.sweep(setting_cells(cfg.train, cfg.train.a_mask, seed_keys, run.key_for("heldout"), cfg.eval_tasks),
                       "Algorithm 1 (one cell per seed)")
-    stats = analyse(cfg, cells, run.cell_seconds)
+    stats = analyse(cfg, cells, run.cells.seconds)
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)

@@ -289,7 +289,7 @@ def _best_of_claim(run: Run, id: str, text: str, shown: str, reference: float, n
 
 def _summary(cfg: Table1Config, stats: Table1Stats, notes: list[str], run: Run) -> None:
     """The table with each row's mean compute time per cell (train + test; a machine's time, not a result)."""
-    rows = [[*(blank(getattr(row, c)) for c in TABLE1_COLUMNS), _cell_seconds(cfg, row, run.cell_seconds)]
+    rows = [[*(blank(getattr(row, c)) for c in TABLE1_COLUMNS), _cell_seconds(cfg, row, run.cells.seconds)]
             for row in stats.table]
     table = run.save_table("table1.csv", [*TABLE1_COLUMNS, "cell_seconds"], rows, TABLE1_FORMATS)
     ceilings = stats.ceilings
