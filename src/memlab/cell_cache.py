@@ -79,36 +79,10 @@ class CellCache:
                 "compile_seconds": self.compile_seconds, "peak_rss_mb": self.peak_rss_mb, "software": self.software}
 
     def compute(self, cells: Mapping[str, Callable[[], Mapping]], label: str) -> dict[str, dict]:
-        """Compute a grid of independent cells; returns ``{name: result}`` in the order of ``cells``.
-
-        ``cells`` maps a cell name (letters, digits, ``. _ = + , -``; unique within the run) to a zero-argument
-        function returning a dict of arrays, numbers, strings, lists, dicts or ``bytes`` -- a pure function of
-        the config and a named key, since it may run in another process or on another machine. Build it as
-        ``functools.partial(f, *args)`` of a module-level ``f`` and it also goes to the cell store
-        (``memlab.store``), where any experiment asking for the same function and arguments finds it. A
-        finished cell is read from the store, else from the run folder's ``cells/<name>.json`` (``_find``).
-        Unfinished cells go to the run's executor and each is written (atomically) as it arrives. Results are
-        JSON round-tripped (arrays come back as lists), so fresh and resumed runs see the same values. Ctrl-C
-        stops the sweep and keeps the finished cells; cells that raise are reported with their traceback while the
-        others finish, then :class:`CellsFailed` is raised; at the run's time limit :class:`TimeLimitReached` is
-        raised once the running cells have finished or stopped.
-        """
-        if not isinstance(cells, Mapping):
-            raise ValueError(f"sweep '{label}': cells must map names to functions, got {type(cells).__name__}")
-        results, todo, digests = {}, {}, {}
-        for name, compute in cells.items():
-            check_name("cell", name)
-            if name in self.seconds:
-                raise ValueError(f"cell name {name!r} used twice in one run; each cell needs its own name")
-            if not callable(compute):
-                raise ValueError(f"cell {name!r}: expected a zero-argument function, got {type(compute).__name__}")
-            self.seconds[name] = None
-            digest = digests[name] = cell_digest(compute) if self.store is not None else None
-            found = self._find(name, compute, digest)
-            if found is not None:
-                results[name] = self._keep(name, found)
-            else:
-                todo[name] = compute
+        """:meth:`memlab.runner.Run.sweep`: ``{name: result}`` in the order of ``cells``, the finished ones read
+        (:meth:`_find`: the store, else the run folder), the rest computed by the executor and saved as each
+        arrives; :class:`CellsFailed` or :class:`TimeLimitReached` once every other cell has ended."""
+        results, todo, digests = self._look_up(cells, label)
         self._interrupt.check()
         failures, out_of_time = {}, []
         seconds = [self.seconds[n] for n in results if self.seconds[n] is not None]  # grows as cells end
@@ -143,6 +117,26 @@ class CellCache:
             raise TimeLimitReached(label, len(cells) - len(out_of_time), len(cells))
         self._warn_other_software(label, list(cells))
         return {name: results[name] for name in cells}
+
+    def _look_up(self, cells: Mapping[str, Callable[[], Mapping]], label: str) -> tuple[dict, dict, dict]:
+        """Check a sweep's cells and find the finished ones: (results of those, the cells to compute, digests)."""
+        if not isinstance(cells, Mapping):
+            raise ValueError(f"sweep '{label}': cells must map names to functions, got {type(cells).__name__}")
+        results, todo, digests = {}, {}, {}
+        for name, compute in cells.items():
+            check_name("cell", name)
+            if name in self.seconds:
+                raise ValueError(f"cell name {name!r} used twice in one run; each cell needs its own name")
+            if not callable(compute):
+                raise ValueError(f"cell {name!r}: expected a zero-argument function, got {type(compute).__name__}")
+            self.seconds[name] = None
+            digest = digests[name] = cell_digest(compute) if self.store is not None else None
+            found = self._find(name, compute, digest)
+            if found is not None:
+                results[name] = self._keep(name, found)
+            else:
+                todo[name] = compute
+        return results, todo, digests
 
     def _take(self, pending: dict, digests: dict, results: dict, advance, claims: dict, theirs: dict,
               seconds: list) -> Iterator[tuple[str, Scheduled]]:

@@ -184,23 +184,28 @@ def parse_duration(text: str) -> float:
 # ---------------------------------------------------------------- reproduce
 
 
+def _reproduced(args) -> list[str]:
+    """The experiments ``memlab reproduce`` runs: those named (default: all) that have the profile; ValueError
+    before any starts for a bad --jobs, an unknown name, or a named experiment without the profile."""
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    names = [catalog.get(name).name for name in args.names] if args.names else list(catalog.EXPERIMENTS)
+    lacking = [name for name in names if args.profile not in catalog.EXPERIMENTS[name].profiles]
+    if args.names and lacking:
+        raise ValueError(f"profile {args.profile!r} is not a profile of {', '.join(lacking)}; "
+                         f"profiles: {_profiles_of(lacking)}")
+    if not set(names) - set(lacking):
+        raise ValueError(f"no experiment has a profile {args.profile!r}; profiles: {_profiles_of(names)}")
+    return [name for name in names if name not in lacking]  # e.g. paper-core: the experiments that have one
+
+
 def cmd_reproduce(args) -> int:
     from memlab.reproduce import reproduce
 
-    if args.jobs < 1:
-        return _error(f"--jobs must be >= 1, got {args.jobs}")
     try:
-        names = [catalog.get(name).name for name in args.names] if args.names else list(catalog.EXPERIMENTS)
+        names = _reproduced(args)
     except ValueError as e:
         return _error(str(e))
-    # before any experiment starts
-    lacking = [name for name in names if args.profile not in catalog.EXPERIMENTS[name].profiles]
-    if args.names and lacking:
-        return _error(f"profile {args.profile!r} is not a profile of {', '.join(lacking)}; "
-                      f"profiles: {_profiles_of(lacking)}")
-    if not set(names) - set(lacking):
-        return _error(f"no experiment has a profile {args.profile!r}; profiles: {_profiles_of(names)}")
-    names = [name for name in names if name not in lacking]  # e.g. paper-core: the experiments that have one
     out = Path(args.out)
     start = time.perf_counter()
 

@@ -12,6 +12,7 @@ import json
 import posixpath
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from memlab.claims import (
@@ -142,6 +143,47 @@ def _counts_line(verdicts: list[tuple[str, str]]) -> list[str]:
             for by in BY if any(b == by for b, _ in verdicts)]
 
 
+def _verdicts(documents: dict, paper: dict) -> tuple[dict, dict]:
+    """Per results.json, claim by claim: the run's own status, and the verdict that decides the claim."""
+    statuses, decided = {}, {}
+    for path, doc in documents.items():
+        if doc is None:
+            continue
+        statuses[path] = [status_of(c, doc["profile"]) for c in doc["claims"]]
+        scale = paper.get(doc["experiment"], {})
+        # a paper-scale run being reported keeps its own verdicts (it is itself the evidence)
+        decided[path] = statuses[path] if is_paper_scale(doc["profile"]) else [
+            decisive_status(s, scale.get(c["id"], [])) for c, s in zip(doc["claims"], statuses[path])]
+    return statuses, decided
+
+
+def _timing_table(documents: Iterable[dict]) -> str:
+    """The time, cells, memory and executor of each run's last invocation, as Markdown."""
+    rows = []
+    for doc in documents:
+        cells = doc.get("cells", {})
+        rows.append((doc["experiment"], doc["profile"], duration(float(doc.get("elapsed_s", 0.0))),
+                     cells.get("computed", "?"), cells.get("resumed", "?"), cell_time(cells),
+                     doc.get("executor", "local"), megabytes(doc.get("peak_rss_mb"))))
+    return markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed",
+                           "cell time (compiling)", "executor", "peak memory"], rows)
+
+
+def _claims_table(doc: dict, statuses: list[str], decided: list[str], scale: dict) -> list[str]:
+    """A run's claims: each with its status and, where paper-scale runs of the experiment exist, their verdicts
+    and the one that decides."""
+    rows = [(c["id"] + (" (memlab's check)" if c.get("by") == "memlab" else ""), c["claim"], c["paper"],
+             c["ours"], SYMBOLS[status] + (f" — {c['explained']}" if c.get("explained") else ""),
+             *([", ".join(f"{p} {SYMBOLS[v]}" for p, v in sorted(scale.get(c["id"], []),
+                                                                key=lambda pv: paper_profile_rank(pv[0])))
+                or "—",
+                SYMBOLS[verdict]] if scale else []))
+            for c, status, verdict in zip(doc["claims"], statuses, decided, strict=True)]
+    return [f"### Claims of {doc['experiment']} ({doc['profile']})", "",
+            markdown_table(["id", "claim", "paper", "ours", "status",
+                            *(["paper-scale run", "verdict"] if scale else [])], rows), ""]
+
+
 def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]:
     """Gather every summary.md under ``root`` into ``root/report.md``, one section per experiment: its summary,
     figures and claims, each claim with its run's status, the verdicts of the paper-scale runs of the same
@@ -158,26 +200,10 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
     documents = {path: read_results(path) for path in sorted(root.rglob("results.json"))}
     paper = paper_scale_verdicts(paper_root, root)
     paper = {name: v for name, v in paper.items() if any(d and d["experiment"] == name for d in documents.values())}
-    statuses, decided = {}, {}  # per results.json, claim by claim: the run's own status, and the deciding verdict
-    for path, doc in documents.items():
-        if doc is None:
-            continue
-        statuses[path] = [status_of(c, doc["profile"]) for c in doc["claims"]]
-        scale = paper.get(doc["experiment"], {})
-        # a paper-scale run being reported keeps its own verdicts (it is itself the evidence)
-        decided[path] = statuses[path] if is_paper_scale(doc["profile"]) else [
-            decisive_status(s, scale.get(c["id"], [])) for c, s in zip(doc["claims"], statuses[path])]
-    contents, times = [], []
-    for path, verdicts in decided.items():
-        doc = documents[path]
-        contents.append((f"{doc['experiment']} ({doc['profile']})", len(verdicts),
-                         *(verdicts.count(s) or "" for s in STATUSES)))
-        cells = doc.get("cells", {})
-        times.append((doc["experiment"], doc["profile"], duration(float(doc.get("elapsed_s", 0.0))),
-                      cells.get("computed", "?"), cells.get("resumed", "?"), cell_time(cells),
-                      doc.get("executor", "local"), megabytes(doc.get("peak_rss_mb"))))
-    timing = markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed",
-                             "cell time (compiling)", "executor", "peak memory"], times)
+    statuses, decided = _verdicts(documents, paper)
+    contents = [(f"{documents[path]['experiment']} ({documents[path]['profile']})", len(verdicts),
+                 *(verdicts.count(s) or "" for s in STATUSES)) for path, verdicts in decided.items()]
+    timing = _timing_table(documents[path] for path in decided)
     legend = "; ".join(f"{SYMBOLS[s]}: {LEGEND[s]}" for s in STATUSES)
     every = [(c.get("by", "paper"), v) for path, verdicts in decided.items()
              for c, v in zip(documents[path]["claims"], verdicts)]
@@ -201,17 +227,7 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
             if target not in shown:
                 parts += [f"![{png.stem}]({target})", ""]
         if doc is not None and doc["claims"]:
-            scale = paper.get(doc["experiment"], {})
-            rows = [(c["id"] + (" (memlab's check)" if c.get("by") == "memlab" else ""), c["claim"], c["paper"],
-                     c["ours"], SYMBOLS[status] + (f" — {c['explained']}" if c.get("explained") else ""),
-                     *([", ".join(f"{p} {SYMBOLS[v]}" for p, v in sorted(scale.get(c["id"], []),
-                                                                        key=lambda pv: paper_profile_rank(pv[0])))
-                        or "—",
-                        SYMBOLS[verdict]] if scale else []))
-                    for c, status, verdict in zip(doc["claims"], statuses[results], decided[results], strict=True)]
-            parts += [f"### Claims of {doc['experiment']} ({doc['profile']})", "",
-                      markdown_table(["id", "claim", "paper", "ours", "status",
-                                      *(["paper-scale run", "verdict"] if scale else [])], rows), ""]
+            parts += _claims_table(doc, statuses[results], decided[results], paper.get(doc["experiment"], {}))
     parts += ["## Time per experiment", "", "The last invocation of each run (a resumed run skips finished cells).",
               "", timing]
     return atomic_write_text(root / "report.md", "\n".join(parts)), timing

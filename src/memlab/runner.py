@@ -282,6 +282,29 @@ def run_peak_rss_mb(cell_peaks: Mapping[str, float | None]) -> float:
     return round(max([peak_rss_mb(), *(p for p in cell_peaks.values() if p is not None)]), 1)
 
 
+def _results_document(exp: Experiment, run: Run, overrides: list[str], config: dict, results: Any,
+                      elapsed: float) -> dict:
+    """results.json: the run's config, results, claims and figures' blank panels, and how its cells were computed."""
+    return {
+        "experiment": exp.name,
+        "profile": run.profile,
+        "overrides": overrides,  # --set changes to the profile's config (e.g. a paper profile restricted)
+        "paper_ref": exp.paper_ref,
+        "config": config,
+        "results": results,
+        "claims": run.claims,
+        "blank_panels": run.blank_panels,
+        "elapsed_s": round(elapsed, 3),  # this invocation only (a resumed run skips cells)
+        "executor": run.executor.name,
+        "cpu_devices": jax.local_device_count(),  # of this process (memlab.devices; cells elsewhere: theirs)
+        # the largest of this process's peak and every cell's (also cells computed elsewhere or resumed)
+        "peak_rss_mb": run_peak_rss_mb(run.cells.peak_rss_mb),
+        "software": software_versions(),  # of this process; each cell's own below (None: not recorded)
+        "cell_store": None if run.store is None else str(run.store.root),
+        "cells": run.cells.summary(),
+    }
+
+
 def run_experiment(
     exp: Experiment,
     profile: str = "quick",
@@ -329,23 +352,7 @@ def run_experiment(
         if not (isinstance(results, Mapping) or dataclasses.is_dataclass(results) and not isinstance(results, type)):
             raise TypeError(f"{exp.name}: run() must return its results as a dict or a dataclass instance, got "
                             f"{type(results).__name__}")
-        document = {
-            "experiment": exp.name,
-            "profile": profile,
-            "overrides": list(overrides),  # --set changes to the profile's config (e.g. a paper profile restricted)
-            "paper_ref": exp.paper_ref,
-            "config": header["config"],
-            "results": results,
-            "claims": run.claims,
-            "blank_panels": run.blank_panels,
-            "elapsed_s": round(time.perf_counter() - start, 3),  # this invocation only (a resumed run skips cells)
-            "executor": run.executor.name,
-            "cpu_devices": jax.local_device_count(),  # of this process (memlab.devices; cells elsewhere: theirs)
-            # the largest of this process's peak and every cell's (also cells computed elsewhere or resumed)
-            "peak_rss_mb": run_peak_rss_mb(run.cells.peak_rss_mb),
-            "software": software_versions(),  # of this process; each cell's own below (None: not recorded)
-            "cell_store": None if run.store is None else str(run.store.root),
-            "cells": run.cells.summary(),
-        }
+        elapsed = time.perf_counter() - start
+        document = _results_document(exp, run, list(overrides), header["config"], results, elapsed)
         atomic_write_text(out_dir / "results.json", dumps(document))
     return out_dir

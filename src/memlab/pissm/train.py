@@ -168,6 +168,45 @@ def gradient_parts(parts: int | None, batch: int) -> int:
     return parts
 
 
+def _surrogate_loss(config: TrainConfig, static):
+    """``loss(params, (y, mask, keys), baseline, observed) -> (loss, rewards)``: minus the objective over a
+    minibatch (or any part of it: ``observed`` is the whole minibatch's count of observed steps)."""
+
+    def loss(params, examples, baseline, observed):
+        y, mask, keys = examples
+        preds = jax.vmap(lambda y_b, m_b, k: eqx.combine(params, static)(y_b, m_b, key=k))(y, mask, keys)
+        reward = preds.rewards
+        if config.objective == "reinforce":
+            surrogate = reward + jax.lax.stop_gradient(reward - baseline) * preds.score_log_probs  # eq. (8), (9)
+        else:
+            surrogate = preds.log_likelihoods  # log sum_k q(k | x_{t-1}) N(y_t | k), section 6 / eq. (60)
+        return -jnp.sum(jnp.where(mask, surrogate, 0.0)) / observed, reward
+
+    return loss
+
+
+def _epochs(epoch, carry, key, config: TrainConfig):
+    """Run ``epoch(carry, (index, key)) -> (carry, outputs)`` for ``config.epochs`` epochs, stopping after the first
+    that fails (``carry[-1]`` false) if ``config.stop_on_failure``: the run has failed then and nothing after it
+    changes the result (best model, best epoch, failure). Returns (epochs run, carry, the outputs' histories, NaN
+    where no epoch ran)."""
+    epoch_keys = jax.random.split(key, config.epochs)
+    shapes = jax.eval_shape(epoch, carry, (jnp.asarray(0), epoch_keys[0]))[1]
+    history = jax.tree_util.tree_map(lambda s: jnp.full((config.epochs, *s.shape), jnp.nan, s.dtype), shapes)
+
+    def running(state):
+        index, carry, _ = state
+        return (index < config.epochs) & (carry[-1] | (not config.stop_on_failure))
+
+    def next_epoch(state):
+        index, carry, history = state
+        carry, outputs = epoch(carry, (index, epoch_keys[index]))
+        history = jax.tree_util.tree_map(lambda h, o: h.at[index].set(o), history, outputs)
+        return index + 1, carry, history
+
+    return jax.lax.while_loop(running, next_epoch, (jnp.asarray(0), carry, history))
+
+
 def make_train(config: TrainConfig):
     """Return ``train(key, model, train_y, train_mask, val_y, val_mask) -> TrainResult`` (module doc). Jittable with
     the model marked static by ``eqx.filter_jit``; the arrays may be vmapped over (e.g. seeds)."""
@@ -191,17 +230,8 @@ def make_train(config: TrainConfig):
         # each optimiser sees zero gradients outside its own leaves, so its Adam updates there are exactly zero
         opt_state = (optimizer.init(params), optimizer.init(params))
 
-        def loss_fn(params, examples, baseline, observed):  # observed: the minibatch's count, for any part of it
-            y, mask, keys = examples
-            preds = jax.vmap(lambda y_b, m_b, k: eqx.combine(params, static)(y_b, m_b, key=k))(y, mask, keys)
-            reward = preds.rewards
-            if config.objective == "reinforce":
-                surrogate = reward + jax.lax.stop_gradient(reward - baseline) * preds.score_log_probs  # eq. (8), (9)
-            else:
-                surrogate = preds.log_likelihoods  # log sum_k q(k | x_{t-1}) N(y_t | k), section 6 / eq. (60)
-            return -jnp.sum(jnp.where(mask, surrogate, 0.0)) / observed, reward
-
-        value_and_grad = value_and_grad_in_parts(loss_fn, gradient_parts(config.gradient_parts, batch))
+        value_and_grad = value_and_grad_in_parts(_surrogate_loss(config, static),
+                                                 gradient_parts(config.gradient_parts, batch))
 
         def iss_state(params):
             if not cells:
@@ -252,24 +282,7 @@ def make_train(config: TrainConfig):
         dtype = train_y.dtype
         carry = (params, opt_state, jnp.zeros(T, dtype), jnp.asarray(False), params, jnp.asarray(-jnp.inf, dtype),
                  jnp.asarray(-1), jnp.asarray(True))
-        epoch_keys = jax.random.split(key, config.epochs)
-        # the histories, NaN where no epoch ran: training stops after the first epoch with a non-finite value, since
-        # the run has failed then and nothing after it changes the result (best model, best epoch, failure)
-        shapes = jax.eval_shape(epoch, carry, (jnp.asarray(0), epoch_keys[0]))[1]
-        history = jax.tree_util.tree_map(lambda s: jnp.full((config.epochs, *s.shape), jnp.nan, s.dtype), shapes)
-
-        def running(state):
-            index, carry, _ = state
-            return (index < config.epochs) & (carry[-1] | (not config.stop_on_failure))
-
-        def next_epoch(state):
-            index, carry, history = state
-            carry, outputs = epoch(carry, (index, epoch_keys[index]))
-            history = jax.tree_util.tree_map(lambda h, o: h.at[index].set(o), history, outputs)
-            return index + 1, carry, history
-
-        ran, carry, (train_loss, val_ll, norms, radii) = jax.lax.while_loop(
-            running, next_epoch, (jnp.asarray(0), carry, history))
+        ran, carry, (train_loss, val_ll, norms, radii) = _epochs(epoch, carry, key, config)
         best_params, best_val, best_epoch, ok = carry[4:]
         bad = ~(jnp.isfinite(train_loss) & jnp.isfinite(val_ll)) & (jnp.arange(config.epochs) < ran)
         first_failure = jnp.where(jnp.any(bad), jnp.argmax(bad), -1)
