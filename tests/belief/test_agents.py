@@ -20,7 +20,7 @@ def test_every_memory_builds_and_steps(name):
     params = env.default_params
     memory = make_memory(name, jax.random.key(0), env, params)
     obs, _ = env.reset(jax.random.key(1), params)
-    h, features = memory.step(memory.initial_state(), obs, np.int32(0), np.bool_(True))
+    h, features = memory.step(memory.init_state(), obs, np.int32(0), np.bool_(True))
     assert features.shape == (memory.num_features,) and np.all(np.isfinite(features))
     assert memory.trainable == (name.startswith(("s5", "deep-alf")))
 

@@ -60,7 +60,7 @@ def test_filter_memory_equals_the_filter_per_episode(x64, name):
     memory = _memories(model)[name]
     lengths = [7, 1, 12]
     obs, acts, starts, episodes = _stream(1, lengths)
-    h0 = memory.initial_state() + 3.0  # whatever the state before a start, the start resets it
+    h0 = memory.init_state() + 3.0  # whatever the state before a start, the start resets it
     _, features = memory.sequence(h0, obs, acts, starts)
     for (ys, actions), f in zip(episodes, _per_episode(features, lengths)):
         if name.startswith("lof"):
@@ -97,8 +97,8 @@ def test_informed_deep_alf_equals_alf(x64):
     deep = DeepALF.init(jax.random.key(0), P_RING, model.E, "informed", dtype=jnp.float64)
     alf = LogitFilterMemory.alf(P_RING, model)
     obs, acts, starts, _ = _stream(3, [9, 4, 15])
-    _, expected = alf.sequence(alf.initial_state(), obs, acts, starts)
-    _, features = deep.sequence(deep.initial_state(), obs, acts, starts)
+    _, expected = alf.sequence(alf.init_state(), obs, acts, starts)
+    _, features = deep.sequence(deep.init_state(), obs, acts, starts)
     np.testing.assert_allclose(features, expected, atol=1e-10)
     np.testing.assert_allclose(deep.delta, 0.1, rtol=1e-12)
 
@@ -107,7 +107,7 @@ def test_informed_deep_alf_equals_alf(x64):
 def test_deep_alf_sequence_equals_scanned_step(x64, initialisation):
     deep = DeepALF.init(jax.random.key(4), P_RING, _model().E, initialisation, dtype=jnp.float64)
     obs, acts, starts, _ = _stream(5, [6, 10])
-    h0 = deep.initial_state() + 1.0 - 2.0j
+    h0 = deep.init_state() + 1.0 - 2.0j
     h_last, features = deep.sequence(h0, obs, acts, starts)
     h_scan, features_scan = jax.lax.scan(lambda h, x: deep.step(h, *x), h0, (obs, acts, starts))
     np.testing.assert_allclose(features, features_scan, atol=1e-10)
@@ -137,7 +137,7 @@ def test_deep_alf_gradients_are_finite_and_diagnostics_logged():
     obs, acts, starts, _ = _stream(6, [20])
 
     def loss(m):
-        return jnp.sum(m.sequence(m.initial_state(), obs, acts, starts)[1] ** 2)
+        return jnp.sum(m.sequence(m.init_state(), obs, acts, starts)[1] ** 2)
 
     grads = jax.grad(loss)(deep)
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree_util.tree_leaves(grads))

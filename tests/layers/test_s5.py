@@ -171,7 +171,7 @@ def test_parallel_sequence_equals_scanning_step_with_resets(use_x64, tol):
         for options in ({}, {"num_actions": num_actions}, {"num_actions": num_actions, "start_input": True}):
             memory = S5Memory(obs_size, 12, key=jax.random.key(3), **options)
             sequential = S5Memory(obs_size, 12, key=jax.random.key(3), method="sequential", **options)
-            h0 = jnp.asarray(np.linspace(-1, 1, 6) * (1 + 1j), memory.initial_state().dtype)
+            h0 = jnp.asarray(np.linspace(-1, 1, 6) * (1 + 1j), memory.init_state().dtype)
             for starts in (flags(L, [0, 13, 14, 40]), flags(L, [13, 14, 40, L - 1])):  # with and without a start at 0
                 args = (h0, jnp.asarray(obs, dtype), jnp.asarray(actions, jnp.int32), jnp.asarray(starts))
                 h_ref, f_ref = scan_of_steps_jit(memory, *args)
@@ -191,12 +191,12 @@ def test_a_start_forgets_the_past_and_drives_the_update_from_zero(x64):
     h0 = jnp.asarray(rng.normal(size=6) + 1j * rng.normal(size=6))
     _, f = sequence_jit(memory, h0, jnp.asarray(obs), jnp.asarray(actions), jnp.asarray(starts))
     rolled = (np.roll(obs, -t0, 0), np.roll(actions, -t0), np.roll(starts, -t0))  # same length: no new compile
-    _, f_fresh = sequence_jit(memory, memory.initial_state(), *map(jnp.asarray, rolled))
+    _, f_fresh = sequence_jit(memory, memory.init_state(), *map(jnp.asarray, rolled))
     close(f[t0:], f_fresh[: L - t0], 1e-12)
     # the first step of an episode is the update from h = 0, whatever h was
     o, a = jnp.asarray(obs[0]), jnp.asarray(actions[0])
     h_a, f_a = step_jit(memory, h0, o, a, jnp.asarray(True))
-    h_b, f_b = step_jit(memory, memory.initial_state(), o, a, jnp.asarray(False))
+    h_b, f_b = step_jit(memory, memory.init_state(), o, a, jnp.asarray(False))
     close(f_a, f_b, 1e-15)
     close(h_a, h_b, 1e-15)
     assert np.abs(np.asarray(h_a)).min() > 0  # the observation moved the state off zero
@@ -214,7 +214,7 @@ def test_layer_step_matches_the_numpy_system_and_the_full_glu_formula(x64):
     z = np.asarray(jax.nn.gelu(jnp.asarray(y_ref)))
     out_ref = u + (z @ W1.T + b1) / (1 + np.exp(-(z @ W2.T + b2)))
     step = eqx.filter_jit(S5Layer.step)
-    h, outs = layer.initial_state(), []
+    h, outs = layer.init_state(), []
     for u_t in u:
         h, out = step(layer, h, jnp.asarray(u_t))
         outs.append(out)
@@ -267,7 +267,7 @@ def test_encoder_weight_counts_are_the_papers(memory256):
     assert encoder_weight_count(4, 256) == 33280 == 4 * 128 + 128 * 256
     for hidden, count, memory in ((12, 2048, S5Memory(4, 12, key=jax.random.key(8))), (256, 33280, memory256)):
         assert memory.num_encoder_weights == count and memory.num_features == hidden
-        assert memory.initial_state().shape == (hidden // 2,) and jnp.iscomplexobj(memory.initial_state())
+        assert memory.init_state().shape == (hidden // 2,) and jnp.iscomplexobj(memory.init_state())
         assert memory.encoder_in.bias.shape == (128,) and memory.encoder_out.bias.shape == (hidden,)
     with_actions = S5Memory(4, 12, key=jax.random.key(8), num_actions=3)
     assert with_actions.num_encoder_weights == encoder_weight_count(7, 12) == 7 * 128 + 128 * 12
@@ -320,7 +320,7 @@ def test_jit_vmap_and_grad_through_the_memory():
     obs = jnp.asarray(rng.normal(size=(E, L, 4)), jnp.float32)
     actions = jnp.zeros((E, L), jnp.int32)
     starts = jnp.asarray(np.stack([flags(L, [0, 7]), flags(L, [0]), flags(L, [3, 15])]))
-    h0 = jnp.stack([memory.initial_state()] * E)
+    h0 = jnp.stack([memory.init_state()] * E)
 
     @eqx.filter_jit
     def loss(m):
@@ -359,7 +359,7 @@ def test_bad_construction_raises(kwargs, match):
 
 def test_bad_shapes_raise():
     memory = S5Memory(4, 12, key=jax.random.key(0))
-    h = memory.initial_state()
+    h = memory.init_state()
     with pytest.raises(ValueError, match=r"obs must have shape \(4,\)"):
         memory.step(h, jnp.ones(5), jnp.asarray(0), jnp.asarray(False))
     with pytest.raises(ValueError, match="h must have shape"):

@@ -97,7 +97,7 @@ class LinearRNN(Memory):
     def num_features(self) -> int:
         return self.A.shape[0] + self.B.shape[1] - self.num_actions
 
-    def initial_state(self):
+    def init_state(self):
         return jnp.zeros(self.A.shape[0])
 
     def step(self, h, obs, prev_action, start):

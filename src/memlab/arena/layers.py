@@ -81,7 +81,7 @@ class S5(eqx.Module):
     layer: S5Layer
 
     def init_state(self) -> Array:
-        return self.layer.initial_state()
+        return self.layer.init_state()
 
     def step(self, h: Array, u: Array) -> tuple[Array, Array]:
         return self.layer.step(h, u)

@@ -108,7 +108,7 @@ def play(agent, env: RingWorld, params: RingWorldParams, key: jax.Array, num_epi
     def episode(key):
         key_reset, key_run = jax.random.split(key)
         obs, state = env.reset(key_reset, params)
-        carry = (obs, state, agent.memory.initial_state(), jnp.int32(0), jnp.bool_(True))
+        carry = (obs, state, agent.memory.init_state(), jnp.int32(0), jnp.bool_(True))
 
         def step(carry, key):
             obs, state, h, prev_action, start = carry

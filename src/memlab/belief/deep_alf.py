@@ -111,7 +111,7 @@ class DeepALF(Memory):
         V = jax.lax.complex(self.v_re, self.v_im)
         return lam, V, jnp.linalg.inv(V), jax.nn.log_softmax(self.kappa, axis=0)
 
-    def initial_state(self) -> Array:
+    def init_state(self) -> Array:
         n = self.num_features
         return jnp.zeros(n, jax.lax.complex(self.v_re[0], self.v_im[0]).dtype)  # h_0 = V^{-1} w_0, w_0 = 0
 
@@ -126,14 +126,14 @@ class DeepALF(Memory):
 
     def step(self, h: Array, obs: Array, prev_action: Array, start: Array) -> tuple[Array, Array]:
         a, b, V = self._recurrence(obs[None], jnp.asarray(prev_action)[None])
-        h = jnp.where(start, self.initial_state(), a[0] * h + b[0])
+        h = jnp.where(start, self.init_state(), a[0] * h + b[0])
         return h, jnp.real(V @ h)
 
     def sequence(self, h: Array, obs: Array, prev_actions: Array, starts: Array) -> tuple[Array, Array]:
         """All steps at once (a diagonal linear scan; a start maps h to h_0 = 0): equals scanning ``step``."""
         a, b, V = self._recurrence(obs, jnp.asarray(prev_actions, jnp.int32))
         starts = jnp.asarray(starts, bool)
-        zero = self.initial_state()
+        zero = self.init_state()
         a = jnp.where(starts[:, None], 0.0, a)  # a start is the constant map h -> 0
         b = jnp.where(starts[:, None], zero, b)
         hs = linear_scan(a, b, h0=h)

@@ -75,7 +75,7 @@ class LogitFilterMemory(Memory):
     def num_features(self) -> int:
         return self.w0.shape[0]
 
-    def initial_state(self) -> Array:
+    def init_state(self) -> Array:
         return self.w0
 
     def step(self, h: Array, obs: Array, prev_action: Array, start: Array) -> tuple[Array, Array]:

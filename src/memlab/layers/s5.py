@@ -186,7 +186,7 @@ class S5Layer(eqx.Module):
         """Lambda_bar (P/2,) and B_bar (P/2, H), ZOH."""
         return discretize_zoh(self.Lambda, self.B_tilde, self.delta)
 
-    def initial_state(self) -> Array:
+    def init_state(self) -> Array:
         """The zero state (P/2,) complex."""
         return jnp.zeros(self.num_modes, jnp.result_type(self.Lambda_re.dtype, jnp.complex64))
 
@@ -220,7 +220,7 @@ class S5Layer(eqx.Module):
         if u.ndim != 2 or u.shape[1] != self.width:
             raise ValueError(f"u must be (L, H) with H = {self.width}, got shape {u.shape}")
         L = u.shape[0]
-        h = self.initial_state() if h is None else jnp.asarray(h)
+        h = self.init_state() if h is None else jnp.asarray(h)
         self._check("h", h, (self.num_modes,))
         reset = jnp.zeros(L, bool) if reset is None else jnp.asarray(reset)
         self._check("reset", reset, (L,))

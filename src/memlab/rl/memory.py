@@ -1,7 +1,7 @@
 """The memory interface that PPO trains through. ``memlab.rl`` knows no study: any module with these methods works.
 
 A memory is an Equinox module (a pytree) that processes ONE environment's stream; callers vmap over environments:
-``initial_state() -> h``, ``step(h, obs, prev_action, start) -> (h, features)``, ``sequence(h, obs, prev_actions,
+``init_state() -> h``, ``step(h, obs, prev_action, start) -> (h, features)``, ``sequence(h, obs, prev_actions,
 starts) -> (h_last, features)`` (equal to scanning ``step``), ``num_features`` and ``trainable``. :class:`Memory`
 states each method's contract.
 """
@@ -17,7 +17,7 @@ from jax import Array
 
 
 class Memory(eqx.Module):
-    """Base class: subclasses define ``initial_state``, ``step`` and ``num_features``; ``sequence`` scans ``step``.
+    """Base class: subclasses define ``init_state``, ``step`` and ``num_features``; ``sequence`` scans ``step``.
 
     Every leaf must be an array (put other attributes in ``eqx.field(static=True)``), so that PPO's training state
     can be jitted, vmapped over seeds and serialised. ``trainable`` is False when the features do not depend on
@@ -33,7 +33,7 @@ class Memory(eqx.Module):
         """F, the length of the features ``step`` returns."""
         raise NotImplementedError
 
-    def initial_state(self):
+    def init_state(self):
         """The hidden state before the first step (any pytree of arrays)."""
         raise NotImplementedError
 
@@ -65,7 +65,7 @@ class ObservationMemory(Memory):
     def num_features(self) -> int:
         return self.size
 
-    def initial_state(self):
+    def init_state(self):
         return jnp.zeros((), jnp.float32)
 
     def step(self, h, obs, prev_action, start):

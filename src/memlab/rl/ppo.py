@@ -144,7 +144,7 @@ def _init(config: PPOConfig, env, env_params, make_memory, optimiser, key: Array
     opt_state = optimiser.init(eqx.filter(agent, trainable_spec(agent)))
     n = config.num_envs
     obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_env, n), env_params)
-    memory_state = jax.tree.map(lambda x: jnp.broadcast_to(x, (n, *jnp.shape(x))), agent.memory.initial_state())
+    memory_state = jax.tree.map(lambda x: jnp.broadcast_to(x, (n, *jnp.shape(x))), agent.memory.init_state())
     actors = Actors(env_state, obs, jnp.zeros((n,), jnp.int32), jnp.ones((n,), bool), memory_state,
                     jnp.zeros((n,), jnp.float32))
     return TrainState(agent, opt_state, actors, jnp.zeros((), jnp.float32), jax.random.key_data(k_train),

@@ -97,8 +97,8 @@ class S5Memory(Memory):
         """The encoder's weights without biases (the paper's 2,048 / 33,280 for a 4-dim observation)."""
         return self.encoder_in.weight.size + self.encoder_out.weight.size
 
-    def initial_state(self) -> Array:
-        return self.layer.initial_state()
+    def init_state(self) -> Array:
+        return self.layer.init_state()
 
     def diagnostics(self) -> dict[str, Array]:
         """Logged by PPO: max |Lambda_bar| (the slowest mode's decay per step; < 1 iff every mode is stable) and the

@@ -71,7 +71,7 @@ def _play_cell(cfg: TrajectoryConfig, agent_bytes: bytes, key) -> dict:
     agent = load_agent(cfg.ppo, "alf", agent_bytes, episode_length=cfg.episode_length)
     out = play(agent, env, params, key, cfg.num_episodes)
     lof = LogitFilterMemory.lof(params.hmm)
-    _, lof_w = jax.vmap(lambda o, a, s: lof.sequence(lof.initial_state(), o, a, s))(
+    _, lof_w = jax.vmap(lambda o, a, s: lof.sequence(lof.init_state(), o, a, s))(
         out["obs"], out["prev_action"], out["start"])
     return {"state": np.asarray(out["state"]), "action": np.asarray(out["action"]),
             "next_state": np.asarray(out["next_state"]), "obs": np.asarray(out["obs"]).argmax(-1),
