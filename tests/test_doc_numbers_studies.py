@@ -37,10 +37,12 @@ MASK = "paper-results/ictd.mask-relaxation-paper/results.json"
 MASK_PAST = "paper-results/ictd.mask-relaxation-paper-query-past/results.json"
 RATE = "paper-results/recall.rate/paper-core/results.json"
 RATE_BAND = "paper-results/recall.rate/paper-core/band.csv"
+RATE_BOTH = "paper-results/recall.rate/paper/results.json"  # both students
 LEADERBOARD = "paper-results/arena.leaderboard/paper-core/results.json"
 ABLATION = "paper-results/arena.leaderboard/linear-attention-ablation/results.json"
 
 Read = Callable[[Any], str]
+RESIDUAL = "mamba-1-residual"
 
 
 # ---- formatting ----------------------------------------------------------------------------------------------------
@@ -240,21 +242,22 @@ ICTD = [
 # ---- recall.rate paper-core ----------------------------------------------------------------------------------------
 
 
-def _records(d: Any, alpha: float) -> list[dict]:
-    return sorted((r for r in d["results"]["records"] if r["alpha"] == alpha), key=lambda r: r["n"])
+def _records(d: Any, alpha: float, student: str = "mamba-1") -> list[dict]:
+    return sorted((r for r in d["results"]["records"] if r["alpha"] == alpha and r["student"] == student),
+                  key=lambda r: r["n"])
 
 
-def _fit(alpha: str, field: str, digits: int = 2) -> Read:
-    return lambda d: fixed(d["results"]["fits"][f"mamba-1 alpha={alpha}"][field], digits)
+def _fit(alpha: str, field: str, digits: int = 2, student: str = "mamba-1") -> Read:
+    return lambda d: fixed(d["results"]["fits"][f"{student} alpha={alpha}"][field], digits)
 
 
-def _ratios(d: Any, alpha: float) -> list[tuple[float, int]]:
+def _ratios(d: Any, alpha: float, student: str = "mamba-1") -> list[tuple[float, int]]:
     """Best validation MSE / the tag-only risk of the same validation set, with its n."""
-    return [(r["mse"] / r["val_baseline_tag_only"], r["n"]) for r in _records(d, alpha)]
+    return [(r["mse"] / r["val_baseline_tag_only"], r["n"]) for r in _records(d, alpha, student)]
 
 
-def _lowest_ratio(alpha: float, digits: int = 3) -> Read:
-    return lambda d: fixed(min(_ratios(d, alpha))[0], digits)
+def _lowest_ratio(alpha: float, digits: int = 3, student: str = "mamba-1") -> Read:
+    return lambda d: fixed(min(_ratios(d, alpha, student))[0], digits)
 
 
 def _band(column: str, alpha: str = "1.0", digits: int = 2) -> Read:
@@ -262,8 +265,14 @@ def _band(column: str, alpha: str = "1.0", digits: int = 2) -> Read:
     return lambda rows: fixed(float(next(r for r in rows if r["α"] == alpha)[column].split()[0]), digits)
 
 
-def _mse_at(alpha: float, which: int) -> Read:
-    return lambda d: fixed(_records(d, alpha)[which]["mse"])
+def _mse_at(alpha: float, which: int, student: str = "mamba-1") -> Read:
+    return lambda d: fixed(_records(d, alpha, student)[which]["mse"])
+
+
+def _rises_beyond_slack(d: Any, student: str) -> str:
+    """'at both α' when the risk rises from the first n to the second by more than the rule's 5 % at both α."""
+    rises = [r[1]["mse"] > 1.05 * r[0]["mse"] for r in (_records(d, a, student) for a in (0.75, 1.0))]
+    return "at both α" if all(rises) else f"at {sum(rises)} α"
 
 
 def _grid(d: Any) -> dict[str, str]:
@@ -303,6 +312,19 @@ RECALL = [
            "v1": lambda d: fixed(_records(d, 1.0)[0]["val_baseline_tag_only"]),
            "n": lambda d: same([str(r["n"]) for a in (0.75, 1.0) for r in _records(d, a)
                                 if r["mse"] < r["baseline_tag_only"]])}),
+    Quote(RESULTS_README, "(α = 0.75, n = 4: {res_first} against the literal student's {lit_first}) and ends level "
+          "with it at n = 64 ({res_last} against {lit_last})", RATE_BOTH,
+          {"res_first": _mse_at(0.75, 0, RESIDUAL), "lit_first": _mse_at(0.75, 0),
+           "res_last": _mse_at(0.75, -1, RESIDUAL), "lit_last": _mse_at(0.75, -1)}),
+    Quote(RESULTS_README, "its risk rises from n = 4 to 8 beyond the rule's 5 % slack {where}, so", RATE_BOTH,
+          {"where": lambda d: _rises_beyond_slack(d, RESIDUAL)}),
+    Quote(RESULTS_README, "fit gives it C = {c075} and {c1}.", RATE_BOTH,
+          {"c075": _fit("0.75", "C", student=RESIDUAL), "c1": _fit("1", "C", student=RESIDUAL)}),
+    Quote(RESULTS_README, "ratio: residual {r075} at α = 0.75 and {r1} at α = 1; literal {l075} and {l1})", RATE_BOTH,
+          {"r075": _lowest_ratio(0.75, student=RESIDUAL), "r1": _lowest_ratio(1.0, student=RESIDUAL),
+           "l075": _lowest_ratio(0.75), "l1": _lowest_ratio(1.0)}),
+    Quote(RESULTS_README, "T = 5000, {alphas} α × {ns} n × {seeds} seeds each)", RATE_BOTH,
+          {key: (lambda d, key=key: _grid(d)[key]) for key in ("alphas", "ns", "seeds")}),
 ]
 
 
