@@ -152,9 +152,9 @@ def test_scoring_at_the_paper_sizes_fits_in_memory(layer):
                                               eqx.is_inexact_array)[0])(jax.random.split(key, cfg.seeds))
     static = static_part(spec, layer, cfg.width, cfg.depth, key)
     test = spec.sample(key, cfg.test_batch, max(cfg.longer) * cfg.train.length)
-    side = jax.eval_shape(lambda t: leaderboard._task_side(spec, t, compiled_model(spec).model), test)
+    side = jax.eval_shape(lambda t: leaderboard.held_out_side(spec, t, compiled_model(spec).model), test)
     base, target = jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), side)
-    evaluate = jax.jit(lambda *a: leaderboard._evaluate(spec, static, *a))
+    evaluate = jax.jit(lambda *a: leaderboard.score_seeds(spec, static, *a))
     temp = evaluate.lower(params, test, base, target).compile().memory_analysis().temp_size_in_bytes
     assert temp < 4e9, f"{temp / 1e9:.1f} GB"
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from memlab.ictd.boyan import _uniform_open, boyan_chain, chain_statistics
+from memlab.ictd.boyan import boyan_chain, chain_statistics, uniform_open
 from memlab.ictd.mrp import MRP, Task, sample_trajectory, stationary_distribution, value_function
 
 P_MIN = 1e-4
@@ -109,7 +109,7 @@ def test_uniform_open_excludes_the_lower_end(monkeypatch):
     # jax.random.uniform may return minval exactly; Algorithm 2 draws from open intervals
     monkeypatch.setattr(jax.random, "uniform", lambda key, shape, dtype, lo, hi: jnp.full(shape, lo, dtype))
     for lo, hi in ((-1.0, 1.0), (0.0, 1.0)):
-        u = np.asarray(_uniform_open(jax.random.key(0), (3,), lo, hi))
+        u = np.asarray(uniform_open(jax.random.key(0), (3,), lo, hi))
         assert np.all(u > lo) and np.all(u < lo + 1e-6)
 
 

@@ -56,10 +56,10 @@ def test_bad_arguments(kwargs, match):
 
 def test_flat_dirichlet_has_the_dirichlet_moments():
     """Dirichlet(1_k): mean 1/k, variance (k - 1) / (k^2 (k + 1)) per component (200,000 draws, 5 sigma)."""
-    from memlab.ictd.random_tasks import _flat_dirichlet
+    from memlab.ictd.random_tasks import flat_dirichlet
 
     k, n = 4, 200_000
-    x = np.asarray(_flat_dirichlet(jax.random.key(0), (n, k), np.float32))
+    x = np.asarray(flat_dirichlet(jax.random.key(0), (n, k), np.float32))
     np.testing.assert_allclose(x.sum(axis=1), 1.0, atol=1e-5)
     var = (k - 1) / (k**2 * (k + 1))
     assert np.all(np.abs(x.mean(axis=0) - 1 / k) < 5 * np.sqrt(var / n))

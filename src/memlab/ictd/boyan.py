@@ -42,7 +42,7 @@ def boyan_chain(key: Array, m: int, d: int, gamma) -> Task:
     return _boyan_chain(key, int(m), int(d), gamma)
 
 
-def _uniform_open(key: Array, shape: tuple, lo: float, hi: float) -> Array:
+def uniform_open(key: Array, shape: tuple, lo: float, hi: float) -> Array:
     """Uniform on the open interval (lo, hi), in the default float dtype."""
     dtype = jnp.result_type(float)
     just_above_lo = max(np.nextafter(np.asarray(lo, dtype), np.asarray(hi, dtype)), lo + np.finfo(dtype).tiny)
@@ -52,17 +52,17 @@ def _uniform_open(key: Array, shape: tuple, lo: float, hi: float) -> Array:
 @functools.partial(jax.jit, static_argnames=("m", "d"))
 def _boyan_chain(key: Array, m: int, d: int, gamma) -> Task:
     k_w, k_x, k_p0, k_eps, k_z = jax.random.split(key, 5)
-    w_star = _uniform_open(k_w, (d,), -1.0, 1.0)  # Alg. 2 line 2
-    features = _uniform_open(k_x, (m, d), -1.0, 1.0)  # line 4, row s = x(s)
+    w_star = uniform_open(k_w, (d,), -1.0, 1.0)  # Alg. 2 line 2
+    features = uniform_open(k_x, (m, d), -1.0, 1.0)  # line 4, row s = x(s)
     v_star = features @ w_star  # line 5
-    p0 = _uniform_open(k_p0, (m,), 0.0, 1.0)  # lines 7-8
+    p0 = uniform_open(k_p0, (m,), 0.0, 1.0)  # lines 7-8
     p0 = p0 / p0.sum()
-    eps = _uniform_open(k_eps, (m - 2,), 0.0, 1.0)  # lines 10-14 (0-based rows 0..m-3)
+    eps = uniform_open(k_eps, (m - 2,), 0.0, 1.0)  # lines 10-14 (0-based rows 0..m-3)
     rows = jnp.arange(m - 2)
     P = jnp.zeros((m, m), v_star.dtype)
     P = P.at[rows, rows + 1].set(eps).at[rows, rows + 2].set(1.0 - eps)
     P = P.at[m - 2, m - 1].set(1.0)  # line 15
-    z = _uniform_open(k_z, (m,), 0.0, 1.0)  # lines 16-18
+    z = uniform_open(k_z, (m,), 0.0, 1.0)  # lines 16-18
     P = P.at[m - 1].set(z / z.sum())
     gamma = jnp.asarray(gamma, v_star.dtype)
     r = v_star - gamma * (P @ v_star)  # line 19: r = (I - gamma P) v*

@@ -28,7 +28,7 @@ from memlab.checks import check_gamma, check_int
 from memlab.ictd.mrp import MRP, Task, stationary_distribution, value_function
 from memlab.ictd.softmax_td import diagonal_margin, population_kernel
 
-__all__ = ["random_task", "random_task_batch", "task_margin"]
+__all__ = ["flat_dirichlet", "random_task", "random_task_batch", "task_margin"]
 
 
 def random_task(key: Array, m: int, d: int, gamma, num_actions: int = 2, feature_scale=3.0) -> Task:
@@ -55,7 +55,7 @@ def random_task_batch(key: Array, count: int, m: int, d: int, gamma, num_actions
     return jax.vmap(lambda k: random_task(k, m, d, gamma, num_actions, feature_scale))(jax.random.split(key, count))
 
 
-def _flat_dirichlet(key: Array, shape: tuple, dtype) -> Array:
+def flat_dirichlet(key: Array, shape: tuple, dtype) -> Array:
     """Dirichlet(1, ..., 1) draws over the last axis: normalised Exp(1) variables (same law as
     ``jax.random.dirichlet`` with unit concentrations, and much cheaper to compile than its gamma sampler)."""
     e = jax.random.exponential(key, shape, dtype) + jnp.finfo(dtype).tiny
@@ -66,9 +66,9 @@ def _flat_dirichlet(key: Array, shape: tuple, dtype) -> Array:
 def _random_task(key: Array, m: int, d: int, gamma, num_actions: int, feature_scale) -> Task:
     k_p, k_r, k_pi, k_p0, k_q = jax.random.split(key, 5)
     dtype = jnp.result_type(float)
-    p_mdp = _flat_dirichlet(k_p, (m, num_actions, m), dtype)  # (m, A, m): p(s' | s, a)
+    p_mdp = flat_dirichlet(k_p, (m, num_actions, m), dtype)  # (m, A, m): p(s' | s, a)
     r_mdp = jax.random.uniform(k_r, (m, num_actions), dtype, -1.0, 1.0)
-    pi = _flat_dirichlet(k_pi, (m, num_actions), dtype)  # (m, A): pi(a | s)
+    pi = flat_dirichlet(k_pi, (m, num_actions), dtype)  # (m, A): pi(a | s)
     P = jnp.einsum("sa,sat->st", pi, p_mdp)  # marginalise the policy, section 2.2
     r = jnp.sum(pi * r_mdp, axis=1)
     p0 = jax.random.uniform(k_p0, (m,), dtype, 0.0, 1.0) + jnp.finfo(dtype).tiny

@@ -155,14 +155,15 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
     result = _train_seeds(spec, layer, width, depth, train, keys, test, static, checkpoint)
     # the task's side of the scores (its baselines, the compiled model's outputs and input gradients) is the same
     # program for every layer of the task (compiled once in a run with a compile cache)
-    base, target = _task_side(spec, test, None if compiled is None else compiled.model)
-    scores, to_compiled = _evaluate(spec, static, result.params, test, base, target)
+    base, target = held_out_side(spec, test, None if compiled is None else compiled.model)
+    scores, to_compiled = score_seeds(spec, static, result.params, test, base, target)
     if to_compiled is None:
         to_compiled = Comparison(*np.full((2, len(keys)), np.nan))
     longer_gaps = []
     for multiple in longer:  # each its own held-out batch, the same for every layer of the task
         long_test = spec.sample(jax.random.fold_in(test_key, multiple), test_batch, multiple * train.length)
-        longer_gaps.append(_evaluate(spec, static, result.params, long_test, _task_side(spec, long_test)[0])[0].gap)
+        long_base = held_out_side(spec, long_test)[0]
+        longer_gaps.append(score_seeds(spec, static, result.params, long_test, long_base)[0].gap)
     reference, trivial = (float(masked_mean(x, test.mask)) for x in (base.reference, base.trivial))
     per_seed = {f"{n}_loss": np.nanmean(getattr(scores, n), -1) for n in ("model", "reference", "trivial", "distance")}
     return {"gap": np.asarray(scores.gap), **per_seed,
@@ -225,13 +226,13 @@ def _train_seeds(spec, layer: str, width: int, depth: int, config: TrainConfig, 
 
 
 @eqx.filter_jit
-def _task_side(spec, test, compiled=None) -> tuple[Baselines, Target | None]:
+def held_out_side(spec, test, compiled=None) -> tuple[Baselines, Target | None]:
     """The task's baselines on ``test`` and, given the task's compiled model, its :func:`comparison_target`."""
     return baselines(spec, test), None if compiled is None else comparison_target(spec, compiled, test)
 
 
 @eqx.filter_jit
-def _evaluate(spec, static, params, test, base, target=None) -> tuple[Scores, Comparison | None]:
+def score_seeds(spec, static, params, test, base, target=None) -> tuple[Scores, Comparison | None]:
     """Every seed's :func:`score` (``params`` stacked over seeds) and, given the compiled model's ``target``, every
     seed's :func:`compare_to` with it; one seed after the other (the memory of one seed's scoring)."""
     def one_seed(p):
