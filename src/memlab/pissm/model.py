@@ -51,7 +51,7 @@ from memlab.pissm.gain import ExactGain, PaperGain, WhitenedGain
 from memlab.pissm.kalman import check_observations, symmetrise
 from memlab.pissm.metrics import gaussian_log_density_from_cholesky
 from memlab.pissm.predictions import Predictions
-from memlab.pissm.small_matmul import fused_matmul, fused_matvec
+from memlab.small_matmul import fused_matmul, fused_matvec
 
 __all__ = ["COVARIANCES", "GAINS", "GAIN_FORMS", "MODE_SAMPLING", "PiSSM", "PiSSMConfig", "path_noise",
            "roundoff_floor"]
