@@ -1,4 +1,4 @@
-"""The Kalman predict-then-update step of ``memlab.pissm.kalman`` (eq. 18-21) for small matrices, fast under vmap.
+"""The Kalman predict-then-update step of ``memlab.kalman`` (eq. 18-21) for small matrices, fast under vmap.
 
 The switching task's particle filter runs a Kalman step for every particle, every successor mode, every step and
 every sequence (about 1.6 M steps for a batch of 512 sequences of 64 steps, 16 particles, 3 modes). Under vmap the
@@ -17,7 +17,7 @@ import math
 import jax.numpy as jnp
 from jax import Array
 
-from memlab.pissm.kalman import symmetrise
+from memlab.kalman import symmetrise
 from memlab.small_matmul import fused_matmul, fused_matvec
 
 __all__ = ["cholesky_unrolled", "kalman_step_small"]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import scipy.linalg
 
+from memlab.kalman import kalman_filter, sample_lgssm, scan_filter
 from memlab.pissm.data.lorenz import integrate_lorenz, lorenz_transition_matrix
-from memlab.pissm.kalman import kalman_filter, sample_lgssm, scan_filter
 
 
 def random_spd(rng, n, scale=1.0):
