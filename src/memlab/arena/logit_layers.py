@@ -29,9 +29,9 @@ import jax.numpy as jnp
 from jax import Array
 
 from memlab.belief.alf import alf_update
-from memlab.belief.filters import log_matvec, normalize_logits
 from memlab.belief.memories import ALF_DELTA
 from memlab.layers.dense import apply_linear
+from memlab.logspace import log_matvec, normalize_logits
 
 __all__ = ["AdaptiveLogitFilter", "LogitFilter"]
 

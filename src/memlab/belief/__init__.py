@@ -32,7 +32,7 @@ from memlab.belief.exact_linear import (
 )
 from memlab.belief.examples import EXAMPLE1_BAD_E, EXAMPLE1_E, EXAMPLE1_P, SWAP, example_filters, two_state_example
 from memlab.belief.fast_filters import lof, lof_parallel, log_belief
-from memlab.belief.filters import LOF, bayes_decode, lof_step, normalize_logits
+from memlab.belief.filters import LOF, bayes_decode, lof_step
 from memlab.belief.hmm import HMM, ControlledHMM, Trajectory, sample
 from memlab.belief.memories import LogitFilterMemory
 from memlab.belief.metrics import logit_agreement, merge_agreement, switch_lags, trend
@@ -83,6 +83,7 @@ from memlab.belief.theory import (
     xi_of,
     xi_pair,
 )
+from memlab.logspace import normalize_logits  # the log-belief of eq. (8); shared numerics, re-exported
 
 __all__ = [
     # hmm
