@@ -47,7 +47,7 @@ from jax import Array
 
 from memlab.checks import check_choice, check_covariance, check_int, check_matrix, check_real
 from memlab.kalman import check_observations, symmetrise
-from memlab.layers.gated_rnn import GRUCell, LSTMCell
+from memlab.layers import GRUCell, LSTMCell
 from memlab.pissm.gain import ExactGain, PaperGain, WhitenedGain
 from memlab.pissm.metrics import gaussian_log_density_from_cholesky
 from memlab.pissm.predictions import Predictions
