@@ -9,7 +9,7 @@ with filterpy.
 * inference: filtered steps per second of one sampled path over the 500 x 80 test split (vmapped sequences);
 * Kalman filter (``timing.side_by_side``): B = 256 sequences of T = 1000 steps from one random stable
   linear-Gaussian model with state size M = 4 (observations N = 2) and M = 32 (N = 8), filtered by memlab's
-  ``pissm.kalman.kalman_filter`` (the public API, jitted and vmapped over the sequences; float32, and float64 under
+  ``memlab.kalman.kalman_filter`` (the public API, jitted and vmapped over the sequences; float32, and float64 under
   ``jax.enable_x64``), by filterpy's ``KalmanFilter.batch_filter`` (one call per sequence: filterpy filters one
   sequence at a time, in float64 NumPy; it is the reference of the ratio) and by a NumPy reference that runs the
   covariance recursion once for the whole batch (it does not depend on the data when every sequence shares the model
@@ -30,8 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 from timing import peer, side_by_side, timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
 
+from memlab.kalman import kalman_filter, sample_lgssm
 from memlab.pissm.data import PONG_LAYOUT
-from memlab.pissm.kalman import kalman_filter, sample_lgssm
 from memlab.pissm.runs import full_mask, load_dataset, make_model, predict_jit
 from memlab.pissm.train import TrainConfig, make_train
 

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from memlab.pissm.small_matmul import fused_matvec
+from memlab.small_matmul import fused_matvec
 
 
 def test_vmapped_mode_predictions_are_exact_past_the_miscompiled_batch_size():

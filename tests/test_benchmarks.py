@@ -152,7 +152,7 @@ def test_kalman_bound_gives_the_means_of_memlabs_filter():
     import jax
     import jax.numpy as jnp
 
-    from memlab.pissm.kalman import kalman_filter
+    from memlab.kalman import kalman_filter
 
     bench_pissm = _script("bench_pissm")
     model = bench_pissm.random_stable_model(3, 2)

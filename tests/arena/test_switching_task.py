@@ -22,7 +22,7 @@ from memlab.arena.switching import (
 from memlab.arena.task import reference_is_exact
 from memlab.arena.tasks import make_task
 from memlab.arena.train import TrainConfig, baselines, make_train
-from memlab.pissm.kalman import predict, update
+from memlab.kalman import predict, update
 
 
 def _general_task(num_particles=32):

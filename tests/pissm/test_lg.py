@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memlab.pissm.kalman import kalman_filter, sample_lgssm
+from memlab.kalman import kalman_filter, sample_lgssm
 from memlab.pissm.lg import LGVariant
 
 M, N = 3, 2

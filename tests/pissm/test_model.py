@@ -1,5 +1,5 @@
 """pi-SSM (model.py) against independent references: with the exact gain and one mode (or K identical modes, any
-sampled path) it is the Kalman filter of kalman.py in float64, also with missing steps and with a bias b (an
+sampled path) it is the Kalman filter of memlab.kalman in float64, also with missing steps and with a bias b (an
 augmented-state Kalman filter); its log-likelihood is differentiable end to end (finite differences); float32
 covariances stay symmetric positive definite over 10^5 steps with a learned gain far from Kalman's; the learned
 gain factor obeys its bound (0, 2) x Kalman in 1-D and equals the exact gain at Ltilde = I, and for N = 2 an
@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from memlab.kalman import kalman_filter, sample_lgssm, symmetrise
 from memlab.layers.gated_rnn import GRUCell, LSTMCell
 from memlab.pissm.data.pong import OBSERVATION_MATRIX
 from memlab.pissm.gain import GAIN_BOUND, OFF_DIAGONAL_BOUND, ExactGain, PaperGain, WhitenedGain
-from memlab.pissm.kalman import kalman_filter, sample_lgssm, symmetrise
 from memlab.pissm.model import JITTER, PiSSM, PiSSMConfig, roundoff_floor
 from memlab.pissm.train import gated_cells
 

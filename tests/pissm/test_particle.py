@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from memlab.kalman import kalman_filter, sample_lgssm
 from memlab.pissm.data.pong import NOISE_STD, SPEED_RANGE, reflect_step, simulate_pong
-from memlab.pissm.kalman import kalman_filter, sample_lgssm
 from memlab.pissm.particle import bootstrap_particle_filter, systematic_resample
 
 A = np.array([[0.9, 0.2], [-0.1, 0.95]], np.float32)

@@ -12,9 +12,9 @@ import pytest
 from scipy.integrate import quad
 from scipy.stats import multivariate_normal, norm, truncnorm
 
+from memlab.kalman import kalman_filter, sample_lgssm
 from memlab.pissm.data.lorenz import integrate_lorenz
 from memlab.pissm.data.pong import NOISE_STD, simulate_pong
-from memlab.pissm.kalman import kalman_filter, sample_lgssm
 from memlab.pissm.metrics import imputation_mask, position_mse, predictive_log_likelihood
 from memlab.pissm.reference import gaussian_prior_particle_filter, lorenz_particle_filter, pong_particle_filter
 

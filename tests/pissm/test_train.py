@@ -17,10 +17,10 @@ import numpy as np
 import optax
 import pytest
 
+from memlab.kalman import kalman_filter, sample_lgssm
 from memlab.layers.gated_rnn import GRUCell, LSTMCell, iss_margin
 from memlab.pissm.data.pong import NOISE_STD, OBSERVATION_MATRIX, simulate_pong
 from memlab.pissm.gain import GAIN_BOUND
-from memlab.pissm.kalman import kalman_filter, sample_lgssm
 from memlab.pissm.model import PiSSM, PiSSMConfig
 from memlab.pissm.train import (
     TrainConfig,

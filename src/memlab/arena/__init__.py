@@ -4,7 +4,7 @@
     hmm.py     next-observation prediction on HMMs, with or without actions (RingWorld); reference: the exact filter
                (``memlab.belief``)
     lgssm.py   next-observation prediction on linear-Gaussian models; reference: the Kalman filter
-               (``memlab.pissm.kalman``)
+               (``memlab.kalman``)
     switching.py  the same for switching linear-Gaussian models (K modes); reference: a Rao-Blackwellised
                particle filter (approximate), beside the exact enumeration of mode histories for short sequences
     small_kalman.py  the Kalman step for small matrices, fused under vmap (the particle filter's engine)

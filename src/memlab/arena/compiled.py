@@ -49,12 +49,10 @@ from memlab.arena.hmm import HMMTask, predictive_logits
 from memlab.arena.lgssm import LGSSMTask
 from memlab.arena.mqar import MQARTask
 from memlab.arena.policy import PolicyEvalTask
-from memlab.belief.alf import alf_backbone
-from memlab.belief.filters import log_matvec, normalize_logits
-from memlab.belief.structure import is_permutation
-from memlab.ictd.softmax_td import feature_scores, kernel_weights, td_with_weights
-from memlab.layers.attention import CausalSoftmaxAttention
-from memlab.layers.lru import LRU
+from memlab.belief import alf_backbone, is_permutation
+from memlab.ictd import feature_scores, kernel_weights, td_with_weights
+from memlab.layers import LRU, CausalSoftmaxAttention
+from memlab.logspace import log_matvec, normalize_logits
 
 __all__ = ["Compiled", "LookupAttention", "action_filter", "compiled_model", "kalman_predictor", "kalman_transient",
            "logit_filter", "lookup_attention", "lookup_loss_bound", "softmax_ictd"]

@@ -31,8 +31,8 @@ from jax import Array
 
 from memlab.arena.task import Batch, categorical_kl, cross_entropy
 from memlab.belief import HMM, ControlledHMM, RingWorld, log_belief, sample, two_state_example
-from memlab.belief.filters import log_matvec_fast
 from memlab.checks import STOCHASTIC_ATOL, check_int, check_real, is_concrete
+from memlab.logspace import log_matvec_fast
 
 __all__ = ["ActionHistory", "HMMTask", "mess3", "noisy_cycle", "predictive_logits", "random_hmm", "ringworld",
            "two_state"]

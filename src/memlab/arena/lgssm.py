@@ -1,6 +1,6 @@
 """The lgssm task family: predict the next observation of a linear-Gaussian state-space model.
 
-Model (paper 3's convention, ``memlab.pissm.kalman``): x_0 ~ N(m_0, P_0), x_t = A x_{t-1} + q_t, y_t = C x_t + r_t.
+Model (paper 3's convention, ``memlab.kalman``): x_0 ~ N(m_0, P_0), x_t = A x_{t-1} + q_t, y_t = C x_t + r_t.
 At step t the model has read y_1..y_t and predicts y_{t+1}, scored by squared error. The reference is the Kalman
 filter's predictive mean C A m_{t|t}, the mean-square optimal prediction (its expected loss is
 tr(C P_{t+1|t} C^T + R)). The trivial predictor is E[y_{t+1} | y_t] = E[y_{t+1}] + Cov(y_{t+1}, y_t) Cov(y_t)^{-1}
@@ -17,7 +17,7 @@ from jax import Array
 
 from memlab.arena.task import Batch, squared_error
 from memlab.checks import check_int, check_real
-from memlab.pissm.kalman import kalman_filter, sample_lgssm
+from memlab.kalman import kalman_filter, sample_lgssm
 
 __all__ = ["LGSSMTask", "best_linear_prediction", "random_lgssm"]
 

@@ -14,7 +14,7 @@ linear recurrence in the logits, exact as eq. (24) when T is a permutation P (r 
 What the paper leaves open for a learned ALF, and what we chose. Its fixed filters take delta from a schedule in the
 drift eps (eq. 48: sqrt(eps), 0.7 / log(1/eps)) or the empirically good 0.1 (section 6.2), and need the backbone P.
 A layer knows neither eps nor P, so both are learned: delta = sigmoid(delta_logit), started at the PPO ALF's 0.1
-(``memlab.belief.memories.ALF_DELTA``), as Deep ALF learns it (App. E.2.2); the permutation P is relaxed to a
+(``memlab.belief.ALF_DELTA``), as Deep ALF learns it (App. E.2.2); the permutation P is relaxed to a
 column-stochastic T (the LOF layer's parametrisation; a permutation is its limit, and (1 - delta) T keeps the
 recurrence stable). Deep ALF instead learns P in the complex eigenbasis shared by circulant permutations (eq. 202),
 which needs that basis (RingWorld's DFT); without it, it is a free diagonal complex recurrence, as the arena's LRU
@@ -28,10 +28,9 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from memlab.belief.alf import alf_update
-from memlab.belief.filters import log_matvec, normalize_logits
-from memlab.belief.memories import ALF_DELTA
-from memlab.layers.dense import apply_linear
+from memlab.belief import ALF_DELTA, alf_update
+from memlab.layers import apply_linear
+from memlab.logspace import log_matvec, normalize_logits
 
 __all__ = ["AdaptiveLogitFilter", "LogitFilter"]
 

@@ -11,7 +11,7 @@ from jax import Array
 
 from memlab.arena.layers import make_layer
 from memlab.checks import check_int
-from memlab.layers.dense import apply_linear, apply_mlp
+from memlab.layers import apply_linear, apply_mlp
 
 __all__ = ["Block", "SequenceModel", "parameter_count"]
 

@@ -55,9 +55,8 @@ from jax import Array
 
 from memlab.arena.task import Batch, masked_mean, squared_error
 from memlab.checks import check_gamma, check_int, check_real
-from memlab.ictd.boyan import boyan_chain
-from memlab.ictd.mrp import Task as MRPTask
-from memlab.ictd.mrp import sample_trajectory, value_function
+from memlab.ictd import Task as MRPTask
+from memlab.ictd import boyan_chain, sample_trajectory, value_function
 
 __all__ = ["PolicyContexts", "PolicyEvalTask", "ValueLosses", "td_fixed_point", "value_losses"]
 

@@ -29,9 +29,8 @@ from jax import Array
 
 from memlab.arena.task import Batch, squared_error
 from memlab.checks import check_int
-from memlab.recall import RecallTask, baseline_predictions, encode
+from memlab.recall import RecallTask, baseline_predictions, encode, fit_predictor
 from memlab.recall import sample as sample_examples
-from memlab.recall.band import fit_predictor
 
 __all__ = ["RecallPredictTask", "context_predictor", "seen_pmf"]
 

@@ -1,6 +1,6 @@
 """The switching task: predict the next observation of a switching linear-Gaussian model (an SLDS, paper 3, eq. 16).
 
-Model, in the lgssm task's time convention (``memlab.pissm.kalman``): a mode chain z_0 ~ pi0, z_t | z_{t-1} ~
+Model, in the lgssm task's time convention (``memlab.kalman``): a mode chain z_0 ~ pi0, z_t | z_{t-1} ~
 T[:, z_{t-1}] (T column-stochastic, K modes; z_0 acts on nothing), x_0 ~ N(m_0, P_0), and for t = 1, 2, ...
 
     x_t = A_{z_t} x_{t-1} + q_t,  q_t ~ N(0, Q_{z_t});        y_t = C x_t + r_t,  r_t ~ N(0, R)     (eq. 16)
@@ -27,7 +27,8 @@ At step t the model has read y_1..y_t and predicts y_{t+1}, scored by squared er
 Why not pissm's bootstrap filter (``pissm.particle.bootstrap_particle_filter``)? It fits this model over (x_t, z_t),
 but its transition sampler cannot see y_t, so a particle cannot carry a Kalman filter; with the arena's small
 observation noise it degenerates: at L = 8, 8192 bootstrap particles were off the enumeration by a mean squared 0.33,
-this filter with 32 by 3e-6. The Kalman step is pissm's (``small_kalman`` is the same step, fused, for the filter).
+this filter with 32 by 3e-6. The Kalman step is ``memlab.kalman``'s (``small_kalman`` is the same step, fused, for
+the filter).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from memlab.arena.small_kalman import kalman_step_small
 from memlab.arena.task import Batch, squared_error
 from memlab.belief import HMM, sample
 from memlab.checks import check_column_stochastic, check_distribution, check_int, check_real, is_concrete
-from memlab.pissm.kalman import predict, sample_lgssm, update
+from memlab.kalman import predict, sample_lgssm, update
 
 __all__ = ["SwitchingLGSSMTask", "SwitchingMoments", "exact_predictive_mean", "optimal_resample",
            "particle_predictive_mean", "prior_moments", "random_switching_lgssm"]

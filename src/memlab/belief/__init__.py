@@ -32,9 +32,9 @@ from memlab.belief.exact_linear import (
 )
 from memlab.belief.examples import EXAMPLE1_BAD_E, EXAMPLE1_E, EXAMPLE1_P, SWAP, example_filters, two_state_example
 from memlab.belief.fast_filters import lof, lof_parallel, log_belief
-from memlab.belief.filters import LOF, bayes_decode, lof_step, normalize_logits
+from memlab.belief.filters import LOF, bayes_decode, lof_step
 from memlab.belief.hmm import HMM, ControlledHMM, Trajectory, sample
-from memlab.belief.memories import LogitFilterMemory
+from memlab.belief.memories import ALF_DELTA, LogitFilterMemory
 from memlab.belief.metrics import logit_agreement, merge_agreement, switch_lags, trend
 from memlab.belief.montecarlo import ErrorCurves, decoding_error, error_curves
 from memlab.belief.random_models import random_columns, random_deterministic, random_permutation, simulate_observations
@@ -83,6 +83,7 @@ from memlab.belief.theory import (
     xi_of,
     xi_pair,
 )
+from memlab.logspace import normalize_logits  # the log-belief of eq. (8); shared numerics, re-exported
 
 __all__ = [
     # hmm
@@ -113,6 +114,6 @@ __all__ = [
     "ring_rewards", "ring_diagonalisation", "episode_inputs", "optimal_policy", "optimal_return", "random_return",
     "qmdp_returns", "random_policy", "rollout",
     # memories, deep_alf, agents
-    "LogitFilterMemory", "DeepALF", "INITIALISATIONS", "circulant_eigensystem", "MEMORIES", "make_memory",
+    "ALF_DELTA", "LogitFilterMemory", "DeepALF", "INITIALISATIONS", "circulant_eigensystem", "MEMORIES", "make_memory",
     "ringworld_for", "train_agent", "load_agent", "play",
 ]

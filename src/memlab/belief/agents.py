@@ -24,10 +24,7 @@ from memlab.belief.deep_alf import INITIALISATIONS, DeepALF
 from memlab.belief.memories import LogitFilterMemory
 from memlab.belief.ringworld import RingWorld, RingWorldParams
 from memlab.checks import check_choice
-from memlab.rl import PPOConfig, train_with_checkpoints
-from memlab.rl.agent import make_agent
-from memlab.rl.memory import Memory, ObservationMemory
-from memlab.rl.s5_memory import S5Memory
+from memlab.rl import Memory, ObservationMemory, PPOConfig, S5Memory, make_agent, train_with_checkpoints
 from memlab.store import cell
 
 FIXED = ("lof", "lof-softmax", "alf", "alf-softmax")

@@ -26,7 +26,7 @@ from jax import Array
 
 from memlab.belief.memories import ALF_DELTA, observation_index
 from memlab.checks import check_choice, check_column_stochastic, check_real
-from memlab.rl.memory import Memory
+from memlab.rl import Memory
 from memlab.scan import linear_scan
 
 INITIALISATIONS = ("informed", "random-e", "random-delta", "random-lambda", "all-random")

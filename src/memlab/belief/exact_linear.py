@@ -22,11 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.belief.filters import log_matvec
 from memlab.belief.hmm import HMM, ControlledHMM
 from memlab.belief.structure import decompose_deterministic, is_permutation, successors
 from memlab.checks import check_indices
-from memlab.logspace import safe_log
+from memlab.logspace import log_matvec, safe_log
 
 
 class LinearFilterOutput(NamedTuple):

@@ -21,11 +21,11 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from memlab.belief.filters import check_sequence_inputs, finite_max, initial_logits, lof_step
+from memlab.belief.filters import check_sequence_inputs, initial_logits, lof_step
 from memlab.belief.hmm import HMM, ControlledHMM
 from memlab.checks import check_int
 from memlab.devices import over_devices
-from memlab.logspace import safe_log
+from memlab.logspace import finite_max, safe_log
 
 
 def lof(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None, actions: Array | None = None,

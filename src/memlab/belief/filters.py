@@ -9,7 +9,9 @@
 
 These are what the documentation points to. ``memlab.belief.fast_filters`` holds the same filters as fast
 engines (probability space with a log-space rerun, the batch split over the CPU devices, the block-parallel
-form ``lof_parallel``), tested equal to these; ``memlab.belief.lof`` and ``log_belief`` are the fast ones.
+form ``lof_parallel``), tested equal to these; ``memlab.belief.lof`` and ``log_belief`` are the fast ones. The
+log-space arithmetic of the step (``log_matvec``, its matmul form ``log_matvec_fast``, ``normalize_logits``) is the
+core module ``memlab.logspace``.
 
 Zero probabilities give -inf logits, never NaN. The LOF is unnormalised, as in the paper, so its logits drift
 towards -inf over long runs (the cause of the PPO instability of section 6.2); use ``log_belief`` (or
@@ -28,41 +30,7 @@ from jax import Array
 
 from memlab.belief.hmm import HMM, ControlledHMM
 from memlab.checks import check_indices
-from memlab.logspace import safe_log
-
-
-def finite_max(w: Array) -> Array:
-    """Row maximum (..., 1), replaced by 0 where the row is all -inf (avoids -inf - -inf)."""
-    m = jnp.max(w, axis=-1, keepdims=True)
-    return jnp.where(jnp.isfinite(m), m, 0.0)
-
-
-def log_matvec(T: Array, w: Array) -> Array:
-    """log(T exp(w)) for T (N, N) or (..., N, N) and logits w (..., N): a log-sum-exp per row.
-
-    Exact over the whole float range (every row is shifted by its own maximum), -inf safe.
-    Costs N^2 exponentials; ``log_matvec_fast`` is the matmul version.
-    """
-    return jax.nn.logsumexp(safe_log(T) + w[..., None, :], axis=-1)
-
-
-def log_matvec_fast(T: Array, w: Array) -> Array:
-    """log(T exp(w)) through one matmul, shifting w by its overall maximum.
-
-    Terms more than ~87 (float32) or ~745 (float64) nats below max(w) underflow, so a
-    state whose every incoming term is that small gets -inf instead of a finite logit.
-    Harmless for decoding and for normalised beliefs (the state's probability is below
-    1e-38); use ``log_matvec`` where logits must be exact.
-    """
-    m = finite_max(w)
-    return jnp.log(jnp.einsum("...ij,...j->...i", T, jnp.exp(w - m))) + m
-
-
-def normalize_logits(w: Array) -> Array:
-    """w - logsumexp(w) over the last axis (log of the softmax, eq. 8); all -inf rows stay -inf."""
-    m = finite_max(w)
-    lse = jnp.log(jnp.sum(jnp.exp(w - m), axis=-1, keepdims=True)) + m
-    return jnp.where(jnp.isfinite(lse), w - lse, w)
+from memlab.logspace import log_matvec, log_matvec_fast, normalize_logits, safe_log
 
 
 def lof_step(T: Array, log_E: Array, w: Array, y: Array, normalize: bool = False, fast: bool = False) -> Array:

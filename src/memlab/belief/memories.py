@@ -26,7 +26,7 @@ from memlab.belief.filters import lof_step
 from memlab.belief.hmm import ControlledHMM
 from memlab.checks import check_real
 from memlab.logspace import safe_log
-from memlab.rl.memory import Memory
+from memlab.rl import Memory
 
 ALF_DELTA = 0.1  # the empirically good delta of section 6.2 / App. E.2.2
 

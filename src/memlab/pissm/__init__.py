@@ -2,16 +2,16 @@
 Kalman-style gain, against the Kalman filter, particle filters and SLDS-type baselines.
 
 The library (``__all__`` below is what other code may import): the data sets, the Predictions interface, the exact
-Kalman filter and particle filters, pi-SSM (eq. 7: its config and its gain variants), the LG variant, the baselines,
-training (eq. 8-9), metrics and the Pong mode analysis. The experiments live in ``experiments/``; nothing outside
-them imports them. Module by module: docs/studies/pissm.md.
+Kalman filter (the core module ``memlab.kalman``, re-exported here) and particle filters, pi-SSM (eq. 7: its config
+and its gain variants), the LG variant, the baselines, training (eq. 8-9), metrics and the Pong mode analysis. The
+experiments live in ``experiments/``; nothing outside them imports them. Module by module: docs/studies/pissm.md.
 """
 
+from memlab.kalman import KalmanFiltered, kalman_filter, sample_lgssm
 from memlab.pissm.baselines import DirectRNN, LGBaseline, ObservationOnly
 from memlab.pissm.data import Dataset, Split, SplitLayout
 from memlab.pissm.gain import ExactGain, PaperGain, WhitenedGain
 from memlab.pissm.gain_fit import fit_readout_to_exact_gain
-from memlab.pissm.kalman import KalmanFiltered, kalman_filter, sample_lgssm
 from memlab.pissm.lg import LGFiltered, LGVariant
 from memlab.pissm.metrics import (
     gaussian_log_density,

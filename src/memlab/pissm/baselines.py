@@ -21,8 +21,8 @@ import numpy as np
 from jax import Array
 
 from memlab.checks import check_choice, check_covariance, check_int, check_matrix
-from memlab.layers.gated_rnn import BoundedInput, GRUCell, LSTMCell
-from memlab.pissm.kalman import check_observations, symmetrise
+from memlab.kalman import check_observations, symmetrise
+from memlab.layers import BoundedInput, GRUCell, LSTMCell
 from memlab.pissm.lg import LGVariant
 from memlab.pissm.metrics import gaussian_log_density
 from memlab.pissm.predictions import Predictions

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from memlab.layers.gated_rnn import BoundedInput, GRUCell, LSTMCell
-from memlab.pissm.small_matmul import fused_matmul, fused_matvec
+from memlab.layers import BoundedInput, GRUCell, LSTMCell
+from memlab.small_matmul import fused_matmul, fused_matvec
 
 __all__ = ["GAIN_BOUND", "OFF_DIAGONAL_BOUND", "ExactGain", "PaperGain", "WhitenedGain", "rnn_features"]
 

@@ -44,8 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from memlab.kalman import check_observations
 from memlab.pissm.gain import ExactGain, PaperGain, rnn_features
-from memlab.pissm.kalman import check_observations
 from memlab.pissm.model import PiSSM
 
 __all__ = ["PATHS", "fit_readout_to_exact_gain", "gain_inputs_along_paths"]

@@ -21,11 +21,11 @@ import numpy as np
 from jax import Array
 
 from memlab.checks import check_covariance, check_int, check_matrix
-from memlab.pissm.kalman import check_observations, psd_sqrt, scan_filter
+from memlab.kalman import check_observations, psd_sqrt, scan_filter
 
 
 class LGFiltered(NamedTuple):
-    """Output of ``LGVariant.__call__`` for T steps: the fields of ``kalman.KalmanFiltered`` plus the weights.
+    """Output of ``LGVariant.__call__`` for T steps: the fields of ``memlab.kalman.KalmanFiltered`` plus the weights.
 
     ``means`` (T, M), ``covariances`` (T, M, M): filtered; ``predicted_means`` (T, M), ``predicted_covariances``
     (T, M, M): one-step predictive; ``log_likelihoods`` (T,): log p(y_t | y_{1:t-1}), 0 where y_t is missing;

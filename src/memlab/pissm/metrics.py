@@ -28,7 +28,7 @@ from jax import Array
 from scipy.optimize import linear_sum_assignment
 
 from memlab.checks import check_int, check_real, is_concrete
-from memlab.pissm.kalman import symmetrise
+from memlab.kalman import symmetrise
 
 
 def gaussian_log_density(y: Array, mean: Array, cov: Array) -> Array:

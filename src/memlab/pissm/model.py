@@ -46,12 +46,12 @@ import numpy as np
 from jax import Array
 
 from memlab.checks import check_choice, check_covariance, check_int, check_matrix, check_real
-from memlab.layers.gated_rnn import GRUCell, LSTMCell
+from memlab.kalman import check_observations, symmetrise
+from memlab.layers import GRUCell, LSTMCell
 from memlab.pissm.gain import ExactGain, PaperGain, WhitenedGain
-from memlab.pissm.kalman import check_observations, symmetrise
 from memlab.pissm.metrics import gaussian_log_density_from_cholesky
 from memlab.pissm.predictions import Predictions
-from memlab.pissm.small_matmul import fused_matmul, fused_matvec
+from memlab.small_matmul import fused_matmul, fused_matvec
 
 __all__ = ["COVARIANCES", "GAINS", "GAIN_FORMS", "MODE_SAMPLING", "PiSSM", "PiSSMConfig", "path_noise",
            "roundoff_floor"]

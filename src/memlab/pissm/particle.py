@@ -1,7 +1,7 @@
 """Bootstrap particle filter (Gordon et al. 1993) with systematic resampling (Kitagawa 1996): the high-cost posterior
 reference of section 7 (Fig. 4), run with the true dynamics.
 
-Time convention as in kalman.py and eq. (1); ``observe_initial=True`` when y[0] observes x_0; a missing y_t is
+Time convention as in ``memlab.kalman`` and eq. (1); ``observe_initial=True`` when y[0] observes x_0; a missing y_t is
 propagation only. Per step: the filtered moments, log p_hat(y_t | y_{1:t-1}) (its exponential unbiased), the
 effective sample size and optionally every particle. One sequence per call, ``lax.scan`` over time; vmap and jit
 outside. The estimator's bias and deterministic dynamics: docs/studies/pissm.md, "Particle filters".
@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from memlab.checks import check_int
-from memlab.pissm.kalman import check_observations
+from memlab.kalman import check_observations
 
 
 class ParticleFiltered(NamedTuple):

@@ -21,9 +21,9 @@ import numpy as np
 from jax import Array
 
 from memlab.checks import check_covariance, check_int, check_matrix, is_concrete
+from memlab.kalman import check_observations, update
 from memlab.pissm.data.lorenz import DELTA_T, NOISE_VAR, lorenz_flow
 from memlab.pissm.data.pong import NOISE_STD, OBSERVATION_MATRIX, SPEED_RANGE, pong_mode, reflect_step
-from memlab.pissm.kalman import check_observations, update
 from memlab.pissm.metrics import gaussian_log_density
 from memlab.pissm.particle import bootstrap_particle_filter
 from memlab.pissm.predictions import Predictions

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from memlab.checks import check_choice
-from memlab.layers.gated_rnn import project_model_iss
+from memlab.layers import project_model_iss
 from memlab.pissm import metrics, reference
 from memlab.pissm.baselines import DirectRNN, LGBaseline, ObservationOnly
 from memlab.pissm.data import (

@@ -30,7 +30,7 @@ from jax import Array
 
 from memlab.checks import check_choice, check_int, check_real
 from memlab.devices import value_and_grad_in_parts
-from memlab.layers.gated_rnn import GATED_CELLS, iss_margin, project_model_iss
+from memlab.layers import GATED_CELLS, iss_margin, project_model_iss
 from memlab.pissm.predictions import Predictions
 
 STABILITY = ("iss", "clip", "none")

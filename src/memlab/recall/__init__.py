@@ -14,7 +14,7 @@ experiments/  the experiments (rate, sweep, compare, context) and curves.py, the
               share, indexed in experiments/__init__.py
 """
 
-from memlab.recall.band import AchievableBand, achievable_band, predictor_risk
+from memlab.recall.band import AchievableBand, achievable_band, fit_predictor, predictor_risk
 from memlab.recall.encoding import encode, token_dim
 from memlab.recall.limit import coupling_distance, finite_context_values, per_step_bound
 from memlab.recall.metrics import LearningCurve, coupling_rate, is_monotone, learning_curves
@@ -56,6 +56,7 @@ __all__ = [
     "encode",
     "fit_rate",
     "finite_context_values",
+    "fit_predictor",
     "is_monotone",
     "learning_curves",
     "make_student",

@@ -27,7 +27,7 @@ import jax
 from jax import Array
 
 from memlab.checks import check_int
-from memlab.layers.mamba import MambaBlock
+from memlab.layers import MambaBlock
 
 
 def _mlp(in_size: int, out_size: int, width: int, key: Array) -> eqx.nn.MLP:

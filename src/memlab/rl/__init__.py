@@ -12,6 +12,7 @@ from memlab.rl.gae import gae
 from memlab.rl.memory import Memory, ObservationMemory
 from memlab.rl.ppo import PPO, TrainState, evaluate, make_train, ppo_loss
 from memlab.rl.rollout import Actors, Transition, rollout
+from memlab.rl.s5_memory import S5Memory
 
 __all__ = [
     "MLP",
@@ -21,6 +22,7 @@ __all__ = [
     "Memory",
     "ObservationMemory",
     "PPOConfig",
+    "S5Memory",
     "TrainState",
     "Transition",
     "evaluate",

@@ -24,8 +24,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from memlab.checks import check_choice, check_int
-from memlab.layers.dense import apply_linear
-from memlab.layers.s5 import S5Layer, dense_linear
+from memlab.layers import S5Layer, apply_linear, dense_linear
 from memlab.rl.memory import Memory
 from memlab.scan import METHODS
 

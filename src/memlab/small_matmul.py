@@ -1,10 +1,11 @@
-"""Products of small matrices that XLA on the CPU fuses with their neighbours: pi-SSM's engine primitive.
+"""Products of small matrices that XLA on the CPU fuses with their neighbours: shared numerics of the engines.
 
 ``fused_matmul(a, b)`` is ``a @ b`` and ``fused_matvec(a, x)`` is ``a @ x``, written as a product summed over the
 inner axis. Under vmap, ``@`` of tiny matrices becomes a batched ``dot`` that the CPU backend runs as one small GEMM
 call per matrix (~0.5 us each; at 5 x 5 it was half of pi-SSM's training time, benchmarks/bench_pissm.py); the
-product-sum fuses instead. The plain Kalman filter (``kalman.py``) keeps ``@``; pi-SSM's filter (``model.py``) uses
-these, tested equal to ``@`` in value and gradient.
+product-sum fuses instead. The plain Kalman filter (``memlab.kalman``) keeps ``@``; pi-SSM's filter and gain
+(``memlab.pissm.model``, ``memlab.pissm.gain``) and the arena's fused Kalman step (``memlab.arena.small_kalman``)
+use these, tested equal to ``@`` in value and gradient (tests/test_small_matmul.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax import Array
+
+__all__ = ["fused_matmul", "fused_matvec"]
 
 
 @jax.custom_vjp

@@ -1,6 +1,7 @@
-"""Exact Kalman filter of a linear-Gaussian state-space model (App. A.2, eq. 17-21; App. G.1, eq. 197-198).
+"""Exact Kalman filter of a linear-Gaussian state-space model (the pi-SSM paper, App. A.2, eq. 17-21; App. G.1,
+eq. 197-198): shared numerics, the reference of pi-SSM (``memlab.pissm``) and of the arena's lgssm and switching tasks.
 
-Model, in the time convention of eq. (1) and Algorithm "Inference in pi-SSM" (App. E.1): a prior
+Model, in the time convention of that paper's eq. (1) and Algorithm "Inference in pi-SSM" (App. E.1): a prior
 x_0 ~ N(m_0, P_0), then for t = 1..T
 
     x_t = A_t x_{t-1} + q_t,  q_t ~ N(0, Q_t);        y_t = C_t x_t + r_t,  r_t ~ N(0, R_t).
@@ -24,6 +25,9 @@ from jax import Array
 from jax.scipy.linalg import cho_factor, cho_solve
 
 from memlab.checks import check_covariance, check_int, check_matrix, is_concrete
+
+__all__ = ["KalmanFiltered", "check_observations", "filter_step", "kalman_filter", "predict", "psd_sqrt",
+           "sample_lgssm", "scan_filter", "symmetrise", "update"]
 
 
 class KalmanFiltered(NamedTuple):
@@ -135,7 +139,8 @@ def scan_filter(
 
     ``step_matrices(m_{t-1|t-1} (M,), inputs_t) -> (A_t, C_t, Q_t, R_t, aux_t)``, where ``inputs_t`` is the t-th
     slice of the pytree ``inputs`` (leading axis T, or None). Returns the ``KalmanFiltered`` record and the aux_t
-    stacked over time. ``kalman_filter`` and the LG variant (lg.py, A_t and C_t mixed from m_{t-1|t-1}) use it.
+    stacked over time. ``kalman_filter`` and pi-SSM's LG variant (``memlab.pissm.lg``: A_t and C_t mixed from
+    m_{t-1|t-1}) use it.
     """
     T = y.shape[0]
     skip_predict = jnp.zeros(T, bool).at[0].set(bool(observe_initial))
@@ -195,7 +200,7 @@ def psd_sqrt(P: Array) -> Array:
     return (vectors * jnp.sqrt(jnp.clip(eigenvalues, 0.0))[..., None, :]) @ jnp.swapaxes(vectors, -1, -2)
 
 
-# ---------------------------------------------------------------- input checks (shared with lg.py, particle.py)
+# ---------------------------------------------------------------- input checks (shared with pissm's filters)
 
 
 def check_observations(y, mask) -> tuple[Array, Array]:
