@@ -19,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-import memlab.runner as runner
+import memlab.cell_cache as cell_cache
 from memlab.files import atomic_write_text
 from memlab.resolve import resolved_digests, stored_origins
 from memlab.store import CHECKPOINT
@@ -32,7 +32,7 @@ def main(old_store_py: str, store: str, *extra: str) -> None:
     old.CHECKPOINT = CHECKPOINT  # the placeholder cells carry is this package's, not the old module's copy
     root = Path(store)
     moved: dict[str, str] = {}
-    new_digest = runner.cell_digest
+    new_digest = cell_cache.cell_digest
 
     def migrating_digest(cell):
         new = new_digest(cell)
@@ -54,7 +54,7 @@ def main(old_store_py: str, store: str, *extra: str) -> None:
         moved[before] = new
         return new
 
-    runner.cell_digest = migrating_digest
+    cell_cache.cell_digest = migrating_digest  # where a sweep computes its cells' digests
     runs = {tuple(x.split("/")) for x in extra}
     if not runs:  # every stored origin and committed run folder <experiment>/<profile>/
         runs = set(stored_origins(root)) | {(p.parent.parent.name, p.parent.name)
