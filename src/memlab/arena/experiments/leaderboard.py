@@ -41,6 +41,7 @@ from memlab.arena.train import (
     static_part,
 )
 from memlab.checks import check_choices, check_int
+from memlab.files import summary_text
 from memlab.runner import Experiment, Run
 from memlab.store import CHECKPOINT, cell
 
@@ -51,34 +52,7 @@ FLOOR = 1e-4  # the smallest gap the figures resolve (paper-scale gaps reach 4e-
 PAPER_CORE_LAYERS = ("lru", "s5", "mamba", "gru", "lstm", "attention", "linear-attention", "gated-deltanet", "lof")
 ALL_LAYERS = (*PAPER_CORE_LAYERS, "alf")
 
-SUMMARY = """# arena.leaderboard
-
-Every layer in the same model (embed, {depth} pre-norm block(s) of width {width}: the layer, then an MLP; a linear
-head), trained on sequences drawn afresh at every step ({steps} Adam steps, batch {batch}, length {length}, peak
-learning rate {lr:g}), {seeds} seed(s), scored on {test_batch} held-out sequences by the normalised gap
-g = (L_model − L_ref) / (L_trivial − L_ref): 0 is the task's reference (the optimal predictor: the exact filter, the
-Kalman filter; or, where the task is marked "≈ reference", a stated approximation a model may beat: the TD fixed
-point of the context, a particle filter), 1 is the best predictor without memory.
-
-![gaps](gaps.png)
-
-![budget](budget.png)
-
-{closest}
-
-{table}
-
-Where a task has a compiled solution (`arena.compiled`: the steady-state Kalman predictor as an LRU on lgssm, the
-ALF on the near-deterministic HMMs, the exact filter with the action's T(a) on hmm-ringworld, θ* as softmax attention
-on policy-eval, attention as exact lookup on mqar),
-"distance to compiled" is the mean per-step distance of the trained model's predictions from the compiled model's
-(KL for symbols, squared error for vectors) and "input-gradient cosine" the cosine between the two models' gradients
-of the last scored step's loss with respect to the input sequence; "distance to reference" the same distance from
-the reference's predictions (KL(reference ‖ model) or squared error).
-"gap at kT" (where shown): the gap on held-out sequences k times the training length T (length generalisation).
-
-Tasks: {tasks}
-"""
+SUMMARY = summary_text(__package__, "leaderboard")
 
 
 @dataclasses.dataclass(frozen=True)

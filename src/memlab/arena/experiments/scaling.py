@@ -36,29 +36,12 @@ from memlab.arena.task import reference_is_exact
 from memlab.arena.tasks import make_task
 from memlab.arena.train import TrainConfig
 from memlab.checks import check_increasing_ints
+from memlab.files import summary_text
 from memlab.runner import Experiment, Run
 
 NEAR = 0.05  # "close to the optimum": the gap the leaderboard asks of attention on MQAR
 
-SUMMARY = """# arena.scaling
-
-The normalised gap g = (L_model − L_ref) / (L_trivial − L_ref) (0 = the task's optimal predictor, 1 = the best
-predictor without memory) of every layer at widths {widths}, against the numbers it carries from one step to the
-next (at the training length T = {length}, over its {depth} block(s); attention's key-value cache grows with the
-sequence). Every point is a cell of `arena.leaderboard` at that width (the same model, {steps} Adam steps, batch
-{batch}, peak learning rate {lr:g}; {seeds} seeds, mean ± s.e.; {test_batch} held-out sequences), and a cell the
-leaderboard also asks for is computed once for both. Every width of a layer trains on the same batches.
-
-![scaling](scaling.png)
-
-{closest}
-
-{near}
-
-{table}
-
-Tasks: {tasks}
-"""
+SUMMARY = summary_text(__package__, "scaling")
 
 
 @dataclasses.dataclass(frozen=True)

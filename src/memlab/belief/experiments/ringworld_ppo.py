@@ -20,6 +20,7 @@ from memlab.belief import ringworld as rw
 from memlab.belief.agents import LABELS, MEMORIES, train_agent
 from memlab.checks import check_choices, check_int, check_real
 from memlab.compile_cache import LEVEL_ONLY
+from memlab.files import summary_text
 from memlab.rl import PPOConfig
 from memlab.runner import Experiment
 from memlab.store import CHECKPOINT, cell
@@ -70,20 +71,7 @@ class RingWorldPPOConfig:
         return dict(self.seed_counts).get(memory, self.seeds)
 
 
-SUMMARY = """# {name} — {figures}
-
-PPO on RingWorld (ε = {epsilon}, K = {episode_length}), {seeds}, {updates} updates of {num_envs} envs × \
-{unroll} steps ({steps:,} env steps), {epochs} epochs × {minibatches} minibatches, lr {learning_rate}. \
-{scale}
-
-{figure_lines}
-
-Return over the last {tail} updates (mean ± std over seeds). References: the fully informed optimum \
-{ceiling:.3f} (DP with the true state: an upper bound), QMDP on the exact belief {qmdp:.3f} (a belief-based \
-policy: a lower bound on the POMDP optimum), random actions {floor:.3f}:
-
-{table}
-{ablations}"""
+SUMMARY = summary_text(__package__, "ringworld_ppo")
 PAPER_CORE_NOTE = ("This is the paper-core profile: Table 1 exactly, on fewer memories and seeds than the paper "
                    "profile (the smallest set that settles Fig. 3's orderings). Its cells are the paper profile's "
                    "(same names, keys and arguments), so `--profile paper` reuses them.")

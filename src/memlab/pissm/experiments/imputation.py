@@ -21,29 +21,14 @@ from functools import partial
 import numpy as np
 
 from memlab.checks import check_choice, check_choices, check_int, check_real
+from memlab.files import summary_text
 from memlab.pissm import metrics
 from memlab.pissm.experiments.cells import imputation_score_cell, imputation_train_cell
 from memlab.pissm.experiments.report import CHOICES, plot_imputation
 from memlab.pissm.runs import LAYOUTS, MODELS, load_dataset
 from memlab.runner import Experiment, Run
 
-SUMMARY = """# pissm.imputation — App. H.1
-
-Pong ({layout} layout), {percent_removed:.0f} % of each test sequence's observations removed at random (first step \
-kept), models trained {epochs} epochs on {trained_on}, {num_samples} sampled paths. MSE against the true position; \
-the observation noise variance is 0.0025. The paper shows imputation only qualitatively (animations), so there is \
-no number to compare.
-
-{table}
-`observation` carries the last kept observation forward (a random walk cannot do better). A direct RNN (`gru`, \
-`lstm`) has no update with y_t: its estimate at a kept step is the prediction from y_{{1:t-1}}, hence its larger \
-filtered MSE.
-
-![imputation](imputation.png)
-
-## Choices the paper leaves open, and departures from its text
-
-{choices}"""
+SUMMARY = summary_text(__package__, "imputation")
 TRAINED_WITH_GAPS = ("sequences with {percent:.0f} % of the observations removed (App. H.1 does not say; a direct "
                      "RNN must learn what the missing-step flag means)")
 TRAINED_COMPLETE = "complete sequences"

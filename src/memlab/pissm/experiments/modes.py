@@ -33,6 +33,7 @@ import dataclasses
 from functools import partial
 
 from memlab.checks import check_choice, check_choices, check_int, check_real
+from memlab.files import summary_text
 from memlab.pissm.data import Dataset
 from memlab.pissm.experiments.cells import (
     STATISTICS,
@@ -49,34 +50,7 @@ from memlab.pissm.pong_modes import oracle_selection
 from memlab.pissm.runs import ESTIMATORS, LAYOUTS, NUM_MODES, PONG_NOISE, load_dataset
 from memlab.runner import Experiment, Run
 
-SUMMARY = """# pissm.pong-modes — Fig. 4 / Fig. 9, App. H.1
-
-{model} trained on `{dataset}` (observation noise {noise}; {layout} layout, {epochs} epochs, App. F.1's AR(1) input \
-noise at {input_noise} × the observation noise) by each estimator: {estimators}. Modes sampled on the test split \
-(one column per estimator):
-
-{table}
-Persistence counts, per interval of constant true mode, the share of steps carrying the interval's most frequent \
-sampled mode (1 = one mode per interval). The true modes are velocity quadrants, which change exactly at bounces. A \
-single dominant mode scores high persistence trivially; the agreement (chance ~0.25-0.3) and the eigenvalues at wall \
-hits say whether the modes are the bounce dynamics. Mode shares per estimator: `mode_shares.csv`.
-
-## Does the objective want the switching, and do the estimators find it?
-
-With A_z, b_z, C fixed to the true step maps (free flight and one reflection per wall, exact Kalman update): the \
-untrained hand-coded rule (reflect when the free flight p + v of the sampled x_{{t-1}} crosses a wall), free flight \
-everywhere, and q(z | x) trained by each estimator ({oracle_epochs} epochs). `at hits`: share of wall hits where the \
-sampled mode is that wall's reflection; `in flight`: share of the other steps with free flight; test log-likelihood \
-per step.
-
-{oracle_table}
-{reading}
-
-{figures}
-## Choices the paper leaves open, and departures from its text
-
-{choices}
-"""
+SUMMARY = summary_text(__package__, "modes")
 READINGS = {
     "learnable": "Selection of the true maps is learnable here by {estimator}: a failure of the full model lies in "
                  "learning the modes' dynamics (its sampled A_z reflects at {model_hits:.0%} of the wall hits, "

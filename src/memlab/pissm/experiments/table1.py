@@ -17,6 +17,7 @@ from functools import partial
 import numpy as np
 
 from memlab.checks import check_choice, check_choices, check_int, check_real
+from memlab.files import summary_text
 from memlab.pissm.data import Dataset, NCLTDataMissingError
 from memlab.pissm.data.nclt import check_session_folder
 from memlab.pissm.experiments.cells import particle_cell, train_and_score
@@ -50,44 +51,7 @@ NCLT_HINT = ("NCLT skipped: no --data-dir. Download the 2012-01-22 session's gps
              "from http://robots.engin.umich.edu/nclt/ and rerun with --data-dir DIR.")
 
 
-SUMMARY = """# pissm.table1 — Table 1 / Table 8
-
-Layout `{layout}`, {seeds} seed(s), {epochs} epochs, batch {batch_size}, {num_samples} sampled paths per test \
-sequence, estimator `{estimator}` ({estimator_words}), App. F.1's time-correlated input noise at {input_noise} × the \
-observation noise (lag-1 correlation 0.9) on every trained model's training minibatches. Test split; \
-mean and std over seeds. ll = average predictive log-likelihood per step, log q(y_t | y_{{1:t-1}}) with the mode z_t \
-summed out exactly (the normaliser of eq. 6) and log-mean-exp over the sampled paths. `filtered_mse` = MSE of the \
-filtered position (given y_{{1:t}}) against the ground truth, `filtered_mse_db` = 10 log10 of it (for NCLT, in m², \
-the dB of Table 7); `predicted_mse` = MSE of the one-step prediction (given y_{{1:t-1}}). The direct GRU / LSTM \
-never see y_t before predicting it, so they have no filtered estimate: their filtered columns are empty and their \
-only MSE is `predicted_mse` (Table 8 lists one MSE per model without saying which estimate it is). \
-`paper_ll` / `paper_mse`: Table 1 / Table 8 (NCLT: Table 7, dB); empty where the paper has no number; both of our \
-Pong data sets sit beside the paper's one Pong column. `ll_ceiling`: the largest expected log-density per step any \
-predictor can reach on the data set, −½ log det(2πe R), attained only by a predictive N(C x_t, R) that knows x_t.
-
-{notes}{table}
-Our data sets are our own generators (the paper publishes neither its noise levels nor its scales), so the \
-absolute numbers are not comparable with the paper's; the orderings are. The ceiling shows why: a Gaussian \
-log-density of y_t with covariance at least R cannot exceed −½ log det(2πR) at any point (Lorenz, R = 0.5 I in \
-3-D: {lorenz_sup:.2f}) and −½ log det(2πe R) on average ({ceilings}), yet Table 1 reports 5.2–5.9 on Lorenz; on \
-Pong the paper's 4.1–5.5 would need an observation noise below ~0.02 (at 0.05 the average ceiling is \
-{pong_ceiling:.2f}; at 0.01, {pong001_ceiling:.2f}). The paper's log-likelihoods are therefore in units or \
-normalisations it does not state. `pf` is the bootstrap particle filter with \
-the true dynamics (Pong: elastic reflections; Lorenz: RK4 of eq. 200) and a small artificial process noise: the \
-high-cost reference of section 7, not a trained model.
-
-## Choices the paper leaves open, and departures from its text
-
-{choices}
-
-Reproducibility: training is chaotic in the float sense. Measured on Navier–Stokes (π-SSM-GRU), a one-ulp \
-change of one initial A_z moves the first epoch's loss by 7e-4, more than the rewrite of the filter in commit \
-7497151 (equal to the old one to 1e-10 in float64) does (1e-5). Any change of code, compiler flags or machine that \
-is not bit-exact therefore changes the trained numbers after many epochs: compare runs by mean and std over seeds, \
-not digit by digit. {gradient_note}
-
-![test log-likelihood](table1.png)
-"""
+SUMMARY = summary_text(__package__, "table1")
 ESTIMATOR_WORDS = {"reinforce": "eq. (9) REINFORCE, z_t drawn from q(z_t | x_{t-1})",
                    "mixture": "the exact mixture log-likelihood, z_t drawn from eq. (6)",
                    "reinforce-posterior": "eq. (9) REINFORCE, z_t drawn from eq. (6)",

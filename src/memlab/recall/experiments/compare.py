@@ -12,6 +12,7 @@ import dataclasses
 
 from memlab import plots
 from memlab.compile_cache import LEVEL_ONLY
+from memlab.files import summary_text
 from memlab.recall.experiments.curves import (
     CurveConfig,
     CurveStats,
@@ -26,19 +27,7 @@ from memlab.recall.experiments.curves import (
 from memlab.recall.metrics import learning_curves, tag_only_comparison
 from memlab.runner import Experiment, Run
 
-SUMMARY = """# recall.attention-vs-s6
-
-The S6 student(s) and the softmax-attention comparator (Kawata & Suzuki) trained on the same data (α = {alpha:g}, \
-T = {T}, target `{target}`, n up to {n_max}, {schedule}, {num_seeds} seed(s), mean ± s.e. over seeds).
-
-![comparison](attention_vs_s6.png)
-
-The paper gives no numbers for this comparison; it claims (§7) that Mamba attains the rate that Kawata & Suzuki prove \
-for attention.
-
-Below the tag-only risk (recalls content): {verdict}.
-
-{report}"""
+SUMMARY = summary_text(__package__, "compare")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,7 @@ import numpy as np
 
 from memlab import plots
 from memlab.compile_cache import LEVEL_ONLY
+from memlab.files import summary_text
 from memlab.recall.experiments.curves import (
     CurveConfig,
     CurveStats,
@@ -34,19 +35,7 @@ from memlab.runner import Experiment, Run
 
 PAPER_C = {0.75: 1.81, 1.0: 1.28}  # App. A.2, Fig. 1 (T = 5000, one-block student)
 
-SUMMARY = """# recall.rate — Fig. 1
-
-Best validation MSE ({num_val} held-out examples) vs the number of training contexts n, T = {T}, {schedule}, \
-{num_seeds} seed(s) per cell (mean ± s.e. over seeds), target `{target}`, for the student(s): {students}.
-
-![rate](rate.png)
-
-Paper (App. A.2): C ≈ 1.81 (α = 0.75) and 1.28 (α = 1.0); the α = 1.0 curve lies below α = 0.75 at every n. \
-Claims and their rules are in results.json.
-
-Below the tag-only risk (recalls content): {verdict}.
-
-{report}"""
+SUMMARY = summary_text(__package__, "rate")
 
 
 @dataclasses.dataclass(frozen=True)
