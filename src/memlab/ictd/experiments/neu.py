@@ -21,6 +21,9 @@ from memlab.checks import check_increasing_ints, check_int, check_real
 from memlab.files import summary_text
 from memlab.ictd.experiments.neu_figures import (
     CSV_HEADER,
+    NEUCell,
+    NEUStats,
+    SlowRun,
     csv_rows,
     depth_table,
     fmt,
@@ -29,7 +32,7 @@ from memlab.ictd.experiments.neu_figures import (
     plot_slow,
     point_table,
 )
-from memlab.ictd.neu import POINT_LABELS, STAT_FIELDS, comparison_points, estimator_statistics, sample_tasks
+from memlab.ictd.neu import POINT_LABELS, comparison_points, estimator_statistics, sample_tasks
 from memlab.runner import Experiment, Run
 from memlab.store import cell
 
@@ -116,90 +119,6 @@ def run_neu(cfg: NEUConfig, run: Run) -> dict:
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
     return _results(stats)
-
-
-@dataclasses.dataclass(frozen=True)
-class JStats:
-    """One estimator's statistics per depth (L',), float64 (``neu.summarize``; fields = ``neu.STAT_FIELDS``): J =
-    ||mean X_l||_1, J_se its delta-method s.e., noise_floor sqrt(2/pi) ||se||_1, J_split the split-half estimate,
-    abs_mean E||X_l||_1 (>= J) and abs_se its s.e."""
-
-    J: np.ndarray
-    J_se: np.ndarray
-    noise_floor: np.ndarray
-    J_split: np.ndarray
-    abs_mean: np.ndarray
-    abs_se: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True)
-class NEUCell:
-    """One ``neu_cell`` record (one point, one n) as arrays: tower, plain: ``JStats`` of the two estimators;
-    tower_vs_plain_max_z, variance_ratio (L',): max |z| of their difference and the plain / tower variance;
-    num_samples; depths (L',); margin_min, margin_median: the tasks' Assumption 5.1 margins (eq. 28)."""
-
-    tower: JStats
-    plain: JStats
-    tower_vs_plain_max_z: np.ndarray
-    variance_ratio: np.ndarray
-    num_samples: int
-    depths: np.ndarray
-    margin_min: float
-    margin_median: float
-
-    @classmethod
-    def from_record(cls, record: dict) -> NEUCell:
-        tower, plain = (JStats(**{f: np.asarray(record[e][f], np.float64) for f in STAT_FIELDS})
-                        for e in ("tower", "plain"))
-        return cls(tower, plain, tower_vs_plain_max_z=np.asarray(record["tower_vs_plain_max_z"]),
-                   variance_ratio=np.asarray(record["variance_ratio"]), num_samples=record["num_samples"],
-                   depths=np.asarray(record["depths"]), margin_min=record["margin_min"],
-                   margin_median=record["margin_median"])
-
-
-@dataclasses.dataclass(frozen=True)
-class SlowRun:
-    """The slow-discount run of theta*: the depth of the peak of J and J there, J and its noise floor at the last
-    depth, ratio = peak J / max(last J, last floor), and the tasks' min margin."""
-
-    peak_L: int
-    peak_J: float
-    last_J: float
-    last_floor: float
-    ratio: float
-    margin_min: float
-
-
-@dataclasses.dataclass(frozen=True)
-class NEUStats:
-    """The analysis of ``ictd.neu``; L depths, K context lengths, at depth L unless said.
-
-    depths (L,) = 1..L; contexts (K,); gamma; theta_star n -> ``NEUCell`` of theta*; points name -> ``NEUCell`` at
-    the largest n (``POINT_LABELS`` order, theta* first); slow_cell / slow: the slow-discount ``NEUCell`` and its
-    ``SlowRun`` (None when switched off); margin_min: over every cell but the slow run's; margin_median: median of
-    the theta* cells' medians; peak_l: index of the peak of J(theta*) over depth at the largest n, depth_ratio: J
-    there / J at L; min_non_td, argmin_non_td: the smallest J of ``NON_TD_POINTS`` and its point; z_threshold: the
-    Bonferroni bound of |z| (1 % family-wise); tower_vs_plain_max_z: max |z| over the theta* cells;
-    variance_ratio_at_L_max n -> plain / tower variance; figures: the PNG files written.
-    """
-
-    depths: np.ndarray
-    contexts: list[int]
-    gamma: float
-    theta_star: dict[int, NEUCell]
-    points: dict[str, NEUCell]
-    slow_cell: NEUCell | None
-    slow: SlowRun | None
-    margin_min: float
-    margin_median: float
-    peak_l: int
-    depth_ratio: float
-    min_non_td: float
-    argmin_non_td: str
-    z_threshold: float
-    tower_vs_plain_max_z: float
-    variance_ratio_at_L_max: dict[int, float]
-    figures: list[str]
 
 
 def analyse(cfg: NEUConfig, cells: dict) -> NEUStats:
