@@ -32,8 +32,12 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
+import jax.numpy as jnp
+import numpy as np
+
 from memlab.checks import check_choice, check_choices, check_int, check_real
 from memlab.files import summary_text
+from memlab.pissm import metrics
 from memlab.pissm.data import Dataset
 from memlab.pissm.experiments.cells import (
     STATISTICS,
@@ -41,14 +45,30 @@ from memlab.pissm.experiments.cells import (
     OracleScores,
     RuleScores,
     SelectionScores,
-    modes_evaluate_cell,
-    modes_rules_cell,
-    modes_train_cell,
+    fit_as_bytes,
 )
 from memlab.pissm.experiments.report import CHOICES, plot_modes
-from memlab.pissm.pong_modes import oracle_selection
-from memlab.pissm.runs import ESTIMATORS, LAYOUTS, NUM_MODES, PONG_NOISE, load_dataset
+from memlab.pissm.pong_modes import (
+    mode_statistics,
+    most_bounces,
+    oracle_selection,
+    rule_scores,
+    smallest_eigenvalues,
+)
+from memlab.pissm.reference import pong_particle_filter
+from memlab.pissm.runs import (
+    ESTIMATORS,
+    LAYOUTS,
+    NUM_MODES,
+    PONG_NOISE,
+    full_mask,
+    load_dataset,
+    model_from_bytes,
+    predict_jit,
+)
+from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
+from memlab.store import cell
 
 SUMMARY = summary_text(__package__, "modes")
 READINGS = {
@@ -113,6 +133,39 @@ class ModesConfig:
             check_int(name, getattr(self, name))
         check_int("oracle_epochs", self.oracle_epochs, low=0)
         check_real("input_noise", self.input_noise, 0)
+
+
+@cell("pissm.modes-train")
+def modes_train_cell(cfg: ModesConfig, data: Dataset, estimator: str, key) -> dict:
+    """One cell: train ``cfg.model`` on Pong by ``estimator`` (every estimator from the same key: the same
+    initial model); its training record and the model as bytes."""
+    config = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size)
+    return fit_as_bytes(cfg.model, cfg.dataset, data, config, key, estimator=estimator, input_noise=cfg.input_noise)
+
+
+@cell("pissm.modes-rules")
+def modes_rules_cell(data: Dataset, key) -> dict:
+    """One cell: the hand-coded switching rule and free flight everywhere on the true step maps (``rule_scores``)."""
+    return {"rule": rule_scores(data, key), "free-flight": rule_scores(data, key, free_flight_only=True)}
+
+
+@cell("pissm.modes-evaluate")
+def modes_evaluate_cell(cfg: ModesConfig, data: Dataset, estimator: str, blob: bytes, key, pf_key) -> dict:
+    """One cell: one sampled path per test sequence of the model trained by ``estimator`` -> ``mode_statistics``
+    and the test log-likelihood; for the test sequence with the most bounces (``b``) the arrays of Fig. 9: the
+    sampled modes, the predictive moments, the eigenvalues of the sampled A_z and the particle filter's predictive
+    moments."""
+    model = model_from_bytes(blob, cfg.model, cfg.dataset, data, estimator)
+    test = data.test
+    preds = predict_jit(model, test.y, full_mask(test), key, 1)
+    A, modes = np.asarray(model.A), np.asarray(preds.modes[0])
+    b = most_bounces(test)
+    pf = pong_particle_filter(pf_key, test.y[b], None, PONG_NOISE[cfg.dataset], cfg.particles)
+    return {**mode_statistics(A, modes, test),
+            "test_ll": float(jnp.mean(metrics.predictive_log_likelihood(preds.log_likelihoods, full_mask(test)))),
+            "b": b, "modes": modes[b], "obs_means": preds.obs_means[0, b], "obs_covs": preds.obs_covs[0, b],
+            "eigenvalues": smallest_eigenvalues(A[modes[b]]).real, "pf_obs_means": pf.obs_means,
+            "pf_obs_covs": pf.obs_covs}
 
 
 def run_pong_modes(cfg: ModesConfig, run: Run) -> dict:

@@ -289,7 +289,7 @@ def _ellipse(ax, mean, cov, **kw):
 
 
 def plot_modes(split: Split, evaluation: dict, estimator: str):
-    """Fig. 9 for the test sequence ``b`` of one estimator's evaluation cell (``cells.modes_evaluate_cell``): the
+    """Fig. 9 for the test sequence ``b`` of one estimator's evaluation cell (``modes.modes_evaluate_cell``): the
     true and the sampled modes, the two smallest eigenvalues of the sampled A_z against the truth, and the
     predictive ellipses at ``SNAPSHOTS`` beside the particle filter's. Returns the figure."""
     fig = plots.plt.figure(figsize=(12, 7.5), layout="constrained")
