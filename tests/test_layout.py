@@ -1,7 +1,7 @@
 """The package layout's rules, read from the import statements: layers know no study and no RL (a memory adapter
 for the PPO agents lives in memlab.rl), rl knows no study, no study imports another, nothing below the arena
-imports it (the arena uses the studies' public references, not the other way round). Also: every summary template
-an experiment reads ships in the wheel."""
+imports it (the arena uses the studies' public references, not the other way round), and no module imports itself
+through others. Also: every summary template an experiment reads ships in the wheel."""
 
 import ast
 import fnmatch
@@ -44,6 +44,84 @@ def test_no_library_module_imports_the_experiments(study):
     bad = {f: sorted(n for n in names if n.startswith(experiments)) for f, names in _imports(study).items()
            if not f.startswith(f"{study}/experiments/")}
     assert not {f: n for f, n in bad.items() if n}
+
+
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """Module -> the other memlab modules it imports, read from every import statement (in functions and under ``if
+    TYPE_CHECKING:`` too): relative imports resolved, ``from memlab.x import y`` an edge to ``memlab.x.y`` where that
+    is a module, else to ``memlab.x``."""
+    modules = {}
+    for path in sorted(src.rglob("*.py")):
+        parts = path.relative_to(src.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        package = (name if path.name == "__init__.py" else name.rpartition(".")[0]).split(".")
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # from . import x, from ..y import z
+                    base = ".".join([*package[:len(package) - node.level + 1], *filter(None, [node.module])])
+                targets.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module: every import circle (Tarjan's algorithm)."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = [stack.pop()]
+            while component[-1] != v:
+                component.append(stack.pop())
+            on_stack.difference_update(component)
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_no_import_cycles():
+    """No module imports, directly or through others, a module that imports it, not even for annotations only (``if
+    TYPE_CHECKING:``) or inside a function: shared types live in the lower module."""
+    assert import_cycles(import_graph()) == []
+
+
+def test_import_cycles_are_found():
+    """The check above can fail: two circles, one of them of three modules, beside modules outside any circle."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"f", "d"}, "f": {"e"}, "g": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c"], ["e", "f"]]
+
+
+def test_import_graph_reads_type_checking_and_relative_imports(tmp_path):
+    package = tmp_path / "memlab"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from . import low\n")
+    (package / "sub" / "low.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                                            "    from memlab.sub.high import Thing\n")
+    (package / "sub" / "high.py").write_text("from .low import x\nfrom memlab import sub\nimport numpy\n")
+    graph = import_graph(package)
+    assert graph == {"memlab": set(), "memlab.sub": {"memlab.sub.low"}, "memlab.sub.low": {"memlab.sub.high"},
+                     "memlab.sub.high": {"memlab.sub.low", "memlab.sub"}}
+    assert import_cycles(graph) == [["memlab.sub", "memlab.sub.high", "memlab.sub.low"]]
 
 
 def test_summary_templates_are_package_data():
