@@ -68,8 +68,8 @@ class LeaderboardConfig:
     train: TrainConfig = TrainConfig()
     test_batch: int = 1024
     longer: tuple[int, ...] = ()  # also score on sequences this many times the training length (length generalisation)
-    # save every cell's training after each eval_every steps (resumable across sessions); a quick cell, a minute's
-    # work, would pay about 3 s for it (its initialisation and one chunk compiled apart instead of one whole run)
+    # save every cell's training after each eval_every steps (resumable across sessions); a short cell would pay a
+    # second compile for it (its initialisation and one chunk compiled apart instead of one whole run)
     checkpoints: bool = True
 
     def validate(self) -> None:
@@ -167,7 +167,7 @@ def _train_seeds(spec, layer: str, width: int, depth: int, config: TrainConfig, 
 
     The compiled programs take every array as an argument (the held-out batch baked in as constants cost XLA
     seconds of constant folding) and run the seeds one after the other: vmapping them doubled the compile time and
-    ran no faster per seed on the 2-core CPU (an LRU cell compiled in 26 s alone, 51 s vmapped over 2 seeds)."""
+    ran no faster per seed on the 2-core CPU."""
     def training(held_out=None):
         return make_training(spec, layer, width, depth, config, held_out, static)
 
@@ -348,11 +348,9 @@ TINY = LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=("gru", "lru"), wi
                          train=TrainConfig(steps=20, batch=8, length=16, eval_every=10), test_batch=64, longer=(2,))
 
 # quick: the canonical task of each family with a reference (hmm-mess3, lgssm), the nine layers of paper-core (alf
-# is in the paper profile), 200 steps, 2 seeds. A cell is an XLA compile of its training program (10-18 s) plus the
-# training run; at 400 steps the 18 cells took 762 s of CPU, the largest share of `make reproduce` (issue 30), and
-# 200 steps halve the run part while every layer still ends well below the trivial predictor. `memlab run
-# arena.leaderboard` (quick, empty compile cache, 2 cores, 2026-11-27): 5 min 15 s in a pool of two processes,
-# 5 min 48 s in one
+# is in the paper profile), 200 steps, 2 seeds. A cell is an XLA compile of its training program plus the training
+# run; at 400 steps the cells were the largest share of `make reproduce` (benchmarks/reproduce_costs.py times each
+# experiment), and 200 steps halve the run part while every layer still ends well below the trivial predictor
 QUICK = LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=PAPER_CORE_LAYERS, seeds=2, test_batch=512,
                           train=TrainConfig(steps=200, batch=32, length=64, learning_rate=3e-3, eval_every=50),
                           checkpoints=False)

@@ -355,7 +355,8 @@ EXPERIMENTS = [
         "ictd.depth-convergence", "Theorem 2 (eq. 29), Lemmas 4-5", PAPER,
         "||v_L - v_pi|| vs depth L and context length n on random tasks satisfying Assumption 5.1 (float64)",
         {"paper": DepthConfig(),
-         # quick: m in {5, 7, 10} x 40 tasks (was 6 sizes x 20): compiling per m was ~40 of ~60 CPU-s; same rules
+         # quick: m in {5, 7, 10} x 40 tasks (was 6 sizes x 20): each m compiles once, and compiling dominated the
+         # run; same rules
          "quick": DepthConfig(context_lengths=(50, 200, 1000, 4000), state_counts=(5, 7, 10), tasks_per_m=40),
          "tiny": DepthConfig(context_lengths=(30, 120), num_layers=20, state_counts=(5,), tasks_per_m=8, d=5,
                              max_resamples=30)},

@@ -305,7 +305,7 @@ EXPERIMENTS = [
         "its depth limit and tabular TD",
         {"paper": MsveConfig(),
          # quick: 48 tasks with m in {5, 7, 10} (was 8 per m = 5..10), 6 lengths t <= 300 (was 10): each m and each t
-         # compiles once (~2-3 s on 2 cores, most of the run); 6 points still give every task's log-log slope
+         # compiles once (compiling is most of the run); 6 points still give every task's log-log slope
          "quick": MsveConfig(m_values=(5, 7, 10), tasks_per_m=16, t_max=300, num_contexts=6),
          "tiny": MsveConfig(m_values=(3, 4), tasks_per_m=3, d=4, t_max=20, num_contexts=4, depth_limit_layers=100)},
         run_msve_vs_context),

@@ -1,12 +1,12 @@
 """``ictd.pretrain`` -- Algorithm 1 at the Table 1 settings (section 8, App. F.1-F.4): Fig. 3(a) learned V0, A0 at the
 best checkpoint, Fig. 3(b) V_em, A_em against the kernel diagonal mean d_t, Fig. 5 emergence against training step.
 
-One cell per seed (``cells.train_seed``: ``pretrain.make_train`` one seed at a time, measured faster on the
-2-core CPU than ``train_seeds``' vmap: 16.3 s against 18.6 s for 5 seeds x 300 epochs) and one for the held-out errors
-of theta*, -theta* and the zero block. At the Table 1 settings training converges to the mirror image (-V*, -A*) of
-theta* (see ``pretrain``): min(V_em, A_em) = 0 at every step, so every figure and diagnostic is made twice, with the
-paper's scores and with the mirrored scores V_em(-V), A_em(-A). Decisions where the paper is ambiguous:
-``report.AMBIGUITIES`` (also in summary.md).
+One cell per seed (``cells.train_seed``: ``pretrain.make_train`` one seed at a time, faster on the 2-core CPU than
+``train_seeds``' vmap, benchmarks/bench_ictd.py) and one for the held-out errors of theta*, -theta* and the zero
+block. At the Table 1 settings training converges to the mirror image (-V*, -A*) of theta* (see ``pretrain``):
+min(V_em, A_em) = 0 at every step, so every figure and diagnostic is made twice, with the paper's scores and with the
+mirrored scores V_em(-V), A_em(-A). Decisions where the paper is ambiguous: ``report.AMBIGUITIES`` (also in
+summary.md).
 """
 
 from __future__ import annotations
@@ -199,8 +199,8 @@ EXPERIMENTS = [
     Experiment(
         "ictd.pretrain", "Fig. 3, Fig. 5, Table 1", PAPER,
         "Algorithm 1 at Table 1: learned V0, A0, emergence vs d_t and vs step (paper and mirrored scores), held-out TD",
-        # paper: Table 1 with 10 seeds (Table 1 has 5; issue 14 asks for >= 10 per layout); paper-query-past: the same
-        # with the query one step past the context (query_offset = 1)
+        # paper: Table 1 with 10 seeds (Table 1 has 5; memlab runs at least 10 per layout); paper-query-past: the
+        # same with the query one step past the context (query_offset = 1)
         {"paper": PretrainExperimentConfig(train=PretrainConfig(num_seeds=10)),
          "paper-query-past": PretrainExperimentConfig(train=PretrainConfig(num_seeds=10, query_offset=1)),
          # quick: unchanged (800 MRPs): at 600 the mirrored emergence claims hold only by 0.004 and 0.015

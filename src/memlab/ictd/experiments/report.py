@@ -155,7 +155,7 @@ def heldout_markdown(setting: Setting) -> str:
 
 
 def sign_sentence(setting: Setting) -> str:
-    """The plain statement the issue asks for: (+, +, -) in V or not, A_feat diagonal or not."""
+    """The plain statement a reader looks for first: (+, +, -) in V or not, A_feat diagonal or not."""
     rows, paper, mirror = _sign_counts(setting)
     S = rows.shape[0]
     share, diag = _final_a_feat(setting)

@@ -309,10 +309,10 @@ EXPERIMENTS = [Experiment(
         "tiny": ModesConfig(layout="tiny", estimators=("mixture",), epochs=1, particles=200, oracle_epochs=1),
         # quick: 10 epochs at batch 16 on the quick layout (250 sequences), the settings of the other pissm quick
         # profiles, the paper's estimator (eq. (9) REINFORCE) only: none of the claims is decidable at this size
-        # (the paper profiles decide them), and the mixture's cells were 94 of its 211 s (issue 30's budget)
+        # (the paper profiles decide them), and the mixture's cells were close to half of the quick run
         "quick": ModesConfig(epochs=10, batch_size=16, estimators=("reinforce",)),
         # paper: the paper's data size (4000 training sequences), 60 epochs, both estimators and their oracles;
-        # paper-0.01: the same at observation noise 0.01, where a bounce shows in one observation (issue 14)
+        # paper-0.01: the same at observation noise 0.01, where a bounce shows in one observation
         "paper": ModesConfig(layout="paper", epochs=60, oracle_epochs=20),
         "paper-0.01": ModesConfig(layout="paper", dataset="pong-0.01", epochs=60, oracle_epochs=20),
     },

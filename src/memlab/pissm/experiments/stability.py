@@ -294,14 +294,14 @@ EXPERIMENTS = [Experiment(
                                  epochs=10, batch_size=16, num_samples=8),
         "paper": StabilityConfig(layout="paper", seeds=10, epochs=60),
         # paper-prior-init: the paper profile with eq. (7)'s readout from the first step's factor, the untrained
-        # filter already lost (the first paper run, 160 cells, kept as the ablation it became: issue 47)
+        # filter already lost (the first paper run, kept as the ablation it became)
         "paper-prior-init": StabilityConfig(layout="paper", models=("pissm-gru", "pissm-lstm"), seeds=10, epochs=60),
         # paper-lr: paper-core's settings at Adam 1e-3 instead of App. F.1's 0.011, for eq. (7)'s gain from either
-        # initialisation (issue 47: at quick size the first-step-factor start trains at 1e-3 and fails at 0.011;
-        # the fitted start diverges within two steps at every rate down to 1e-5)
+        # initialisation (at quick size the first-step-factor start trains at 1e-3 and fails at 0.011; the fitted
+        # start diverges within its first steps at every rate down to 1e-5)
         "paper-lr": StabilityConfig(layout="paper", models=("pissm-gru", "pissm-gru-tracking"), iss_eps=(0.1, 0.25),
                                     clip_norms=(5.0, 20.0), seeds=5, epochs=60, learning_rate=1e-3),
-        # paper-core (issue 29): the paper profile for pi-SSM-GRU, the smallest and largest ISS buffer and clipping
+        # paper-core: the paper profile for pi-SSM-GRU, the smallest and largest ISS buffer and clipping
         # threshold, 5 of its 10 seeds (20 cells; same cell names, keys and arguments as the paper profile's)
         "paper-core": StabilityConfig(layout="paper", models=("pissm-gru-tracking",), iss_eps=(0.1, 0.25),
                                       clip_norms=(5.0, 20.0), seeds=5, epochs=60),
@@ -310,21 +310,22 @@ EXPERIMENTS = [Experiment(
         # paper-core's runs due to the unnormalised inputs, which the paper's theorem assumes away?
         "paper-normalised": StabilityConfig(layout="paper", models=("pissm-gru-normalised",), iss_eps=(0.1, 0.25),
                                             clip_norms=(5.0, 20.0), seeds=5, epochs=60),
-        # paper-ablation: quick-ablation's question at the paper's sizes (issue 29): eq. (7)'s gain from either
+        # paper-ablation: quick-ablation's question at the paper's sizes: eq. (7)'s gain from either
         # initialisation, the bounded gain's inputs and units without its bound, and the bounded gain, with ISS 0.1
         # and GC 20, 5 seeds (the paper profile's cell names and keys)
         "paper-ablation": StabilityConfig(layout="paper", models=("pissm-gru", "pissm-gru-tracking",
                                                                   "pissm-gru-unbounded", "pissm-gru-bounded"),
                                           iss_eps=(0.1,), clip_norms=(20.0,), seeds=5, epochs=60),
-        # quick-ablation: which ingredient of the bounded gain keeps training alive (issue 14): eq. (7)'s gain, the
+        # quick-ablation: which ingredient of the bounded gain keeps training alive: eq. (7)'s gain, the
         # bounded gain's inputs and units without the bound, and the bounded gain; ISS 0.1 and GC 20, quick sizes,
-        # 5 seeds (30 cells, ~40 s each on one core)
+        # 5 seeds (30 cells)
         "quick-ablation": StabilityConfig(models=("pissm-gru", "pissm-gru-tracking", "pissm-gru-unbounded",
                                                   "pissm-gru-bounded"),
                                           iss_eps=(0.1,), clip_norms=(20.0,), seeds=5, epochs=10, batch_size=16,
                                           num_samples=8),
     },
     run=run_stability,
-    # paper-scale cells, one core each: two at a time on 2 cores do 1.3x the work of one (steady state, issue 29)
+    # paper-scale cells, one core each: two cells at a time on two cores do more work than one cell split over
+    # both
     pool_profiles=("paper", "paper-prior-init", "paper-core", "paper-ablation", "paper-lr", "paper-normalised"),
 )]
