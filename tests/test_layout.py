@@ -1,11 +1,15 @@
 """The package layout's rules, read from the import statements: layers know no study and no RL (a memory adapter
-for the PPO agents lives in memlab.rl), rl knows no study, no study imports another, and nothing below the arena
-imports it (the arena uses the studies' public references, not the other way round). An import from another package
-goes through that package's public surface: names in its ``__all__``, imported from the package itself. The core
-top-level modules (memlab/scan.py, memlab/logspace.py, memlab/kalman.py, ...) are open to every package."""
+for the PPO agents lives in memlab.rl), rl knows no study, no study imports another, nothing below the arena
+imports it (the arena uses the studies' public references, not the other way round), and no module imports itself
+through others. An import from another package goes through that package's public surface: names in its
+``__all__``, imported from the package itself. The core top-level modules (memlab/scan.py, memlab/logspace.py,
+memlab/kalman.py, ...) are open to every package. Also: every summary template an experiment reads ships in the
+wheel."""
 
 import ast
+import fnmatch
 import importlib
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -95,3 +99,96 @@ def test_every_public_name_exists(package):
     """Each package's ``__all__`` names only what the package really has."""
     module = importlib.import_module(f"memlab.{package}")
     assert [name for name in module.__all__ if not hasattr(module, name)] == []
+
+
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """Module -> the other memlab modules it imports, read from every import statement (in functions and under ``if
+    TYPE_CHECKING:`` too): relative imports resolved, ``from memlab.x import y`` an edge to ``memlab.x.y`` where that
+    is a module, else to ``memlab.x``."""
+    modules = {}
+    for path in sorted(src.rglob("*.py")):
+        parts = path.relative_to(src.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        package = (name if path.name == "__init__.py" else name.rpartition(".")[0]).split(".")
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # from . import x, from ..y import z
+                    base = ".".join([*package[:len(package) - node.level + 1], *filter(None, [node.module])])
+                targets.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module: every import circle (Tarjan's algorithm)."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = [stack.pop()]
+            while component[-1] != v:
+                component.append(stack.pop())
+            on_stack.difference_update(component)
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_no_import_cycles():
+    """No module imports, directly or through others, a module that imports it, not even for annotations only (``if
+    TYPE_CHECKING:``) or inside a function: shared types live in the lower module."""
+    assert import_cycles(import_graph()) == []
+
+
+def test_import_cycles_are_found():
+    """The check above can fail: two circles, one of them of three modules, beside modules outside any circle."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"f", "d"}, "f": {"e"}, "g": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c"], ["e", "f"]]
+
+
+def test_import_graph_reads_type_checking_and_relative_imports(tmp_path):
+    package = tmp_path / "memlab"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from . import low\n")
+    (package / "sub" / "low.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                                            "    from memlab.sub.high import Thing\n")
+    (package / "sub" / "high.py").write_text("from .low import x\nfrom memlab import sub\nimport numpy\n")
+    graph = import_graph(package)
+    assert graph == {"memlab": set(), "memlab.sub": {"memlab.sub.low"}, "memlab.sub.low": {"memlab.sub.high"},
+                     "memlab.sub.high": {"memlab.sub.low", "memlab.sub"}}
+    assert import_cycles(graph) == [["memlab.sub", "memlab.sub.high", "memlab.sub.low"]]
+
+
+def test_summary_templates_are_package_data():
+    """Each ``summary_text(__package__, name)`` names a file ``summaries/<name>.md`` beside its module, every such
+    file is read by one, and pyproject.toml's package data ships them all."""
+    read = set()
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "summary_text":
+                read.add((path.parent / "summaries" / f"{node.args[1].value}.md").relative_to(SRC).as_posix())
+    files = {p.relative_to(SRC).as_posix() for p in SRC.rglob("summaries/*")}
+    assert read == files
+    pyproject = tomllib.loads((SRC.parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["memlab"]
+    assert not {f for f in files if not any(fnmatch.fnmatch(f, p) for p in patterns)}

@@ -2,8 +2,8 @@
 
 A study registers its experiments as a list ``EXPERIMENTS`` in ``memlab/<study>/experiments/__init__.py``; add the
 study to ``_STUDIES`` below. The studies are imported when first asked for: :func:`get` imports only the study an
-experiment's name starts with (``memlab run arena.leaderboard`` never imports the other four, about 1.5 s of CPU a
-process), ``EXPERIMENTS`` all of them.
+experiment's name starts with (``memlab run arena.leaderboard`` never imports the other four, whose imports cost
+every process CPU time), ``EXPERIMENTS`` all of them.
 """
 
 from __future__ import annotations

@@ -2,17 +2,15 @@
 compiling, and the XLA:CPU loader's false alarm.
 
 A cached program is keyed by the program itself (and XLA_FLAGS), so the cache changes how long a run takes, never
-its numbers (measured: ``memlab run recall.rate --profile tiny`` 51 s without it, 14 s warm, on the 2-core machine).
+its numbers; a warm cache cuts a short run to a fraction of its cold time, most of which is compiling.
 
 Quick and tiny profiles compile with XLA's backend optimisation level 1 instead of its default, and with XLA:CPU's
 older elemental emitter for fusions instead of the MLIR fusion emitters: their cells spend most of their time
-compiling. Level 1 compiles faster while the programs ran no slower (measured on one core, no compile cache:
-``arena.leaderboard`` quick with three layers 148 s -> 107 s, compiling 100 s -> 65 s; ``belief.ringworld-returns``
-quick 307 s -> 222 s, compiling 196 s -> 122 s). The older emitter compiles in about half the time and runs up to a
-third slower (``memlab reproduce --profile quick --jobs 1`` on one core, empty compile cache, 2026-11-27: 1840 s ->
-1633 s of CPU, compiling 1224 s -> 678 s; pissm, ictd and arena faster, RingWorld's PPO and recall's S6 runs
-slower). The numbers differ from the defaults' in float round-off, so both flags are part of a cell's digest
-(``store.describe``) whenever they are set.
+compiling. Level 1 compiles faster while the programs run no slower. The older emitter compiles much faster and
+runs somewhat slower: a quick ``memlab reproduce`` from an empty compile cache takes less CPU in all (pissm, ictd
+and arena faster, RingWorld's PPO and recall's S6 runs slower: ``LEVEL_ONLY``; benchmarks/reproduce_costs.py
+times each experiment). The numbers differ from the defaults' in float round-off, so both flags are part of a
+cell's digest (``store.describe``) whenever they are set.
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ def seconds_compiling() -> float:
 DIGEST_FLAGS = {"xla_backend_optimization_level": int, "xla_cpu_use_fusion_emitters": str.lower}
 QUICK_FLAGS = {"xla_backend_optimization_level": "1", "xla_cpu_use_fusion_emitters": "false"}
 # for an experiment whose long-running programs (PPO, recall's S6 students) the older emitter slows more than it
-# speeds their compiles (one core, quick, 2026-11-27: belief.deep-alf-inits 84 -> 107 s, recall.sweep 72 -> 106 s)
+# speeds their compiles (belief.deep-alf-inits and recall.sweep quick ran longer with it)
 LEVEL_ONLY = ("xla_backend_optimization_level",)
 
 

@@ -50,7 +50,7 @@ DEVICES_PER_CORE = 4  # beyond this many devices per core a pass only adds threa
 
 def check_device_count(count) -> int:
     """``count`` as an int, or ValueError unless it is in [1, DEVICES_PER_CORE x this machine's cores]: each device
-    is a thread pool and its own copy of every program (100000 devices on 2 cores took 19 GB before it was stopped)."""
+    is a thread pool and its own copy of every program, so a huge count exhausts the memory before any work."""
     cores = os.cpu_count() or 1
     check_int("devices", count)
     if count > DEVICES_PER_CORE * cores:

@@ -17,6 +17,7 @@ import base64
 import contextlib
 import dataclasses
 import functools
+import importlib.resources
 import json
 import math
 import os
@@ -41,6 +42,7 @@ __all__ = [
     "markdown_table",
     "read_cell",
     "software_versions",
+    "summary_text",
     "to_jsonable",
 ]
 
@@ -224,3 +226,10 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence], fmt: str | M
     for row in rows:
         lines.append("| " + " | ".join(markdown_cell(v, s) for v, s in zip(row, specs, strict=True)) + " |")
     return "\n".join(lines) + "\n"
+
+
+def summary_text(package: str, name: str) -> str:
+    """The Markdown file ``summaries/<name>.md`` of an experiments package, read verbatim: the fixed prose of a
+    summary with ``str.format`` fields for the numbers a run computes. ``package``: the calling module's
+    ``__package__``; the files ship as package data (pyproject.toml)."""
+    return (importlib.resources.files(package) / "summaries" / f"{name}.md").read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""The arena (issue 31): every memory layer against the optimal algorithm on every task family.
+"""The arena: every memory layer against the optimal algorithm on every task family.
 
     task.py    the task interface (sample, reference, trivial, loss, distance) and the normalised gap
     hmm.py     next-observation prediction on HMMs, with or without actions (RingWorld); reference: the exact filter

@@ -29,7 +29,7 @@ __all__ = ["SCORING_CHUNK", "Baselines", "Comparison", "Scores", "Target", "Trai
 
 # how many held-out sequences a model reads at once when it is scored: the memory of a scoring program is this many
 # sequences' intermediates, whatever the batch (causal linear attention's parallel form holds (L, d, d) a sequence;
-# scored on the paper profile's 1024 sequences all at once, with input gradients, it asked for 15 GB at T = 64)
+# scored on the paper profile's 1024 sequences all at once, with input gradients, it ran out of memory)
 SCORING_CHUNK = 64
 
 

@@ -82,7 +82,7 @@ def _underflow_floor(T_all: Array, E: Array) -> Array:
 STATE_MAJOR_BELOW = 32
 # below this many states the products are multiply-sums (the fast pass's T p with the batch on the last axis, the
 # parallel form's products): a dot of tiny matrices is a loop of tiny GEMM calls on the CPU, the elementwise form
-# vectorises over the batch (measured: N = 2 serial, 2000 x 1000 steps, 2 devices, 11-13 ms -> 10 ms; no gain at 12)
+# vectorises over the batch (faster at N = 2, no gain from N = 12 on: benchmarks/bench_belief.py's sizes)
 ELEMENTWISE_BELOW = 8
 
 
@@ -322,9 +322,8 @@ def _parallel_one(T_all: Array, E: Array, w0: Array, ys: Array, actions: Array, 
 
 # the batched parallel form runs this many bytes of results and block products, (chunk, K, N) and (chunk, K / block,
 # N, N), at a time: its buffers then fit in memory the allocator reuses instead of being page-faulted in anew on
-# every call (measured with benchmarks/bench_belief.py's sizes, K = 1000, block 32, one device: N = 12, 2000
-# sequences 0.84 s as one batch, 0.49-0.51 s in chunks of 250-500; N = 64, 200 sequences 1.54 s, 1.04-1.07 s in
-# chunks of 16-50; N = 2 the same at any chunk from 16 to 2000)
+# every call (at benchmarks/bench_belief.py's sizes chunks run markedly faster than one batch for N = 12 and 64,
+# and no slower for N = 2)
 PARALLEL_CHUNK_BYTES = 16 * 2**20
 
 

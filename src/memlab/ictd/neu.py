@@ -212,7 +212,8 @@ def _sample_directions(theta, task, key, num_layers, n, depths):
     v_now, pullback = jax.vjp(lambda th: _layer_values(th, feats[: n + 1], rewards[:n], gamma, num_layers), theta)
     rows = jnp.asarray(depths) - 1
     # (len(depths), D): grad v_l(S_n) for each depth l, one backward pass per unit cotangent; sequential (lax.map),
-    # since a vmap over the cotangents multiplies the working set by their number and ran 7x slower on CPU at n = 500
+    # since a vmap over the cotangents multiplies the working set by their number and ran several times slower on
+    # the CPU at large n
     grads = jax.lax.map(lambda e: pullback(e)[0], jnp.eye(num_layers, dtype=v_now.dtype)[rows])
     v_now = v_now[rows]
     v_next = jax.vmap(lambda s: _layer_values(theta, _with_query(feats[1: n + 1], task.features[s]), rewards[1:],

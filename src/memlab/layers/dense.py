@@ -1,8 +1,8 @@
 """Equinox's ``Linear`` and ``MLP`` on a whole sequence at once: one matrix product per layer over the leading axes.
 
 ``jax.vmap(linear)(x)`` inside a model that is itself vmapped (over a batch, over seeds) compiles to a loop of
-matrix-vector products on the CPU; these give the same numbers as one matrix product of x (..., n_in), several times
-faster (fwd+bwd: a PPO minibatch's S5 encoder 6x; an arena training step 1.3x).
+matrix-vector products on the CPU; these give the same numbers as one matrix product of x (..., n_in), faster
+(forward and backward; several times so for a PPO minibatch's S5 encoder).
 """
 
 from __future__ import annotations

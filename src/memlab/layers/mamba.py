@@ -143,7 +143,7 @@ class MambaBlock(eqx.Module):
 
         The scan keeps only its final state h_{L-1} and reads it out once, y = h_{L-1} C_{L-1} + D x_{L-1}, so no
         (L, d_inner) output is formed and the gate and out-projection run on one token: what a last-token readout
-        needs (the recall students), at about 1.1x the speed of ``self(x)[-1]`` in a forward pass.
+        needs (the recall students), a little faster than ``self(x)[-1]`` in a forward pass.
         """
         s = self.ssm_inputs(x, reset)
         _, h = selective_scan(s["xc"], s["delta"], self.A, s["B"], s["C"], None, reset=reset,

@@ -108,7 +108,7 @@ def discretize_diagonal(a: Array, delta: Array, method: str = "zoh", a_nonzero: 
 
     ``a_nonzero=True`` promises a != 0 everywhere (Mamba's A = -exp(A_log)): "zoh" then evaluates
     expm1(delta a) / a directly, exact in value and gradient, without the series branch of the a -> 0 limit
-    (about 1.5x faster scan steps on a CPU, benchmarks/bench_s6.py).
+    (faster scan steps on a CPU, benchmarks/bench_s6.py).
     """
     check_choice("discretization", method, DISCRETIZATIONS)
     a, delta = jnp.asarray(a), jnp.asarray(delta)
@@ -207,10 +207,10 @@ def _sequential_scan_backward(discretization, a_nonzero, residuals, cotangents):
     dB_t = (G_t bscale_t)^T x_t, dC_t = h_t^T gy_t; (dA, ddelta_t) by the chain rule through the discretisation.
     Written out rather than left to autodiff (of a ``jax.checkpoint``-ed step, before): under ``vmap`` JAX's
     transpose of the scan sums A's per-sequence gradient over the batch inside every step, a reduction that took
-    60 % of the backward pass on a CPU; here each sequence carries its own dA, summed once after the scan. With ZOH
-    (Mamba's layer here), scan fwd+bwd 2.9x faster at the arena's sizes (batch 32, L 64, Din 64, N 16: 34.6 ->
-    11.9 ms), 2.6x at paper 4's (batch 16, L 5002, Din 32, N 32: 1.26 -> 0.49 s); the Mamba block 3.0x and 1.8x.
-    With Euler-B, whose dA is a single product, the block was already that fast and is unchanged.
+    most of the backward pass on a CPU; here each sequence carries its own dA, summed once after the scan. With ZOH
+    (Mamba's layer here) that makes the scan's forward and backward pass, and the Mamba block's, several times
+    faster at the arena's sizes and at paper 4's (benchmarks/bench_s6.py). With Euler-B, whose dA is a single
+    product, the block was already that fast and is unchanged.
     """
     x, delta, A, B, C, h0, reset, states_before = residuals
     gy, g_last = cotangents

@@ -92,8 +92,8 @@ def _square_up(M: Array, integral: Array, squarings: Array) -> tuple[Array, Arra
 
     Reverse mode runs the adjoint (``_square_up_adjoint``) over the same number of levels. A while loop has no
     reverse-mode derivative of its own, and a fixed MAX_SQUARINGS-step scan, which has one, squares every matrix 19
-    times where typically 0-3 squarings are needed (the S6 layer's backward pass was ~30x slower that way,
-    benchmarks/bench_s6.py). Being a ``custom_vjp``, it has no forward mode (``jax.jvp`` raises a TypeError).
+    times where typically 0-3 squarings are needed (the S6 layer's backward pass was many times slower that
+    way, benchmarks/bench_s6.py). Being a ``custom_vjp``, it has no forward mode (``jax.jvp`` raises a TypeError).
     """
     largest = jnp.max(squarings, initial=0)
     return _square_up_loop(lambda k, carry: _double(*carry, k < squarings), (M, integral), largest)
@@ -105,8 +105,8 @@ def _square_up_adjoint(residuals, cotangents):
         cM = cM' M^T + M^T cM' + cI' I^T,      cI = M^T cI' + cI'.
     The level (M_k, I_k) before squaring k is recomputed from the checkpoint below it by at most 3 squarings:
     keeping all MAX_SQUARINGS possible levels (a static shape) costs more memory traffic than recomputing, when the
-    batch needs the typical 0-6 squarings (~2x slower backward at 1 squaring, bench_s6.py), and recomputing every
-    level from the inputs costs ~s^2/2 squarings (slower than storing past ~8)."""
+    batch needs the typical 0-6 squarings (storing was slower even at 1 squaring, bench_s6.py), and recomputing
+    every level from the inputs costs ~s^2/2 squarings (slower than storing for many squarings)."""
     checkpoints, squarings = residuals
     d = checkpoints.shape[-1] // 2
     largest = jnp.max(squarings, initial=0).astype(jnp.int32)

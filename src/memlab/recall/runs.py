@@ -5,8 +5,8 @@ Keys come from the caller (an experiment passes its named streams, ``run.key_for
 * ``val_key``: the validation set of a task, ``sample(val_key, num_val, task)``; one key per experiment, so the
   set is the same for every n and every student of a (task, seed) (A.1: "held-out examples generated with a
   different seed"). A cell builds it itself (:func:`curve_cell`): it is a pure function of (task, num_val, key),
-  and drawing it (about 11 s for 2000 x 5000 tokens, measured) costs less than one of the 30 validation passes
-  of a paper-scale cell, while shipping it would pickle ~80 MB into every cell.
+  and drawing it costs less than one of the 30 validation passes of a paper-scale cell, while shipping it would
+  pickle ~80 MB into every cell.
 * ``pool_key``: seed s draws one pool of ``capacity`` training examples from ``fold_in(pool_key, s)`` and the run
   at size n trains on its first n: the training sets are nested (common random numbers along the learning
   curve), and one compiled ``train`` serves every n of an experiment.
@@ -57,7 +57,7 @@ def compiled_train(kind: str, tag_dim: int, config: TrainConfig):
     """``train(keys (S,), pools (S, capacity, ...), val_set, n) -> TrainResult`` with seed axis S; jitted once.
 
     The seeds run one after another (``lax.map``), not vmapped: on a CPU a vmapped seed axis, even of size 1, makes
-    the training step's backward pass about 3x slower (its per-token reductions over the batch gain an axis), and
+    the training step's backward pass several times slower (its per-token reductions over the batch gain an axis), and
     batching seeds buys nothing there.
     """
     train = make_train(config, lambda key: make_student(kind, tag_dim, key))

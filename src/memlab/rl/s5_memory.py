@@ -108,8 +108,8 @@ class S5Memory(Memory):
 
     def encode(self, obs: Array, prev_action: Array, start: Array) -> Array:
         """phi of one step's input, or of a sequence's: obs (..., O), prev_action (...) int, start (...) bool ->
-        (..., H). A sequence goes through as matrix products (``apply_linear``), not a vmap over its steps: 6x
-        faster fwd+bwd under PPO's vmap over environments on a CPU."""
+        (..., H). A sequence goes through as matrix products (``apply_linear``), not a vmap over its steps:
+        several times faster forward and backward under PPO's vmap over environments on a CPU."""
         x = jnp.asarray(obs, self.layer.D.dtype)
         start = jnp.asarray(start)[..., None]
         if self.num_actions is not None:  # no previous action at an episode's start

@@ -20,36 +20,11 @@ from memlab.arena.task import Batch, Task, normalised_gap, per_step_mean
 from memlab.arena.tasks import TASKS, make_task
 from memlab.arena.train import apply, baselines
 from memlab.checks import check_choices, check_int
+from memlab.files import summary_text
 from memlab.runner import Experiment, Run
 from memlab.store import cell
 
-SUMMARY = """# arena.compiled
-
-Memory layers whose weights are set by theory to carry out (or approximate) the task's optimal algorithm, scored
-by the same harness as trained models on {batch} held-out sequences of the longest test length: the normalised gap
-g = (L_model − L_ref) / (L_trivial − L_ref) (0 = optimal, 1 = no memory) over their first L steps (the models and
-references are causal, so these are sequences of length L), after the compiled model's stated transient (the figure
-shows every step).
-
-![distance](distance.png)
-
-{table}
-
-* **lgssm** — the steady-state Kalman predictor as a diagonal linear RNN (an LRU): it equals the Kalman filter once
-  the filter's own gain has converged (the transient, in steps); the table scores the steps after it.
-* **hmm-cycle** — a deterministic cycle with noisy emissions: its exact filter is the linear recurrence of paper 1's
-  Theorem 4.4, w_t = P w_{{t−1}} + log E^T y_t, compiled exactly (gap 0 to float32 round-off).
-* **hmm-two-state, hmm-mess3** — the time-invariant Adaptive Logit Filter with δ = √ε (paper 1, eq. (24), (48)),
-  read out as log(E T softmax(w/δ)). The ALF is built to decode the most likely state (paper 1 bounds its decoding
-  error, Theorem 5.5), not to be a calibrated predictor, so its gap here is that of a stated approximation. memlab
-  divides the logits by δ before the softmax: eq. (24) is a δ-weighted average, so w/δ is the discounted sum of
-  log-likelihoods that the exact filter's logits are (without it the gap on hmm-two-state was 0.80, with it 0.08).
-* **hmm-ringworld** — RingWorld under random actions: the exact filter itself, the LOF (eq. (7)) with the action's
-  T(a), run over the task's inputs [a_t, y_t] (gap 0 to float32 round-off: an independent path to the reference).
-
-Trained models against these: the "distance to compiled" and "input-gradient cosine" columns of
-`arena.leaderboard`.
-"""
+SUMMARY = summary_text(__package__, "compiled")
 
 
 DISTANCE_FLOOR = 1e-14

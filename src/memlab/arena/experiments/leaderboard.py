@@ -41,6 +41,7 @@ from memlab.arena.train import (
     static_part,
 )
 from memlab.checks import check_choices, check_int
+from memlab.files import summary_text
 from memlab.runner import Experiment, Run
 from memlab.store import CHECKPOINT, cell
 
@@ -51,34 +52,7 @@ FLOOR = 1e-4  # the smallest gap the figures resolve (paper-scale gaps reach 4e-
 PAPER_CORE_LAYERS = ("lru", "s5", "mamba", "gru", "lstm", "attention", "linear-attention", "gated-deltanet", "lof")
 ALL_LAYERS = (*PAPER_CORE_LAYERS, "alf")
 
-SUMMARY = """# arena.leaderboard
-
-Every layer in the same model (embed, {depth} pre-norm block(s) of width {width}: the layer, then an MLP; a linear
-head), trained on sequences drawn afresh at every step ({steps} Adam steps, batch {batch}, length {length}, peak
-learning rate {lr:g}), {seeds} seed(s), scored on {test_batch} held-out sequences by the normalised gap
-g = (L_model − L_ref) / (L_trivial − L_ref): 0 is the task's reference (the optimal predictor: the exact filter, the
-Kalman filter; or, where the task is marked "≈ reference", a stated approximation a model may beat: the TD fixed
-point of the context, a particle filter), 1 is the best predictor without memory.
-
-![gaps](gaps.png)
-
-![budget](budget.png)
-
-{closest}
-
-{table}
-
-Where a task has a compiled solution (`arena.compiled`: the steady-state Kalman predictor as an LRU on lgssm, the
-ALF on the near-deterministic HMMs, the exact filter with the action's T(a) on hmm-ringworld, θ* as softmax attention
-on policy-eval, attention as exact lookup on mqar),
-"distance to compiled" is the mean per-step distance of the trained model's predictions from the compiled model's
-(KL for symbols, squared error for vectors) and "input-gradient cosine" the cosine between the two models' gradients
-of the last scored step's loss with respect to the input sequence; "distance to reference" the same distance from
-the reference's predictions (KL(reference ‖ model) or squared error).
-"gap at kT" (where shown): the gap on held-out sequences k times the training length T (length generalisation).
-
-Tasks: {tasks}
-"""
+SUMMARY = summary_text(__package__, "leaderboard")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +68,8 @@ class LeaderboardConfig:
     train: TrainConfig = TrainConfig()
     test_batch: int = 1024
     longer: tuple[int, ...] = ()  # also score on sequences this many times the training length (length generalisation)
-    # save every cell's training after each eval_every steps (resumable across sessions); a quick cell, a minute's
-    # work, would pay about 3 s for it (its initialisation and one chunk compiled apart instead of one whole run)
+    # save every cell's training after each eval_every steps (resumable across sessions); a short cell would pay a
+    # second compile for it (its initialisation and one chunk compiled apart instead of one whole run)
     checkpoints: bool = True
 
     def validate(self) -> None:
@@ -194,7 +168,7 @@ def _train_seeds(spec, layer: str, width: int, depth: int, config: TrainConfig, 
 
     The compiled programs take every array as an argument (the held-out batch baked in as constants cost XLA
     seconds of constant folding) and run the seeds one after the other: vmapping them doubled the compile time and
-    ran no faster per seed on the 2-core CPU (an LRU cell compiled in 26 s alone, 51 s vmapped over 2 seeds)."""
+    ran no faster per seed on the 2-core CPU."""
     def training(held_out=None):
         return make_training(spec, layer, width, depth, config, held_out, static)
 
@@ -375,11 +349,9 @@ TINY = LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=("gru", "lru"), wi
                          train=TrainConfig(steps=20, batch=8, length=16, eval_every=10), test_batch=64, longer=(2,))
 
 # quick: the canonical task of each family with a reference (hmm-mess3, lgssm), the nine layers of paper-core (alf
-# is in the paper profile), 200 steps, 2 seeds. A cell is an XLA compile of its training program (10-18 s) plus the
-# training run; at 400 steps the 18 cells took 762 s of CPU, the largest share of `make reproduce` (issue 30), and
-# 200 steps halve the run part while every layer still ends well below the trivial predictor. `memlab run
-# arena.leaderboard` (quick, empty compile cache, 2 cores, 2026-11-27): 5 min 15 s in a pool of two processes,
-# 5 min 48 s in one
+# is in the paper profile), 200 steps, 2 seeds. A cell is an XLA compile of its training program plus the training
+# run; at 400 steps the cells were the largest share of `make reproduce` (benchmarks/reproduce_costs.py times each
+# experiment), and 200 steps halve the run part while every layer still ends well below the trivial predictor
 QUICK = LeaderboardConfig(tasks=("hmm-mess3", "lgssm"), layers=PAPER_CORE_LAYERS, seeds=2, test_batch=512,
                           train=TrainConfig(steps=200, batch=32, length=64, learning_rate=3e-3, eval_every=50),
                           checkpoints=False)

@@ -1,5 +1,5 @@
 """``arena.scaling`` -- the normalised gap g against the recurrent state a layer carries per step, as the model's
-width grows: every layer at every width of a list, on the arena's tasks (issue 31's "g against state size / width";
+width grows: every layer at every width of a list, on the arena's tasks (g against state size / width;
 g against test length is ``arena.leaderboard``'s ``longer``, here also per width where the profile asks for it).
 
 Each point is the leaderboard's own cell (``leaderboard.train_and_score``) of the leaderboard config at that width,
@@ -36,29 +36,12 @@ from memlab.arena.task import reference_is_exact
 from memlab.arena.tasks import make_task
 from memlab.arena.train import TrainConfig
 from memlab.checks import check_increasing_ints
+from memlab.files import summary_text
 from memlab.runner import Experiment, Run
 
 NEAR = 0.05  # "close to the optimum": the gap the leaderboard asks of attention on MQAR
 
-SUMMARY = """# arena.scaling
-
-The normalised gap g = (L_model − L_ref) / (L_trivial − L_ref) (0 = the task's optimal predictor, 1 = the best
-predictor without memory) of every layer at widths {widths}, against the numbers it carries from one step to the
-next (at the training length T = {length}, over its {depth} block(s); attention's key-value cache grows with the
-sequence). Every point is a cell of `arena.leaderboard` at that width (the same model, {steps} Adam steps, batch
-{batch}, peak learning rate {lr:g}; {seeds} seeds, mean ± s.e.; {test_batch} held-out sequences), and a cell the
-leaderboard also asks for is computed once for both. Every width of a layer trains on the same batches.
-
-![scaling](scaling.png)
-
-{closest}
-
-{near}
-
-{table}
-
-Tasks: {tasks}
-"""
+SUMMARY = summary_text(__package__, "scaling")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,9 +205,9 @@ EXPERIMENTS = [
          # quick: 3 layers x 2 widths on hmm-mess3; the width-32 cells are the leaderboard quick's
          "quick": _profile(leaderboard.QUICK, (8, 32), tasks=("hmm-mess3",), layers=("lru", "gru", "attention")),
          "paper": PAPER,
-         # without width 128, about half of the paper profile's compute (per Adam step at widths 64 -> 128, one
-         # core, docs/cluster.md: Mamba 71 -> 159 ms, gated DeltaNet 26 -> 63 ms, GRU 18 -> 48 ms), the leaderboard
-         # paper-core's nine layers; the same cells as the paper profile's
+         # without width 128, about half of the paper profile's compute (an Adam step costs two to three times
+         # more at width 128 than at 64: docs/cluster.md), the leaderboard paper-core's nine layers; the same
+         # cells as the paper profile's
          "paper-core": dataclasses.replace(PAPER, widths=(8, 16, 32, 64), layers=PAPER_CORE_LAYERS)},
         run_scaling),
 ]

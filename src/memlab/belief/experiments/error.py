@@ -21,6 +21,7 @@ from memlab.belief.metrics import trend
 from memlab.belief.montecarlo import error_curves
 from memlab.belief.theory import xi
 from memlab.checks import check_choices, check_int, check_real
+from memlab.files import summary_text
 from memlab.runner import Experiment
 from memlab.store import cell
 
@@ -67,21 +68,7 @@ class ErrorVsEpsilonConfig(ExampleConfig):
         check_int("num_eps", self.num_eps, low=2)
 
 
-EPSILON_SUMMARY = """# belief.error-vs-epsilon — Fig. 1
-
-Two-state HMM of eq. (47) with E = {emission}/{emission_c:.1f}, π0 = [1, 0], w0 = 0 for every filter (App. E.1); \
-{num_eps} values of 1/ε in [{inv_eps_min:g}, {inv_eps_max:g}], {num_runs} Monte-Carlo runs each, p_k at \
-k = {num_steps}. All filters see the same trajectories.
-
-![p_final vs 1/eps](error_vs_epsilon.png)
-
-{table}
-The paper gives Fig. 1 without a table; its claims are checked in results.json (`claims`): valid δ give vanishing \
-error, 0.7/log(1/ε) beats √ε, invalid δ do not vanish. ξ of the model (eq. 144–145) is {xi:.4f} here \
-(paper: ≈ 0.7206); the claim `lambda-below-xi` checks λ = {lam} against the range (34).
-
-Ties (δ = 0 never leaves w = 0) are broken uniformly at random: that filter's error is a coin flip, 0.5.
-"""
+EPSILON_SUMMARY = summary_text(__package__, "error_epsilon")
 
 
 @cell("belief.p-final")
@@ -203,18 +190,7 @@ class ErrorVsTimeConfig(ExampleConfig):
         check_real("eps", self.eps, 0.0, 1.0, open_low=True, open_high=True)
 
 
-TIME_SUMMARY = """# belief.error-vs-time — Fig. 7
-
-Two-state HMM of eq. (47), ε = {eps}, E = {emission}/{emission_c:.1f}, π0 = [1, 0], w0 = 0; {num_runs} runs.
-
-![p_k vs k](error_vs_time.png)
-
-{table}
-Paper (App. E.1): every curve starts near 0.1 (the first decision rests on y_1 alone, error 1 − {emission}) and \
-p_k stabilises by k = 1000, which justifies p_1000 as the long-run error of Fig. 1. δ = 0 keeps w = 0 (a tie \
-broken at random, error 0.5 throughout). δ = ε² forgets on a time scale 1/δ = {forget:.0f} steps, far beyond \
-k = {num_steps}: its p_k is still rising, so p_1000 understates its long-run error.
-"""
+TIME_SUMMARY = summary_text(__package__, "error_time")
 
 
 @cell("belief.p-curves")

@@ -31,6 +31,7 @@ from memlab.belief.metrics import logit_agreement, merge_agreement
 from memlab.belief.random_models import random_columns, random_deterministic, random_permutation
 from memlab.belief.structure import ObservabilityReport, check_observability
 from memlab.checks import check_int, check_real
+from memlab.files import summary_text
 from memlab.runner import Experiment
 from memlab.store import cell
 
@@ -64,23 +65,7 @@ class ExactLinearConfig:
         check_real("zero_frac", self.zero_frac, 0.0, 1.0, open_high=True)
 
 
-SUMMARY = """# belief.exact-linear-filter — Theorem 4.4, Corollary 4.5, Example 1
-
-{num_models} random models per row, {num_sequences} sampled sequences of {num_steps} steps each, {num_obs} \
-observation symbols, w0 ~ N(0, 3²) (arbitrary, as the theorem allows), float64.
-
-![errors](exact_linear.png)
-
-{table}
-The paper writes ψ only for ell = 2 (eq. 65); ours is built for any ell from the unnormalised filter eq. (57). \
-Theorem 4.4 silently assumes that no coordinate is −∞ in T'w°_(k−1) while finite in w°_k (k ≤ ell); with zeros \
-in π0 or E this can happen (e.g. π0 = e_a on a transient chain a → b → c) and then no linear update is exact. \
-Our filter flags such rows (`flagged_rows` of `rows`; `neg_inf_entries` counts the −∞ entries of the LOF \
-checked); in the zeros family the unflagged rows still match the LOF: {zeros_exact}.
-
-Example 1 (App. A.1): Assumption 5.6 holds: {example1_holds} (M = {example1_M}) although x1 and x3 have \
-identical emission columns. A variant with x2, x4 also alike fails it: {example1_bad}.
-"""
+SUMMARY = summary_text(__package__, "exact_linear")
 
 
 @jax.jit

@@ -24,6 +24,7 @@ from memlab.belief.hmm import sample
 from memlab.belief.metrics import switch_lags
 from memlab.belief.montecarlo import decoding_error
 from memlab.checks import check_int, check_real
+from memlab.files import summary_text
 from memlab.runner import Experiment
 from memlab.store import cell
 
@@ -48,20 +49,7 @@ class LogitTraceConfig:
         check_int("num_runs", self.num_runs)
 
 
-SUMMARY = """# belief.logit-trace — Fig. 5
-
-HMM of eq. (54) (D = I), ε = {eps}, E = {emission}/{emission_c:.1f}, π0 = [1, 0], w0 = 0. One sampled trajectory \
-is plotted; switches at k = {switches} (the paper's sample had switches at 115, 270, 406, 593 — a different \
-random draw).
-
-![logit trace](logit_trace.png)
-
-Statistics over {num_runs} trajectories ({num_switches} switches):
-
-{table}
-Paper (App. B.1): ALF and LOF traces differ but ALF still decodes well; the smaller δ is smoother and lags longer \
-after irregular switches — the stability/responsiveness trade-off.
-"""
+SUMMARY = summary_text(__package__, "logit_trace")
 
 
 @cell("belief.logit-traces")

@@ -26,6 +26,7 @@ from memlab.belief.hmm import sample
 from memlab.belief.memories import ALF_DELTA
 from memlab.belief.structure import check_observability_controlled
 from memlab.checks import check_int, check_real
+from memlab.files import summary_text
 from memlab.runner import Experiment
 from memlab.store import cell
 
@@ -45,28 +46,7 @@ class RingWorldEnvConfig:
         check_int("num_episodes", self.num_episodes, low=2)
 
 
-SUMMARY = """# belief.ringworld-env — Figs. 2 and 8
-
-RingWorld (section 6.2, App. E.2.1): 12 states, ε = {epsilon}, K = {episode_length}, beacons at states 1, 4, 7, 10 \
-(not stated in the paper), goals {{2, 3}}, traps {{6, 11, 12}}, reward (1{{goal}} − 1{{trap}})/K for the entered \
-state, uniform start. T(CW2), T(CCW1), T(CCW2) are not printed in the paper; we use the slip/overshoot pattern \
-of eq. (194) around each action's target, T(a) = (1−2ε)P(a) + εP(a)(P(CW1) + P(CCW1)).
-
-![ring](ring.png)
-
-![observation model](observation_model.png)
-
-Reference returns of every return figure, DP against {num_episodes} Monte-Carlo episodes. The fully informed \
-optimum (the true state known) bounds the POMDP optimum from above; QMDP (act greedily on the fully informed Q \
-values averaged over the exact belief, eq. 6) is a policy of the POMDP, so it bounds it from below:
-
-{returns}
-What the beacons reveal: MAP decoding accuracy under uniformly random actions ({num_episodes} episodes).
-
-![decoding](decoding.png)
-
-{decoding}
-"""
+SUMMARY = summary_text(__package__, "ringworld_env")
 
 
 @cell("belief.ringworld-references")

@@ -20,6 +20,7 @@ from memlab.belief import ringworld as rw
 from memlab.belief.agents import LABELS, MEMORIES, train_agent
 from memlab.checks import check_choices, check_int, check_real
 from memlab.compile_cache import LEVEL_ONLY
+from memlab.files import summary_text
 from memlab.rl import PPOConfig
 from memlab.runner import Experiment
 from memlab.store import CHECKPOINT, cell
@@ -31,8 +32,8 @@ FIG10 = ("deep-alf-informed", "deep-alf-random-e", "deep-alf-random-delta", "dee
          "deep-alf-all-random", "s5-12", "s5-256")
 # quick: 1/16 of Table 1's samples per update, 4 of its 30 epochs, 80 of its 457 updates, a 10x learning rate
 FIG9_10 = tuple(dict.fromkeys(FIG9 + FIG10))
-# quick profiles leave S5-256 out: its 2 cells were 176 of belief.ringworld-returns' 391 s (8x the cost of S5-12; issue
-# 30's budget), as paper-core does (156 of the paper profile's 233 machine-hours)
+# quick profiles leave S5-256 out, as paper-core does: its cells cost many times S5-12's, close to half of
+# belief.ringworld-returns' quick run on their own (and most of the paper profile's machine time)
 QUICK_PPO = PPOConfig(learning_rate=5e-4, num_envs=16, unroll=256, total_steps=16 * 256 * 80, epochs=4,
                       minibatches=4)
 TINY_PPO = PPOConfig(num_envs=4, unroll=32, total_steps=4 * 32 * 3, epochs=1, minibatches=2)
@@ -70,20 +71,7 @@ class RingWorldPPOConfig:
         return dict(self.seed_counts).get(memory, self.seeds)
 
 
-SUMMARY = """# {name} — {figures}
-
-PPO on RingWorld (ε = {epsilon}, K = {episode_length}), {seeds}, {updates} updates of {num_envs} envs × \
-{unroll} steps ({steps:,} env steps), {epochs} epochs × {minibatches} minibatches, lr {learning_rate}. \
-{scale}
-
-{figure_lines}
-
-Return over the last {tail} updates (mean ± std over seeds). References: the fully informed optimum \
-{ceiling:.3f} (DP with the true state: an upper bound), QMDP on the exact belief {qmdp:.3f} (a belief-based \
-policy: a lower bound on the POMDP optimum), random actions {floor:.3f}:
-
-{table}
-{ablations}"""
+SUMMARY = summary_text(__package__, "ringworld_ppo")
 PAPER_CORE_NOTE = ("This is the paper-core profile: Table 1 exactly, on fewer memories and seeds than the paper "
                    "profile (the smallest set that settles Fig. 3's orderings). Its cells are the paper profile's "
                    "(same names, keys and arguments), so `--profile paper` reuses them.")
@@ -337,7 +325,7 @@ def _fixed_filter_claims(cfg, analysis: ReturnsAnalysis, run) -> None:
               f"best: {LABELS[best]} ({s[best].tail_mean:.3f}); LOF + softmax {lof_softmax.tail_mean:.3f}",
               bool(lof_softmax.tail_mean >= s[best].tail_mean - s[best].tail_std))
     # the paper's words are about the shaded bands while the agents learn; at the end the three filters' seeds
-    # agree to 0.002, so the final returns' spread cannot carry this claim either way (issue 47)
+    # nearly agree, so the final returns' spread cannot carry this claim either way
     share = f"first {max(1, round(LEARNING_SHARE * analysis.curves['lof'].shape[1]))} updates"
     run.claim("lof-seed-variable", f"LOF (direct) varies more across seeds than LOF + softmax and ALF while they "
               f"learn (std over seeds, mean over the {share})", "Fig. 3",
@@ -388,8 +376,8 @@ def _inits_claims(cfg, analysis: ReturnsAnalysis, run) -> None:
                     "Fig. 10a", ("deep-alf-all-random",), ("s5-12",))
 
 
-# paper-core (issue 29): Fig. 3's fixed filters x 4 seeds (ALF + softmax: issue 47); Deep ALF (all random) and
-# S5-12 x 3; S5-12 fed the previous action and start flag x 2 (about 15 machine-hours)
+# paper-core: Fig. 3's fixed filters x 4 seeds (ALF + softmax among them); Deep ALF (all random) and S5-12 x 3;
+# S5-12 fed the previous action and start flag x 2: the smallest set that settles Fig. 3's orderings
 PAPER_CORE = RingWorldPPOConfig(
     memories=("lof", "lof-softmax", "alf", "alf-softmax", "deep-alf-all-random", "s5-12", "s5-12-prev-action"),
     seeds=4,

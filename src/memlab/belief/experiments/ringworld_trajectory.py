@@ -24,6 +24,7 @@ from memlab.belief.experiments.ringworld_ppo import QUICK_PPO, TINY_PPO
 from memlab.belief.memories import LogitFilterMemory
 from memlab.checks import check_int
 from memlab.compile_cache import LEVEL_ONLY
+from memlab.files import summary_text
 from memlab.rl import PPOConfig
 from memlab.runner import Experiment
 from memlab.store import CHECKPOINT, cell
@@ -47,19 +48,7 @@ class TrajectoryConfig:
         check_int("chunk_updates", self.chunk_updates)
 
 
-SUMMARY = """# belief.ringworld-trajectory — Fig. 6
-
-A PPO agent with the ALF memory (δ = 0.1) trained for {updates} updates of {num_envs} envs × {unroll} steps \
-(return over its last 10 updates: {train_return:.3f}), then {num_episodes} episodes played with its policy \
-(mean return {return_mean:.3f}). The first episode:
-
-![trajectory](trajectory.png)
-
-{table}
-Paper (App. B.2): ALF is more sensitive to noisy (off-peak) observations than LOF, e.g. B3/B4 seen in state 3 \
-cause ALF decoding errors but not LOF ones; the learned policy takes CW1 in state 2 and CCW1 in state 3 most of \
-the time. Irregular transitions: {irregular:.1%} of the steps; off-peak observations: {off_peak:.1%}.
-"""
+SUMMARY = summary_text(__package__, "ringworld_trajectory")
 
 
 

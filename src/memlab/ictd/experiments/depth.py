@@ -19,6 +19,7 @@ import numpy as np
 
 from memlab import plots
 from memlab.checks import check_gamma, check_increasing_ints, check_int, check_real
+from memlab.files import summary_text
 from memlab.ictd import depth
 from memlab.ictd.random_tasks import random_task_batch
 from memlab.runner import Experiment, Run
@@ -33,44 +34,7 @@ TABLE_HEADER = ["n", "tasks dropped", "max draws", "median floor ‖v_∞ − v_
                 "ρ̂ median", "ρ̂ max", "frac ρ̂ ≤ 1 − C", "median fitted rate", "median ‖v_L − v_π‖"]
 TABLE_FORMAT = {h: ".4f" for h in TABLE_HEADER} | {"median ‖M̂ − M_π‖∞": ".2e", "frac ρ̂ ≤ 1 − C": ".3f"}
 
-SUMMARY = """# ictd.depth-convergence — Theorem 2 (section 5)
-
-**Paper.** Under Assumption 5.1, with probability ≥ 1 − δ, for all L: ‖v_L − v_π‖∞ ≤ (1 − C)^L ‖v_0 − v_π‖∞ + C₂ \
-sqrt(log(C₃/δ)/n) (eq. 29): geometric decay in depth at rate 1 − C plus a statistical floor that vanishes as n → ∞. \
-Lemma 4: ‖M̂ − M_π‖∞ = O(sqrt(log(1/δ)/n)); Lemma 5: ‖I − M̂ + γP̂‖∞ ≤ 1 − C for large n. The paper gives no figure \
-or task sizes for Theorem 2.
-
-**Tasks (our choice).** `random_task`: random MDP (Dirichlet(1) transitions, U(−1, 1) rewards, {cfg.num_actions} \
-actions) and Dirichlet policy; m ∈ {state_counts} states, {cfg.tasks_per_m} tasks per m ({num_tasks} tasks, the same \
-tasks at every n); d = {cfg.d}; features x(s) = c q_s with q orthonormal, c = {cfg.feature_scale}; γ = {cfg.gamma} \
-(the paper's default discount); v_0 = 0; depth L = 0..{L}; n ∈ {context_lengths}. Each context is one on-policy \
-trajectory with S_0 ~ p0, conditioned on visiting every state among S_0..S_{{n−1}} by resampling (up to \
-{cfg.max_resamples} draws; tasks still uncovered are dropped at that n: {dropped}). v_L is the operator iteration \
-(eq. 24–26), which equals the transformer's output (checked: max |Z_l[d+2, j] − v_l(S_j)| = \
-{check.transformer_vs_operator:.1e} on m = {check.m}, n = {check.n}, {L} layers). M̂, P̂ via the state counts (eq. \
-49), equal to eq. (24) to {check.eq49_vs_eq24:.1e}. Float64.
-
-Why γ = {cfg.gamma} and c = {cfg.feature_scale}: Assumption 5.1 needs M_π(s,s) ≥ (1 + γ)/2 + C, so at γ = {cfg.gamma} \
-more than {half_one_plus_gamma:.0%} of every state's kernel mass must sit on itself; with orthonormal features \
-M_π(s,s) = μ(s)e^(c²)/(μ(s)e^(c²) + 1 − μ(s)), and c = {cfg.feature_scale} gives {positive:.0%} of the tasks a \
-positive margin (median {margin_median:.4f}, the maximum possible being (1 − γ)/2 = {max_margin:.3f}). The kernel is \
-therefore nearly diagonal: softmax ICTD here is close to tabular TD on the empirical model.
-
-![error vs depth, floor vs n, contraction](depth_convergence.png)
-
-{table}
-**Beside the paper.** Geometric decay: the fitted rate of ‖v_L − v_∞‖ (least squares on its log over L = \
-{half_L}..{L}) is {rate_median:.4f} in median, below the theorem's 1 − C (median {one_minus_C:.4f}) for every task; \
-it equals γ because M̂ and P̂ are row-stochastic, so (I − M̂ + γP̂)1 = γ1 and γ is always an eigenvalue (spectral \
-radius median {spectral_median:.4f}); the bound (1 − C)^L is valid but loose (panel a, dashed). Floor: the median of \
-‖v_∞ − v_π‖ falls from {floor_first:.3g} to {floor_last:.3g}, log-log slope {floor_slope:.3f} (theory −1/2 up to the \
-log factor; bias T2 slope {T2_slope:.3f}, Lemma 4 ‖M̂ − M_π‖ slope {M_dev_slope:.3f}). Lemma 5: the fraction of tasks \
-with ρ̂ ≤ 1 − C is {frac_first:.3f} at n = {n_first} and {frac_last:.3f} at n = {n_last}. Eq. (70) with the measured \
-bias (T2/C floor) holds on that event (max excess {excess_max:.1e}); that floor T2/C is {ratio_first:.1f}× (n = \
-{n_first}) to {ratio_last:.1f}× (n = {n_last}) the actual floor (medians). At L = {L} the median error is within \
-{tail_gap:.1%} of the median floor at every n (last column vs floor column). Claims and their rules: results.json. \
-Per-task numbers: per_task.csv; curves: error_vs_depth.csv; the table: per_n.csv.
-"""
+SUMMARY = summary_text(__package__, "depth")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -391,7 +355,8 @@ EXPERIMENTS = [
         "ictd.depth-convergence", "Theorem 2 (eq. 29), Lemmas 4-5", PAPER,
         "||v_L - v_pi|| vs depth L and context length n on random tasks satisfying Assumption 5.1 (float64)",
         {"paper": DepthConfig(),
-         # quick: m in {5, 7, 10} x 40 tasks (was 6 sizes x 20): compiling per m was ~40 of ~60 CPU-s; same rules
+         # quick: m in {5, 7, 10} x 40 tasks (was 6 sizes x 20): each m compiles once, and compiling dominated the
+         # run; same rules
          "quick": DepthConfig(context_lengths=(50, 200, 1000, 4000), state_counts=(5, 7, 10), tasks_per_m=40),
          "tiny": DepthConfig(context_lengths=(30, 120), num_layers=20, state_counts=(5,), tasks_per_m=8, d=5,
                              max_resamples=30)},

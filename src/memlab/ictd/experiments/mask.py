@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 
 from memlab.checks import check_int
+from memlab.files import summary_text
 from memlab.ictd.experiments.cells import (
     FORMS,
     TINY_TRAIN,
@@ -51,49 +52,7 @@ PAPER = "softmax-transformers-in-context-td"
 LABELS = {"full": "full mask (eq. 108)", "relaxed": "relaxed mask (eq. 112)"}
 MIRRORED_NOTE = {"paper": "", "mirrored": " [mirrored reading]"}
 
-SUMMARY = """# ictd.mask-relaxation — Fig. 6 (App. F.5)
-
-Algorithm 1 with {setup}; V mask eq. (106) in both; A mask eq. (108) (full) vs eq. (112) (relaxed: also the \
-feature–scalar blocks trainable). Both masks use the same seed keys (same initial draws, same tasks). Compute \
-{seconds:.0f} s for the {runs} runs (as measured when the cells ran).
-
-d_t is recorded at ρ = 0 as eq. (34) defines it; the kernel the model actually uses while training has diagonal mean \
-(1 − ρ_t) d_t + ρ_t (eq. 104). Held-out errors use ρ = {rho_end:.2f}, the value training ends with.
-
-## What the training converges to
-
-{sentences}
-
-{layout}
-## Held-out evaluation ({cfg.eval_tasks} fresh tasks, {cfg.train.num_windows} windows each, ρ = {rho_end:.2f})
-
-{heldout}
-
-## Fig. 6(a, b): training trajectories
-
-![Fig. 6(a, b)](fig6ab_trajectories.png)
-
-## Fig. 6(c, d): emergence vs d_t
-
-![Fig. 6(c, d)](fig6cd_emergence_vs_dt.png)
-
-## Fig. 6(e, f): mean V0, A0 at best joint emergence
-
-Rows: full and relaxed mask under the paper's rule, then under the mirrored rule.
-
-![Fig. 6(e, f)](fig6ef_blocks.png)
-
-## Paper vs ours
-
-{claims_table}
-## Decisions where the paper is ambiguous
-
-{ambiguities}- F.5 gives 9000 steps as 900 MRPs per seed: 10 mini-batches of {cfg.train.batch_size} windows per MRP \
-(`pretrain.mask_relaxation_config`).
-
-Tables: `trace_mean.csv`, `trace_per_seed.csv`, `checkpoints.csv`, `heldout.csv`, `emergence_vs_dt.csv` (column \
-`setting`/`view` names the mask).
-"""
+SUMMARY = summary_text(__package__, "mask")
 
 
 @dataclasses.dataclass(frozen=True)

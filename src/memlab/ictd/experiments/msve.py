@@ -18,7 +18,7 @@ from scipy import stats as scipy_stats
 
 from memlab import plots
 from memlab.checks import check_int, check_real
-from memlab.files import markdown_table
+from memlab.files import markdown_table, summary_text
 from memlab.ictd.policy_eval import METHODS, TaskSet, context_msve, make_task_set, method_label
 from memlab.runner import Experiment, Run
 from memlab.store import cell
@@ -34,65 +34,8 @@ MARGIN_FORMAT = {"γ": "g", "min": ".4f", "median": ".4f", "max": ".4f", "larges
 RESULT_KEYS = ("contexts", "gammas", "num_tasks", "mean_msve", "stderr_msve", "depth_floor_msve",
                "max_abs_diff_tf_wstd", "max_rel_diff_tf_wstd", "dtype", "depth_limit_change", "margin", "loglog_slope")
 
-SUMMARY = """# ictd.msve-vs-context — Fig. 1
-
-A {L}-layer dual-head softmax transformer with the constructed θ* of eq. (15) (one θ*, d = {cfg.d}, for every task) \
-evaluates policies in context. MSVE(t) = Σ_s d_π(s)(TF(τ_t, s) − v_π(s))², mean ± standard error over {N} tasks \
-({cfg.tasks_per_m} for each m ∈ {m_values}); contexts t ∈ {contexts}.
-
-![MSVE vs context length](msve_vs_context.png)
-
-Paper (Fig. 1, no numbers given): MSVE decreases as t grows, averaged over 300 random tasks with shaded standard \
-errors, one θ* for all. Claims and their rules are in results.json (`claims`).
-
-## Choices the paper leaves open
-
-- **Tasks** (`random_tasks.random_task`): random MDP (Dirichlet(1) transition rows, U(−1, 1) rewards, \
-{cfg.num_actions} actions) and random Dirichlet(1) policy, so the state space, dynamics, rewards and policy vary; \
-features x(s) = c·q_s with q_s orthonormal in R^{cfg.d}, c = {cfg.feature_scale:g}. Two discounts: γ = 0.9 is the \
-only one the paper states (Table 1); the same MDPs, policies and trajectories are used at every γ. Assumption 5.1 \
-margin min_s M_π(s,s) − (1+γ)/2 (eq. 27–28) per task:
-
-{margin_table}
-- **TF(τ_t, s)**: τ_t = (S_0, R_1, …, S_{{t−1}}, R_t) has no S_t, so the prompt of eq. (13) for query s has columns \
-x(S_0), …, x(S_{{t−1}}), x(s) and rewards R_1, …, R_t. In eq. (13) the query column is also the successor of the last \
-transition (Section 3 queries S_n, the true next state), so for s ≠ S_t the transformer runs weighted softmax TD on \
-(S_0, …, S_{{t−1}}, s): the last transition's bootstrap reads the query's own value — one fictitious transition \
-S_{{t−1}} → s, of weight O(1/t). This is what the architecture computes for any query. The row "true S_t" is weighted \
-softmax TD on the real trajectory (S_0, …, S_t), read at every state through the operator form (24)–(26): it differs \
-from the transformer only by that transition.
-- **Trajectory start**: S_0 ~ μ_π (stationary, as in Section 6), one trajectory of {cfg.t_max} transitions per task, \
-τ_t its prefix.
-
-## References
-
-- weighted softmax TD, {L} iterations (`weighted_softmax_td` on the prompt's trajectory): coincides with the \
-transformer (Theorem 1); max |TF − WSTD| = {abs_diff:.2e} over all prompts ({dtype}).
-- L → ∞: the same recursion iterated {cfg.depth_limit_layers} times through eq. (24)–(26) (change from \
-{cfg.depth_limit_layers} to {twice_limit} iterations ≤ {limit_change:.2g}, largest at t = {limit_t}: a query never \
-visited as a source accumulates updates along an eigenvalue-1 direction of eq. (25), where float rounding drifts).
-- depth-{L} floor: {L} iterations of the population operator (M̂ → M_π of eq. 27, P̂ → M_π P), the t → ∞ limit of the \
-{L}-layer transformer; with c = {cfg.feature_scale:g} M_π ≈ I, so v_L ≈ Σ_{{l<L}} (γP)^l r = v_π − (γP)^L v_π and the \
-floor ≈ γ^(2L) Σ_s μ(s)((P^L v_π)(s))² — large at γ = 0.9 (γ^L = {slow_power:.2f}), negligible at γ = 0.5 (γ^L = \
-{fast_power:.0e}).
-- tabular TD fixed point: batch TD(0) with one-hot features run to convergence (LSTD, the certainty-equivalence value \
-of the empirical MRP), unvisited states 0; it also sees S_t.
-
-## Results
-
-{sections}
-## Claims
-
-{claims_table}
-Curves per state-space size m are in msve_vs_context.csv; per-task margins and floors in tasks.csv; the tables in \
-msve_gamma=*.csv and margins.csv.
-"""
-SECTION = """### γ = {gamma:g}
-
-{table}
-Per-task log-log slope of the transformer's MSVE: {slope:+.3f} (t = {t_stat:.1f}); best context-free constant \
-predictor: MSVE {const:.3g}; {improved:.0%} of tasks end below their t = {t_first} error.
-"""
+SUMMARY = summary_text(__package__, "msve")
+SECTION = summary_text(__package__, "msve_section")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,7 +305,7 @@ EXPERIMENTS = [
         "its depth limit and tabular TD",
         {"paper": MsveConfig(),
          # quick: 48 tasks with m in {5, 7, 10} (was 8 per m = 5..10), 6 lengths t <= 300 (was 10): each m and each t
-         # compiles once (~2-3 s on 2 cores, most of the run); 6 points still give every task's log-log slope
+         # compiles once (compiling is most of the run); 6 points still give every task's log-log slope
          "quick": MsveConfig(m_values=(5, 7, 10), tasks_per_m=16, t_max=300, num_contexts=6),
          "tiny": MsveConfig(m_values=(3, 4), tasks_per_m=3, d=4, t_max=20, num_contexts=4, depth_limit_layers=100)},
         run_msve_vs_context),

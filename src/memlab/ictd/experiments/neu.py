@@ -18,8 +18,12 @@ import numpy as np
 from scipy.stats import norm
 
 from memlab.checks import check_increasing_ints, check_int, check_real
+from memlab.files import summary_text
 from memlab.ictd.experiments.neu_figures import (
     CSV_HEADER,
+    NEUCell,
+    NEUStats,
+    SlowRun,
     csv_rows,
     depth_table,
     fmt,
@@ -28,7 +32,7 @@ from memlab.ictd.experiments.neu_figures import (
     plot_slow,
     point_table,
 )
-from memlab.ictd.neu import POINT_LABELS, STAT_FIELDS, comparison_points, estimator_statistics, sample_tasks
+from memlab.ictd.neu import POINT_LABELS, comparison_points, estimator_statistics, sample_tasks
 from memlab.runner import Experiment, Run
 from memlab.store import cell
 
@@ -40,70 +44,8 @@ RESOLUTION = {True: "resolved from 0 (the split-half estimate is above twice the
 FALLS = {True: "does not fall", False: "falls only"}
 SLOW_CELL = "theta-star_slow_gamma={0.slow_gamma:g}_n={0.slow_context}"  # the cell name of the slow-discount run
 
-SUMMARY = """# ictd.neu — Theorem 3: NEU of θ* on the looped parameter space
-
-**Paper (Theorem 3, eq. 33).** Under Assumption 5.1 holding uniformly over Δ, there are n0, C2, C3 with, for every L \
->= 1 and n >= n0,
-
-    J_(L,n)(θ*) <= C2 [ (1 − C)^L + sqrt(log n / n) ] + C3 L (2 + γ)^(2L) / n,
-
-so lim_L limsup_n J_(L,n)(θ*) = 0 and, as J >= 0, θ* is a global minimiser of NEU (eq. 31) on Θ^Looped (eq. 32) in \
-that iterated limit. The paper gives no numbers (the constants are not explicit); below are ours.
-
-**Setup (memlab's choices; the paper states none).** Δ = `random_tasks.random_task`: m = {cfg.m} states, \
-{cfg.num_actions} actions, Dirichlet(1) transitions and policy, U(−1, 1) rewards, features c·(orthonormal) in \
-R^{cfg.d}, c = {cfg.feature_scale}, γ = {cfg.gamma}. One stationary trajectory (S_0 ~ μ_π) of n+1 transitions per \
-task; v_L(S_n) from the prompt of S_0..S_n, v_L(S_(n+1)) from the shifted prompt. The gradient is reverse-mode \
-through `transformer.forward(form="tsm", kind="softmax")` w.r.t. the d² + 3 = {num_params} free parameters (u, B). \
-δ_L is replaced by its conditional mean over S_(n+1) ~ p(·|S_n) (tower property, App. E.4: unbiased, every next state \
-evaluated), which removes the next-state noise (variance reduction below). {cfg.num_samples} (task, trajectory) \
-samples per n at θ*, {cfg.num_samples_compare} at the other points, which share θ*'s tasks and trajectories. Section \
-5's assumption that the context visits every state is not imposed: J is an expectation over all stationary \
-trajectories (at small n some contexts miss a rarely visited state; the prompt is defined all the same).
-
-Error bars in the figures are ±1 delta-method se, the lower bar clipped at 90% of J on the log scale.
-
-**Noise floor.** J-hat = ||mean||_1 is biased upward by Monte-Carlo noise: if the true J were 0 its expectation would \
-be ≈ sqrt(2/π) ||se||_1, the *noise floor* (in parentheses below, dotted in the figures). The split-half estimate \
-½(sign(m_A)·m_B + sign(m_B)·m_A) of two independent halves is biased downward (0 in expectation when J = 0); \
-E||X_L||_1 >= J is the quantity the proof bounds (eq. 94).
-
-![NEU vs depth](neu_vs_depth.png)
-
-J(θ*) (noise floor) at depths L, γ = {cfg.gamma}:
-
-{depth_table}
-![NEU vs context length](neu_vs_context.png)
-
-Points of Θ^Looped at n = {n_max}, L = {L} (J ± delta-method se):
-
-{point_table}
-**Reading.** Assumption 5.1 holds for every task used (min margin {margin_min:.4f}). At n = {n_max} J(θ*) peaks at L \
-= {peak_L} and falls ×{depth_ratio:.0f} by L = {L} to {J_last} (noise floor {floor_last}, split-half {split}): \
-{resolution}. The non-TD points stay at >= {min_non_td} at L = {L}. The order of the limits matters: at the smallest \
-n = {n_min} J(θ*) {falls} with depth ({J_nmin_1} at L = 1, {J_nmin_L} at L = {L}): with few visits per state the \
-fixed point of the empirical operator (25) is off v_π, and deeper layers only converge to it. (u*/2, I) is the TD \
-block with learning rate ½: it has the same fixed point as θ* and reaches it more slowly (J {half_1} at L = 1, \
-{half_L} at L = {L}), so its J should vanish in the same iterated limit: θ* is *a* global minimiser (as the theorem \
-says), not the unique one. The mirror (−u*, −I), where TD pretraining converged in `pretrain.py`, has J = {mirror_L} \
-here ({mirror_1} at L = 1). At small n the samples are heavy-tailed (a few trajectories with rarely visited states \
-carry most of the variance), so there the standard errors and the plain/tower variance ratio are themselves noisy (a \
-ratio below 1 is such a fluctuation: conditioning cannot add variance).
-{slow_text}
-Claims with their rules are in results.json (`claims`); every cell's numbers are in neu.csv.
-"""
-SLOW_SUMMARY = """
-## Slow discount: γ = {cfg.slow_gamma}, n = {cfg.slow_context}, L = 1..{cfg.slow_layers}
-
-![NEU at a slow discount](neu_slow_discount.png)
-
-{cfg.slow_samples} samples, min margin {margin_min:.4f} (Assumption 5.1 holds but the margin is at most (1 − γ)/2 = \
-{max_margin:.3f}). J(θ*) rises to {peak_J} at L = {peak_L} and falls to {last_J} (noise floor {last_floor}) at L = \
-{cfg.slow_layers}. At depths L <~ 1/(1 − γ) = {horizon:.0f} J is in a transient where the tower TD error (~ γ^L for a \
-nearly diagonal kernel) has not yet beaten the growth of grad_u v_L (~ L): the depth needed before (33) bites grows \
-like 1/(1 − γ), and the per-sample spread E‖X‖₁ keeps growing with L (larger gradients), so the noise floor rises \
-with depth.
-"""
+SUMMARY = summary_text(__package__, "neu")
+SLOW_SUMMARY = summary_text(__package__, "neu_slow")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,90 +119,6 @@ def run_neu(cfg: NEUConfig, run: Run) -> dict:
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
     return _results(stats)
-
-
-@dataclasses.dataclass(frozen=True)
-class JStats:
-    """One estimator's statistics per depth (L',), float64 (``neu.summarize``; fields = ``neu.STAT_FIELDS``): J =
-    ||mean X_l||_1, J_se its delta-method s.e., noise_floor sqrt(2/pi) ||se||_1, J_split the split-half estimate,
-    abs_mean E||X_l||_1 (>= J) and abs_se its s.e."""
-
-    J: np.ndarray
-    J_se: np.ndarray
-    noise_floor: np.ndarray
-    J_split: np.ndarray
-    abs_mean: np.ndarray
-    abs_se: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True)
-class NEUCell:
-    """One ``neu_cell`` record (one point, one n) as arrays: tower, plain: ``JStats`` of the two estimators;
-    tower_vs_plain_max_z, variance_ratio (L',): max |z| of their difference and the plain / tower variance;
-    num_samples; depths (L',); margin_min, margin_median: the tasks' Assumption 5.1 margins (eq. 28)."""
-
-    tower: JStats
-    plain: JStats
-    tower_vs_plain_max_z: np.ndarray
-    variance_ratio: np.ndarray
-    num_samples: int
-    depths: np.ndarray
-    margin_min: float
-    margin_median: float
-
-    @classmethod
-    def from_record(cls, record: dict) -> NEUCell:
-        tower, plain = (JStats(**{f: np.asarray(record[e][f], np.float64) for f in STAT_FIELDS})
-                        for e in ("tower", "plain"))
-        return cls(tower, plain, tower_vs_plain_max_z=np.asarray(record["tower_vs_plain_max_z"]),
-                   variance_ratio=np.asarray(record["variance_ratio"]), num_samples=record["num_samples"],
-                   depths=np.asarray(record["depths"]), margin_min=record["margin_min"],
-                   margin_median=record["margin_median"])
-
-
-@dataclasses.dataclass(frozen=True)
-class SlowRun:
-    """The slow-discount run of theta*: the depth of the peak of J and J there, J and its noise floor at the last
-    depth, ratio = peak J / max(last J, last floor), and the tasks' min margin."""
-
-    peak_L: int
-    peak_J: float
-    last_J: float
-    last_floor: float
-    ratio: float
-    margin_min: float
-
-
-@dataclasses.dataclass(frozen=True)
-class NEUStats:
-    """The analysis of ``ictd.neu``; L depths, K context lengths, at depth L unless said.
-
-    depths (L,) = 1..L; contexts (K,); gamma; theta_star n -> ``NEUCell`` of theta*; points name -> ``NEUCell`` at
-    the largest n (``POINT_LABELS`` order, theta* first); slow_cell / slow: the slow-discount ``NEUCell`` and its
-    ``SlowRun`` (None when switched off); margin_min: over every cell but the slow run's; margin_median: median of
-    the theta* cells' medians; peak_l: index of the peak of J(theta*) over depth at the largest n, depth_ratio: J
-    there / J at L; min_non_td, argmin_non_td: the smallest J of ``NON_TD_POINTS`` and its point; z_threshold: the
-    Bonferroni bound of |z| (1 % family-wise); tower_vs_plain_max_z: max |z| over the theta* cells;
-    variance_ratio_at_L_max n -> plain / tower variance; figures: the PNG files written.
-    """
-
-    depths: np.ndarray
-    contexts: list[int]
-    gamma: float
-    theta_star: dict[int, NEUCell]
-    points: dict[str, NEUCell]
-    slow_cell: NEUCell | None
-    slow: SlowRun | None
-    margin_min: float
-    margin_median: float
-    peak_l: int
-    depth_ratio: float
-    min_non_td: float
-    argmin_non_td: str
-    z_threshold: float
-    tower_vs_plain_max_z: float
-    variance_ratio_at_L_max: dict[int, float]
-    figures: list[str]
 
 
 def analyse(cfg: NEUConfig, cells: dict) -> NEUStats:

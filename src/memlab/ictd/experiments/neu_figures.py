@@ -1,11 +1,12 @@
-"""Figures and tables of ``ictd.neu`` (Theorem 3), pure functions of its typed results (``neu.NEUStats``,
-``neu.NEUCell``): J(theta*) against depth and context length, the comparison points of Theta^Looped, the
-slow-discount run, the Markdown tables of summary.md and the rows of neu.csv. Kept apart from ``neu.py`` only for
-length (the experiment module stays under 400 lines)."""
+"""The typed results of ``ictd.neu`` (Theorem 3) and its figures and tables, pure functions of them: ``NEUCell``
+(one cell's record as arrays), ``NEUStats`` (the analysis), J(theta*) against depth and context length, the
+comparison points of Theta^Looped, the slow-discount run, the Markdown tables of summary.md and the rows of neu.csv.
+Kept apart from ``neu.py`` for length (the experiment module stays under 400 lines); ``neu.py`` imports this module,
+never the other way round."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
 
 import numpy as np
 from matplotlib.ticker import MaxNLocator
@@ -14,13 +15,95 @@ from memlab import plots
 from memlab.files import markdown_table
 from memlab.ictd.neu import POINT_LABELS, STAT_FIELDS
 
-if TYPE_CHECKING:  # annotations only: neu.py imports this module
-    from memlab.ictd.experiments.neu import NEUCell, NEUStats
-
-__all__ = ["CSV_HEADER", "csv_rows", "depth_table", "fmt", "plot_context", "plot_depth", "plot_slow", "point_table"]
+__all__ = ["CSV_HEADER", "JStats", "NEUCell", "NEUStats", "SlowRun", "csv_rows", "depth_table", "fmt", "plot_context",
+           "plot_depth", "plot_slow", "point_table"]
 
 CSV_HEADER = ["family", "gamma", "point", "n", "L", "num_samples", *STAT_FIELDS, "J_plain", "noise_floor_plain",
               "tower_vs_plain_max_z", "variance_ratio"]
+
+
+@dataclasses.dataclass(frozen=True)
+class JStats:
+    """One estimator's statistics per depth (L',), float64 (``neu.summarize``; fields = ``neu.STAT_FIELDS``): J =
+    ||mean X_l||_1, J_se its delta-method s.e., noise_floor sqrt(2/pi) ||se||_1, J_split the split-half estimate,
+    abs_mean E||X_l||_1 (>= J) and abs_se its s.e."""
+
+    J: np.ndarray
+    J_se: np.ndarray
+    noise_floor: np.ndarray
+    J_split: np.ndarray
+    abs_mean: np.ndarray
+    abs_se: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class NEUCell:
+    """One ``neu.neu_cell`` record (one point, one n) as arrays: tower, plain: ``JStats`` of the two estimators;
+    tower_vs_plain_max_z, variance_ratio (L',): max |z| of their difference and the plain / tower variance;
+    num_samples; depths (L',); margin_min, margin_median: the tasks' Assumption 5.1 margins (eq. 28)."""
+
+    tower: JStats
+    plain: JStats
+    tower_vs_plain_max_z: np.ndarray
+    variance_ratio: np.ndarray
+    num_samples: int
+    depths: np.ndarray
+    margin_min: float
+    margin_median: float
+
+    @classmethod
+    def from_record(cls, record: dict) -> NEUCell:
+        tower, plain = (JStats(**{f: np.asarray(record[e][f], np.float64) for f in STAT_FIELDS})
+                        for e in ("tower", "plain"))
+        return cls(tower, plain, tower_vs_plain_max_z=np.asarray(record["tower_vs_plain_max_z"]),
+                   variance_ratio=np.asarray(record["variance_ratio"]), num_samples=record["num_samples"],
+                   depths=np.asarray(record["depths"]), margin_min=record["margin_min"],
+                   margin_median=record["margin_median"])
+
+
+@dataclasses.dataclass(frozen=True)
+class SlowRun:
+    """The slow-discount run of theta*: the depth of the peak of J and J there, J and its noise floor at the last
+    depth, ratio = peak J / max(last J, last floor), and the tasks' min margin."""
+
+    peak_L: int
+    peak_J: float
+    last_J: float
+    last_floor: float
+    ratio: float
+    margin_min: float
+
+
+@dataclasses.dataclass(frozen=True)
+class NEUStats:
+    """The analysis of ``ictd.neu``; L depths, K context lengths, at depth L unless said.
+
+    depths (L,) = 1..L; contexts (K,); gamma; theta_star n -> ``NEUCell`` of theta*; points name -> ``NEUCell`` at
+    the largest n (``POINT_LABELS`` order, theta* first); slow_cell / slow: the slow-discount ``NEUCell`` and its
+    ``SlowRun`` (None when switched off); margin_min: over every cell but the slow run's; margin_median: median of
+    the theta* cells' medians; peak_l: index of the peak of J(theta*) over depth at the largest n, depth_ratio: J
+    there / J at L; min_non_td, argmin_non_td: the smallest J of ``neu.NON_TD_POINTS`` and its point; z_threshold: the
+    Bonferroni bound of |z| (1 % family-wise); tower_vs_plain_max_z: max |z| over the theta* cells;
+    variance_ratio_at_L_max n -> plain / tower variance; figures: the PNG files written.
+    """
+
+    depths: np.ndarray
+    contexts: list[int]
+    gamma: float
+    theta_star: dict[int, NEUCell]
+    points: dict[str, NEUCell]
+    slow_cell: NEUCell | None
+    slow: SlowRun | None
+    margin_min: float
+    margin_median: float
+    peak_l: int
+    depth_ratio: float
+    min_non_td: float
+    argmin_non_td: str
+    z_threshold: float
+    tower_vs_plain_max_z: float
+    variance_ratio_at_L_max: dict[int, float]
+    figures: list[str]
 
 
 def fmt(v) -> str:

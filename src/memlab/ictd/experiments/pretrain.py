@@ -1,12 +1,12 @@
 """``ictd.pretrain`` -- Algorithm 1 at the Table 1 settings (section 8, App. F.1-F.4): Fig. 3(a) learned V0, A0 at the
 best checkpoint, Fig. 3(b) V_em, A_em against the kernel diagonal mean d_t, Fig. 5 emergence against training step.
 
-One cell per seed (``cells.train_seed``: ``pretrain.make_train`` one seed at a time, measured faster on the
-2-core CPU than ``train_seeds``' vmap: 16.3 s against 18.6 s for 5 seeds x 300 epochs) and one for the held-out errors
-of theta*, -theta* and the zero block. At the Table 1 settings training converges to the mirror image (-V*, -A*) of
-theta* (see ``pretrain``): min(V_em, A_em) = 0 at every step, so every figure and diagnostic is made twice, with the
-paper's scores and with the mirrored scores V_em(-V), A_em(-A). Decisions where the paper is ambiguous:
-``report.AMBIGUITIES`` (also in summary.md).
+One cell per seed (``cells.train_seed``: ``pretrain.make_train`` one seed at a time, faster on the 2-core CPU than
+``train_seeds``' vmap, benchmarks/bench_ictd.py) and one for the held-out errors of theta*, -theta* and the zero
+block. At the Table 1 settings training converges to the mirror image (-V*, -A*) of theta* (see ``pretrain``):
+min(V_em, A_em) = 0 at every step, so every figure and diagnostic is made twice, with the paper's scores and with the
+mirrored scores V_em(-V), A_em(-A). Decisions where the paper is ambiguous: ``report.AMBIGUITIES`` (also in
+summary.md).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import dataclasses
 import numpy as np
 
 from memlab.checks import check_int
+from memlab.files import summary_text
 from memlab.ictd.experiments.cells import (
     FORMS,
     TINY_TRAIN,
@@ -55,56 +56,7 @@ DT_WORDS = {True: "the learned kernels put LESS weight on each token itself than
             False: "the kernels become more diagonal than uniform attention, as the paper reports."}
 DIRECTION = {True: "up", False: "down"}
 
-SUMMARY = """# ictd.pretrain — Fig. 3 and Fig. 5 (section 8, App. F.1–F.4)
-
-Algorithm 1 (multi-task semi-gradient TD) on random Boyan chains: {setup}; full masks (eq. 106, 108). One resumable \
-cell per seed; compute {seconds:.0f} s for the {S} seeds (training + held-out evaluation, as measured when the cells \
-ran).
-
-## What the training converges to
-
-{sign_sentence}
-
-The paper's scores V_em, A_em (eq. 109–111) test for θ*'s signs; min(V_em, A_em) is 0 at every step for {zero}/{S} \
-seeds (max V_em {max_V:.3f}, max A_em {max_A:.3f}), and the paper-rule best checkpoint is at steps {best_steps} \
-(seed-mean score {best_score:.3f}; the training scan's own pick, first step on ties: {scan_steps}). Every figure is \
-therefore drawn twice: with the paper's scores and with the mirrored scores V_em(−V), A_em(−A), which measure the \
-distance to −θ* = (−V*, −A*); the mirrored best checkpoint (same rule) has seed-mean score {mirror_score:.3f} at \
-steps {mirror_steps}. d_t moves from {d_start:.4f} to {d_end:.4f} (uniform attention: 1/n = {uniform:.3f}): \
-{dt_sentence}
-
-{layout}
-## Held-out evaluation ({cfg.eval_tasks} fresh tasks, {cfg.train.num_windows} windows each)
-
-{heldout}
-## Fig. 3(a): learned V0 and A0 at the best checkpoint
-
-Top: the paper's rule; bottom: the mirrored rule. Seed means, each matrix divided by its max |entry| (printed in the \
-title). Rows/columns: x_1..x_d, r, γv′, v.
-
-![Fig. 3(a)](fig3a_blocks.png)
-
-## Fig. 3(b): emergence vs kernel diagonal mean d_t
-
-![Fig. 3(b)](fig3b_emergence_vs_dt.png)
-
-Paper: A_em stays high over a wide range of d_t, V_em rises only once d_t reaches an intermediate level. Ours \
-(mirrored scores): A high in {A_high:.0%} of the bins; V pooled over the first third of bins (from the \
-start-of-training d_t) {V_first:.3f}, max over the last third {V_last:.3f}.
-
-## Fig. 5: emergence vs training step
-
-![Fig. 5](fig5_emergence_vs_step.png)
-
-## Paper vs ours
-
-{claims_table}
-## Decisions where the paper is ambiguous
-
-{ambiguities}
-Tables: `trace_mean.csv` (every step, mean and s.e.m. over seeds), `trace_per_seed.csv` (every MRP end), \
-`checkpoints.csv`, `heldout.csv`, `emergence_vs_dt.csv` (the Fig. 3(b) bins).
-"""
+SUMMARY = summary_text(__package__, "pretrain")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,8 +199,8 @@ EXPERIMENTS = [
     Experiment(
         "ictd.pretrain", "Fig. 3, Fig. 5, Table 1", PAPER,
         "Algorithm 1 at Table 1: learned V0, A0, emergence vs d_t and vs step (paper and mirrored scores), held-out TD",
-        # paper: Table 1 with 10 seeds (Table 1 has 5; issue 14 asks for >= 10 per layout); paper-query-past: the same
-        # with the query one step past the context (query_offset = 1)
+        # paper: Table 1 with 10 seeds (Table 1 has 5; memlab runs at least 10 per layout); paper-query-past: the
+        # same with the query one step past the context (query_offset = 1)
         {"paper": PretrainExperimentConfig(train=PretrainConfig(num_seeds=10)),
          "paper-query-past": PretrainExperimentConfig(train=PretrainConfig(num_seeds=10, query_offset=1)),
          # quick: unchanged (800 MRPs): at 600 the mirrored emergence claims hold only by 0.004 and 0.015

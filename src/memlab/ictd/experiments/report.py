@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from memlab import plots
-from memlab.files import markdown_table
+from memlab.files import markdown_table, summary_text
 from memlab.ictd.boyan import chain_statistics
 from memlab.ictd.experiments.cells import (
     FORMS,
@@ -51,19 +51,7 @@ DIAGONAL_MEANING = {True: "negative: each token attends to the context states LE
 CHECKPOINT_HEADER = ["setting", "seed", "checkpoint", "step", "V_em", "A_em", "V_em_neg", "A_em_neg", "p_r",
                      "p_gamma_v", "p_v", "A_diag", "A_feat_diag_mean", "abs_td_error", "abs_value_error"]
 
-AMBIGUITIES = (
-    "- Rollout: one trajectory per sampled MRP cut into batch × mini-batches overlapping windows (see the "
-    "`pretrain` docstring: Table 1's H = n + 1 read as the segment one window covers).\n"
-    "- Fig. 3(b) bins every training step of every seed (the paper: one point per sampled MRP); d_t is the mean over "
-    "that MRP's training contexts, computed at ρ = 0 as eq. (34) defines it. Line: pooled mean per bin; band: "
-    "25–75 % of the per-seed bin means.\n"
-    "- Fig. 5: the mean ± s.e.m. at a step uses the seeds whose (truncated) curve reaches it.\n"
-    "- Best checkpoints: both rules are tracked exactly in the training scan (first step on ties). A rule whose best "
-    "score is 0 at every step of a seed selects nothing ('first step on ties' would return the initial noise): the "
-    "end of training stands in for that seed's checkpoint in Fig. 3(a), the sign claim and Fig. 5 (untruncated).\n"
-    "- Held-out errors: `pretrain.evaluate` on fresh tasks (the same tasks for every parameter set), at the ρ the "
-    "training ends with; δ = R + γ TF_L(Z0') − TF_L(Z0) as in Algorithm 1, line 11.\n"
-)
+AMBIGUITIES = summary_text(__package__, "report_ambiguities")
 
 
 def tagged(base: str, *tags: str) -> str:
@@ -167,7 +155,7 @@ def heldout_markdown(setting: Setting) -> str:
 
 
 def sign_sentence(setting: Setting) -> str:
-    """The plain statement the issue asks for: (+, +, -) in V or not, A_feat diagonal or not."""
+    """The plain statement a reader looks for first: (+, +, -) in V or not, A_feat diagonal or not."""
     rows, paper, mirror = _sign_counts(setting)
     S = rows.shape[0]
     share, diag = _final_a_feat(setting)

@@ -1,10 +1,12 @@
-"""Every cell of the pi-SSM experiments, the two steps they share (``fit_as_bytes``, ``score_test_split``), and the
-typed records an analysis reads ``pissm.pong-modes``' cell results into (``EstimatorStats``, ``SelectionScores`` and
-its two kinds).
+"""The pi-SSM cells that read no experiment's config, the two steps every training cell shares (``fit_as_bytes``,
+``score_test_split``), and the typed records an analysis reads ``pissm.pong-modes``' cell results into
+(``EstimatorStats``, ``SelectionScores`` and its two kinds).
 
 Table 1's cells train a model by name and score its test split (``train_and_score``; ``stability_cell`` scores only
 a run that did not fail), or run the true-dynamics particle filter (``particle_cell``). ``pissm.pong-modes`` and
-``pissm.imputation`` train in one sweep, returning the model as bytes, and rebuild it in a second sweep to score it.
+``pissm.imputation`` train in one sweep, returning the model as bytes, and rebuild it in a second sweep to score it;
+their cells take the experiment's config, so they live beside it (``modes.py``, ``imputation.py``): this module
+imports no experiment.
 
 A cell's store name (``@cell``), version and its arguments' values in order are its digest (``store.describe``):
 changing these orphans the stored cells (paper-results/cells; tests/test_store_committed.py says so), moving a cell
@@ -14,40 +16,25 @@ function or renaming a parameter, an argument's class or its fields does not.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
-import jax.numpy as jnp
 import numpy as np
 
-from memlab.pissm import metrics
 from memlab.pissm.data import Dataset
-from memlab.pissm.pong_modes import mode_statistics, most_bounces, rule_scores, smallest_eigenvalues
-from memlab.pissm.reference import pong_particle_filter
 from memlab.pissm.runs import (
-    PONG_NOISE,
-    default_stability,
     evaluate,
     fit,
     full_mask,
     initial_model,
     mean_scores,
     model_bytes,
-    model_from_bytes,
     particle_scores,
-    predict_jit,
 )
 from memlab.pissm.sensitivity import gain_step_survival
 from memlab.pissm.train import TrainConfig
 from memlab.store import cell
 
-if TYPE_CHECKING:  # the configs are the experiments' (a cell receives one); only their annotations are needed here
-    from memlab.pissm.experiments.imputation import ImputationConfig
-    from memlab.pissm.experiments.modes import ModesConfig
-
 __all__ = ["STATISTICS", "EstimatorStats", "OracleScores", "RuleScores", "SelectionScores", "fit_as_bytes",
-           "imputation_score_cell", "imputation_train_cell", "modes_evaluate_cell", "modes_rules_cell",
-           "modes_train_cell", "particle_cell", "score_test_split", "stability_cell", "start_survival_cell",
-           "train_and_score"]
+           "particle_cell", "score_test_split", "stability_cell", "start_survival_cell", "train_and_score"]
 
 
 def fit_as_bytes(*args, **kwargs) -> dict:
@@ -95,58 +82,6 @@ def start_survival_cell(model: str, data: Dataset, iss_eps: float, key, eval_key
     start = initial_model(model, "pong", data, TrainConfig(stability="iss", iss_eps=iss_eps), key)
     survival = gain_step_survival(start, data.test.y, full_mask(data.test), eval_key, sizes, directions)
     return {"sizes": list(sizes), "finite": survival.finite.tolist(), "ll": survival.log_likelihood.tolist()}
-
-
-@cell("pissm.modes-train")
-def modes_train_cell(cfg: ModesConfig, data: Dataset, estimator: str, key) -> dict:
-    """One cell: train ``cfg.model`` on Pong by ``estimator`` (every estimator from the same key: the same
-    initial model); its training record and the model as bytes."""
-    config = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size)
-    return fit_as_bytes(cfg.model, cfg.dataset, data, config, key, estimator=estimator, input_noise=cfg.input_noise)
-
-
-@cell("pissm.modes-rules")
-def modes_rules_cell(data: Dataset, key) -> dict:
-    """One cell: the hand-coded switching rule and free flight everywhere on the true step maps (``rule_scores``)."""
-    return {"rule": rule_scores(data, key), "free-flight": rule_scores(data, key, free_flight_only=True)}
-
-
-@cell("pissm.modes-evaluate")
-def modes_evaluate_cell(cfg: ModesConfig, data: Dataset, estimator: str, blob: bytes, key, pf_key) -> dict:
-    """One cell: one sampled path per test sequence of the model trained by ``estimator`` -> ``mode_statistics``
-    and the test log-likelihood; for the test sequence with the most bounces (``b``) the arrays of Fig. 9: the
-    sampled modes, the predictive moments, the eigenvalues of the sampled A_z and the particle filter's predictive
-    moments."""
-    model = model_from_bytes(blob, cfg.model, cfg.dataset, data, estimator)
-    test = data.test
-    preds = predict_jit(model, test.y, full_mask(test), key, 1)
-    A, modes = np.asarray(model.A), np.asarray(preds.modes[0])
-    b = most_bounces(test)
-    pf = pong_particle_filter(pf_key, test.y[b], None, PONG_NOISE[cfg.dataset], cfg.particles)
-    return {**mode_statistics(A, modes, test),
-            "test_ll": float(jnp.mean(metrics.predictive_log_likelihood(preds.log_likelihoods, full_mask(test)))),
-            "b": b, "modes": modes[b], "obs_means": preds.obs_means[0, b], "obs_covs": preds.obs_covs[0, b],
-            "eigenvalues": smallest_eigenvalues(A[modes[b]]).real, "pf_obs_means": pf.obs_means,
-            "pf_obs_covs": pf.obs_covs}
-
-
-@cell("pissm.imputation-train")
-def imputation_train_cell(cfg: ImputationConfig, name: str, data: Dataset, key) -> dict:
-    """One cell: train ``name`` on sequences with ``cfg.train_missing`` removed; its record and the model as bytes."""
-    train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, stability=default_stability(name))
-    return fit_as_bytes(name, "pong", data, train_cfg, key, missing=cfg.train_missing, input_noise=cfg.input_noise)
-
-
-@cell("pissm.imputation-score")
-def imputation_score_cell(cfg: ImputationConfig, name: str, data: Dataset, blob: bytes, mask, key, b: int,
-                          figure_key) -> dict:
-    """One cell: the mean scores of the trained ``name`` on the masked test split (``runs.evaluate``), and its
-    sample-mean filtered position (T, 2) along test sequence ``b`` (the figure's)."""
-    model, test = model_from_bytes(blob, name, "pong", data), data.test
-    scores = score_test_split(model, data, key, cfg.num_samples, mask)
-    y_in = jnp.where(mask[b:b + 1, :, None], test.y[b:b + 1], jnp.nan)
-    p = predict_jit(model, y_in, mask[b:b + 1], figure_key, cfg.num_samples)
-    return {**scores, "path": jnp.mean(p.filtered_obs[:, 0], axis=0)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,4 +138,5 @@ class EstimatorStats:
         return bool(self.reflecting_next_to_bounces >= 0.5 and self.reflecting_elsewhere <= 0.1)
 
 
-STATISTICS = tuple(f.name for f in dataclasses.fields(EstimatorStats) if f.name != "best_val")  # modes_evaluate_cell's
+# the statistics modes.modes_evaluate_cell computes
+STATISTICS = tuple(f.name for f in dataclasses.fields(EstimatorStats) if f.name != "best_val")

@@ -18,32 +18,21 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
+import jax.numpy as jnp
 import numpy as np
 
 from memlab.checks import check_choice, check_choices, check_int, check_real
+from memlab.files import summary_text
 from memlab.pissm import metrics
-from memlab.pissm.experiments.cells import imputation_score_cell, imputation_train_cell
+from memlab.pissm.data import Dataset
+from memlab.pissm.experiments.cells import fit_as_bytes, score_test_split
 from memlab.pissm.experiments.report import CHOICES, plot_imputation
-from memlab.pissm.runs import LAYOUTS, MODELS, load_dataset
+from memlab.pissm.runs import LAYOUTS, MODELS, default_stability, load_dataset, model_from_bytes, predict_jit
+from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
+from memlab.store import cell
 
-SUMMARY = """# pissm.imputation — App. H.1
-
-Pong ({layout} layout), {percent_removed:.0f} % of each test sequence's observations removed at random (first step \
-kept), models trained {epochs} epochs on {trained_on}, {num_samples} sampled paths. MSE against the true position; \
-the observation noise variance is 0.0025. The paper shows imputation only qualitatively (animations), so there is \
-no number to compare.
-
-{table}
-`observation` carries the last kept observation forward (a random walk cannot do better). A direct RNN (`gru`, \
-`lstm`) has no update with y_t: its estimate at a kept step is the prediction from y_{{1:t-1}}, hence its larger \
-filtered MSE.
-
-![imputation](imputation.png)
-
-## Choices the paper leaves open, and departures from its text
-
-{choices}"""
+SUMMARY = summary_text(__package__, "imputation")
 TRAINED_WITH_GAPS = ("sequences with {percent:.0f} % of the observations removed (App. H.1 does not say; a direct "
                      "RNN must learn what the missing-step flag means)")
 TRAINED_COMPLETE = "complete sequences"
@@ -70,6 +59,25 @@ class ImputationConfig:
         check_real("train_missing", self.train_missing, 0, 1, open_high=True)
         for name in ("epochs", "batch_size", "num_samples"):
             check_int(name, getattr(self, name))
+
+
+@cell("pissm.imputation-train")
+def imputation_train_cell(cfg: ImputationConfig, name: str, data: Dataset, key) -> dict:
+    """One cell: train ``name`` on sequences with ``cfg.train_missing`` removed; its record and the model as bytes."""
+    train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, stability=default_stability(name))
+    return fit_as_bytes(name, "pong", data, train_cfg, key, missing=cfg.train_missing, input_noise=cfg.input_noise)
+
+
+@cell("pissm.imputation-score")
+def imputation_score_cell(cfg: ImputationConfig, name: str, data: Dataset, blob: bytes, mask, key, b: int,
+                          figure_key) -> dict:
+    """One cell: the mean scores of the trained ``name`` on the masked test split (``runs.evaluate``), and its
+    sample-mean filtered position (T, 2) along test sequence ``b`` (the figure's)."""
+    model, test = model_from_bytes(blob, name, "pong", data), data.test
+    scores = score_test_split(model, data, key, cfg.num_samples, mask)
+    y_in = jnp.where(mask[b:b + 1, :, None], test.y[b:b + 1], jnp.nan)
+    p = predict_jit(model, y_in, mask[b:b + 1], figure_key, cfg.num_samples)
+    return {**scores, "path": jnp.mean(p.filtered_obs[:, 0], axis=0)}
 
 
 def run_imputation(cfg: ImputationConfig, run: Run) -> dict:
@@ -122,7 +130,7 @@ class ImputationStats:
 
 
 def analyse(cfg: ImputationConfig, scored: dict[str, dict]) -> ImputationStats:
-    """Scoring cells ('score-<model>', ``cells.imputation_score_cell``) -> a row and a figure path per model."""
+    """Scoring cells ('score-<model>', ``imputation_score_cell``) -> a row and a figure path per model."""
     scores = {name: scored[f"score-{name}"] for name in cfg.models}
     return ImputationStats([ImputationRow(name, s["imputation_mse"], s["filtered_mse"], s["ll"])
                             for name, s in scores.items()],

@@ -32,7 +32,12 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
+import jax.numpy as jnp
+import numpy as np
+
 from memlab.checks import check_choice, check_choices, check_int, check_real
+from memlab.files import summary_text
+from memlab.pissm import metrics
 from memlab.pissm.data import Dataset
 from memlab.pissm.experiments.cells import (
     STATISTICS,
@@ -40,43 +45,32 @@ from memlab.pissm.experiments.cells import (
     OracleScores,
     RuleScores,
     SelectionScores,
-    modes_evaluate_cell,
-    modes_rules_cell,
-    modes_train_cell,
+    fit_as_bytes,
 )
 from memlab.pissm.experiments.report import CHOICES, plot_modes
-from memlab.pissm.pong_modes import oracle_selection
-from memlab.pissm.runs import ESTIMATORS, LAYOUTS, NUM_MODES, PONG_NOISE, load_dataset
+from memlab.pissm.pong_modes import (
+    mode_statistics,
+    most_bounces,
+    oracle_selection,
+    rule_scores,
+    smallest_eigenvalues,
+)
+from memlab.pissm.reference import pong_particle_filter
+from memlab.pissm.runs import (
+    ESTIMATORS,
+    LAYOUTS,
+    NUM_MODES,
+    PONG_NOISE,
+    full_mask,
+    load_dataset,
+    model_from_bytes,
+    predict_jit,
+)
+from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
+from memlab.store import cell
 
-SUMMARY = """# pissm.pong-modes — Fig. 4 / Fig. 9, App. H.1
-
-{model} trained on `{dataset}` (observation noise {noise}; {layout} layout, {epochs} epochs, App. F.1's AR(1) input \
-noise at {input_noise} × the observation noise) by each estimator: {estimators}. Modes sampled on the test split \
-(one column per estimator):
-
-{table}
-Persistence counts, per interval of constant true mode, the share of steps carrying the interval's most frequent \
-sampled mode (1 = one mode per interval). The true modes are velocity quadrants, which change exactly at bounces. A \
-single dominant mode scores high persistence trivially; the agreement (chance ~0.25-0.3) and the eigenvalues at wall \
-hits say whether the modes are the bounce dynamics. Mode shares per estimator: `mode_shares.csv`.
-
-## Does the objective want the switching, and do the estimators find it?
-
-With A_z, b_z, C fixed to the true step maps (free flight and one reflection per wall, exact Kalman update): the \
-untrained hand-coded rule (reflect when the free flight p + v of the sampled x_{{t-1}} crosses a wall), free flight \
-everywhere, and q(z | x) trained by each estimator ({oracle_epochs} epochs). `at hits`: share of wall hits where the \
-sampled mode is that wall's reflection; `in flight`: share of the other steps with free flight; test log-likelihood \
-per step.
-
-{oracle_table}
-{reading}
-
-{figures}
-## Choices the paper leaves open, and departures from its text
-
-{choices}
-"""
+SUMMARY = summary_text(__package__, "modes")
 READINGS = {
     "learnable": "Selection of the true maps is learnable here by {estimator}: a failure of the full model lies in "
                  "learning the modes' dynamics (its sampled A_z reflects at {model_hits:.0%} of the wall hits, "
@@ -139,6 +133,39 @@ class ModesConfig:
             check_int(name, getattr(self, name))
         check_int("oracle_epochs", self.oracle_epochs, low=0)
         check_real("input_noise", self.input_noise, 0)
+
+
+@cell("pissm.modes-train")
+def modes_train_cell(cfg: ModesConfig, data: Dataset, estimator: str, key) -> dict:
+    """One cell: train ``cfg.model`` on Pong by ``estimator`` (every estimator from the same key: the same
+    initial model); its training record and the model as bytes."""
+    config = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size)
+    return fit_as_bytes(cfg.model, cfg.dataset, data, config, key, estimator=estimator, input_noise=cfg.input_noise)
+
+
+@cell("pissm.modes-rules")
+def modes_rules_cell(data: Dataset, key) -> dict:
+    """One cell: the hand-coded switching rule and free flight everywhere on the true step maps (``rule_scores``)."""
+    return {"rule": rule_scores(data, key), "free-flight": rule_scores(data, key, free_flight_only=True)}
+
+
+@cell("pissm.modes-evaluate")
+def modes_evaluate_cell(cfg: ModesConfig, data: Dataset, estimator: str, blob: bytes, key, pf_key) -> dict:
+    """One cell: one sampled path per test sequence of the model trained by ``estimator`` -> ``mode_statistics``
+    and the test log-likelihood; for the test sequence with the most bounces (``b``) the arrays of Fig. 9: the
+    sampled modes, the predictive moments, the eigenvalues of the sampled A_z and the particle filter's predictive
+    moments."""
+    model = model_from_bytes(blob, cfg.model, cfg.dataset, data, estimator)
+    test = data.test
+    preds = predict_jit(model, test.y, full_mask(test), key, 1)
+    A, modes = np.asarray(model.A), np.asarray(preds.modes[0])
+    b = most_bounces(test)
+    pf = pong_particle_filter(pf_key, test.y[b], None, PONG_NOISE[cfg.dataset], cfg.particles)
+    return {**mode_statistics(A, modes, test),
+            "test_ll": float(jnp.mean(metrics.predictive_log_likelihood(preds.log_likelihoods, full_mask(test)))),
+            "b": b, "modes": modes[b], "obs_means": preds.obs_means[0, b], "obs_covs": preds.obs_covs[0, b],
+            "eigenvalues": smallest_eigenvalues(A[modes[b]]).real, "pf_obs_means": pf.obs_means,
+            "pf_obs_covs": pf.obs_covs}
 
 
 def run_pong_modes(cfg: ModesConfig, run: Run) -> dict:
@@ -282,10 +309,10 @@ EXPERIMENTS = [Experiment(
         "tiny": ModesConfig(layout="tiny", estimators=("mixture",), epochs=1, particles=200, oracle_epochs=1),
         # quick: 10 epochs at batch 16 on the quick layout (250 sequences), the settings of the other pissm quick
         # profiles, the paper's estimator (eq. (9) REINFORCE) only: none of the claims is decidable at this size
-        # (the paper profiles decide them), and the mixture's cells were 94 of its 211 s (issue 30's budget)
+        # (the paper profiles decide them), and the mixture's cells were close to half of the quick run
         "quick": ModesConfig(epochs=10, batch_size=16, estimators=("reinforce",)),
         # paper: the paper's data size (4000 training sequences), 60 epochs, both estimators and their oracles;
-        # paper-0.01: the same at observation noise 0.01, where a bounce shows in one observation (issue 14)
+        # paper-0.01: the same at observation noise 0.01, where a bounce shows in one observation
         "paper": ModesConfig(layout="paper", epochs=60, oracle_epochs=20),
         "paper-0.01": ModesConfig(layout="paper", dataset="pong-0.01", epochs=60, oracle_epochs=20),
     },

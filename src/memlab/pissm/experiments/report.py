@@ -11,6 +11,7 @@ import numpy as np
 from matplotlib.patches import Ellipse
 
 from memlab import plots
+from memlab.files import summary_text
 from memlab.pissm import metrics
 from memlab.pissm.data import Split
 from memlab.pissm.pong_modes import true_eigenvalues
@@ -21,31 +22,7 @@ __all__ = ["CHOICES", "DIRECT", "PAPER_TABLE6", "STABILITY_COLUMNS", "STABILITY_
            "plot_log_likelihoods", "plot_modes", "plot_stability", "plot_start_survival", "stability_row", "table1_row"]
 
 # The choices every pi-SSM experiment's summary.md lists (the paper leaves them open, or memlab departs from its text).
-CHOICES = """- Data: our own generators (Pong: unit box, point ball, speeds 0.03–0.07 box widths per step, observation \
-noise 0.05, or 0.01 for `pong-0.01`; Lorenz and Navier–Stokes as `memlab.pissm.data` documents); the paper gives \
-neither sizes nor noise levels.
-- The gain of `pissm-gru-tracking` / `pissm-lstm-tracking` (the paper's π-SSM) is eq. (7) as printed: L_t read \
-from the RNN fed [Σ_{t|t-1}, r_t], nothing bounding it; the paper states no initialisation, and memlab's sets the \
-cell's weights on r_t to zero and fits the readout to the exact Kalman factor, so the untrained filter tracks \
-(`memlab.pissm.gain_fit`). `pissm-gru` / `pissm-lstm` are the same gain with the readout at the first step's \
-Kalman factor, where the untrained filter has already lost track (an ablation). `-bounded` models use memlab's \
-factor around the exact gain, bounded so the filter cannot diverge (`memlab.pissm.model`).
-- The mode z_t is drawn from q(z_t | x_{t-1}) (App. E.1's box, App. E.2's code; estimator `reinforce`) or from \
-the eq. (6) posterior (section 5's text; estimator `mixture`); `reinforce` maximises E_z[log q(y_t | ...)] by \
-eq. (9), `mixture` the exact log Σ_k q(k | x_{t-1}) N(y_t | k) (section 6's log E_z). Evaluation always scores \
-log q(y_t | y_{1:t-1}) with z_t summed out.
-- Two Adam optimisers (phi, theta), as App. E.2's code; theta is not stepped during a 5-epoch warm-up (the paper \
-gives no length); learning rate 0.011 × 0.5 every 10 epochs (no factor given); best-validation early stopping.
-- App. F.1's time-correlated input noise: AR(1), lag-1 correlation 0.9, standard deviation `input_noise` × the \
-observation noise's, added to every trained model's training minibatches (the paper gives no level).
-- Modes start distinct: A_z = I + N(0, 0.1²), q(z | x) a random partition of the standardised state space (its \
-output layer × 4); every C_z starts at the true observation map (the paper says nothing about initialisation).
-- Prediction from the filtered moments (the sample of x_{t-1} only chooses the mode); eq. (7)'s covariance update \
-in Joseph form (the printed `+` grows with every observation); full covariances (diagonal ones cut the velocities \
-out of the gain); covariances lifted by 100 ulps of their mean variance (float32 round-off of an ill-conditioned \
-covariance gave NaN).
-- Q and the prior are learned by pi-SSM and LG alike; R is known (section 4).
-"""
+CHOICES = summary_text(__package__, "report_choices")
 SNAPSHOTS = (15, 35, 55, 75)  # Fig. 9's predictive ellipses, at these steps
 FAILED = {True: " (failed)", False: ""}  # Fig. 8's panel titles
 
@@ -312,7 +289,7 @@ def _ellipse(ax, mean, cov, **kw):
 
 
 def plot_modes(split: Split, evaluation: dict, estimator: str):
-    """Fig. 9 for the test sequence ``b`` of one estimator's evaluation cell (``cells.modes_evaluate_cell``): the
+    """Fig. 9 for the test sequence ``b`` of one estimator's evaluation cell (``modes.modes_evaluate_cell``): the
     true and the sampled modes, the two smallest eigenvalues of the sampled A_z against the truth, and the
     predictive ellipses at ``SNAPSHOTS`` beside the particle filter's. Returns the figure."""
     fig = plots.plt.figure(figsize=(12, 7.5), layout="constrained")

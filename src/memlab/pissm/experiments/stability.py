@@ -16,7 +16,7 @@ from functools import partial
 import numpy as np
 
 from memlab.checks import check_choice, check_choices, check_int, check_real
-from memlab.files import markdown_table
+from memlab.files import markdown_table, summary_text
 from memlab.pissm.data import Dataset
 from memlab.pissm.experiments.cells import stability_cell, start_survival_cell
 from memlab.pissm.experiments.report import (
@@ -35,67 +35,7 @@ from memlab.pissm.runs import LAYOUTS, PISSM_GAINS, TRACKING_INIT, load_dataset
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
 
-SUMMARY = """# pissm.stability — Tables 2 and 6, Fig. 8
-
-Pong ({layout} layout), {seeds} seeds per setting, {epochs} epochs, Adam at {learning_rate:g}. Objective: test \
-predictive log-likelihood per step over the successful runs (mean and std; NaN where no run succeeded); success: \
-finite and not diverged (last validation log-likelihood at most 1 nat per step below the first epoch's). \
-`paper_*`: Table 6's Pong column (empty where the paper has no number).
-
-{table}
-The ISS buffer acts on the U_r (GRU) or U_c (LSTM) condition; the LSTM forget-gate condition has its own buffer \
-1e-3 (App. E.2), see `memlab.layers.gated_rnn`. The gain is eq. (7)'s as printed (`gain_form="paper"`: L_t read \
-from the RNN fed [Σ_{{t|t-1}}, r_t], unbounded), so the filter can diverge as the paper's can: that is what this \
-comparison is about. The paper states no initialisation. memlab's (`pissm-gru-tracking`, `pissm-lstm-tracking`; \
-`memlab.pissm.gain_fit`) sets the cell's weights on r_t to zero (the Kalman gain does not read the residual), \
-applies the ISS projection that training starts with, and fits the readout to the exact Kalman factor along \
-exact-gain paths, so that the untrained filter tracks as the exact gain's does (at least its log-likelihood less \
-0.05 nats per step, tested). Started from the first step's factor instead (`pissm-gru`, `pissm-lstm`: the first \
-runs, profiles `paper-prior-init` and `paper-ablation`), the untrained filter has lost track before training \
-begins. memlab's bounded gain \
-(`pissm-gru-bounded`) removes that route by construction. Every run trains with App. F.1's AR(1) input noise at \
-{input_noise} × the observation noise; the estimator is eq. (9) with z_t drawn from q(z_t | x_{{t-1}}).
-
-Gain forms in this run (the ablation profiles `quick-ablation` and `paper-ablation` change one thing at a time: \
-eq. (7)'s gain from either initialisation, the same inputs and units as the bounded gain without its bound, the \
-bounded gain):
-
-{gains}
-
-![Fig. 8](fig8_stability.png)
-
-## The start: how far training can move it
-
-Every run of a model starts from one initial model per seed. The ISS runs' starts of the first {starts} seeds, \
-each moved by a random step of one size in every trainable parameter of the gain ({directions} random sign \
-directions; Adam's first steps move every parameter by about its learning rate, {learning_rate:g} here), filtering \
-the test split: the share of test sequences whose filter stays finite (median over starts and directions, \
-smallest–largest in brackets; `memlab.pissm.sensitivity`).
-
-{survival}
-
-![The starts' survival of random steps](start_survival.png)
-
-## What this verdict depends on
-
-Where Table 6's claims fail here, the choices of memlab's they were tested against, each in a profile of this \
-experiment whose folder is in `paper-results/pissm.stability/` (numbers: docs/studies/pissm.md, "Stability"):
-
-- the gain's initialisation, which the paper does not state: from the first step's Kalman factor (`paper-prior-init`, \
-the first paper run) and fitted to the exact Kalman factor (`paper`, `paper-core`);
-- Adam's learning rate: App. F.1's 0.011 and 1e-3 (`paper-lr`, both initialisations);
-- the gain's form: eq. (7)'s inputs and units against scale-free inputs around the exact gain, with and without \
-the bound (`paper-ablation`);
-- the gain's inputs: as printed and normalised to ||u_t||_inf < 1 (Theorem 2's Assumption 4, "enforced via input \
-normalization"; `paper-normalised`);
-- the ISS buffer and the clipping threshold: the paper's grid.
-
-Not varied yet: App. F.1's input noise (every run: {input_noise} × the observation noise), the learning-rate \
-decay (0.5 every 10 epochs), the batch size.
-
-## Choices the paper leaves open, and departures from its text
-
-{choices}"""
+SUMMARY = summary_text(__package__, "stability")
 # the paper's models (gain of eq. (7), readout fitted to the exact gain: the untrained filter tracks); the claims
 # read these
 MODELS = ("pissm-gru-tracking", "pissm-lstm-tracking")
@@ -354,14 +294,14 @@ EXPERIMENTS = [Experiment(
                                  epochs=10, batch_size=16, num_samples=8),
         "paper": StabilityConfig(layout="paper", seeds=10, epochs=60),
         # paper-prior-init: the paper profile with eq. (7)'s readout from the first step's factor, the untrained
-        # filter already lost (the first paper run, 160 cells, kept as the ablation it became: issue 47)
+        # filter already lost (the first paper run, kept as the ablation it became)
         "paper-prior-init": StabilityConfig(layout="paper", models=("pissm-gru", "pissm-lstm"), seeds=10, epochs=60),
         # paper-lr: paper-core's settings at Adam 1e-3 instead of App. F.1's 0.011, for eq. (7)'s gain from either
-        # initialisation (issue 47: at quick size the first-step-factor start trains at 1e-3 and fails at 0.011;
-        # the fitted start diverges within two steps at every rate down to 1e-5)
+        # initialisation (at quick size the first-step-factor start trains at 1e-3 and fails at 0.011; the fitted
+        # start diverges within its first steps at every rate down to 1e-5)
         "paper-lr": StabilityConfig(layout="paper", models=("pissm-gru", "pissm-gru-tracking"), iss_eps=(0.1, 0.25),
                                     clip_norms=(5.0, 20.0), seeds=5, epochs=60, learning_rate=1e-3),
-        # paper-core (issue 29): the paper profile for pi-SSM-GRU, the smallest and largest ISS buffer and clipping
+        # paper-core: the paper profile for pi-SSM-GRU, the smallest and largest ISS buffer and clipping
         # threshold, 5 of its 10 seeds (20 cells; same cell names, keys and arguments as the paper profile's)
         "paper-core": StabilityConfig(layout="paper", models=("pissm-gru-tracking",), iss_eps=(0.1, 0.25),
                                       clip_norms=(5.0, 20.0), seeds=5, epochs=60),
@@ -370,21 +310,22 @@ EXPERIMENTS = [Experiment(
         # paper-core's runs due to the unnormalised inputs, which the paper's theorem assumes away?
         "paper-normalised": StabilityConfig(layout="paper", models=("pissm-gru-normalised",), iss_eps=(0.1, 0.25),
                                             clip_norms=(5.0, 20.0), seeds=5, epochs=60),
-        # paper-ablation: quick-ablation's question at the paper's sizes (issue 29): eq. (7)'s gain from either
+        # paper-ablation: quick-ablation's question at the paper's sizes: eq. (7)'s gain from either
         # initialisation, the bounded gain's inputs and units without its bound, and the bounded gain, with ISS 0.1
         # and GC 20, 5 seeds (the paper profile's cell names and keys)
         "paper-ablation": StabilityConfig(layout="paper", models=("pissm-gru", "pissm-gru-tracking",
                                                                   "pissm-gru-unbounded", "pissm-gru-bounded"),
                                           iss_eps=(0.1,), clip_norms=(20.0,), seeds=5, epochs=60),
-        # quick-ablation: which ingredient of the bounded gain keeps training alive (issue 14): eq. (7)'s gain, the
+        # quick-ablation: which ingredient of the bounded gain keeps training alive: eq. (7)'s gain, the
         # bounded gain's inputs and units without the bound, and the bounded gain; ISS 0.1 and GC 20, quick sizes,
-        # 5 seeds (30 cells, ~40 s each on one core)
+        # 5 seeds (30 cells)
         "quick-ablation": StabilityConfig(models=("pissm-gru", "pissm-gru-tracking", "pissm-gru-unbounded",
                                                   "pissm-gru-bounded"),
                                           iss_eps=(0.1,), clip_norms=(20.0,), seeds=5, epochs=10, batch_size=16,
                                           num_samples=8),
     },
     run=run_stability,
-    # paper-scale cells, one core each: two at a time on 2 cores do 1.3x the work of one (steady state, issue 29)
+    # paper-scale cells, one core each: two cells at a time on two cores do more work than one cell split over
+    # both
     pool_profiles=("paper", "paper-prior-init", "paper-core", "paper-ablation", "paper-lr", "paper-normalised"),
 )]

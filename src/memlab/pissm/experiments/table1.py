@@ -17,6 +17,7 @@ from functools import partial
 import numpy as np
 
 from memlab.checks import check_choice, check_choices, check_int, check_real
+from memlab.files import summary_text
 from memlab.pissm.data import Dataset, NCLTDataMissingError
 from memlab.pissm.data.nclt import check_session_folder
 from memlab.pissm.experiments.cells import particle_cell, train_and_score
@@ -50,44 +51,7 @@ NCLT_HINT = ("NCLT skipped: no --data-dir. Download the 2012-01-22 session's gps
              "from http://robots.engin.umich.edu/nclt/ and rerun with --data-dir DIR.")
 
 
-SUMMARY = """# pissm.table1 — Table 1 / Table 8
-
-Layout `{layout}`, {seeds} seed(s), {epochs} epochs, batch {batch_size}, {num_samples} sampled paths per test \
-sequence, estimator `{estimator}` ({estimator_words}), App. F.1's time-correlated input noise at {input_noise} × the \
-observation noise (lag-1 correlation 0.9) on every trained model's training minibatches. Test split; \
-mean and std over seeds. ll = average predictive log-likelihood per step, log q(y_t | y_{{1:t-1}}) with the mode z_t \
-summed out exactly (the normaliser of eq. 6) and log-mean-exp over the sampled paths. `filtered_mse` = MSE of the \
-filtered position (given y_{{1:t}}) against the ground truth, `filtered_mse_db` = 10 log10 of it (for NCLT, in m², \
-the dB of Table 7); `predicted_mse` = MSE of the one-step prediction (given y_{{1:t-1}}). The direct GRU / LSTM \
-never see y_t before predicting it, so they have no filtered estimate: their filtered columns are empty and their \
-only MSE is `predicted_mse` (Table 8 lists one MSE per model without saying which estimate it is). \
-`paper_ll` / `paper_mse`: Table 1 / Table 8 (NCLT: Table 7, dB); empty where the paper has no number; both of our \
-Pong data sets sit beside the paper's one Pong column. `ll_ceiling`: the largest expected log-density per step any \
-predictor can reach on the data set, −½ log det(2πe R), attained only by a predictive N(C x_t, R) that knows x_t.
-
-{notes}{table}
-Our data sets are our own generators (the paper publishes neither its noise levels nor its scales), so the \
-absolute numbers are not comparable with the paper's; the orderings are. The ceiling shows why: a Gaussian \
-log-density of y_t with covariance at least R cannot exceed −½ log det(2πR) at any point (Lorenz, R = 0.5 I in \
-3-D: {lorenz_sup:.2f}) and −½ log det(2πe R) on average ({ceilings}), yet Table 1 reports 5.2–5.9 on Lorenz; on \
-Pong the paper's 4.1–5.5 would need an observation noise below ~0.02 (at 0.05 the average ceiling is \
-{pong_ceiling:.2f}; at 0.01, {pong001_ceiling:.2f}). The paper's log-likelihoods are therefore in units or \
-normalisations it does not state. `pf` is the bootstrap particle filter with \
-the true dynamics (Pong: elastic reflections; Lorenz: RK4 of eq. 200) and a small artificial process noise: the \
-high-cost reference of section 7, not a trained model.
-
-## Choices the paper leaves open, and departures from its text
-
-{choices}
-
-Reproducibility: training is chaotic in the float sense. Measured on Navier–Stokes (π-SSM-GRU), a one-ulp \
-change of one initial A_z moves the first epoch's loss by 7e-4, more than the rewrite of the filter in commit \
-7497151 (equal to the old one to 1e-10 in float64) does (1e-5). Any change of code, compiler flags or machine that \
-is not bit-exact therefore changes the trained numbers after many epochs: compare runs by mean and std over seeds, \
-not digit by digit. {gradient_note}
-
-![test log-likelihood](table1.png)
-"""
+SUMMARY = summary_text(__package__, "table1")
 ESTIMATOR_WORDS = {"reinforce": "eq. (9) REINFORCE, z_t drawn from q(z_t | x_{t-1})",
                    "mixture": "the exact mixture log-likelihood, z_t drawn from eq. (6)",
                    "reinforce-posterior": "eq. (9) REINFORCE, z_t drawn from eq. (6)",
@@ -252,7 +216,7 @@ def add_claims(ll: dict[str, dict[str, float]], run: Run) -> None:
             _one_mode_claim(run, data_name, ours)
 
 
-ONE_MODE_TOLERANCE = 0.05  # nats per step: about 3 x the spread of LG's seeds on Pong at paper-core (0.015)
+ONE_MODE_TOLERANCE = 0.05  # nats per step: a few times the spread of LG's seeds on Pong at paper-core
 
 
 def _one_mode_claim(run: Run, data_name: str, ours: dict[str, float]) -> None:
@@ -329,28 +293,28 @@ EXPERIMENTS = [Experiment(
                              seeds=1, epochs=1, num_samples=2, particles=100),
         # quick: paper-core's data set and rows (Pong, the rows that settle Table 1's orderings) at 1 seed, 10
         # epochs at batch 16 on the quick layout (250 Pong sequences), no particle filter. Its claims cannot hold at
-        # this size (paper-core decides them), so it buys the pipeline, not evidence: Lorenz and the LSTM rows took
-        # 400 of its 647 s on one core (issue 30's budget). The Pong training settings equal the other pissm quick
+        # this size (paper-core decides them), so it buys the pipeline, not evidence: Lorenz and the LSTM rows, left
+        # out, took most of its time. The Pong training settings equal the other pissm quick
         # profiles', so a cold `make reproduce` compiles the pi-SSM-GRU training and test programs once.
         "quick": Table1Config(datasets=("pong",), seeds=1, epochs=10, batch_size=16, particles=0,
                               models=("pissm-gru-tracking", "pissm-gru-bounded", "pissm-lg", "lg", "gru",
                                       "observation")),
         # paper: the paper's data sizes (Pong 4000 training sequences), 5 seeds, 60 epochs; both Pong noises;
-        # paper-mixture: the same with the exact mixture objective and eq. (6) sampling (issue 14). The gradient in
-        # one part (issue 29): two cells at a time, one core each, compute as fast per cell as one cell with its
-        # gradient split over two cores (1.3x either way), and the numbers then never depend on the device count.
+        # paper-mixture: the same with the exact mixture objective and eq. (6) sampling. The gradient in one part:
+        # two cells at a time, one core each, compute as fast per cell as one cell with its gradient split over two
+        # cores, and the numbers then never depend on the device count.
         "paper": Table1Config(layout="paper", seeds=5, epochs=60),
-        # paper-core (issue 29): the paper profile on Pong (noise 0.05) only, 3 of its 5 seeds, the rows that settle
+        # paper-core: the paper profile on Pong (noise 0.05) only, 3 of its 5 seeds, the rows that settle
         # Table 1's orderings: the paper's gain, the bounded gain, the exact gain, LG, the direct GRU,
         # observation-only, and the particle filter. Same cell names, keys and arguments as the paper profile's.
-        # The paper's gain with its readout fitted to the exact gain (issue 47; its first start, from the first
+        # The paper's gain with its readout fitted to the exact gain (its first start, from the first
         # step's factor, is pissm.stability's paper-prior-init), and the LSTM rows too (Table 1's claims are about
         # the better of the GRU and LSTM rows, undecided without both).
         "paper-core": Table1Config(layout="paper", datasets=("pong",), seeds=3, epochs=60,
                                    models=("pissm-gru-tracking", "pissm-lstm-tracking", "pissm-gru-bounded",
                                            "pissm-lstm-bounded", "pissm-lg", "lg", "gru", "observation")),
         "paper-mixture": Table1Config(layout="paper", seeds=5, epochs=60, estimator="mixture"),
-        # issue 47: Table 1's orderings on two more data sets (3 of the paper profile's 5 seeds; same cell names, keys
+        # Table 1's orderings on two more data sets (3 of the paper profile's 5 seeds; same cell names, keys
         # and arguments): eq. (7)'s gain, the bounded gain, the exact gain, LG and the direct GRU, and Lorenz's
         # particle filter
         "paper-core-lorenz-navier-stokes": Table1Config(
@@ -360,17 +324,18 @@ EXPERIMENTS = [Experiment(
         # fitted start replaced them (their stored cells), beside LG and pi-SSM(LG)
         "paper-core-prior-init": Table1Config(layout="paper", datasets=("pong",), seeds=3, epochs=60,
                                               models=("pissm-gru", "pissm-lg", "lg")),
-        # issue 47: pi-SSM(LG)'s gap to LG with and without its modes (runs.ONE_MODE; paper-core's pissm-lg and lg
+        # pi-SSM(LG)'s gap to LG with and without its modes (runs.ONE_MODE; paper-core's pissm-lg and lg
         # cells are shared)
         "paper-core-one-mode": Table1Config(layout="paper", datasets=("pong",), seeds=3, epochs=60,
                                             models=("pissm-lg-one-mode", "lg-one-mode", "pissm-lg", "lg")),
-        # issue 47: does the mixture objective (no REINFORCE, z_t from eq. (6)) close pi-SSM(LG)'s gap to LG on
+        # Does the mixture objective (no REINFORCE, z_t from eq. (6)) close pi-SSM(LG)'s gap to LG on
         # Pong? paper-core's pi-SSM rows with paper-mixture's estimator (its cell names, keys and arguments)
         "paper-core-mixture": Table1Config(layout="paper", datasets=("pong",), seeds=3, epochs=60,
                                            estimator="mixture", particles=0,
                                            models=("pissm-gru-bounded", "pissm-lg", "lg")),
     },
-    # paper-scale cells, one core each: two at a time on 2 cores do 1.3x the work of one (steady state, issue 29)
+    # paper-scale cells, one core each: two cells at a time on two cores do more work than one cell split over
+    # both
     pool_profiles=("paper", "paper-core", "paper-mixture", "paper-core-lorenz-navier-stokes", "paper-core-mixture",
                    "paper-core-one-mode", "paper-core-prior-init"),
     run=run_table1,

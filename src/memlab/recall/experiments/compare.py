@@ -12,6 +12,7 @@ import dataclasses
 
 from memlab import plots
 from memlab.compile_cache import LEVEL_ONLY
+from memlab.files import summary_text
 from memlab.recall.experiments.curves import (
     CurveConfig,
     CurveStats,
@@ -26,19 +27,7 @@ from memlab.recall.experiments.curves import (
 from memlab.recall.metrics import learning_curves, tag_only_comparison
 from memlab.runner import Experiment, Run
 
-SUMMARY = """# recall.attention-vs-s6
-
-The S6 student(s) and the softmax-attention comparator (Kawata & Suzuki) trained on the same data (α = {alpha:g}, \
-T = {T}, target `{target}`, n up to {n_max}, {schedule}, {num_seeds} seed(s), mean ± s.e. over seeds).
-
-![comparison](attention_vs_s6.png)
-
-The paper gives no numbers for this comparison; it claims (§7) that Mamba attains the rate that Kawata & Suzuki prove \
-for attention.
-
-Below the tag-only risk (recalls content): {verdict}.
-
-{report}"""
+SUMMARY = summary_text(__package__, "compare")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,10 +126,11 @@ EXPERIMENTS = [
         # quick: T = 100 (was 200), 64 validation examples (was 300), n in (4, 16, 64) (was 4..64 in doublings):
         # the claims read the fitted C (three points fit it) and the MSE at the largest n; both students stay.
         {"quick": CompareConfig(context_lengths=(100,), sample_sizes=(4, 16, 64), num_val=64),
-         # paper: the paper's S6 student, memlab's former residual one and attention, 3 seeds per cell (issue 14)
+         # paper: the paper's S6 student, memlab's former residual one and attention, 3 seeds per cell (a standard
+         # error at every point)
          "paper": CompareConfig(students=("mamba-1", "mamba-1-residual", "attention"), num_seeds=3),
          # well-posed: the linear target of task.py (oracle risk sigma^2), the paper's S6 student beside attention,
-         # n extended to 1024 (a control run with A.1's target recalled only at n ~ 1024; issue 14); the pool holds
+         # n extended to 1024 (a control run with A.1's target recalled only at n ~ 1024); the pool holds
          # max(n) examples per seed and n = 1024 trains 64 steps per epoch (16x n = 64's)
          "paper-well-posed": CompareConfig(target="linear", sample_sizes=(4, 16, 64, 256, 1024), num_seeds=3),
          "quick-well-posed": CompareConfig(target="linear", context_lengths=(100,), sample_sizes=(4, 16, 64, 256, 1024),

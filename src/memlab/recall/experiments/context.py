@@ -16,6 +16,7 @@ import numpy as np
 from memlab import plots
 from memlab.checks import check_choice, check_increasing_ints, check_int, check_real
 from memlab.compile_cache import LEVEL_ONLY
+from memlab.files import summary_text
 from memlab.recall.experiments.curves import CHOICES
 from memlab.recall.limit import coupling_distance, finite_context_values, per_step_bound
 from memlab.recall.metrics import coupling_rate
@@ -25,26 +26,7 @@ from memlab.recall.train import TrainConfig
 from memlab.runner import Experiment, Run, atomic_write_bytes
 from memlab.store import cell
 
-SUMMARY = """# recall.context-limit — Proposition 4.2
-
-{student} student trained on n = {num_train} contexts of length T = {train_T} (α = {alpha:g}, {epochs} epochs; \
-best validation MSE {mse:.3g}, tag-only risk {tag_only:.3g}), then evaluated on {num_pairs} fixed test pairs (ν, q) \
-with {num_mc} Monte-Carlo contexts per T.
-
-![context limit](context_limit.png)
-
-{table}
-Contraction: per-step bound r ≤ {bounds} (S6 layers 1..k: the largest exp(Δ_t,d A_d,n) over context tokens); \
-coupling rate r_eff = {r_eff:.4f} (fit of the log distance between two chains driven by the same tokens). The paper \
-proves convergence at rate r^T but gives no numbers; the per-step bound is a worst case over channels, the coupling \
-rate is what the trained network shows.
-
-Note: the stacked state of Assumption 4.1 also includes each block's depthwise-conv buffer (the last d_conv − 1 \
-inputs), which the chain forgets exactly after d_conv − 1 tokens; it does not change the rate. Prop. 4.2 is about \
-the trained network only; whether it recalls content (its MSE against the tag-only risk above) is what the curve \
-experiments (recall.rate, recall.sweep, recall.attention-vs-s6) measure, with the achievable band.
-
-{choices}"""
+SUMMARY = summary_text(__package__, "context")
 
 
 @dataclasses.dataclass(frozen=True)

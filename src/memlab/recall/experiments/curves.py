@@ -21,6 +21,7 @@ from matplotlib import ticker
 
 from memlab import plots
 from memlab.checks import check_choice, check_choices, check_increasing_ints, check_int, check_real
+from memlab.files import summary_text
 from memlab.recall.band import AchievableBand, achievable_band
 from memlab.recall.metrics import LearningCurve, TagOnlyComparison, curve_label
 from memlab.recall.rate import rate_axis
@@ -32,66 +33,9 @@ __all__ = ["BAND", "BAND_HEADER", "CHOICES", "FIT_FORMAT", "FIT_HEADER", "RISK_H
            "CurveStats", "band_rows", "bands", "beats_tag_only", "budget_line", "curve_cells", "curve_color",
            "fit_rows", "n_ticks", "plot_curves", "recall_claims", "report", "risk_rows", "schedule", "tag_only_lines"]
 
-CHOICES = """## Choices the paper leaves open, and where memlab departs from its text
+CHOICES = summary_text(__package__, "curves_choices")
 
-Task (App. A.1):
-- **Targets are not functions of the recalled measure.** A.1 renormalises the clamped density, which discards the \
-scale of Z; Y = v_1 Σ λ_j Z_j² depends on that scale. So no learner reaches σ² = 1e-4, and recall is worth little \
-even in principle: the achievable band above says how much. Comparing α's by raw MSE also compares target scales \
-(Var Y shrinks as α grows), so `relative_to_mean` in risk.csv divides by the mean predictor's risk.
-- **Well-posed variant (memlab's addition).** `target = linear`: Y = v_1 Σ_j λ_j b_j(μ) + ξ, a linear functional \
-of the normalised recalled measure μ (b_j(μ) = ∫ e_j dμ), whose oracle risk is σ² (`task.py` says why this one).
-- **Coefficients.** "Z ~ N(0, I_{M−1}) with the constant coordinate set to zero": memlab draws M = 16 coordinates \
-and sets Z_0 = 0 (15 Gaussians); λ_j = exp(−j^α) for j = 0..15.
-- **Grid and degenerate densities.** The 32-point grid (A.1 calls it "T = 32", the letter it also uses for the \
-context length) is `linspace(0, 1, 32)`; the basis is exactly 0 at x = 0 and x = 1 (a rounded sin(πj) ≈ 1e-16 \
-there would turn some all-negative densities into a point mass at x = 1). Where the clamped density vanishes on \
-the whole grid the mass function is uniform (what clamp-with-epsilon-then-renormalise gives); \
-`task.degenerate_fraction` measures how often: about 15 % of draws at α = 0.75, 27 % at α = 1 and 47 % at α = 2.
-- **Tags and query.** A.1 draws v_1 = ±1, sets v_2 = −v_1 and always queries component 1; memlab fixes the tags \
-(+1, −1) and queries a uniform component, the same law. A.1's tags are called separated in the sense of \
-Assumption 5.4, but I = 2 > d_1 = 1 breaks its I ≤ d_1; the inner-product separation the proof uses holds.
-
-Student:
-- Token u = (one-hot marker m_in/m_ctx/m_out, tag, content), content 0 in both query tokens (A.1's q = (0, v_1)), \
-the query inserted before and after the context (§4.1); the paper fixes no marker vectors. Φ's are \
-one-hidden-layer ReLU MLPs of width 32 (the paper gives no width); each S6 block is the Mamba mixer (in-projection \
-×2, causal depthwise conv of width 4, SiLU, Δ of rank ⌈16/16⌉ = 1, S4D-real A = −exp(A_log), ZOH discretisation \
-of §4.2, SiLU gate, out-projection) with the public Mamba code's initialisation, composed as written \
-(`mamba-1`, `mamba-2`: Φ → S6 → Φ, no residual, no norm). `mamba-1-residual` / `mamba-2-residual` put each mixer \
-inside the public Mamba code's pre-norm residual wrapper x + Mamba(RMSNorm(x)) instead (memlab's default before \
-issue 14). The readout is the head MLP at the last token.
-- The attention comparator (§7 names Kawata & Suzuki, gives no architecture) is memlab's: Φ_1, one pre-norm \
-softmax-attention layer (d_model 16, one head) whose query is the last token, a residual, the same head.
-
-Training and reporting:
-- Adam 2e-3 with "exponential decay γ = 0.95" read as ×0.95 after every epoch (staircase), batch min(16, n) (the \
-last partial batch of an epoch is dropped), global-norm clipping 1.0, 30 epochs (A.4: 120). Under this schedule \
-the number of Adam steps grows with n (30 at n ≤ 16, 120 at n = 64), so the fitted C mixes data with steps; \
-`step_budget` (memlab's addition) trains every n for the same number of steps, its curves are labelled \
-`student/steps=B` and fitted beside the default ones.
-- The validation set is drawn once per (α, T) with its own key and shared by every n and student; its MSE is \
-against the noisy Y (σ² included, as the paper's must be). The reported number is the best validation MSE over \
-the epochs, as the paper reports it: selection on the reporting set, so slightly optimistic.
-- The paper reports one run per point; memlab trains `num_seeds` independent training sets and initialisations per \
-point (paper profiles: 3) and reports mean ± s.e. over seeds; the fit of eq. (1) is to the mean. The training \
-sets are nested (the run at n uses the first n examples of one pool per seed).
-- Quick and tiny profiles shrink T and the validation set (their reasons are in the profiles' comments); only \
-the paper profiles have the paper's sizes.
-"""
-
-BAND = """## Achievable band
-
-What recall can be worth on this task, per (α, T), all in float64 (`band.py`; ± is the Monte-Carlo s.e.):
-**tag-only** — E[Y | q], no recall (exact for A.1, Monte Carlo for `linear`), in population and on the run's own \
-validation set (what the student is compared with); **context** — a predictor fitted on {draws} draws that sees \
-what a context of length T can reveal, the empirical content pmf of the queried tag's ≈ T/2 tokens; **measure** — \
-the same seeing the recalled pmf itself (T = ∞; for A.1 part of what it uses is float64 detail no finite context \
-shows, so read **context** as the reachable end); **floor** — no predictor that knows the measure can go lower \
-(A.1: the risk given the direction of Z, `task.scale_floor_mse`; `linear`: σ², attained). A student below \
-tag-only has recalled content; one near **context** has recalled all a context shows.
-
-{table}"""
+BAND = summary_text(__package__, "curves_band")
 
 RISK_HEADER = ["curve", "student", "alpha", "T", "n", "mse", "mse_stderr", "best_epoch", "adam_steps",
                "relative_to_mean", "baseline_mean", "baseline_tag_only", "val_tag_only"]

@@ -15,6 +15,7 @@ import numpy as np
 
 from memlab import plots
 from memlab.compile_cache import LEVEL_ONLY
+from memlab.files import summary_text
 from memlab.recall.experiments.curves import (
     CurveConfig,
     CurveStats,
@@ -34,19 +35,7 @@ from memlab.runner import Experiment, Run
 
 PAPER_C = {0.75: 1.81, 1.0: 1.28}  # App. A.2, Fig. 1 (T = 5000, one-block student)
 
-SUMMARY = """# recall.rate — Fig. 1
-
-Best validation MSE ({num_val} held-out examples) vs the number of training contexts n, T = {T}, {schedule}, \
-{num_seeds} seed(s) per cell (mean ± s.e. over seeds), target `{target}`, for the student(s): {students}.
-
-![rate](rate.png)
-
-Paper (App. A.2): C ≈ 1.81 (α = 0.75) and 1.28 (α = 1.0); the α = 1.0 curve lies below α = 0.75 at every n. \
-Claims and their rules are in results.json.
-
-Below the tag-only risk (recalls content): {verdict}.
-
-{report}"""
+SUMMARY = summary_text(__package__, "rate")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,16 +188,16 @@ EXPERIMENTS = [
         # improving at epoch 30.
         {"quick": RateConfig(context_lengths=(100,), num_val=64),
          # paper: the paper's student and memlab's former residual one, 3 seeds per cell (the paper ran one) so
-         # that every point has a standard error (issue 14)
+         # that every point has a standard error
          "paper": RateConfig(students=("mamba-1", "mamba-1-residual"), num_seeds=3),
          # paper-equal-steps: the paper's student on A.1's schedule and, beside it, on an equal budget of 120 Adam
-         # steps at every n (n = 64's count under A.1's 30 epochs: its run is unchanged), 3 seeds (issue 14)
+         # steps at every n (n = 64's count under A.1's 30 epochs: its run is unchanged), 3 seeds
          "paper-equal-steps": RateConfig(num_seeds=3, step_budget=120),
-         # paper-core (issue 29): the paper's (literal) student alone, 2 alphas x 5 n x 3 seeds: the paper
+         # paper-core: the paper's (literal) student alone, 2 alphas x 5 n x 3 seeds: the paper
          # profile's mamba-1 cells (same names, keys and arguments), which settle the rate claims
          "paper-core": RateConfig(num_seeds=3),
          # quick-equal-steps: the quick sizes with the same budget and two seeds, so that the recalls[...] rule
-         # (2 s.e.) has a standard error (1 min 38 s with one seed, measured)
+         # (2 s.e.) has a standard error
          "quick-equal-steps": RateConfig(context_lengths=(100,), num_val=64, step_budget=120, num_seeds=2),
          # tiny: two seeds (the s.e. path) and a budget of 4 steps in 2 rounds (the step-budget path)
          "tiny": RateConfig(context_lengths=(16,), sample_sizes=(4, 8), num_val=16, epochs=2, num_seeds=2,

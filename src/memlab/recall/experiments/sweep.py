@@ -13,6 +13,7 @@ import numpy as np
 
 from memlab import plots
 from memlab.compile_cache import LEVEL_ONLY
+from memlab.files import summary_text
 from memlab.recall.experiments.curves import (
     CurveConfig,
     CurveStats,
@@ -30,19 +31,7 @@ from memlab.runner import Experiment, Run
 
 PAPER_SWEEP_C = {0.5: "3.3-3.4", 0.75: "2.1-2.2", 1.0: "1.1-1.2", 2.0: "0.4-0.6"}  # App. A.4
 
-SUMMARY = """# recall.sweep — App. A.4, Figs. 2-4
-
-{student} student, α ∈ {alphas}, T ∈ {Ts}, n ∈ {ns}, {schedule}, {num_val} validation examples, \
-{num_seeds} seed(s) per cell (mean ± s.e. over seeds), target `{target}`.
-
-![sweep](sweep.png)
-
-Paper (App. A.4): C ≈ 3.3–3.4 (α = 0.5), 2.1–2.2 (0.75), 1.1–1.2 (1.0), 0.4–0.6 (2.0), nearly the same at every T. \
-The claims (results.json) read the curves on A.1's schedule.
-
-Below the tag-only risk (recalls content): {verdict}.
-
-{report}"""
+SUMMARY = summary_text(__package__, "sweep")
 
 
 @dataclasses.dataclass(frozen=True)
