@@ -13,7 +13,7 @@ import pytest
 from memlab import deadline, store
 from memlab.arena import train as train_module
 from memlab.arena.compiled import compiled_model
-from memlab.arena.experiments import leaderboard
+from memlab.arena.experiments import leaderboard, train_and_score
 from memlab.arena.experiments.leaderboard import LeaderboardConfig, analyse
 from memlab.arena.task import normalised_gap, per_step_mean
 from memlab.arena.tasks import TASKS, make_task
@@ -152,17 +152,17 @@ def test_scoring_at_the_paper_sizes_fits_in_memory(layer):
                                               eqx.is_inexact_array)[0])(jax.random.split(key, cfg.seeds))
     static = static_part(spec, layer, cfg.width, cfg.depth, key)
     test = spec.sample(key, cfg.test_batch, max(cfg.longer) * cfg.train.length)
-    side = jax.eval_shape(lambda t: leaderboard.held_out_side(spec, t, compiled_model(spec).model), test)
+    side = jax.eval_shape(lambda t: train_and_score.held_out_side(spec, t, compiled_model(spec).model), test)
     base, target = jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), side)
-    evaluate = jax.jit(lambda *a: leaderboard.score_seeds(spec, static, *a))
+    evaluate = jax.jit(lambda *a: train_and_score.score_seeds(spec, static, *a))
     temp = evaluate.lower(params, test, base, target).compile().memory_analysis().temp_size_in_bytes
     assert temp < 4e9, f"{temp / 1e9:.1f} GB"
 
 
 def _tiny_cell(checkpoint=None):
-    return leaderboard.train_and_score("hmm-mess3", "gru", 8, 1, TrainConfig(steps=12, batch=4, length=8, eval_every=3),
-                                       jax.random.split(jax.random.key(5), 2), jax.random.key(6), 16,
-                                       checkpoint=checkpoint)
+    config = TrainConfig(steps=12, batch=4, length=8, eval_every=3)
+    return train_and_score.train_and_score("hmm-mess3", "gru", 8, 1, config, jax.random.split(jax.random.key(5), 2),
+                                           jax.random.key(6), 16, checkpoint=checkpoint)
 
 
 def test_a_cell_stopped_at_the_time_limit_resumes_from_its_checkpoint_to_the_same_numbers(tmp_path, monkeypatch):

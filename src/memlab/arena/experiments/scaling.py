@@ -2,7 +2,7 @@
 width grows: every layer at every width of a list, on the arena's tasks (g against state size / width;
 g against test length is ``arena.leaderboard``'s ``longer``, here also per width where the profile asks for it).
 
-Each point is the leaderboard's own cell (``leaderboard.train_and_score``) of the leaderboard config at that width,
+Each point is the leaderboard's own cell (``experiments.train_and_score``) of the leaderboard config at that width,
 so a width, training run and held-out batch the leaderboard also asks for is one cell of the cell store, computed
 once for both. Choices:
 

@@ -1,0 +1,145 @@
+"""The leaderboard's cell: one layer trained on one task, every seed, scored on one held-out batch.
+
+:func:`train_and_score` trains the seeds one after the other with one compiled program (in chunks that checkpoint,
+under a time limit) and scores each by its normalised gap g = (L_model - L_ref) / (L_trivial - L_ref), also on longer
+sequences, and against the task's compiled model where it has one. ``arena.leaderboard`` and ``arena.scaling`` sweep
+it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from memlab import checkpoints, deadline
+from memlab.arena.compiled import compiled_model
+from memlab.arena.layers import state_size
+from memlab.arena.model import parameter_count
+from memlab.arena.task import masked_mean
+from memlab.arena.tasks import make_task
+from memlab.arena.train import (
+    Baselines,
+    Comparison,
+    Scores,
+    Target,
+    TrainConfig,
+    TrainResult,
+    TrainState,
+    baselines,
+    compare_to,
+    comparison_target,
+    make_train,
+    make_training,
+    score,
+    static_part,
+)
+from memlab.store import cell
+
+__all__ = ["held_out_side", "score_seeds", "train_and_score"]
+
+
+@cell("arena.train-and-score", unkeyed=("checkpoint",))
+def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainConfig, keys, test_key,
+                    test_batch: int, longer: tuple[int, ...] = (), code: str = "", checkpoint: str | None = None
+                    ) -> dict:
+    """Train one model per key and score each on one held-out batch (and on batches ``longer`` times as long).
+    ``code``: the fingerprints of a user's layer and task files (part of the cell's key only); ``checkpoint``: a
+    path to save the training state to after every ``eval_every`` steps and resume from (not part of the key)."""
+    spec = make_task(task)
+    test = spec.sample(test_key, test_batch, train.length)
+    compiled = compiled_model(spec)
+    static = static_part(spec, layer, width, depth, keys[0])
+    result = _train_seeds(spec, layer, width, depth, train, keys, test, static, checkpoint)
+    # the task's side of the scores (its baselines, the compiled model's outputs and input gradients) is the same
+    # program for every layer of the task (compiled once in a run with a compile cache)
+    base, target = held_out_side(spec, test, None if compiled is None else compiled.model)
+    scores, to_compiled = score_seeds(spec, static, result.params, test, base, target)
+    if to_compiled is None:
+        to_compiled = Comparison(*np.full((2, len(keys)), np.nan))
+    longer_gaps = []
+    for multiple in longer:  # each its own held-out batch, the same for every layer of the task
+        long_test = spec.sample(jax.random.fold_in(test_key, multiple), test_batch, multiple * train.length)
+        long_base = held_out_side(spec, long_test)[0]
+        longer_gaps.append(score_seeds(spec, static, result.params, long_test, long_base)[0].gap)
+    reference, trivial = (float(masked_mean(x, test.mask)) for x in (base.reference, base.trivial))
+    per_seed = {f"{n}_loss": np.nanmean(getattr(scores, n), -1) for n in ("model", "reference", "trivial", "distance")}
+    return {"gap": np.asarray(scores.gap), **per_seed,
+            "eval_gap": (np.asarray(result.eval_loss) - reference) / (trivial - reference),
+            "compiled_distance": np.asarray(to_compiled.distance),
+            "gradient_cosine": np.asarray(to_compiled.gradient_cosine),
+            "longer_gap": np.asarray(longer_gaps).reshape(len(longer), len(keys)),
+            "parameters": parameter_count(eqx.combine(jax.tree.map(lambda a: a[0], result.params), static)),
+            "state": state_size(layer, width, train.length) * depth}
+
+
+class _Progress(NamedTuple):
+    """A cell's training between chunks: every seed's state (stacked), the losses so far (seeds, chunks,
+    eval_every) and held-out losses (seeds, chunks), zero where not yet run, and the number of chunks ``done``."""
+
+    state: TrainState
+    losses: np.ndarray
+    eval_loss: np.ndarray
+    done: np.ndarray
+
+
+def _train_seeds(spec, layer: str, width: int, depth: int, config: TrainConfig, keys, test, static,
+                 checkpoint: str | None) -> TrainResult:
+    """Every seed trained (a stacked :class:`TrainResult`): without a ``checkpoint`` in one compiled call, with one
+    a chunk of ``eval_every`` steps per call, the progress saved after each and resumed from; under a time limit
+    (``memlab.deadline``) training then stops, saved, before a chunk that would not finish in time. Both give the
+    same numbers up to float32 rounding (XLA may order a matrix product's sums differently in the two programs).
+
+    The compiled programs take every array as an argument (the held-out batch baked in as constants cost XLA
+    seconds of constant folding) and run the seeds one after the other: vmapping them doubled the compile time and
+    ran no faster per seed on the 2-core CPU."""
+    def training(held_out=None):
+        return make_training(spec, layer, width, depth, config, held_out, static)
+
+    if checkpoint is None:
+        return jax.jit(lambda keys, held_out: jax.lax.map(
+            make_train(spec, layer, width, depth, config, held_out, static), keys))(keys, test)
+
+    state, chunk_keys = jax.jit(lambda keys: jax.lax.map(training().init, keys))(keys)
+    run = jax.jit(lambda state, chunk_keys, held_out: jax.lax.map(lambda a: training(held_out).run(*a),
+                                                                  (state, chunk_keys)))
+    seeds, chunks = chunk_keys.shape[:2]
+    progress = _Progress(state, np.zeros((seeds, chunks, config.eval_every), np.float32),
+                         np.zeros((seeds, chunks), np.float32), np.int32(0))
+    identity = json.dumps({"task": spec.name, "layer": layer, "width": width, "depth": depth,
+                           "config": dataclasses.asdict(config), "keys": jax.random.key_data(keys).tolist()})
+    with checkpoints.owned(checkpoint) as path:
+        if path.exists():
+            progress = checkpoints.load_checkpoint(path, progress, identity)[0]
+        seconds = 0.0  # the last chunk's wall time: under a time limit, training stops when the next would overrun
+        while (done := int(progress.done)) < chunks:
+            deadline.check(seconds)  # OutOfTime here leaves the last checkpoint to resume from
+            start = time.perf_counter()
+            state, (losses, eval_loss) = run(progress.state, chunk_keys[:, done:done + 1], test)
+            progress = _Progress(state, progress.losses.copy(), progress.eval_loss.copy(), np.int32(done + 1))
+            progress.losses[:, done], progress.eval_loss[:, done] = losses[:, 0], eval_loss[:, 0]
+            checkpoints.save_checkpoint(path, progress, {}, identity)
+            seconds = time.perf_counter() - start
+    return TrainResult(progress.state.params, progress.losses.reshape(seeds, -1), progress.eval_loss)
+
+
+@eqx.filter_jit
+def held_out_side(spec, test, compiled=None) -> tuple[Baselines, Target | None]:
+    """The task's baselines on ``test`` and, given the task's compiled model, its :func:`comparison_target`."""
+    return baselines(spec, test), None if compiled is None else comparison_target(spec, compiled, test)
+
+
+@eqx.filter_jit
+def score_seeds(spec, static, params, test, base, target=None) -> tuple[Scores, Comparison | None]:
+    """Every seed's :func:`score` (``params`` stacked over seeds) and, given the compiled model's ``target``, every
+    seed's :func:`compare_to` with it; one seed after the other (the memory of one seed's scoring)."""
+    def one_seed(p):
+        model = eqx.combine(p, static)
+        return score(spec, model, test, base), None if target is None else compare_to(spec, model, target, test)
+
+    return jax.lax.map(one_seed, params)
