@@ -51,7 +51,7 @@ def test_paper_core_is_a_subset_of_the_paper_profile_by_name_and_digest(tmp_path
 def test_the_trajectory_agent_is_ringworld_returns_alf_0(tmp_path):
     from functools import partial
 
-    from memlab.belief.agents import train_agent
+    from memlab.belief.runs import train_agent
     from memlab.store import CHECKPOINT
 
     for profile in ("paper", "quick", "tiny"):

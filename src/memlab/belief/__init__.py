@@ -6,7 +6,6 @@ eq. (7)) as a plain reference and as fast engines, the exact linear filters of T
 Module by module: docs/studies/belief.md.
 """
 
-from memlab.belief.agents import MEMORIES, load_agent, make_memory, play, ringworld_for, train_agent
 from memlab.belief.alf import (
     ALF,
     DELTA_SCHEDULES,
@@ -55,6 +54,7 @@ from memlab.belief.ringworld import (
     ring_transitions,
     rollout,
 )
+from memlab.belief.runs import MEMORIES, load_agent, make_memory, play, ringworld_for, train_agent
 from memlab.belief.structure import (
     DeterministicDecomposition,
     NearlyDeterministic,

@@ -1,6 +1,7 @@
-"""The pieces every pi-SSM experiment shares: the data sets and the models by name (section 7's rows, ``DATASETS``,
-``MODELS``), the training of one model (``fit``), a trained model as bytes and back (a sweep cell returns its model
-as bytes), the evaluation of a model on a split, and the true-dynamics particle filter as Table 1's reference row.
+"""The pi-SSM study's runs, the pieces every pi-SSM experiment shares: the data sets and the models by name (section 7's
+rows, ``DATASETS``, ``MODELS``), the training of one model (``fit``), a trained model as bytes and back (a sweep cell
+returns its model as bytes), the evaluation of a model on a split, and the true-dynamics particle filter as Table 1's
+reference row.
 
 State sizes and mode counts follow App. F.1-F.2 and G.4 (``STATE_SIZE``, ``NUM_MODES``). Choices the paper leaves
 open: every model starts from the training data (the emission at the data set's C, the prior from the first

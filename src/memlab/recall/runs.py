@@ -1,4 +1,5 @@
-"""Training cells of the recall experiments: a student trained on n examples of a task, several seeds in one call.
+"""The recall study's runs: the students by name (``STUDENTS``) and one training run of one, a student trained on n
+examples of a task, several seeds in one call (the sweeps' cell).
 
 Keys come from the caller (an experiment passes its named streams, ``run.key_for(...)``):
 

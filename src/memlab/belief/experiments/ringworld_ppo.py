@@ -17,7 +17,7 @@ import numpy as np
 
 from memlab import plots
 from memlab.belief import ringworld as rw
-from memlab.belief.agents import LABELS, MEMORIES, train_agent
+from memlab.belief.runs import LABELS, MEMORIES, train_agent
 from memlab.checks import check_choices, check_int, check_real
 from memlab.compile_cache import LEVEL_ONLY
 from memlab.files import summary_text

@@ -19,9 +19,9 @@ import numpy as np
 
 from memlab import plots
 from memlab.belief import ringworld as rw
-from memlab.belief.agents import load_agent, play, train_agent
 from memlab.belief.experiments.ringworld_ppo import QUICK_PPO, TINY_PPO
 from memlab.belief.memories import LogitFilterMemory
+from memlab.belief.runs import load_agent, play, train_agent
 from memlab.checks import check_int
 from memlab.compile_cache import LEVEL_ONLY
 from memlab.files import summary_text

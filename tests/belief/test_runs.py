@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from memlab.belief import ringworld as rw
-from memlab.belief.agents import MEMORIES, load_agent, make_memory, play, ringworld_for, train_agent
+from memlab.belief.runs import MEMORIES, load_agent, make_memory, play, ringworld_for, train_agent
 from memlab.rl import PPOConfig
 
 TINY = PPOConfig(num_envs=4, unroll=16, total_steps=4 * 16 * 2, epochs=1, minibatches=2)

@@ -1,4 +1,5 @@
-"""RingWorld PPO agents (section 6.2, App. E.2): the memories of Figs. 3, 9 and 10 by name, and one training run.
+"""The belief study's runs: RingWorld's PPO agents by memory name (section 6.2, App. E.2: the memories of Figs.
+3, 9 and 10) and one training run of one.
 
 Memories (``MEMORIES``): the fixed filters built from the environment's own matrices — 'lof', 'lof-softmax' (eq. 7),
 'alf', 'alf-softmax' (eq. 46, delta = 0.1) — the learned ones — 's5-12', 's5-256' (one S5 layer after a two-layer
