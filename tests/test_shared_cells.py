@@ -6,7 +6,7 @@ import jax
 
 from memlab import catalog
 from memlab.belief.experiments import ringworld_ppo
-from memlab.recall.experiments.curves import curve_cells
+from memlab.recall.experiments.cells import curve_cells
 from memlab.runner import Run
 from memlab.store import cell_digest
 

@@ -83,8 +83,8 @@ def test_curve_cells_share_the_data_streams_and_travel():
     import cloudpickle
 
     from memlab.keys import key_for
+    from memlab.recall.experiments.cells import curve_cells
     from memlab.recall.experiments.compare import CompareConfig
-    from memlab.recall.experiments.curves import curve_cells
 
     cfg = CompareConfig(context_lengths=(16,), sample_sizes=(4, 8), num_val=4, epochs=1)
     cells = curve_cells(cfg, lambda *names: key_for(0, *names))
@@ -102,7 +102,7 @@ def test_step_budget_and_well_posed_profiles():
     """The equal-step and well-posed profiles change only what they say they change; a budget adds one curve per
     student whose cells share the data streams of the default ones and train on TrainConfig(steps=budget)."""
     from memlab.keys import key_for
-    from memlab.recall.experiments.curves import curve_cells
+    from memlab.recall.experiments.cells import curve_cells
     from memlab.recall.train import TrainConfig
 
     rate = EXPERIMENTS["recall.rate"].profiles
@@ -127,7 +127,8 @@ def test_step_budget_and_well_posed_profiles():
 
 def test_report_lines_give_mean_and_standard_error_and_the_first_n_below_tag_only():
     from memlab.recall.band import AchievableBand
-    from memlab.recall.experiments.curves import CurveConfig, band_rows, budget_line, tag_only_lines
+    from memlab.recall.experiments.cells import CurveConfig
+    from memlab.recall.experiments.report import band_rows, budget_line, tag_only_lines
     from memlab.recall.metrics import learning_curves, tag_only_comparison
 
     rs = [_record("mamba-1", 1.0, 100, n, m, stderr=e, val_tag_only=0.3) | {"step_budget": b}

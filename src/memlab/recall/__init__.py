@@ -10,7 +10,7 @@ runs.py       students by name, one training cell (seeds vmapped) with caller-gi
 rate.py       the rate fit log L(n) = A - C (log n)^{alpha/(alpha+1)} (App. A.2, eq. (1))
 metrics.py    learning curves with their rate fits, the monotonicity rule, the coupling rate
 limit.py      Prop. 4.2 / Assumption 4.1 on a trained student: Monte-Carlo F^(T), coupling distance, per-step bound
-experiments/  the experiments (rate, sweep, compare, context) and curves.py, the risk-vs-n grid the first three
+experiments/  the experiments (rate, sweep, compare, context) and the risk-vs-n grid the first three
               share, indexed in experiments/__init__.py
 """
 

@@ -5,7 +5,8 @@
 * ``recall.attention-vs-s6``  — §7: the S6 student beside the softmax-attention comparator (``compare.py``).
 * ``recall.context-limit``    — Prop. 4.2: F^(T) as T grows and the contraction factor r (``context.py``).
 
-The first three share their grid, cells and tables through ``curves.py``.
+The first three share their risk-vs-n grid: its cells through ``cells.py``, its tables and figure through
+``report.py``.
 """
 
 from __future__ import annotations

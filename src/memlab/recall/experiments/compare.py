@@ -3,7 +3,8 @@
 Profiles ``paper-well-posed`` / ``quick-well-posed`` run both on the well-posed linear target (``task.py``) with n up
 to 1024, to see whether and from which n each beats the tag-only risk when recall is worth something.
 
-The grid, its cells and its tables are ``curves.py`` (shared with ``recall.rate`` and ``recall.sweep``).
+The grid and its cells are ``cells.py``, its tables and figure panel ``report.py`` (shared with
+``recall.rate`` and ``recall.sweep``).
 """
 
 from __future__ import annotations
@@ -13,17 +14,8 @@ import dataclasses
 from memlab import plots
 from memlab.compile_cache import LEVEL_ONLY
 from memlab.files import summary_text
-from memlab.recall.experiments.curves import (
-    CurveConfig,
-    CurveStats,
-    bands,
-    beats_tag_only,
-    curve_cells,
-    plot_curves,
-    recall_claims,
-    report,
-    schedule,
-)
+from memlab.recall.experiments.cells import CurveConfig, CurveStats, bands, curve_cells, schedule
+from memlab.recall.experiments.report import beats_tag_only, plot_curves, recall_claims, report
 from memlab.recall.metrics import learning_curves, tag_only_comparison
 from memlab.runner import Experiment, Run
 

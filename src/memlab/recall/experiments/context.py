@@ -17,7 +17,7 @@ from memlab import plots
 from memlab.checks import check_choice, check_increasing_ints, check_int, check_real
 from memlab.compile_cache import LEVEL_ONLY
 from memlab.files import summary_text
-from memlab.recall.experiments.curves import CHOICES
+from memlab.recall.experiments.report import CHOICES
 from memlab.recall.limit import coupling_distance, finite_context_values, per_step_bound
 from memlab.recall.metrics import coupling_rate
 from memlab.recall.runs import STUDENTS, deserialise, first_seed, serialise, train_cell

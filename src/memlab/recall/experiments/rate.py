@@ -3,7 +3,8 @@
 predictor on its validation set (recalls content). Profiles ``paper-equal-steps`` / ``quick-equal-steps`` fit each
 curve also on an equal budget of 120 Adam steps at every n, beside A.1's schedule (how much of C is step count).
 
-The grid, its cells and its tables are ``curves.py`` (shared with ``recall.sweep`` and ``recall.attention-vs-s6``).
+The grid and its cells are ``cells.py``, its tables and figure panel ``report.py`` (shared with
+``recall.sweep`` and ``recall.attention-vs-s6``).
 Besides the paper's numbers, the tables carry the exact risks of the mean and the tag-only predictors.
 """
 
@@ -16,19 +17,8 @@ import numpy as np
 from memlab import plots
 from memlab.compile_cache import LEVEL_ONLY
 from memlab.files import summary_text
-from memlab.recall.experiments.curves import (
-    CurveConfig,
-    CurveStats,
-    bands,
-    beats_tag_only,
-    curve_cells,
-    curve_color,
-    n_ticks,
-    plot_curves,
-    recall_claims,
-    report,
-    schedule,
-)
+from memlab.recall.experiments.cells import CurveConfig, CurveStats, bands, curve_cells, schedule
+from memlab.recall.experiments.report import beats_tag_only, curve_color, n_ticks, plot_curves, recall_claims, report
 from memlab.recall.metrics import is_monotone, learning_curves, tag_only_comparison
 from memlab.recall.runs import STUDENTS
 from memlab.runner import Experiment, Run

@@ -2,7 +2,8 @@
 sizes), the rate constant C of eq. (1) fitted per (alpha, T): risk falls with n, is ordered by alpha, and C
 decreases with alpha and is stable across T.
 
-The grid, its cells and its tables are ``curves.py`` (shared with ``recall.rate`` and ``recall.attention-vs-s6``).
+The grid and its cells are ``cells.py``, its tables and figure panel ``report.py`` (shared with
+``recall.rate`` and ``recall.attention-vs-s6``).
 """
 
 from __future__ import annotations
@@ -14,17 +15,8 @@ import numpy as np
 from memlab import plots
 from memlab.compile_cache import LEVEL_ONLY
 from memlab.files import summary_text
-from memlab.recall.experiments.curves import (
-    CurveConfig,
-    CurveStats,
-    bands,
-    beats_tag_only,
-    curve_cells,
-    plot_curves,
-    recall_claims,
-    report,
-    schedule,
-)
+from memlab.recall.experiments.cells import CurveConfig, CurveStats, bands, curve_cells, schedule
+from memlab.recall.experiments.report import beats_tag_only, plot_curves, recall_claims, report
 from memlab.recall.metrics import is_monotone, learning_curves, tag_only_comparison
 from memlab.recall.runs import STUDENTS
 from memlab.runner import Experiment, Run
