@@ -7,7 +7,8 @@ Models       transformer.py (prompt 13, theta* 15, dual-head 14-18, single-head 
 Metrics      verify.py (Theorem 1 / Lemma 1), depth.py (Theorem 2), policy_eval.py (Fig. 1 MSVE and its references),
              neu.py (NEU of eq. 31 on the looped space 32), emergence.py (V_em, A_em, d_t of App. F.4)
 Experiments  experiments/: verify, depth, msve, neu (+ neu_figures), pretrain, mask (indexed in its __init__.py), with
-             cells.py (one Algorithm 1 seed per cell, settings) and report.py, shared by pretrain and mask
+             cells.py (one Algorithm 1 seed per cell), setting.py, diagnostics.py, report.py, setting_tables.py and
+             setting_figures.py, shared by pretrain and mask
 """
 
 from memlab.ictd.boyan import boyan_chain

@@ -7,8 +7,10 @@
 * ``ictd.pretrain``           — Algorithm 1, Fig. 3 and Fig. 5: emergence under TD pretraining (``pretrain.py``).
 * ``ictd.mask-relaxation``    — App. F.5 / Fig. 6: full vs relaxed A mask (``mask.py``).
 
-The last two share ``cells.py`` (the Algorithm 1 cells and their stacked settings) and ``report.py`` (claims, tables,
-figures); ``neu_figures.py`` holds the figures and tables of ``neu.py``. Every ``analyse`` returns a frozen dataclass.
+The last two share ``cells.py`` (the Algorithm 1 cells), ``setting.py`` (a training config's seeds stacked),
+``diagnostics.py`` (the numbers read from a setting), ``report.py`` (claims and summary sections), ``setting_tables.py``
+and ``setting_figures.py``; ``neu_figures.py`` holds the figures and tables of ``neu.py``. Every ``analyse`` returns a
+frozen dataclass.
 """
 
 from __future__ import annotations
