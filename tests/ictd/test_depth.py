@@ -12,7 +12,8 @@ from memlab.catalog import EXPERIMENTS
 from memlab.ictd import depth as dp
 from memlab.ictd import softmax_td as st
 from memlab.ictd import transformer as tf
-from memlab.ictd.experiments.depth import DepthConfig, Margins, analyse
+from memlab.ictd.experiments.depth_analysis import Margins, analyse
+from memlab.ictd.experiments.depth_cells import DepthConfig
 from memlab.ictd.random_tasks import random_task_batch
 from memlab.runner import run_experiment
 

@@ -12,12 +12,14 @@ import pytest
 
 from memlab.catalog import EXPERIMENTS
 from memlab.files import read_cell
-from memlab.ictd.experiments.cells import TRACE_FIELDS, HeldOut, setting_from_cells
+from memlab.ictd.experiments.cells import setting_from_cells
 from memlab.ictd.experiments.mask import MaskRelaxationConfig
 from memlab.ictd.experiments.mask import analyse as analyse_mask
 from memlab.ictd.experiments.pretrain import PretrainExperimentConfig
 from memlab.ictd.experiments.pretrain import analyse as analyse_pretrain
-from memlab.ictd.experiments.report import SettingNumbers, setting_claims, setting_results, setting_tables
+from memlab.ictd.experiments.report import SettingNumbers, setting_claims
+from memlab.ictd.experiments.setting import TRACE_FIELDS, HeldOut
+from memlab.ictd.experiments.setting_tables import setting_results, setting_tables
 from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config
 from memlab.ictd.transformer import theta_star
 from memlab.runner import Experiment, run_experiment

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from memlab.catalog import EXPERIMENTS
-from memlab.ictd.experiments.msve import MarginRange, MsveConfig, TaskNumbers, analyse
+from memlab.ictd.experiments.msve_analysis import MarginRange, TaskNumbers, analyse
+from memlab.ictd.experiments.msve_cells import MsveConfig
 from memlab.ictd.policy_eval import (
     METHODS,
     depth_floor_values,

@@ -1,13 +1,12 @@
-"""Diagnostics of the pretraining experiments (experiments/cells.py) and the block heatmap (experiments/report.py)
-against plain references."""
+"""Diagnostics of the pretraining experiments (experiments/diagnostics.py) and the block heatmap
+(experiments/setting_figures.py) against plain references."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from memlab.ictd.emergence import a_emergence
-from memlab.ictd.experiments.cells import (
-    View,
+from memlab.ictd.experiments.diagnostics import (
     binned_by_dt,
     diagonal_share,
     emergence_along_dt,
@@ -16,7 +15,8 @@ from memlab.ictd.experiments.cells import (
     trailing_mean,
     truncated_mean_sem,
 )
-from memlab.ictd.experiments.report import plot_blocks, plot_trajectories
+from memlab.ictd.experiments.setting import View
+from memlab.ictd.experiments.setting_figures import plot_blocks, plot_trajectories
 from memlab.ictd.transformer import theta_star
 
 # --------------------------------------------------------------------------- numbers behind the figures

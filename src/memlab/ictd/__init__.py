@@ -6,8 +6,10 @@ References   softmax_td.py (weighted softmax TD eq. 11-12, its kernel eq. 4 and 
 Models       transformer.py (prompt 13, theta* 15, dual-head 14-18, single-head + TSM 21-23), pretrain.py (Algorithm 1)
 Metrics      verify.py (Theorem 1 / Lemma 1), depth.py (Theorem 2), policy_eval.py (Fig. 1 MSVE and its references),
              neu.py (NEU of eq. 31 on the looped space 32), emergence.py (V_em, A_em, d_t of App. F.4)
-Experiments  experiments/: verify, depth, msve, neu (+ neu_figures), pretrain, mask (indexed in its __init__.py), with
-             cells.py (one Algorithm 1 seed per cell, settings) and report.py, shared by pretrain and mask
+Experiments  experiments/: verify, depth (+ depth_cells, depth_analysis), msve (+ msve_cells, msve_analysis), neu
+             (+ neu_figures), pretrain, mask (indexed in its __init__.py), with
+             cells.py (one Algorithm 1 seed per cell), setting.py, diagnostics.py, report.py, setting_tables.py and
+             setting_figures.py, shared by pretrain and mask
 """
 
 from memlab.ictd.boyan import boyan_chain

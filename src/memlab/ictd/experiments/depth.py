@@ -6,24 +6,22 @@ every visited state by Theorem 1 when the context visits every state (checked ag
 small case); M_hat, P_hat come from the state counts, eq. (49). Contexts start at S_0 ~ p0 and are conditioned on
 visiting every state among S_0..S_{n-1} (section 5) by resampling; a task left uncovered is dropped at that n and
 counted. Every term of eq. (29) and Lemmas 4-5 is measured by ``depth.py``. One cell per n (all tasks), one for the
-tasks' margins and one for the cross-check.
+tasks' margins and one for the cross-check (``depth_cells``); their analysis is ``depth_analysis``; this module runs
+the sweep and writes the figure, the claims and the summary.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 
 import jax
 import numpy as np
 
 from memlab import plots
-from memlab.checks import check_gamma, check_increasing_ints, check_int, check_real
 from memlab.files import summary_text
-from memlab.ictd import depth
-from memlab.ictd.random_tasks import random_task_batch
+from memlab.ictd.experiments.depth_analysis import DepthStats, analyse, covered_quantile
+from memlab.ictd.experiments.depth_cells import DepthConfig, context_cell, crosscheck_cell, tasks_cell
 from memlab.runner import Experiment, Run
-from memlab.store import cell
 
 PAPER = "softmax-transformers-in-context-td"
 TOL = 1e-10  # the operator-form cross-check
@@ -35,69 +33,6 @@ TABLE_HEADER = ["n", "tasks dropped", "max draws", "median floor ‖v_∞ − v_
 TABLE_FORMAT = {h: ".4f" for h in TABLE_HEADER} | {"median ‖M̂ − M_π‖∞": ".2e", "frac ρ̂ ≤ 1 − C": ".3f"}
 
 SUMMARY = summary_text(__package__, "depth")
-
-
-@dataclasses.dataclass(frozen=True)
-class DepthConfig:
-    """Theorem 2 on ``random_task`` tasks; the paper states no task sizes for it (chosen here, see summary)."""
-
-    seed: int = 0
-    context_lengths: tuple[int, ...] = (50, 100, 200, 500, 1000, 2000, 5000)
-    num_layers: int = 60
-    state_counts: tuple[int, ...] = (5, 6, 7, 8, 9, 10)  # m varies across tasks
-    tasks_per_m: int = 50
-    d: int = 10
-    gamma: float = 0.9
-    feature_scale: float = 3.0  # c: x(s) = c q_s, q orthonormal
-    num_actions: int = 2
-    max_resamples: int = 20
-    slope_band: tuple[float, float] = (-0.65, -0.35)  # accepted log-log slope of the floor (theory: -1/2)
-
-    def validate(self):
-        for name, least in (("num_layers", 2), ("tasks_per_m", 1), ("num_actions", 1), ("max_resamples", 1)):
-            check_int(name, getattr(self, name), least)
-        ns = check_increasing_ints("context_lengths", self.context_lengths, low=2)
-        if len(ns) < 2:
-            raise ValueError(f"context_lengths needs at least 2 lengths (a slope), got {ns}")
-        if not self.state_counts or any(not isinstance(m, int) or m < 2 or m > self.d for m in self.state_counts):
-            raise ValueError(f"state_counts must be ints in [2, d = {self.d}], got {self.state_counts}")
-        if min(ns) < max(self.state_counts):
-            raise ValueError(f"the shortest context ({min(ns)}) cannot visit all {max(self.state_counts)} states")
-        check_gamma(self.gamma)
-        check_real("feature_scale", self.feature_scale, 0.0, open_low=True)
-        lo, hi = self.slope_band
-        if not lo < -0.5 < hi:
-            raise ValueError(f"slope_band must contain -1/2, got {self.slope_band}")
-
-
-# ---------------------------------------------------------------- cells (each draws its tasks from tasks_key)
-
-
-def make_tasks(cfg: DepthConfig, key) -> dict:
-    """``tasks_per_m`` tasks for every m in ``state_counts``: {m: batched Task}, keys fold_in(key, m)."""
-    return {m: random_task_batch(jax.random.fold_in(key, m), cfg.tasks_per_m, m, cfg.d, cfg.gamma, cfg.num_actions,
-                                 cfg.feature_scale) for m in cfg.state_counts}
-
-
-@cell("ictd.depth-tasks")
-def tasks_cell(cfg: DepthConfig, tasks_key) -> dict:
-    margin, err0 = depth.margins_and_err0(make_tasks(cfg, tasks_key))
-    return {"margin": margin, "err0": err0}
-
-
-@cell("ictd.depth-crosscheck")
-def crosscheck_cell(cfg: DepthConfig, tasks_key, key) -> dict:
-    """Theorem 1 + eq. (24)-(26) on the first task (smallest m) with a covering context at the shortest n."""
-    tasks = make_tasks(cfg, tasks_key)[cfg.state_counts[0]]
-    return depth.covering_crosscheck(tasks, key, cfg.context_lengths[0], cfg.num_layers, cfg.max_resamples,
-                                     max(cfg.context_lengths))
-
-
-@cell("ictd.depth-context")
-def context_cell(cfg: DepthConfig, n: int, tasks_key, key) -> dict:
-    """Theorem 2 numbers of every task at context length n (``depth.theorem2_at``)."""
-    return depth.theorem2_at(make_tasks(cfg, tasks_key), key, n, cfg.num_layers, cfg.max_resamples,
-                             max(cfg.context_lengths))
 
 
 def run_depth(cfg: DepthConfig, run: Run) -> dict:
@@ -116,135 +51,6 @@ def run_depth(cfg: DepthConfig, run: Run) -> dict:
     return {k: getattr(stats, k) for k in RESULT_KEYS}
 
 
-# ---------------------------------------------------------------- numbers, claims, summary
-
-
-@dataclasses.dataclass(frozen=True)
-class ContextNumbers:
-    """Theorem 2 at one context length n (a ``context_cell`` record as arrays), per task (N,): covered (bool: the
-    context visits every state; only these tasks count), draws (contexts drawn), rate (fitted decay rate of
-    ||v_L - v_inf||; NaN if unfitted), rho_hat = ||I - M_hat + gamma P_hat||_inf, spectral_radius of that matrix,
-    C_hat (empirical margin), rho_bounded (rho_hat <= 1 - C, the Lemma 5 event), bound70_excess (max over L of the
-    error above eq. (70)), floor ||v_inf - v_pi||_inf, T2 (bias of eq. 67), M_dev ||M_hat - M_pi||_inf; and err_q
-    (3, L+1): the 25/50/75 % quantiles over the covered tasks of ||v_L - v_pi||_inf."""
-
-    covered: np.ndarray
-    draws: np.ndarray
-    rate: np.ndarray
-    rho_hat: np.ndarray
-    spectral_radius: np.ndarray
-    C_hat: np.ndarray
-    rho_bounded: np.ndarray
-    bound70_excess: np.ndarray
-    floor: np.ndarray
-    T2: np.ndarray
-    M_dev: np.ndarray
-    err_q: np.ndarray
-
-    @classmethod
-    def from_record(cls, record: dict) -> ContextNumbers:
-        numbers = {f.name: np.asarray(record[f.name]) for f in dataclasses.fields(cls)}
-        return cls(**numbers | {k: numbers[k].astype(bool) for k in ("covered", "rho_bounded")})
-
-
-@dataclasses.dataclass(frozen=True)
-class Crosscheck:
-    """The ``crosscheck_cell`` record: max |Z_l[d+2, j] - v_l(S_j)| (transformer_vs_operator) and |readout - v_l(S_n)|
-    (readout_vs_operator) over layers and columns, max |eq. (49) - eq. (24)| over M_hat and P_hat, the largest |v_l|
-    (max_abs_value), on one task with m states and a covering context of n transitions."""
-
-    transformer_vs_operator: float
-    readout_vs_operator: float
-    eq49_vs_eq24: float
-    max_abs_value: float
-    n: int
-    m: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Margins:
-    """The population margin C of eq. (28) over the tasks: min and median."""
-
-    min: float
-    median: float
-
-
-@dataclasses.dataclass(frozen=True)
-class DepthStats:
-    """The analysis of ``ictd.depth-convergence``; K context lengths, N tasks, L layers. Medians are over the tasks
-    covered at each n.
-
-    context_lengths (K,); num_tasks N; margin: ``Margins``; margin_per_task, err0 (N,): C and ||v_0 - v_pi||_inf;
-    m_of (N,): each task's number of states; floor_median, T2_median, M_dev_median (K,) and their log-log slopes
-    in n (floor_slope, T2_slope, M_dev_slope); frac_lemma5 (K,): fraction with rho_hat <= 1 - C; rate_median (K,);
-    rate_minus_bound_max (K,): max of rate - (1 - C); rate_nan: unfitted rates of covered tasks; bound70_max_excess
-    (K,): max eq. (70) excess on the Lemma 5 event (-inf if empty); floor_bound_ratio_median (K,): median T2 / C /
-    floor; tail_gap: max over n of |median error at L / median floor - 1|; dropped, draws_max: n -> uncovered tasks
-    and the most contexts drawn; crosscheck: ``Crosscheck``; per_n: n -> ``ContextNumbers``; bound_curve (N, L+1):
-    (1 - C)^L ||v_0 - v_pi||.
-    """
-
-    context_lengths: np.ndarray
-    num_tasks: int
-    margin: Margins
-    margin_per_task: np.ndarray
-    err0: np.ndarray
-    m_of: np.ndarray
-    floor_median: np.ndarray
-    floor_slope: float
-    T2_median: np.ndarray
-    T2_slope: float
-    M_dev_median: np.ndarray
-    M_dev_slope: float
-    frac_lemma5: np.ndarray
-    rate_median: np.ndarray
-    rate_minus_bound_max: np.ndarray
-    rate_nan: int
-    bound70_max_excess: np.ndarray
-    floor_bound_ratio_median: np.ndarray
-    tail_gap: float
-    dropped: dict[int, int]
-    draws_max: dict[int, int]
-    crosscheck: Crosscheck
-    per_n: dict[int, ContextNumbers]
-    bound_curve: np.ndarray
-
-
-def _covered_quantile(per_n: dict, field: str, p: float = 0.5) -> np.ndarray:
-    """The p-quantile over the covered tasks of the per-task ``field`` of ``ContextNumbers`` at every n: (K,)."""
-    return np.array([np.quantile(getattr(c, field)[c.covered], p) for c in per_n.values()])
-
-
-def analyse(cfg: DepthConfig, cells: dict) -> DepthStats:
-    """Cells -> per-n medians over the covered tasks, slopes, the Lemma 5 fraction, the eq. (70) excess."""
-    ns = np.array(cfg.context_lengths)
-    margin, err0 = np.asarray(cells["tasks"]["margin"]), np.asarray(cells["tasks"]["err0"])
-    per_n = {int(n): ContextNumbers.from_record(cells[f"n={n}"]) for n in ns}
-    cs = per_n.values()
-    floor, T2, M_dev = (_covered_quantile(per_n, field) for field in ("floor", "T2", "M_dev"))
-    layers = np.arange(cfg.num_layers + 1)
-    return DepthStats(
-        context_lengths=ns, num_tasks=len(margin), margin=Margins(margin.min(), np.median(margin)),
-        margin_per_task=margin, err0=err0, m_of=np.repeat(cfg.state_counts, cfg.tasks_per_m),
-        floor_median=floor, floor_slope=depth.loglog_slope(ns, floor),
-        T2_median=T2, T2_slope=depth.loglog_slope(ns, T2),
-        M_dev_median=M_dev, M_dev_slope=depth.loglog_slope(ns, M_dev),
-        frac_lemma5=np.array([c.rho_bounded[c.covered].mean() for c in cs]),
-        rate_median=_covered_quantile(per_n, "rate"),
-        rate_minus_bound_max=np.array([np.nanmax(c.rate[c.covered] - (1 - margin[c.covered])) for c in cs]),
-        rate_nan=sum(int(np.isnan(c.rate[c.covered]).sum()) for c in cs),
-        bound70_max_excess=np.array([np.max(c.bound70_excess[c.covered & c.rho_bounded], initial=-np.inf)
-                                     for c in cs]),
-        floor_bound_ratio_median=np.array([np.median(c.T2[c.covered] / margin[c.covered] / c.floor[c.covered])
-                                           for c in cs]),
-        tail_gap=np.max(np.abs(np.array([c.err_q[1, -1] for c in cs]) / floor - 1.0)),
-        dropped={n: int((~c.covered).sum()) for n, c in per_n.items()},
-        draws_max={n: int(c.draws.max()) for n, c in per_n.items()},
-        crosscheck=Crosscheck(**cells["crosscheck"]), per_n=per_n,
-        bound_curve=(1.0 - margin)[:, None] ** layers * err0[:, None],  # (1 - C)^L ||v_0 - v_pi||, v_0 = 0
-    )
-
-
 def _figures(cfg: DepthConfig, s: DepthStats, run: Run) -> None:
     ns, per_n, layers = s.context_lengths, s.per_n, np.arange(cfg.num_layers + 1)
     fig, (ax1, ax2, ax3) = plots.figure(1, 3, width=13.5, height=4.0)
@@ -258,7 +64,7 @@ def _figures(cfg: DepthConfig, s: DepthStats, run: Run) -> None:
     ax1.legend(fontsize=7, ncol=2)
     floor = s.floor_median
     ax2.plot(ns, floor, "o-", color="C0", label="floor ||v_∞ − v_π||∞ (median)")
-    ax2.fill_between(ns, _covered_quantile(per_n, "floor", 0.25), _covered_quantile(per_n, "floor", 0.75), color="C0",
+    ax2.fill_between(ns, covered_quantile(per_n, "floor", 0.25), covered_quantile(per_n, "floor", 0.75), color="C0",
                      alpha=0.15, lw=0)
     ax2.plot(ns, s.T2_median, "s-", color="C1", label="bias T2 = ||T̂(v_π) − v_π||∞ (median)")
     ax2.plot(ns, s.M_dev_median, "^-", color="C2", label="||M̂ − M_π||∞ (median, Lemma 4)")

@@ -5,7 +5,9 @@ averaged over 300 random policy-evaluation tasks with standard-error bands, one 
 family, sizes, discount, query construction and trajectory start are unstated; ``policy_eval.py`` states what memlab
 decides (random tasks with m in 5..10 and d = 10, readings (a)-(c)) and computes TF(tau_t, s) and its references.
 Two discounts, each a panel: gamma = 0.9 (the only one the paper states, Table 1) and gamma = 0.5. t is log-spaced
-from 1 to t_max. The tasks are drawn once in the driver; one sweep cell per (gamma, t) holds all tasks.
+from 1 to t_max. The tasks are drawn once in the driver; one sweep cell per (gamma, t) holds all tasks
+(``msve_cells``); their analysis is ``msve_analysis``; this module runs the sweep and writes the figure, the claims and
+the summary.
 """
 
 from __future__ import annotations
@@ -14,14 +16,13 @@ import dataclasses
 from functools import partial
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from memlab import plots
-from memlab.checks import check_int, check_real
 from memlab.files import markdown_table, summary_text
-from memlab.ictd.policy_eval import METHODS, TaskSet, context_msve, make_task_set, method_label
+from memlab.ictd.experiments.msve_analysis import MsveStats, TaskNumbers, analyse
+from memlab.ictd.experiments.msve_cells import MsveConfig, make_tasks, msve_cell
+from memlab.ictd.policy_eval import METHODS, method_label
 from memlab.runner import Experiment, Run
-from memlab.store import cell
 
 PAPER = "softmax-transformers-in-context-td"
 STYLES = {"transformer": dict(color="C0", lw=2.0, marker="o", ms=3),
@@ -38,54 +39,6 @@ SUMMARY = summary_text(__package__, "msve")
 SECTION = summary_text(__package__, "msve_section")
 
 
-@dataclasses.dataclass(frozen=True)
-class MsveConfig:
-    """Fig. 1 sizes (paper defaults; the paper states only 15 layers and 300 tasks)."""
-
-    seed: int = 0
-    m_values: tuple[int, ...] = (5, 6, 7, 8, 9, 10)  # state-space sizes; tasks_per_m tasks each
-    tasks_per_m: int = 50
-    d: int = 10  # feature dimension, shared by all tasks (one theta*)
-    gammas: tuple[float, ...] = (0.9, 0.5)
-    feature_scale: float = 3.0  # c in x(s) = c q_s
-    num_actions: int = 2
-    num_layers: int = 15
-    t_max: int = 500
-    num_contexts: int = 15  # log-spaced t in [1, t_max] (duplicates after rounding removed)
-    depth_limit_layers: int = 500
-
-    def contexts(self) -> tuple[int, ...]:
-        return tuple(int(t) for t in np.unique(np.round(np.geomspace(1, self.t_max, self.num_contexts))))
-
-    def validate(self):
-        if not self.m_values or any(not isinstance(m, int) or m < 2 for m in self.m_values):
-            raise ValueError(f"m_values must be non-empty ints >= 2, got {self.m_values}")
-        if len(set(self.m_values)) != len(self.m_values):
-            raise ValueError(f"m_values must be distinct, got {self.m_values}")
-        check_int("d", self.d, max(self.m_values))  # orthonormal features need d >= every m
-        check_int("tasks_per_m", self.tasks_per_m, 2)  # standard errors
-        if not self.gammas or any(not 0.0 <= g < 1.0 for g in self.gammas) or len(set(self.gammas)) != len(self.gammas):
-            raise ValueError(f"gammas must be distinct values in [0, 1), got {self.gammas}")
-        check_real("feature_scale", self.feature_scale, 0.0, open_low=True)
-        check_int("num_actions", self.num_actions)
-        check_int("num_layers", self.num_layers)
-        check_int("t_max", self.t_max, 2)
-        if self.num_contexts < 3 or len(self.contexts()) < 3:
-            raise ValueError(f"need at least 3 distinct context lengths, got num_contexts = {self.num_contexts}")
-        check_int("depth_limit_layers", self.depth_limit_layers, self.num_layers)
-
-
-def make_tasks(cfg: MsveConfig, tasks_key, trajectories_key) -> TaskSet:
-    return make_task_set(tasks_key, trajectories_key, cfg.m_values, cfg.tasks_per_m, cfg.d, cfg.gammas,
-                         cfg.feature_scale, cfg.num_actions, cfg.t_max, cfg.num_layers)
-
-
-@cell("ictd.msve")
-def msve_cell(cfg: MsveConfig, tasks: TaskSet, g: int, t: int) -> dict:
-    """MSVE of every method for every task at discount cfg.gammas[g] and context length t."""
-    return context_msve(tasks, g, cfg.gammas[g], t, cfg.num_layers, cfg.depth_limit_layers)
-
-
 def run_msve_vs_context(cfg: MsveConfig, run: Run) -> dict:
     """Tasks (driver) -> sweep over (gamma, t) -> numbers -> files."""
     tasks = make_tasks(cfg, run.key_for("tasks"), run.key_for("trajectories"))  # m states: stream ("tasks", m)
@@ -96,121 +49,6 @@ def run_msve_vs_context(cfg: MsveConfig, run: Run) -> dict:
     _claims(cfg, stats, run)
     _summary(cfg, stats, run)
     return {k: getattr(stats, k) for k in RESULT_KEYS}
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskNumbers:
-    """What the analysis needs of the N tasks (G discounts, M padded states) as NumPy arrays: m (N,) states per task;
-    v (G, N, M) v_pi; mu (N, M) stationary distribution; margin, floor (G, N) the Assumption 5.1 margin and the
-    depth-L floor MSVE; dtype of the features ("float32" / "float64")."""
-
-    m: np.ndarray
-    v: np.ndarray
-    mu: np.ndarray
-    margin: np.ndarray
-    floor: np.ndarray
-    dtype: str
-
-    @classmethod
-    def of(cls, tasks: TaskSet) -> TaskNumbers:
-        return cls(tasks.m, np.asarray(tasks.v), np.asarray(tasks.mu), tasks.margin, tasks.floor,
-                   str(tasks.features.dtype))
-
-
-@dataclasses.dataclass(frozen=True)
-class MarginRange:
-    """The Assumption 5.1 margin (eq. 28) over the tasks at one discount: min, median, max."""
-
-    min: float
-    median: float
-    max: float
-
-
-@dataclasses.dataclass(frozen=True)
-class SlopeTrend:
-    """The per-task least-squares slope of log MSVE on log t: its mean over tasks and the one-sample t-statistic."""
-
-    mean: float
-    t: float
-
-
-@dataclasses.dataclass(frozen=True)
-class MsveStats:
-    """The analysis of ``ictd.msve-vs-context``; G discounts, T context lengths, N tasks; ``method`` keys are
-    ``policy_eval.METHODS``, ``gamma`` keys f"{gamma:g}".
-
-    contexts (T,), gammas (G,), num_tasks N; msve method -> (G, T, N) per task; mean_msve, stderr_msve method ->
-    (G, T) mean and standard error over tasks; depth_floor_msve (G,) mean depth-L floor; max_abs_diff_tf_wstd,
-    max_rel_diff_tf_wstd: max |TF - WSTD| absolute and / max(1, |WSTD|) over every cell, max_abs_value the largest
-    |WSTD|; dtype of the tasks and tol the relative tolerance of the Theorem 1 claim there; depth_limit_change: the
-    largest change of the depth limit from L_inf to 2 L_inf iterations, at context limit_t; margin gamma ->
-    ``MarginRange``; loglog_slope gamma -> ``SlopeTrend``; slope_se (G,) standard error of the mean slope;
-    const_msve (G,) MSVE of the best context-free constant predictor; improved (G,) fraction of tasks with
-    MSVE(t_max) < MSVE(t_min); margins, floors (G, N) per task; m (N,) states per task.
-    """
-
-    contexts: list[int]
-    gammas: list[float]
-    num_tasks: int
-    msve: dict[str, np.ndarray]
-    mean_msve: dict[str, np.ndarray]
-    stderr_msve: dict[str, np.ndarray]
-    depth_floor_msve: np.ndarray
-    max_abs_diff_tf_wstd: float
-    max_rel_diff_tf_wstd: float
-    max_abs_value: float
-    dtype: str
-    tol: float
-    depth_limit_change: float
-    limit_t: int
-    margin: dict[str, MarginRange]
-    loglog_slope: dict[str, SlopeTrend]
-    slope_se: list[float]
-    const_msve: list[float]
-    improved: list[float]
-    margins: np.ndarray
-    floors: np.ndarray
-    m: np.ndarray
-
-
-def _slope_t(log_t, log_msve) -> tuple[np.ndarray, float]:
-    """Per-task least-squares slope of log MSVE (N, T) on log t (T,), and the one-sample t-statistic of their mean."""
-    x = log_t - log_t.mean()
-    slopes = (log_msve - log_msve.mean(axis=1, keepdims=True)) @ x / (x @ x)
-    return slopes, scipy_stats.ttest_1samp(slopes, 0.0).statistic
-
-
-def analyse(cfg: MsveConfig, tasks: TaskNumbers, cells: dict) -> MsveStats:
-    """Task numbers and cells -> MSVE (G, T, N) per method, means, s.e., slopes, the constant predictor, margins."""
-    contexts, gammas, N = cfg.contexts(), cfg.gammas, len(tasks.m)
-    grid = [[cells[f"gamma={gamma:g},t={t}"] for t in contexts] for gamma in gammas]
-    msve = {name: np.array([[c["msve"][name] for c in row] for row in grid], float) for name in METHODS}
-    max_diff, max_value = (np.array([[c[k] for c in row] for row in grid]) for k in ("max_abs_diff", "max_abs_value"))
-    limit_change = np.array([[c["depth_limit_change"] for c in row] for row in grid])
-    log_t = np.log(np.asarray(contexts, float))
-    trend, slope_se, const_msve, improved = {}, [], [], []
-    for g, gamma in enumerate(gammas):
-        tf = msve["transformer"][g]  # (T, N)
-        slopes, t_stat = _slope_t(log_t, np.log(tf.T))
-        trend[f"{gamma:g}"] = SlopeTrend(float(slopes.mean()), float(t_stat))
-        slope_se.append(slopes.std(ddof=1) / np.sqrt(N))
-        v_all, mu = tasks.v[g], tasks.mu
-        const = np.sum(mu * v_all) / np.sum(mu)  # the best context-free constant prediction over all tasks
-        const_msve.append(np.mean(np.sum(mu * (v_all - const) ** 2, axis=1)))
-        improved.append(float(np.mean(tf[-1] < tf[0])))
-    margin = tasks.margin
-    return MsveStats(
-        contexts=list(contexts), gammas=list(gammas), num_tasks=N, msve=msve,
-        mean_msve={k: a.mean(axis=2) for k, a in msve.items()},
-        stderr_msve={k: a.std(axis=2, ddof=1) / np.sqrt(N) for k, a in msve.items()},
-        depth_floor_msve=tasks.floor.mean(axis=1), max_abs_diff_tf_wstd=float(max_diff.max()),
-        max_rel_diff_tf_wstd=float((max_diff / np.maximum(1.0, max_value)).max()), max_abs_value=max_value.max(),
-        dtype=tasks.dtype, tol=1e-10 if tasks.dtype == "float64" else 1e-5,
-        depth_limit_change=float(limit_change.max()), limit_t=contexts[int(np.argmax(limit_change.max(axis=0)))],
-        margin={f"{g:g}": MarginRange(float(margin[i].min()), float(np.median(margin[i])), float(margin[i].max()))
-                for i, g in enumerate(gammas)},
-        loglog_slope=trend, slope_se=slope_se, const_msve=const_msve, improved=improved,
-        margins=margin, floors=tasks.floor, m=tasks.m)
 
 
 def _figures(cfg: MsveConfig, s: MsveStats, run: Run) -> None:

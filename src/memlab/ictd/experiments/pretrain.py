@@ -17,36 +17,28 @@ import numpy as np
 
 from memlab.checks import check_int
 from memlab.files import summary_text
-from memlab.ictd.experiments.cells import (
-    FORMS,
-    TINY_TRAIN,
-    AlongDt,
-    Setting,
-    View,
-    emergence_along_dt,
-    first_last_dt,
-    make_view,
-    setting_cells,
-    setting_from_cells,
-)
+from memlab.ictd.experiments.cells import TINY_TRAIN, setting_cells, setting_from_cells
+from memlab.ictd.experiments.diagnostics import AlongDt, emergence_along_dt
 from memlab.ictd.experiments.report import (
     AMBIGUITIES,
     HIGH,
     SettingNumbers,
-    checkpoint_title,
     claims_markdown,
     heldout_markdown,
-    plot_blocks,
-    plot_emergence_vs_dt,
-    plot_trajectories,
     setting_claims,
-    setting_results,
-    setting_tables,
     setup_line,
     sign_sentence,
     tagged,
     task_layout,
 )
+from memlab.ictd.experiments.setting import FORMS, Setting, View, first_last_dt, make_view
+from memlab.ictd.experiments.setting_figures import (
+    checkpoint_title,
+    plot_blocks,
+    plot_emergence_vs_dt,
+    plot_trajectories,
+)
+from memlab.ictd.experiments.setting_tables import setting_results, setting_tables
 from memlab.ictd.pretrain import PretrainConfig
 from memlab.runner import Experiment, Run
 

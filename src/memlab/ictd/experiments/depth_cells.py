@@ -1,0 +1,79 @@
+"""The config and the sweep cells of ``ictd.depth-convergence`` (Theorem 2): :class:`DepthConfig`, the random tasks
+every cell draws from ``tasks_key`` (``make_tasks``), the tasks' margins, the operator-form cross-check and the
+Theorem 2 numbers at one context length n."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+from memlab.checks import check_gamma, check_increasing_ints, check_int, check_real
+from memlab.ictd import depth
+from memlab.ictd.random_tasks import random_task_batch
+from memlab.store import cell
+
+__all__ = ["DepthConfig", "context_cell", "crosscheck_cell", "make_tasks", "tasks_cell"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DepthConfig:
+    """Theorem 2 on ``random_task`` tasks; the paper states no task sizes for it (chosen here, see summary)."""
+
+    seed: int = 0
+    context_lengths: tuple[int, ...] = (50, 100, 200, 500, 1000, 2000, 5000)
+    num_layers: int = 60
+    state_counts: tuple[int, ...] = (5, 6, 7, 8, 9, 10)  # m varies across tasks
+    tasks_per_m: int = 50
+    d: int = 10
+    gamma: float = 0.9
+    feature_scale: float = 3.0  # c: x(s) = c q_s, q orthonormal
+    num_actions: int = 2
+    max_resamples: int = 20
+    slope_band: tuple[float, float] = (-0.65, -0.35)  # accepted log-log slope of the floor (theory: -1/2)
+
+    def validate(self):
+        for name, least in (("num_layers", 2), ("tasks_per_m", 1), ("num_actions", 1), ("max_resamples", 1)):
+            check_int(name, getattr(self, name), least)
+        ns = check_increasing_ints("context_lengths", self.context_lengths, low=2)
+        if len(ns) < 2:
+            raise ValueError(f"context_lengths needs at least 2 lengths (a slope), got {ns}")
+        if not self.state_counts or any(not isinstance(m, int) or m < 2 or m > self.d for m in self.state_counts):
+            raise ValueError(f"state_counts must be ints in [2, d = {self.d}], got {self.state_counts}")
+        if min(ns) < max(self.state_counts):
+            raise ValueError(f"the shortest context ({min(ns)}) cannot visit all {max(self.state_counts)} states")
+        check_gamma(self.gamma)
+        check_real("feature_scale", self.feature_scale, 0.0, open_low=True)
+        lo, hi = self.slope_band
+        if not lo < -0.5 < hi:
+            raise ValueError(f"slope_band must contain -1/2, got {self.slope_band}")
+
+
+# ---------------------------------------------------------------- cells (each draws its tasks from tasks_key)
+
+
+def make_tasks(cfg: DepthConfig, key) -> dict:
+    """``tasks_per_m`` tasks for every m in ``state_counts``: {m: batched Task}, keys fold_in(key, m)."""
+    return {m: random_task_batch(jax.random.fold_in(key, m), cfg.tasks_per_m, m, cfg.d, cfg.gamma, cfg.num_actions,
+                                 cfg.feature_scale) for m in cfg.state_counts}
+
+
+@cell("ictd.depth-tasks")
+def tasks_cell(cfg: DepthConfig, tasks_key) -> dict:
+    margin, err0 = depth.margins_and_err0(make_tasks(cfg, tasks_key))
+    return {"margin": margin, "err0": err0}
+
+
+@cell("ictd.depth-crosscheck")
+def crosscheck_cell(cfg: DepthConfig, tasks_key, key) -> dict:
+    """Theorem 1 + eq. (24)-(26) on the first task (smallest m) with a covering context at the shortest n."""
+    tasks = make_tasks(cfg, tasks_key)[cfg.state_counts[0]]
+    return depth.covering_crosscheck(tasks, key, cfg.context_lengths[0], cfg.num_layers, cfg.max_resamples,
+                                     max(cfg.context_lengths))
+
+
+@cell("ictd.depth-context")
+def context_cell(cfg: DepthConfig, n: int, tasks_key, key) -> dict:
+    """Theorem 2 numbers of every task at context length n (``depth.theorem2_at``)."""
+    return depth.theorem2_at(make_tasks(cfg, tasks_key), key, n, cfg.num_layers, cfg.max_resamples,
+                             max(cfg.context_lengths))
