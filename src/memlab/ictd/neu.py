@@ -29,6 +29,7 @@ NUM_U = 3  # u = (coefficient of R, of gamma v', of v)
 __all__ = [
     "NEUEstimate",
     "POINT_LABELS",
+    "DepthStatistics",
     "STAT_FIELDS",
     "comparison_points",
     "estimator_statistics",
@@ -261,14 +262,10 @@ def _update_samples(theta, tasks, keys, num_layers, n, batch_size, depths):
 # ---------------------------------------------------------------- the NEU estimate, eq. (31)
 
 @dataclasses.dataclass(frozen=True)
-class NEUEstimate:
-    """Monte-Carlo estimate of J_{l,n} (eq. 31) at depths l = 1..L from N samples (its biases: docs/studies/ictd.md).
-
-    J (L,): ||mean X_l||_1 (biased up by noise); J_se (L,): its delta-method standard error; noise_floor (L,):
-    sqrt(2/pi) ||se||_1, the expected J-hat if E[X] = 0; J_split (L,): split-half cross estimate (biased down);
-    abs_mean, abs_se (L,): E||X_l||_1 >= J and its standard error; mean, se (L, D): per-parameter mean and standard
-    error; num_samples: N.
-    """
+class DepthStatistics:
+    """The statistics of one NEU estimate per depth l (each (L,)): J = ||mean X_l||_1 (eq. 31, biased up by noise);
+    J_se, its delta-method standard error; noise_floor = sqrt(2/pi) ||se||_1, the expected J-hat if E[X] = 0; J_split,
+    the split-half cross estimate (biased down); abs_mean, abs_se: E||X_l||_1 >= J and its standard error."""
 
     J: np.ndarray
     J_se: np.ndarray
@@ -276,6 +273,14 @@ class NEUEstimate:
     J_split: np.ndarray
     abs_mean: np.ndarray
     abs_se: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class NEUEstimate(DepthStatistics):
+    """Monte-Carlo estimate of J_{l,n} (eq. 31) at depths l = 1..L from N samples (its biases: docs/studies/ictd.md):
+    the :class:`DepthStatistics`, and mean, se (L, D): per-parameter mean and standard error; num_samples: N.
+    """
+
     mean: np.ndarray
     se: np.ndarray
     num_samples: int
@@ -322,7 +327,7 @@ def neu(u, B, tasks: Task, keys, num_layers: int, n: int, tower: bool = True, ba
 
 # ---------------------------------------------------------------- tasks ~ Delta and the statistics of one estimate
 
-STAT_FIELDS = ("J", "J_se", "noise_floor", "J_split", "abs_mean", "abs_se")  # per depth, from ``summarize``
+STAT_FIELDS = tuple(f.name for f in dataclasses.fields(DepthStatistics))  # per depth, from ``summarize``
 
 
 def sample_tasks(key, count: int, m: int, d: int, gamma, feature_scale, num_actions: int = 2) -> tuple[Task, Array]:

@@ -13,9 +13,9 @@ from matplotlib.ticker import MaxNLocator
 
 from memlab import plots
 from memlab.files import markdown_table
-from memlab.ictd.neu import POINT_LABELS, STAT_FIELDS
+from memlab.ictd.neu import POINT_LABELS, STAT_FIELDS, DepthStatistics
 
-__all__ = ["CSV_HEADER", "JStats", "NEUCell", "NEUStats", "SlowRun", "csv_rows", "depth_table", "fmt", "plot_context",
+__all__ = ["CSV_HEADER", "NEUCell", "NEUStats", "SlowRun", "csv_rows", "depth_table", "fmt", "plot_context",
            "plot_depth", "plot_slow", "point_table"]
 
 CSV_HEADER = ["family", "gamma", "point", "n", "L", "num_samples", *STAT_FIELDS, "J_plain", "noise_floor_plain",
@@ -23,27 +23,13 @@ CSV_HEADER = ["family", "gamma", "point", "n", "L", "num_samples", *STAT_FIELDS,
 
 
 @dataclasses.dataclass(frozen=True)
-class JStats:
-    """One estimator's statistics per depth (L',), float64 (``neu.summarize``; fields = ``neu.STAT_FIELDS``): J =
-    ||mean X_l||_1, J_se its delta-method s.e., noise_floor sqrt(2/pi) ||se||_1, J_split the split-half estimate,
-    abs_mean E||X_l||_1 (>= J) and abs_se its s.e."""
-
-    J: np.ndarray
-    J_se: np.ndarray
-    noise_floor: np.ndarray
-    J_split: np.ndarray
-    abs_mean: np.ndarray
-    abs_se: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True)
 class NEUCell:
-    """One ``neu.neu_cell`` record (one point, one n) as arrays: tower, plain: ``JStats`` of the two estimators;
-    tower_vs_plain_max_z, variance_ratio (L',): max |z| of their difference and the plain / tower variance;
+    """One ``neu.neu_cell`` record (one point, one n) as arrays: tower, plain: the ``neu.DepthStatistics`` of the two
+    estimators; tower_vs_plain_max_z, variance_ratio (L',): max |z| of their difference and the plain / tower variance;
     num_samples; depths (L',); margin_min, margin_median: the tasks' Assumption 5.1 margins (eq. 28)."""
 
-    tower: JStats
-    plain: JStats
+    tower: DepthStatistics
+    plain: DepthStatistics
     tower_vs_plain_max_z: np.ndarray
     variance_ratio: np.ndarray
     num_samples: int
@@ -53,7 +39,7 @@ class NEUCell:
 
     @classmethod
     def from_record(cls, record: dict) -> NEUCell:
-        tower, plain = (JStats(**{f: np.asarray(record[e][f], np.float64) for f in STAT_FIELDS})
+        tower, plain = (DepthStatistics(**{f: np.asarray(record[e][f], np.float64) for f in STAT_FIELDS})
                         for e in ("tower", "plain"))
         return cls(tower, plain, tower_vs_plain_max_z=np.asarray(record["tower_vs_plain_max_z"]),
                    variance_ratio=np.asarray(record["variance_ratio"]), num_samples=record["num_samples"],
