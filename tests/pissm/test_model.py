@@ -473,9 +473,9 @@ def test_bad_inputs_raise_value_error():
     with pytest.raises(ValueError, match="not finite"):
         model(np.full((5, 2), np.nan), key=key)
 
-    def build(state_size=4, observation_size=2, num_modes=3, R=None, C=OBSERVATION_MATRIX, **kwargs):
+    def build(latent_size=4, observation_size=2, num_modes=3, R=None, C=OBSERVATION_MATRIX, **kwargs):
         R = np.eye(2) if R is None else R
-        return PiSSM(PiSSMConfig(state_size, observation_size, num_modes, hidden_size=16, **kwargs), R=R, C=C, key=key)
+        return PiSSM(PiSSMConfig(latent_size, observation_size, num_modes, hidden_size=16, **kwargs), R=R, C=C, key=key)
 
     with pytest.raises(ValueError, match="gain"):
         build(gain="kalman")
@@ -485,7 +485,7 @@ def test_bad_inputs_raise_value_error():
               np.eye(3)):
         with pytest.raises(ValueError, match="R"):
             build(R=R)
-    for name, value in (("num_modes", 0), ("state_size", 0), ("observation_size", 1.5), ("num_modes", True)):
+    for name, value in (("num_modes", 0), ("latent_size", 0), ("observation_size", 1.5), ("num_modes", True)):
         with pytest.raises(ValueError, match=name):
             build(**{name: value})
     with pytest.raises(ValueError, match="initial_var"):
@@ -502,7 +502,7 @@ def test_config_rejects_each_bad_field_by_name():
         with pytest.raises(ValueError, match=name):
             PiSSMConfig(4, 2, 3, **{name: value})
     with pytest.raises(ValueError, match="PiSSMConfig"):
-        PiSSM({"state_size": 4, "observation_size": 2, "num_modes": 3}, R=np.eye(2), key=jax.random.key(0))
+        PiSSM({"latent_size": 4, "observation_size": 2, "num_modes": 3}, R=np.eye(2), key=jax.random.key(0))
 
 
 def test_models_that_differ_only_in_initial_values_share_one_compiled_program():
@@ -719,7 +719,7 @@ def textbook_filter(model, y, mask, key):
     from memlab.pissm.metrics import gaussian_log_density
     y = jnp.where(mask[:, None], y, 0.0)
     Q, R, P0 = model.noise()
-    M, eye, K_modes = model.state_size, jnp.eye(model.state_size, dtype=model.A.dtype), model.num_modes
+    M, eye, K_modes = model.latent_size, jnp.eye(model.latent_size, dtype=model.A.dtype), model.num_modes
 
     def predict(mean, cov, k):
         J = model.A[k] + (0.0 if model.transition_mlp is None else jax.jacfwd(model.transition_mlp)(mean))

@@ -88,18 +88,18 @@ def best_linear_prediction(ys: Array, y_mean: Array, y_cov: Array, next_mean: Ar
     return next_mean + jnp.einsum("tde,bte->btd", gain, ys - y_mean)
 
 
-def random_lgssm(seed: int, state_size: int, obs_size: int, radius: float = 0.95, noise: float = 0.1) -> LGSSMTask:
+def random_lgssm(seed: int, latent_size: int, obs_size: int, radius: float = 0.95, noise: float = 0.1) -> LGSSMTask:
     """A stable random model: A = radius * Q_rot (a random orthogonal matrix scaled to spectral radius
     ``radius``), C with N(0, 1 / M) entries, Q = I, R = noise^2 I, x_0 from the stationary law N(0, P_inf)."""
-    check_int("state_size", state_size)
+    check_int("latent_size", latent_size)
     check_int("obs_size", obs_size)
     check_real("radius", radius, low=0.0, high=1.0, open_high=True)
     check_real("noise", noise, low=0.0, open_low=True)
     rng = np.random.default_rng(seed)
-    rotation, _ = np.linalg.qr(rng.standard_normal((state_size, state_size)))
+    rotation, _ = np.linalg.qr(rng.standard_normal((latent_size, latent_size)))
     A = radius * rotation
-    C = rng.standard_normal((obs_size, state_size)) / np.sqrt(state_size)
-    Q = np.eye(state_size)
-    P_inf = np.eye(state_size) / (1.0 - radius**2)  # A P A^T + Q = P for A = radius * orthogonal
-    arrays = (A, C, Q, noise**2 * np.eye(obs_size), np.zeros(state_size), P_inf)
+    C = rng.standard_normal((obs_size, latent_size)) / np.sqrt(latent_size)
+    Q = np.eye(latent_size)
+    P_inf = np.eye(latent_size) / (1.0 - radius**2)  # A P A^T + Q = P for A = radius * orthogonal
+    arrays = (A, C, Q, noise**2 * np.eye(obs_size), np.zeros(latent_size), P_inf)
     return LGSSMTask(*(jnp.asarray(a, jnp.float32) for a in arrays))

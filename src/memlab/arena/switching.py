@@ -280,7 +280,7 @@ def prior_moments(task: SwitchingLGSSMTask, length: int) -> SwitchingMoments:
 # ---------------------------------------------------------------- a random model with distinguishable modes
 
 
-def random_switching_lgssm(seed: int, num_modes: int = 3, state_size: int = 4, obs_size: int = 2,
+def random_switching_lgssm(seed: int, num_modes: int = 3, latent_size: int = 4, obs_size: int = 2,
                            radius: float = 0.95, noise: float = 0.1, stay: float = 0.95, **fields
                            ) -> SwitchingLGSSMTask:
     """Modes that differ in how fast the state turns: in a random orthogonal basis V (shared), mode k rotates every
@@ -295,24 +295,24 @@ def random_switching_lgssm(seed: int, num_modes: int = 3, state_size: int = 4, o
     x_0 ~ N(0, I / (1 - radius^2)) as ``random_lgssm``: every A_k keeps that law, so x_t ~ N(0, I / (1 - radius^2))
     at every t. ``fields``: ``name``, ``num_particles``, ``reference_seed``."""
     check_int("num_modes", num_modes, low=2)
-    check_int("state_size", state_size)
+    check_int("latent_size", latent_size)
     check_int("obs_size", obs_size)
     check_real("radius", radius, low=0.0, high=1.0, open_high=True)
     check_real("noise", noise, low=0.0, open_low=True)
     check_real("stay", stay, low=0.0, high=1.0)
     rng = np.random.default_rng(seed)
-    V, _ = np.linalg.qr(rng.standard_normal((state_size, state_size)))
-    C = rng.standard_normal((obs_size, state_size)) / np.sqrt(state_size)
-    A = np.zeros((num_modes, state_size, state_size))
+    V, _ = np.linalg.qr(rng.standard_normal((latent_size, latent_size)))
+    C = rng.standard_normal((obs_size, latent_size)) / np.sqrt(latent_size)
+    A = np.zeros((num_modes, latent_size, latent_size))
     for k in range(num_modes):
         angle = math.pi * (k + 1) / (num_modes + 1)
         turn = np.array([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
-        R_k = np.eye(state_size)
-        for i in range(state_size // 2):
+        R_k = np.eye(latent_size)
+        for i in range(latent_size // 2):
             R_k[2 * i:2 * i + 2, 2 * i:2 * i + 2] = turn
         A[k] = radius * V @ R_k @ V.T
     T = np.full((num_modes, num_modes), (1.0 - stay) / (num_modes - 1)) + (stay - (1.0 - stay) / (num_modes - 1)) \
         * np.eye(num_modes)
-    arrays = (A, C, np.broadcast_to(np.eye(state_size), A.shape), noise**2 * np.eye(obs_size),
-              np.zeros(state_size), np.eye(state_size) / (1.0 - radius**2), T, np.full(num_modes, 1.0 / num_modes))
+    arrays = (A, C, np.broadcast_to(np.eye(latent_size), A.shape), noise**2 * np.eye(obs_size),
+              np.zeros(latent_size), np.eye(latent_size) / (1.0 - radius**2), T, np.full(num_modes, 1.0 / num_modes))
     return SwitchingLGSSMTask(*(jnp.asarray(a, jnp.float32) for a in arrays), **fields)

@@ -38,9 +38,9 @@ class LRU(eqx.Module):
     C_im: Array
     D: Array
 
-    def __init__(self, width: int, state_size: int, *, key: Array, r_min: float = 0.0, r_max: float = 0.99,
+    def __init__(self, width: int, latent_size: int, *, key: Array, r_min: float = 0.0, r_max: float = 0.99,
                  max_phase: float = 2 * math.pi):
-        H, P = check_int("width", width), check_int("state_size", state_size)
+        H, P = check_int("width", width), check_int("latent_size", latent_size)
         check_real("r_min", r_min, 0.0, 1.0, open_high=True)
         check_real("r_max", r_max, r_min, 1.0, open_low=True, open_high=True)
         k_u1, k_u2, k_b, k_c, k_d = jax.random.split(key, 5)

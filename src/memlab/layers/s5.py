@@ -138,16 +138,16 @@ class S5Layer(eqx.Module):
     glu_out2: eqx.nn.Linear | None
     activation: str = eqx.field(static=True)
 
-    def __init__(self, width: int, state_size: int, *, key: Array, dt_min: float = DT_MIN, dt_max: float = DT_MAX,
+    def __init__(self, width: int, latent_size: int, *, key: Array, dt_min: float = DT_MIN, dt_max: float = DT_MAX,
                  activation: str = "full_glu", C_init: str = "lecun_normal"):
-        """width H, state_size P (even: P/2 complex modes); log steps ~ U[log dt_min, log dt_max]."""
+        """width H, latent_size P (even: P/2 complex modes); log steps ~ U[log dt_min, log dt_max]."""
         H = check_int("width", width)
-        hippo_diagonal(state_size)  # checks P
+        hippo_diagonal(latent_size)  # checks P
         dt_min = check_real("dt_min", dt_min, 0.0, open_low=True)
         dt_max = check_real("dt_max", dt_max, dt_min, open_low=True)
         check_choice("activation", activation, ACTIVATIONS)
         check_choice("C_init", C_init, C_INITS)
-        params = _init_layer(key, H, state_size, dt_min, dt_max, activation, C_init)
+        params = _init_layer(key, H, latent_size, dt_min, dt_max, activation, C_init)
         self.Lambda_re, self.Lambda_im = params["Lambda_re"], params["Lambda_im"]
         self.B_re, self.B_im, self.C_re, self.C_im = params["B_re"], params["B_im"], params["C_re"], params["C_im"]
         self.D, self.log_step = params["D"], params["log_step"]

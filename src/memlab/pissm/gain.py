@@ -55,12 +55,12 @@ class PaperGain(eqx.Module):
     readout: eqx.nn.Linear
     input_norm: BoundedInput | None
 
-    def __init__(self, state_size: int, observation_size: int, S_0: Array, cell_type: type[GRUCell | LSTMCell],
+    def __init__(self, latent_size: int, observation_size: int, S_0: Array, cell_type: type[GRUCell | LSTMCell],
                  hidden_size: int, *, key_cell: Array, key_readout: Array, dtype, normalise_inputs: bool = False):
         """S_0 (N, N) = C P_0 C^T + R: the readout's bias starts at chol(S_0^{-1}) (the exact gain of the first step),
         its weights at 0.01 x their default. ``normalise_inputs``: an input normalisation centred on 0 with S_0's
         scale (variances: mean diag S_0; residuals: its square root); ``gain_fit`` sets it from filter paths."""
-        M, N = state_size, observation_size
+        M, N = latent_size, observation_size
         D = M * (M + 1) // 2 + N
         self.cell = cell_type(D, hidden_size, key=key_cell)
         if normalise_inputs:
@@ -104,10 +104,10 @@ class WhitenedGain(eqx.Module):
     readout: eqx.nn.Linear
     bounded: bool = eqx.field(static=True)
 
-    def __init__(self, state_size: int, observation_size: int, R, cell_type: type[GRUCell | LSTMCell],
+    def __init__(self, latent_size: int, observation_size: int, R, cell_type: type[GRUCell | LSTMCell],
                  hidden_size: int, *, bounded: bool, key_cell: Array, key_readout: Array, dtype):
         """R (N, N): the log-variance features are centred on log mean diag R."""
-        M, N = state_size, observation_size
+        M, N = latent_size, observation_size
         # log-variances centred on log mean diag R with an e-fold width of 3; whitened residuals (~N(0, 1))
         # near-linear within +-2
         log_r = math.log(float(np.mean(np.diag(np.asarray(R, np.float64)))))

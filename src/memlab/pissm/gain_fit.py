@@ -69,7 +69,7 @@ def gain_inputs_along_paths(model: PiSSM, y: Array, mask: Array, key: Array) -> 
     B = y.shape[0]
     preds = eqx.filter_vmap(lambda y_b, m_b, k: model(y_b, m_b, key=k))(y, mask, jax.random.split(key, B))
     Q, _, P0 = model.noise()
-    M, N = model.state_size, y.shape[-1]
+    M, N = model.latent_size, y.shape[-1]
 
     def predicted_cov(mean, cov, mode):  # step 6 of the sampled mode from the previous filtered moments
         return model.predict(mean, cov, Q)[1][mode]

@@ -54,7 +54,7 @@ class LGVariant(eqx.Module):
 
     def __init__(
         self,
-        state_size: int,
+        latent_size: int,
         observation_size: int,
         num_modes: int,
         *,
@@ -71,11 +71,11 @@ class LGVariant(eqx.Module):
         """Q (M, M), R (N, N) positive semi-definite. A (K, M, M) and C (K, N, M) default to I + N(0, 0.01^2) and
         N(0, 1/M) entries; initial_mean defaults to 0, initial_cov to I."""
         for name, n in (
-            ("state_size", state_size), ("observation_size", observation_size),
+            ("latent_size", latent_size), ("observation_size", observation_size),
             ("num_modes", num_modes), ("hidden_size", hidden_size),
         ):
             check_int(name, n)
-        M, N, K = int(state_size), int(observation_size), int(num_modes)
+        M, N, K = int(latent_size), int(observation_size), int(num_modes)
         dtype = jnp.result_type(float)
         k_A, k_C, k_mlp = jax.random.split(key, 3)
         if A is None:
@@ -99,7 +99,7 @@ class LGVariant(eqx.Module):
         self.learn_noise = bool(learn_noise)
 
     @property
-    def state_size(self) -> int:
+    def latent_size(self) -> int:
         return self.A.shape[-1]
 
     @property

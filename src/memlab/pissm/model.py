@@ -82,7 +82,7 @@ class PiSSMConfig:
     layer at mode_net_gain x its default initialisation (module doc: symmetry breaking).
     """
 
-    state_size: int  # M
+    latent_size: int  # M
     observation_size: int  # N
     num_modes: int  # K
     gain: Gain = "gru"
@@ -99,7 +99,7 @@ class PiSSMConfig:
     learn_noise: bool = False  # train R too (else R keeps its given value)
 
     def __post_init__(self):
-        for name in ("state_size", "observation_size", "num_modes", "hidden_size", "mode_hidden"):
+        for name in ("latent_size", "observation_size", "num_modes", "hidden_size", "mode_hidden"):
             check_int(name, getattr(self, name))
         check_int("transition_hidden", self.transition_hidden, low=0)
         for name, allowed in (("gain", GAINS), ("gain_form", GAIN_FORMS), ("mode_sampling", MODE_SAMPLING),
@@ -144,7 +144,7 @@ class PiSSM(eqx.Module):
         ``initial_mean`` (default 0). q(z | x) reads (x - mode_input_mean) / mode_input_std (defaults 0 and 1)."""
         if not isinstance(config, PiSSMConfig):
             raise ValueError(f"config must be a PiSSMConfig, got {type(config).__name__}")
-        M, N, K = config.state_size, config.observation_size, config.num_modes
+        M, N, K = config.latent_size, config.observation_size, config.num_modes
         check_matrix("R", R, (N, N))
         check_covariance("R", R)
         if np.min(np.linalg.eigvalsh(np.asarray(R, np.float64))) <= 0:
@@ -176,7 +176,7 @@ class PiSSM(eqx.Module):
             bool(config.learn_noise)
 
     @property
-    def state_size(self) -> int:
+    def latent_size(self) -> int:
         return self.A.shape[-1]
 
     @property
@@ -226,7 +226,7 @@ class PiSSM(eqx.Module):
             raise ValueError(f"y must have shape (T, {self.C.shape[1]}), got {y.shape}")
         y = jnp.where(mask[:, None], y, 0.0).astype(self.A.dtype)  # a NaN at a missing step must not propagate
         Q, R, P0 = self.noise()
-        M = self.state_size
+        M = self.latent_size
         eye = jnp.eye(M, dtype=self.A.dtype)
         first = jnp.zeros(T, bool).at[0].set(True)
         C_T = jnp.swapaxes(self.C, -1, -2)
@@ -334,7 +334,7 @@ def _make_gain(config: PiSSMConfig, R, C: Array, key_cell: Array, key_readout: A
     of the first step, S_0 = C_1 P_0 C_1^T + R."""
     if config.gain == "exact":
         return ExactGain()
-    M, N, cell_type = config.state_size, config.observation_size, CELL_TYPES[config.gain]
+    M, N, cell_type = config.latent_size, config.observation_size, CELL_TYPES[config.gain]
     keys = {"key_cell": key_cell, "key_readout": key_readout, "dtype": dtype}
     if config.gain_form in ("paper", "paper-normalised"):
         S_0 = C[0] @ (config.initial_var * jnp.eye(M, dtype=dtype)) @ C[0].T + jnp.asarray(R, dtype)

@@ -3,7 +3,7 @@ rows, ``DATASETS``, ``MODELS``), the training of one model (``fit``), a trained 
 returns its model as bytes), the evaluation of a model on a split, and the true-dynamics particle filter as Table 1's
 reference row.
 
-State sizes and mode counts follow App. F.1-F.2 and G.4 (``STATE_SIZE``, ``NUM_MODES``). Choices the paper leaves
+Latent sizes and mode counts follow App. F.1-F.2 and G.4 (``LATENT_SIZE``, ``NUM_MODES``). Choices the paper leaves
 open: every model starts from the training data (the emission at the data set's C, the prior from the first
 observations, the process variance at 0.1 x the observation noise); everything but the known R is trained, Q and the
 prior included, for pi-SSM and LG alike; the estimators of ``ESTIMATORS``; the input-noise level.
@@ -71,7 +71,7 @@ ABLATIONS = ("pissm-gru-unbounded", "pissm-gru", "pissm-lstm", "pissm-gru-normal
 ONE_MODE = ("pissm-lg-one-mode", "lg-one-mode")
 DATASETS = ("pong", "pong-0.01", "lorenz", "navier-stokes", "nclt")
 PONG_NOISE = {"pong": PONG_NOISE_STD, "pong-0.01": 0.01}
-STATE_SIZE = {"pong": 4, "pong-0.01": 4, "lorenz": 3, "navier-stokes": 5, "nclt": 4}
+LATENT_SIZE = {"pong": 4, "pong-0.01": 4, "lorenz": 3, "navier-stokes": 5, "nclt": 4}
 NUM_MODES = {"pong": 18, "pong-0.01": 18, "lorenz": 18, "navier-stokes": 3, "nclt": 18}
 TRANSITION_HIDDEN = {"pong": 0, "pong-0.01": 0, "lorenz": 16, "navier-stokes": 16, "nclt": 0}
 ESTIMATORS = {"reinforce": ("reinforce", "prior"), "mixture": ("mixture", "posterior"),
@@ -129,7 +129,7 @@ def make_model(name: str, data_name: str, data: Dataset, key, hidden_size: int =
     training starts from: the projection changes its recurrent weights)."""
     check_choice("model", name, MODELS)
     y = np.asarray(data.train.y, np.float64)
-    N, M = y.shape[-1], STATE_SIZE[data_name]
+    N, M = y.shape[-1], LATENT_SIZE[data_name]
     R = np.asarray(data.R, np.float64)
     if name == "observation":
         return ObservationOnly.fit(y, None if train_mask is None else np.asarray(train_mask))
