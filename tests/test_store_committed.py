@@ -62,3 +62,29 @@ def test_resolve_refuses_a_missing_store_and_a_bad_skip_in_one_line(tmp_path, ca
         with pytest.raises(SystemExit) as stop:
             main(argv)
         assert stop.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_a_cell_another_run_is_computing_is_not_waited_for(tmp_path, fake_lab):
+    """memlab.resolve beside a live run sharing the store (the paper queue): a cell that run has claimed and not yet
+    stored is simply not found; the look-up does not wait for it (it waited without end before)."""
+    import concurrent.futures
+    import shutil
+
+    from memlab.resolve import resolved_digests
+    from memlab.runner import run_experiment
+    from memlab.store import CellStore
+
+    store = tmp_path / "cells"
+    run_experiment(fake_lab.experiments["fake.means"], "tiny", out_dir=tmp_path / "run", progress=False, store=store)
+    records = sorted(store.glob("*/*.json"))
+    held = records[0].stem
+    records[0].unlink()
+    shutil.rmtree(store / "claims", ignore_errors=True)
+    claim = CellStore(store).claim(held)  # as the other run holds the cell while it computes it
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        found = pool.submit(resolved_digests, "fake.means", "tiny", store).result(timeout=60)
+    finally:
+        claim.release()  # before the pool is joined: a look-up that waits for the claim then ends
+        pool.shutdown()
+    assert found == {p.stem for p in records[1:]} and held not in found

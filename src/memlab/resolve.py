@@ -22,12 +22,13 @@ from pathlib import Path
 
 from memlab import catalog
 from memlab.executors import Executor
-from memlab.runner import CellsFailed, run_experiment
+from memlab.runner import CellsFailed, TimeLimitReached, run_experiment
 from memlab.worker import Outcome
 
 __all__ = ["NOT_STORED", "NothingComputed", "lost_cells", "resolved_digests", "stored_origins"]
 
 NOT_STORED = "not in the cell store (memlab.resolve: nothing is computed)"
+NO_WAIT_S = 1e-3  # the time limit of a run that only looks its cells up
 
 
 class NothingComputed(Executor):
@@ -57,10 +58,10 @@ def resolved_digests(experiment: str, profile: str, store: str | Path, overrides
     holds under today's digests: the run looks every cell up, computes none, and stops after the first sweep with a
     cell it did not find. Its output folder is temporary (the found cells are copied there with their digests)."""
     with tempfile.TemporaryDirectory() as out:
-        try:
+        try:  # a time limit already past: a cell another run is computing (claimed, not stored) is not waited for
             run_experiment(catalog.EXPERIMENTS[experiment], profile, out_dir=Path(out) / "run", progress=False,
-                           executor=NothingComputed(), store=store, overrides=overrides)
-        except CellsFailed:
+                           executor=NothingComputed(), store=store, overrides=overrides, time_limit=NO_WAIT_S)
+        except (CellsFailed, TimeLimitReached):
             pass  # a sweep with cells not stored: the ones found are what this asks for
         return {p.read_text(encoding="utf-8").strip() for p in (Path(out) / "run" / "cells").glob("*.digest")}
 
