@@ -75,12 +75,12 @@ def test_recall_profiles_share_their_common_cells():
 
 
 def test_pissm_paper_core_cells_are_the_paper_profiles(tmp_path):
-    from memlab.pissm.experiments import stability, table1
+    from memlab.pissm.experiments import stability_sweep, table1
     from memlab.pissm.runs import LAYOUTS, load_dataset
 
     # both profiles load Pong from the same key; a small layout stands in for the paper's 4000 sequences
     data = load_dataset("pong", LAYOUTS["tiny"]["pong"], key=jax.random.key(0))
-    for module, name, datasets in ((table1, "pissm.table1", {"pong": data}), (stability, "pissm.stability",
+    for module, name, datasets in ((table1, "pissm.table1", {"pong": data}), (stability_sweep, "pissm.stability",
                                                                                    data)):
         profiles = catalog.get(name).profiles
         cells = {p: _digests(module.sweep_cells(profiles[p], datasets, Run(tmp_path, profiles[p], p, 0)))
