@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from memlab.belief import ringworld as rw
-from memlab.belief.experiments.error import ErrorVsEpsilonConfig, ErrorVsTimeConfig, analyse_epsilon, analyse_time
+from memlab.belief.experiments.error_epsilon import ErrorVsEpsilonConfig, analyse_epsilon
+from memlab.belief.experiments.error_time import ErrorVsTimeConfig, analyse_time
 from memlab.belief.experiments.exact_linear import analyse as analyse_exact
 from memlab.belief.experiments.logit_trace import LogitTraceConfig
 from memlab.belief.experiments.logit_trace import analyse as analyse_trace

@@ -119,7 +119,7 @@ def test_unwritable_output_folder(tmp_path, capsys):
 
 
 def test_config_validation_names_the_problem():
-    from memlab.belief.experiments.error import ErrorVsEpsilonConfig
+    from memlab.belief.experiments.error_epsilon import ErrorVsEpsilonConfig
     from memlab.belief.experiments.logit_trace import LogitTraceConfig
 
     with pytest.raises(ValueError, match="schedule"):
