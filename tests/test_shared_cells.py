@@ -5,7 +5,7 @@ Digests only: no cell is computed here."""
 import jax
 
 from memlab import catalog
-from memlab.belief.experiments import ringworld_ppo
+from memlab.belief.experiments import ringworld_ppo_sweep
 from memlab.recall.experiments.curves import curve_cells
 from memlab.runner import Run
 from memlab.store import cell_digest
@@ -19,7 +19,7 @@ def _digests(cells: dict) -> dict[str, str]:
 
 def _ringworld(name: str, profile: str, tmp_path) -> dict[str, str]:
     cfg = catalog.get(name).profiles[profile]
-    return _digests(ringworld_ppo.sweep_cells(cfg, Run(tmp_path, cfg, profile, cfg.seed)))
+    return _digests(ringworld_ppo_sweep.sweep_cells(cfg, Run(tmp_path, cfg, profile, cfg.seed)))
 
 
 def _recall(name: str, profile: str) -> dict[str, str]:

@@ -11,8 +11,8 @@ from memlab.belief.experiments.logit_trace import LogitTraceConfig
 from memlab.belief.experiments.logit_trace import analyse as analyse_trace
 from memlab.belief.experiments.ringworld_env import RingWorldEnvConfig
 from memlab.belief.experiments.ringworld_env import analyse as analyse_env
-from memlab.belief.experiments.ringworld_ppo import RingWorldPPOConfig
-from memlab.belief.experiments.ringworld_ppo import analyse as analyse_returns
+from memlab.belief.experiments.ringworld_ppo_stats import analyse as analyse_returns
+from memlab.belief.experiments.ringworld_ppo_sweep import RingWorldPPOConfig
 from memlab.belief.experiments.ringworld_trajectory import TrajectoryConfig
 from memlab.belief.experiments.ringworld_trajectory import analyse as analyse_trajectory
 from memlab.belief.metrics import trend

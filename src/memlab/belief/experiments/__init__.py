@@ -7,7 +7,8 @@
 
 * ``ringworld_env`` — ``belief.ringworld-env`` (Figs. 2 and 8: RingWorld, its ceiling and floor returns).
 * ``ringworld_ppo`` — ``belief.ringworld-returns`` (Fig. 3) and ``belief.deep-alf-inits`` (Figs. 9, 10): PPO
-  with linear memories on RingWorld.
+  with linear memories on RingWorld (config and sweep ``ringworld_ppo_sweep``, analysis ``ringworld_ppo_stats``,
+  claims, figures, summary ``ringworld_ppo_claims`` / ``_figures`` / ``_summary``).
 * ``ringworld_trajectory`` — ``belief.ringworld-trajectory`` (Fig. 6: a trained ALF agent's trajectory).
 
 A new theme is a new ``experiments/<theme>.py`` with its own ``EXPERIMENTS`` list, appended below.
