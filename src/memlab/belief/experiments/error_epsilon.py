@@ -70,7 +70,7 @@ def run_error_vs_epsilon(cfg: ErrorVsEpsilonConfig, run) -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class EpsilonAnalysis:
+class EpsilonStats:
     """Fig. 1's numbers on E = ``cfg.num_eps`` values of 1/eps and F filters (the LOF, then ``cfg.schedules``).
 
     **Fields:**
@@ -95,19 +95,19 @@ class EpsilonAnalysis:
     xi: float
 
 
-def analyse_epsilon(cfg: ErrorVsEpsilonConfig, cells: list[dict]) -> EpsilonAnalysis:
+def analyse_epsilon(cfg: ErrorVsEpsilonConfig, cells: list[dict]) -> EpsilonStats:
     """Cells (one per 1/eps, in grid order) -> p (E, F), binomial stderr, trend per filter, xi of eq. (47)."""
     inv_eps = _inv_eps_grid(cfg)
     names = cells[0]["names"]
     p = np.array([c["p"] for c in cells])  # (num_eps, F)
     column = {s: f for f, s in enumerate(cfg.schedules, start=1)}
     log_wins = float(np.mean(p[:, column["log"]] < p[:, column["sqrt"]])) if {"log", "sqrt"} <= set(column) else None
-    return EpsilonAnalysis(inv_eps=inv_eps, filters=names, p=p, stderr=np.sqrt(p * (1 - p) / cfg.num_runs),
+    return EpsilonStats(inv_eps=inv_eps, filters=names, p=p, stderr=np.sqrt(p * (1 - p) / cfg.num_runs),
                            trend=[trend(inv_eps, p[:, f]) for f in range(len(names))], column=column,
                            log_wins=log_wins, xi=xi(SWAP, _emission_matrix(cfg.emission)))
 
 
-def _figure_epsilon(cfg: ErrorVsEpsilonConfig, stats: EpsilonAnalysis, run) -> None:
+def _figure_epsilon(cfg: ErrorVsEpsilonConfig, stats: EpsilonStats, run) -> None:
     inv_eps, p, se, names = stats.inv_eps, stats.p, stats.stderr, stats.filters
     fig, ax = plots.figure(width=7.0, height=3.6)
     ax.errorbar(inv_eps, p[:, 0], yerr=se[:, 0], color="k", marker="o", label="LOF (Bayes-optimal)")
@@ -119,7 +119,7 @@ def _figure_epsilon(cfg: ErrorVsEpsilonConfig, stats: EpsilonAnalysis, run) -> N
     run.save_figure(fig, "error_vs_epsilon.png")
 
 
-def _claims_epsilon(cfg: ErrorVsEpsilonConfig, stats: EpsilonAnalysis, run) -> None:
+def _claims_epsilon(cfg: ErrorVsEpsilonConfig, stats: EpsilonStats, run) -> None:
     p, names, column, K = stats.p, stats.filters, stats.column, cfg.num_steps
     for s in ("sqrt", "log"):
         if s in column:
@@ -139,7 +139,7 @@ def _claims_epsilon(cfg: ErrorVsEpsilonConfig, stats: EpsilonAnalysis, run) -> N
               f"ξ = {stats.xi:.4f}", bool(cfg.lam < stats.xi))
 
 
-def _summary_epsilon(cfg: ErrorVsEpsilonConfig, stats: EpsilonAnalysis, run) -> str:
+def _summary_epsilon(cfg: ErrorVsEpsilonConfig, stats: EpsilonStats, run) -> str:
     inv_eps, p = stats.inv_eps, stats.p
     shown = [0, len(p) // 2, len(p) - 1]
     header = ["filter", *(f"p at 1/ε = {inv_eps[i]:g}" for i in shown), "slope per unit 1/ε"]

@@ -65,7 +65,7 @@ class Flatness:
 
 
 @dataclasses.dataclass(frozen=True)
-class TimeAnalysis:
+class TimeStats:
     """Fig. 7's numbers on K = ``cfg.num_steps`` steps and F filters (the LOF, then ``cfg.schedules``).
 
     **Fields:**
@@ -87,7 +87,7 @@ class TimeAnalysis:
     valid: list[int]
 
 
-def analyse_time(cfg: ErrorVsTimeConfig, cell: dict) -> TimeAnalysis:
+def analyse_time(cfg: ErrorVsTimeConfig, cell: dict) -> TimeStats:
     """The error curves -> p_1 of the informative filters (delta > 0) and, per filter, whether p_k is flat
     (:class:`Flatness`)."""
     names, p = cell["names"], np.array(cell["p"])  # (K, F)
@@ -98,12 +98,12 @@ def analyse_time(cfg: ErrorVsTimeConfig, cell: dict) -> TimeAnalysis:
         a, b = p[-2 * tail:-tail, f].mean(), p[-tail:, f].mean()
         se = np.sqrt(max(b * (1 - b), 1e-4) / (cfg.num_runs * tail) * 4)
         flatness.append(Flatness(float(a), float(b), bool(abs(a - b) <= 4 * se + 0.002)))
-    return TimeAnalysis(k=np.arange(1, cfg.num_steps + 1), filters=names, p=p, tail=tail, flatness=flatness,
+    return TimeStats(k=np.arange(1, cfg.num_steps + 1), filters=names, p=p, tail=tail, flatness=flatness,
                         start=p[0, [f for f, s in enumerate(kinds) if s != "zero"]],
                         valid=[f for f, s in enumerate(kinds) if s in ("lof", "sqrt", "log")])
 
 
-def _figure_time(cfg: ErrorVsTimeConfig, stats: TimeAnalysis, run) -> None:
+def _figure_time(cfg: ErrorVsTimeConfig, stats: TimeStats, run) -> None:
     k, p, names = stats.k, stats.p, stats.filters
     fig, ax = plots.figure(width=7.0, height=3.6)
     ax.plot(k, p[:, 0], color="k", label="LOF (Bayes-optimal)")
@@ -114,7 +114,7 @@ def _figure_time(cfg: ErrorVsTimeConfig, stats: TimeAnalysis, run) -> None:
     run.save_figure(fig, "error_vs_time.png")
 
 
-def _claims_time(cfg: ErrorVsTimeConfig, stats: TimeAnalysis, run) -> None:
+def _claims_time(cfg: ErrorVsTimeConfig, stats: TimeStats, run) -> None:
     p1, start, valid, flatness = 1 - cfg.emission, stats.start, stats.valid, stats.flatness
     se1 = np.sqrt(p1 * (1 - p1) / cfg.num_runs)
     run.claim("start-near-0.1", f"p_1 ≈ {p1:.2g} for LOF and every ALF with δ > 0 (decision on y_1 alone)",
@@ -125,7 +125,7 @@ def _claims_time(cfg: ErrorVsTimeConfig, stats: TimeAnalysis, run) -> None:
               all(flatness[f].flat for f in valid))
 
 
-def _summary_time(cfg: ErrorVsTimeConfig, stats: TimeAnalysis, run) -> str:
+def _summary_time(cfg: ErrorVsTimeConfig, stats: TimeStats, run) -> str:
     p = stats.p
     shown = sorted({k for k in (1, 10, 100, cfg.num_steps) if k <= cfg.num_steps})
     header = ["filter", *(f"p_{k}" for k in shown), f"flat over the last {2 * stats.tail} steps"]
