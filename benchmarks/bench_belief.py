@@ -33,7 +33,7 @@ from timing import ROUNDS, isolated, peer, side_by_side, timed
 
 from memlab.belief import fast_filters
 from memlab.belief.examples import example_filters, two_state_example
-from memlab.belief.experiments.error import ErrorVsEpsilonConfig
+from memlab.belief.experiments.error_epsilon import ErrorVsEpsilonConfig
 from memlab.belief.fast_filters import lof, lof_parallel, log_belief
 from memlab.belief.filters import LOF
 from memlab.belief.hmm import HMM

@@ -41,8 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 from timing import Load, timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
 
-from memlab.belief.runs import make_memory, ringworld_for
 from memlab.belief.ringworld import rollout as env_rollout
+from memlab.belief.runs import make_memory, ringworld_for
 from memlab.rl import PPOConfig, make_train, ppo_loss
 from memlab.rl.ppo import Batch, trainable_spec
 from memlab.rl.rollout import rollout as ppo_rollout

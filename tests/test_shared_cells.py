@@ -5,7 +5,7 @@ Digests only: no cell is computed here."""
 import jax
 
 from memlab import catalog
-from memlab.belief.experiments import ringworld_ppo
+from memlab.belief.experiments import ringworld_ppo_sweep
 from memlab.recall.experiments.cells import curve_cells
 from memlab.runner import Run
 from memlab.store import cell_digest
@@ -19,7 +19,7 @@ def _digests(cells: dict) -> dict[str, str]:
 
 def _ringworld(name: str, profile: str, tmp_path) -> dict[str, str]:
     cfg = catalog.get(name).profiles[profile]
-    return _digests(ringworld_ppo.sweep_cells(cfg, Run(tmp_path, cfg, profile, cfg.seed)))
+    return _digests(ringworld_ppo_sweep.sweep_cells(cfg, Run(tmp_path, cfg, profile, cfg.seed)))
 
 
 def _recall(name: str, profile: str) -> dict[str, str]:
@@ -75,12 +75,12 @@ def test_recall_profiles_share_their_common_cells():
 
 
 def test_pissm_paper_core_cells_are_the_paper_profiles(tmp_path):
-    from memlab.pissm.experiments import stability, table1
+    from memlab.pissm.experiments import stability_sweep, table1
     from memlab.pissm.runs import LAYOUTS, load_dataset
 
     # both profiles load Pong from the same key; a small layout stands in for the paper's 4000 sequences
     data = load_dataset("pong", LAYOUTS["tiny"]["pong"], key=jax.random.key(0))
-    for module, name, datasets in ((table1, "pissm.table1", {"pong": data}), (stability, "pissm.stability",
+    for module, name, datasets in ((table1, "pissm.table1", {"pong": data}), (stability_sweep, "pissm.stability",
                                                                                    data)):
         profiles = catalog.get(name).profiles
         cells = {p: _digests(module.sweep_cells(profiles[p], datasets, Run(tmp_path, profiles[p], p, 0)))

@@ -4,14 +4,15 @@ import numpy as np
 import pytest
 
 from memlab.belief import ringworld as rw
-from memlab.belief.experiments.error import ErrorVsEpsilonConfig, ErrorVsTimeConfig, analyse_epsilon, analyse_time
+from memlab.belief.experiments.error_epsilon import ErrorVsEpsilonConfig, analyse_epsilon
+from memlab.belief.experiments.error_time import ErrorVsTimeConfig, analyse_time
 from memlab.belief.experiments.exact_linear import analyse as analyse_exact
 from memlab.belief.experiments.logit_trace import LogitTraceConfig
 from memlab.belief.experiments.logit_trace import analyse as analyse_trace
 from memlab.belief.experiments.ringworld_env import RingWorldEnvConfig
 from memlab.belief.experiments.ringworld_env import analyse as analyse_env
-from memlab.belief.experiments.ringworld_ppo import RingWorldPPOConfig
-from memlab.belief.experiments.ringworld_ppo import analyse as analyse_returns
+from memlab.belief.experiments.ringworld_ppo_stats import analyse as analyse_returns
+from memlab.belief.experiments.ringworld_ppo_sweep import RingWorldPPOConfig
 from memlab.belief.experiments.ringworld_trajectory import TrajectoryConfig
 from memlab.belief.experiments.ringworld_trajectory import analyse as analyse_trajectory
 from memlab.belief.metrics import trend

@@ -119,7 +119,7 @@ def test_unwritable_output_folder(tmp_path, capsys):
 
 
 def test_config_validation_names_the_problem():
-    from memlab.belief.experiments.error import ErrorVsEpsilonConfig
+    from memlab.belief.experiments.error_epsilon import ErrorVsEpsilonConfig
     from memlab.belief.experiments.logit_trace import LogitTraceConfig
 
     with pytest.raises(ValueError, match="schedule"):
@@ -142,7 +142,8 @@ def test_paper_profile_reproduces_every_claim(name, tmp_path):
 
 
 def test_the_previous_action_ablation_reads_the_share_of_s5s_gap_it_closes():
-    from memlab.belief.experiments.ringworld_ppo import MemoryStats, previous_action_ablation
+    from memlab.belief.experiments.ringworld_ppo_stats import MemoryStats
+    from memlab.belief.experiments.ringworld_ppo_summary import previous_action_ablation
 
     def stats(**tails):
         return {m.replace("_", "-"): MemoryStats(tail_mean=v, tail_std=0.01, tail_per_seed=[v],
@@ -157,7 +158,8 @@ def test_the_previous_action_ablation_reads_the_share_of_s5s_gap_it_closes():
 def test_fig3_claims_naming_a_memory_not_run_are_undecided():
     """paper-core and quick have no S5-256: every claim that names it is undecided (``missing``), never holds, and
     its part without S5-256 is decided as a claim of its own; with S5-256 run, nothing is missing."""
-    from memlab.belief.experiments.ringworld_ppo import MemoryStats, ReturnsAnalysis, _returns_claims
+    from memlab.belief.experiments.ringworld_ppo_claims import returns_claims
+    from memlab.belief.experiments.ringworld_ppo_stats import MemoryStats, ReturnsStats
 
     class Claims:
         def __init__(self):
@@ -171,7 +173,7 @@ def test_fig3_claims_naming_a_memory_not_run_are_undecided():
                                                   half_ceiling_update=None, diagnostics={}, learning_std=0.01)
                  for m, v in tails.items()}
         run = Claims()
-        _returns_claims(None, ReturnsAnalysis(curves={}, stats=stats, ceiling=0.9, floor=-0.1, qmdp=0.5), run)
+        returns_claims(None, ReturnsStats(curves={}, stats=stats, ceiling=0.9, floor=-0.1, qmdp=0.5), run)
         return run.made
 
     made = claims(alf=0.55, lof_softmax=0.56, deep_alf_all_random=0.47, s5_12=0.40)

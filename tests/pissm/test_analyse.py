@@ -10,13 +10,14 @@ import pytest
 from memlab.pissm.experiments.cells import EstimatorStats, OracleScores, RuleScores, SelectionScores
 from memlab.pissm.experiments.imputation import ImputationConfig, ImputationRow
 from memlab.pissm.experiments.imputation import analyse as analyse_imputation
-from memlab.pissm.experiments.modes import ModesConfig, oracle_reading
+from memlab.pissm.experiments.modes import ModesConfig
 from memlab.pissm.experiments.modes import analyse as analyse_modes
-from memlab.pissm.experiments.stability import StabilityConfig
-from memlab.pissm.experiments.stability import analyse as analyse_stability
+from memlab.pissm.experiments.modes_reading import oracle_reading
+from memlab.pissm.experiments.stability_stats import analyse as analyse_stability
+from memlab.pissm.experiments.stability_sweep import StabilityConfig
 from memlab.pissm.experiments.table1 import Table1Config, ll_ceiling
-from memlab.pissm.experiments.table1 import add_claims as claims_table1
 from memlab.pissm.experiments.table1 import analyse as analyse_table1
+from memlab.pissm.experiments.table1_claims import add_claims as claims_table1
 
 
 def _cell(ll, mse=0.01, failed=False):
@@ -203,7 +204,7 @@ def test_modes_reading_says_whether_the_full_model_learned_reflections():
 
 
 def test_stability_rows_say_when_failing_runs_went_non_finite_and_how_far_they_got():
-    from memlab.pissm.experiments.report import nonfinite_step, stability_row
+    from memlab.pissm.experiments.stability_rows import nonfinite_step, stability_row
 
     good = {"ll": 2.0, "failed": False, "best_val": 2.1, "recurrent_norm": [0.5, 0.6, 0.7]}
     late = {"ll": np.nan, "failed": True, "best_val": 1.0, "recurrent_norm": [0.5, 0.6, np.nan, np.nan]}

@@ -169,7 +169,7 @@ class FamilyStats:
 
 
 @dataclasses.dataclass(frozen=True)
-class ExactLinearAnalysis:
+class ExactLinearStats:
     """Theorem 4.4 and Corollary 4.5 against the LOF, and Example 1 against Assumption 5.6.
 
     **Fields:**
@@ -200,17 +200,17 @@ def _family(rows: list[dict], name: str) -> FamilyStats:
         exact=all(row["max_abs_error"] <= TOLERANCE and row["pattern_mismatches"] == 0 for row in sel))
 
 
-def analyse(rows: list[dict]) -> ExactLinearAnalysis:
+def analyse(rows: list[dict]) -> ExactLinearStats:
     """Rows (one cell record each) -> per family (``FAMILIES``) its :class:`FamilyStats`; Example 1 and its
     failing variant checked against Assumption 5.6."""
     families = {kind: _family(rows, name) for kind, name in FAMILIES.items()}  # FAMILIES' keys are field names
-    return ExactLinearAnalysis(rows=rows, **families,
+    return ExactLinearStats(rows=rows, **families,
                                example1=check_observability(EXAMPLE1_E, EXAMPLE1_P),
                                bad=check_observability(EXAMPLE1_BAD_E, EXAMPLE1_P),
                                x1_x3_alike=bool(np.array_equal(EXAMPLE1_E[:, 0], EXAMPLE1_E[:, 2])))
 
 
-def _figures(stats: ExactLinearAnalysis, run) -> None:
+def _figures(stats: ExactLinearStats, run) -> None:
     rows = stats.rows
     color = {FAMILIES["positive"]: "tab:blue", FAMILIES["zeros"]: "tab:orange"}
     labels = [f"{row['family'].split(',')[0]} N={row['N']} r={row['r']}"
@@ -226,7 +226,7 @@ def _figures(stats: ExactLinearAnalysis, run) -> None:
     run.save_figure(fig, "exact_linear.png")
 
 
-def _claims(stats: ExactLinearAnalysis, run) -> None:
+def _claims(stats: ExactLinearStats, run) -> None:
     pos, cor, ex1 = stats.positive, stats.controlled, stats.example1
     run.claim("thm44-exact", "Theorem 4.4: the linear filter eq. (14) reproduces the optimal logits for any w0",
               "Thm 4.4", f"max error {pos.max_error:.1e}, {pos.mismatches} −∞ mismatches, {pos.flagged} "
@@ -238,7 +238,7 @@ def _claims(stats: ExactLinearAnalysis, run) -> None:
               bool(ex1.holds and stats.x1_x3_alike))
 
 
-def _summary(cfg: ExactLinearConfig, stats: ExactLinearAnalysis, run) -> str:
+def _summary(cfg: ExactLinearConfig, stats: ExactLinearStats, run) -> str:
     table = run.save_table("exact_linear.csv", HEADER, [[row[h] for h in HEADER] for row in stats.rows],
                            {"max_abs_error": ".1e"})
     return SUMMARY.format(**dataclasses.asdict(cfg), table=table, zeros_exact=("NO", "yes")[stats.zeros.exact],

@@ -86,7 +86,7 @@ def run_logit_trace(cfg: LogitTraceConfig, run) -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class TraceAnalysis:
+class TraceStats:
     """Fig. 5's trajectory and the statistics over ``cfg.num_runs`` trajectories; K = ``cfg.num_steps``, F = 3
     filters (the LOF, then the ALFs of ``cfg.deltas``).
 
@@ -114,18 +114,18 @@ class TraceAnalysis:
     num_switches: int
 
 
-def analyse(cfg: LogitTraceConfig, cell: dict) -> TraceAnalysis:
+def analyse(cfg: LogitTraceConfig, cell: dict) -> TraceStats:
     """The cell -> the plotted trajectory (states, one logit difference per filter, switch steps) and the
     statistics per filter (LOF first)."""
     x = np.array(cell["states"])
     k = np.arange(1, cfg.num_steps + 1)
-    return TraceAnalysis(filters=["LOF"] + [f"ALF δ = {d}" for d in cfg.deltas], k=k, states=x,
+    return TraceStats(filters=["LOF"] + [f"ALF δ = {d}" for d in cfg.deltas], k=k, states=x,
                          diffs=[np.array(d) for d in cell["diffs"]], switches=k[np.flatnonzero(np.diff(x)) + 1],
                          error=cell["error"], roughness=cell["roughness"], mean_lag=cell["mean_lag"],
                          num_switches=cell["num_switches"])
 
 
-def _figures(cfg: LogitTraceConfig, stats: TraceAnalysis, run) -> None:
+def _figures(cfg: LogitTraceConfig, stats: TraceStats, run) -> None:
     k, x = stats.k, stats.states
     fig, ax = plots.figure(width=7.0, height=3.6)
     for d, n, c in zip(stats.diffs, stats.filters, ["k", "tab:blue", "tab:orange"]):
@@ -140,7 +140,7 @@ def _figures(cfg: LogitTraceConfig, stats: TraceAnalysis, run) -> None:
     run.save_figure(fig, "logit_trace.png")
 
 
-def _claims(cfg: LogitTraceConfig, stats: TraceAnalysis, run) -> None:
+def _claims(cfg: LogitTraceConfig, stats: TraceStats, run) -> None:
     err, rough, lag = stats.error, stats.roughness, stats.mean_lag
     small, large = cfg.deltas
     run.claim("alf-decodes-well", "ALF decodes the state well despite differing from LOF", "App. B.1, Fig. 5",
@@ -151,7 +151,7 @@ def _claims(cfg: LogitTraceConfig, stats: TraceAnalysis, run) -> None:
               "App. B.1", f"mean lag {lag[1]:.1f} vs {lag[2]:.1f} steps", bool(lag[1] > lag[2]))
 
 
-def _summary(cfg: LogitTraceConfig, stats: TraceAnalysis, run) -> str:
+def _summary(cfg: LogitTraceConfig, stats: TraceStats, run) -> str:
     header = ["filter", "decoding error", "mean abs. step of the trace", "mean lag after a switch (steps)"]
     rows = zip(stats.filters, stats.error, stats.roughness, stats.mean_lag)
     table = run.save_table("trace_stats.csv", header, rows, dict(zip(header[1:], (".4f", ".3f", ".2f"))))

@@ -98,7 +98,7 @@ class SimulatedReturn(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class EnvAnalysis:
+class EnvStats:
     """RingWorld's references and what its beacons reveal (K = ``cfg.episode_length``).
 
     **Fields:**
@@ -120,7 +120,7 @@ class EnvAnalysis:
     assumption_5_8: bool
 
 
-def analyse(cfg: RingWorldEnvConfig, cell: dict) -> EnvAnalysis:
+def analyse(cfg: RingWorldEnvConfig, cell: dict) -> EnvStats:
     """Exact references (DP) beside their Monte-Carlo estimates, the observation model, and the decoding accuracy
     curves."""
     env = rw.RingWorld(cfg.epsilon, cfg.episode_length)
@@ -130,13 +130,13 @@ def analyse(cfg: RingWorldEnvConfig, cell: dict) -> EnvAnalysis:
           for name, r in cell["returns"].items()}
     accuracy = {name: np.asarray(a) for name, a in cell["accuracy"].items()}
     E = np.asarray(params.E)
-    return EnvAnalysis(optimal_return=rw.optimal_return(env, params), random_return=rw.random_return(env, params),
+    return EnvStats(optimal_return=rw.optimal_return(env, params), random_return=rw.random_return(env, params),
                        mc=mc, E=E, accuracy=accuracy,
                        final_accuracy={n: float(np.mean(a[len(a) // 2:])) for n, a in accuracy.items()},
                        assumption_5_8=bool(check_observability_controlled(E, np.zeros(E.shape[1])).holds))
 
 
-def _figures(cfg: RingWorldEnvConfig, stats: EnvAnalysis, run) -> None:
+def _figures(cfg: RingWorldEnvConfig, stats: EnvStats, run) -> None:
     run.save_figure(_ring_figure(), "ring.png")
     fig, (ax, ax_heat) = plots.figure(1, 2, width=8.5, height=3.2)
     states = np.arange(1, rw.NUM_STATES + 1)
@@ -179,7 +179,7 @@ def _ring_figure():
     return fig
 
 
-def _claims(cfg: RingWorldEnvConfig, stats: EnvAnalysis, run) -> None:
+def _claims(cfg: RingWorldEnvConfig, stats: EnvStats, run) -> None:
     E, mc = stats.E, stats.mc
     state3 = E[:, 2]
     run.claim("state-3-beacons-3-4-unlikely", "At state 3 the beacons B3 and B4 are unlikely observations",
@@ -195,7 +195,7 @@ def _claims(cfg: RingWorldEnvConfig, stats: EnvAnalysis, run) -> None:
                   bool(abs(mean - exact) <= 4 * se + 1e-6 and -1 <= low and high <= 1))
 
 
-def _summary(cfg: RingWorldEnvConfig, stats: EnvAnalysis, run) -> str:
+def _summary(cfg: RingWorldEnvConfig, stats: EnvStats, run) -> str:
     header = ["policy", "expected return (DP)", "simulated mean", "standard error"]
     rows = [(label, exact, stats.mc[name].mean, stats.mc[name].stderr) for label, exact, name in (
         ("fully informed optimal (ceiling)", stats.optimal_return, "optimal"),

@@ -19,7 +19,7 @@ import numpy as np
 
 from memlab import plots
 from memlab.belief import ringworld as rw
-from memlab.belief.experiments.ringworld_ppo import QUICK_PPO, TINY_PPO
+from memlab.belief.experiments.ringworld_ppo_sweep import QUICK_PPO, TINY_PPO
 from memlab.belief.memories import LogitFilterMemory
 from memlab.belief.runs import load_agent, play, train_agent
 from memlab.checks import check_int
@@ -83,7 +83,7 @@ def run_ringworld_trajectory(cfg: TrajectoryConfig, run) -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrajectoryAnalysis:
+class TrajectoryStats:
     """The played episodes of the trained ALF agent and what they show. Arrays are (episodes, K) with
     episodes = ``cfg.num_episodes`` and K = ``cfg.episode_length``; states, actions and beacons are 0-based.
 
@@ -122,7 +122,7 @@ class TrajectoryAnalysis:
     policy: dict[str, dict[str, float]]
 
 
-def analyse(cfg: TrajectoryConfig, metrics: dict, played: dict) -> TrajectoryAnalysis:
+def analyse(cfg: TrajectoryConfig, metrics: dict, played: dict) -> TrajectoryStats:
     """The training metrics and the 'play' cell -> event masks and their rates: irregular transitions, off-peak
     observations, ALF/LOF decoding errors overall and at off-peak observations, the action frequencies in states
     2 and 3."""
@@ -140,7 +140,7 @@ def analyse(cfg: TrajectoryConfig, metrics: dict, played: dict) -> TrajectoryAna
         acts = action[state == x]
         policy[f"state {paper_state}"] = {a: float(np.mean(acts == i)) if acts.size else 0.0
                                          for i, a in enumerate(rw.ACTION_NAMES)}
-    return TrajectoryAnalysis(
+    return TrajectoryStats(
         state=state, next_state=next_state, action=action, reward=reward, obs=obs, decoded=decoded,
         irregular_mask=irregular, off_peak_mask=off_peak, error_masks=errors,
         train_return=float(np.mean(np.asarray(metrics["episode_return"])[-10:])),
@@ -150,13 +150,13 @@ def analyse(cfg: TrajectoryConfig, metrics: dict, played: dict) -> TrajectoryAna
         policy=policy)
 
 
-def _results(stats: TrajectoryAnalysis) -> dict:
+def _results(stats: TrajectoryStats) -> dict:
     """results.json: the returns, the decoding errors and the policy (not the episodes: they are in the cell)."""
     return {"train_return": stats.train_return, "return_mean": stats.return_mean, "error": stats.error,
             "error_after_off_peak": stats.error_after_off_peak, "policy": stats.policy}
 
 
-def _figure(stats: TrajectoryAnalysis, run) -> None:
+def _figure(stats: TrajectoryStats, run) -> None:
     """Fig. 6 for the first episode: states (true, ALF-, LOF-decoded) above, actions and observations below."""
     k = np.arange(stats.state.shape[1])
     fig, (ax, ax_act) = plots.figure(2, 1, width=10.0, height=6.0, sharex=True, height_ratios=[2.2, 1])
@@ -183,7 +183,7 @@ def _figure(stats: TrajectoryAnalysis, run) -> None:
     run.save_figure(fig, "trajectory.png")
 
 
-def _claims(stats: TrajectoryAnalysis, run) -> None:
+def _claims(stats: TrajectoryStats, run) -> None:
     err, after = stats.error, stats.error_after_off_peak
     run.claim("alf-more-sensitive-to-off-peak", "ALF is more sensitive to off-peak observations than LOF: more "
               "decoding errors right after them", "App. B.2, Fig. 6",
@@ -195,7 +195,7 @@ def _claims(stats: TrajectoryAnalysis, run) -> None:
               bool(cw1_in_2 > 0.5 and ccw1_in_3 > 0.5))
 
 
-def _summary(cfg: TrajectoryConfig, stats: TrajectoryAnalysis, run) -> str:
+def _summary(cfg: TrajectoryConfig, stats: TrajectoryStats, run) -> str:
     header = ["filter", "decoding error", "error right after an off-peak observation"]
     rows = [(n.upper(), stats.error[n], stats.error_after_off_peak[n]) for n in ("alf", "lof")]
     table = run.save_table("decoding.csv", header, rows, dict.fromkeys(header[1:], ".3f"))

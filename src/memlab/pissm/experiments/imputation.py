@@ -26,7 +26,8 @@ from memlab.files import summary_text
 from memlab.pissm import metrics
 from memlab.pissm.data import Dataset
 from memlab.pissm.experiments.cells import fit_as_bytes, score_test_split
-from memlab.pissm.experiments.report import CHOICES, plot_imputation
+from memlab.pissm.experiments.imputation_figures import plot_imputation
+from memlab.pissm.experiments.report import CHOICES
 from memlab.pissm.runs import LAYOUTS, MODELS, default_stability, load_dataset, model_from_bytes, predict_jit
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
