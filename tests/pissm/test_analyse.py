@@ -13,6 +13,7 @@ from memlab.pissm.experiments.imputation import analyse as analyse_imputation
 from memlab.pissm.experiments.modes import ModesConfig
 from memlab.pissm.experiments.modes import analyse as analyse_modes
 from memlab.pissm.experiments.modes_reading import oracle_reading
+from memlab.pissm.experiments.stability_claims import kept_within_bound
 from memlab.pissm.experiments.stability_stats import analyse as analyse_stability
 from memlab.pissm.experiments.stability_sweep import StabilityConfig
 from memlab.pissm.experiments.table1 import Table1Config, ll_ceiling
@@ -81,6 +82,26 @@ def test_stability_with_no_successful_run_reports_nan():
     cells = {"pissm-gru-iss-0.1-0": {"ll": 1.0, "failed": False}, "pissm-gru-clip-5-0": {"ll": np.nan, "failed": True}}
     clip = analyse_stability(cfg, cells, _STARTS).table[1]
     assert clip.success == 0.0 and np.isnan(clip.objective_mean) and np.isnan(clip.objective_std)
+
+
+def test_failed_iss_runs_are_counted_by_what_their_projection_saw():
+    """A failed ISS run kept ||U||_inf within its bound (ratio <= 1 at every finite step), left it, or was non-finite
+    from the first optimiser step on; the claims' explanation holds only when no run left the bound."""
+    nan = float("nan")
+    cfg = StabilityConfig(models=("pissm-gru-tracking",), iss_eps=(0.1,), clip_norms=(5.0,), seeds=3)
+    run = {"ll": nan, "failed": True, "radius": [1.0, 1.0, nan]}
+    cells = {"pissm-gru-tracking-iss-0.1-0": {**run, "recurrent_norm": [0.5, 1.0, nan]},  # within, then non-finite
+             "pissm-gru-tracking-iss-0.1-1": {**run, "recurrent_norm": [nan, nan, nan]},  # non-finite from step 1
+             "pissm-gru-tracking-iss-0.1-2": {**run, "recurrent_norm": [0.5, 1.5, nan]},  # left the bound
+             **{f"pissm-gru-tracking-clip-5-{s}": {"ll": 1.0, "failed": False} for s in range(3)}}
+    starts = {f"pissm-gru-tracking-start-{s}": {"finite": [[1.0]]} for s in range(3)}
+    stats = analyse_stability(cfg, cells, starts)
+    assert (stats.iss_failures, stats.iss_failures_within_bound, stats.iss_failures_at_first_step) == (3, 1, 1)
+    assert kept_within_bound(stats) == ""
+    kept = kept_within_bound(dataclasses.replace(stats, iss_failures=2))
+    assert kept.startswith("of the failed ISS runs, 1 kept") and "1 had non-finite parameters" in kept
+    assert kept_within_bound(dataclasses.replace(stats, iss_failures=1, iss_failures_at_first_step=0)) == \
+        "every failed ISS run (1) kept ||U||_inf within its ISS bound to the end"
 
 
 def test_modes_statistics_come_from_the_evaluation_and_the_training_record():

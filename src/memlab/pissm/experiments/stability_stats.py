@@ -27,6 +27,8 @@ class StabilityStats:
     table: list[StabilityRow]
     iss_failures: int = 0  # ISS runs (of the paper's models) that failed
     iss_failures_within_bound: int = 0  # of those, the runs whose ||U||_inf stayed within the ISS bound to the end
+    # and the runs whose parameters were non-finite from the first optimiser step on (no finite ||U|| to bound)
+    iss_failures_at_first_step: int = 0
     step_sizes: tuple[float, ...] = ()
     # per model, per step size: the fraction of test sequences whose filter stays finite after a random step of that
     # size in the gain's parameters, over the starts and directions (median, min, max; survival_cells)
@@ -39,6 +41,11 @@ def _within_bound(record: dict) -> bool:
     ratio = np.asarray(record["recurrent_norm"], float) / np.asarray(record["radius"], float)
     ratio = ratio[np.isfinite(ratio)]
     return bool(ratio.size and ratio.max() <= 1.0 + 1e-5)
+
+
+def _never_finite(record: dict) -> bool:
+    """Whether no step of the run left a finite ||U||_inf: non-finite from the first optimiser step on."""
+    return not np.any(np.isfinite(np.asarray(record["recurrent_norm"], float)))
 
 
 def analyse(cfg: StabilityConfig, cells: dict[str, dict], starts: dict[str, dict]) -> StabilityStats:
@@ -54,4 +61,7 @@ def analyse(cfg: StabilityConfig, cells: dict[str, dict], starts: dict[str, dict
         finite = np.concatenate([np.asarray(starts[start_name(model, s)]["finite"], float)
                                  for s in range(min(cfg.seeds, START_SEEDS))], axis=1)  # (sizes, starts x directions)
         survival[model] = [(float(np.median(f)), float(f.min()), float(f.max())) for f in finite]
-    return StabilityStats(table, len(failed), sum(_within_bound(c) for c in failed), step_sizes(cfg), survival)
+    return StabilityStats(table, iss_failures=len(failed),
+                          iss_failures_within_bound=sum(_within_bound(c) for c in failed),
+                          iss_failures_at_first_step=sum(_never_finite(c) for c in failed),
+                          step_sizes=step_sizes(cfg), start_survival=survival)
