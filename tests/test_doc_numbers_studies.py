@@ -120,7 +120,7 @@ def _seed_count(*names: str) -> Read:
     return lambda d: same([str(len(d["results"]["memories"][m]["tail_per_seed"])) for m in names])
 
 
-_SEED_COUNTS = {"direct": _seed_count("lof", "lof-softmax", "alf"),
+_SEED_COUNTS = {"direct": _seed_count("lof", "lof-softmax", "alf", "alf-softmax"),
                 "learned": _seed_count("deep-alf-all-random", "s5-12"), "prev": _seed_count("s5-12-prev-action")}
 
 _FIG3_MEANS = {"lofsm": _memory("lof-softmax"), "alf": _memory("alf"), "lof": _memory("lof"),
@@ -134,20 +134,22 @@ BELIEF = [
           "from random to the ceiling at update {alf_half}, LOF at {lof_half}", RINGWORLD,
           _FIG3_MEANS | {"deep_std": _memory("deep-alf-all-random", "tail_std"),
                          "prev": _memory("s5-12-prev-action"), "alf_half": _half("alf"), "lof_half": _half("lof")}),
-    Quote(BELIEF_DOC, "(`--profile paper-core`: LOF, LOF + softmax, ALF × {direct} seeds, Deep ALF and S5-12 × "
+    Quote(BELIEF_DOC, "(`--profile paper-core`: LOF, LOF + softmax, ALF, ALF + softmax × {direct} seeds, Deep ALF and S5-12 × "
           "{learned}, S5-12 fed the previous action × {prev};", RINGWORLD, _SEED_COUNTS),
     Quote(BELIEF_DOC, "For ε = 0.05, K = 100 the optimum is {ceiling}.", RINGWORLD,
           {"ceiling": _reference("ceiling")}),
-    Quote(RESULTS_README, "LOF, LOF + softmax and ALF × {direct} seeds, Deep ALF (all random) and S5-12 × {learned}, "
-          "S5-12 fed the previous action × {prev};", RINGWORLD, _SEED_COUNTS),
+    Quote(RESULTS_README, "LOF, LOF + softmax, ALF and ALF + softmax × {direct} seeds, Deep ALF (all random) and "
+          "S5-12 × {learned}, S5-12 fed the previous action × {prev};", RINGWORLD, _SEED_COUNTS),
     Quote(RESULTS_README, "Return over the last 100 updates: LOF + softmax {lofsm} ± {lofsm_std}, ALF {alf} ± "
-          "{alf_std}, LOF {lof} ± {lof_std}, Deep ALF {deep} ± {deep_std}, S5-12 + previous action {prev} ± "
+          "{alf_std}, ALF + softmax {alfsm} ± {alfsm_std} (halfway to the ceiling at update {alfsm_half}), LOF {lof} ± "
+          "{lof_std}, Deep ALF {deep} ± {deep_std}, S5-12 + previous action {prev} ± "
           "{prev_std}, S5-12 {s5} ± {s5_std}; QMDP on the exact belief {qmdp}, the fully informed optimum {ceiling}, "
           "random actions {floor}.", RINGWORLD,
           _FIG3_MEANS | {"prev": _memory("s5-12-prev-action"), "ceiling": _reference("ceiling"),
-                         "floor": _reference("floor"),
+                         "floor": _reference("floor"), "alfsm": _memory("alf-softmax"),
+                         "alfsm_half": _half("alf-softmax"),
                          **{f"{key}_std": _memory(name, "tail_std") for key, name in
-                            [("lofsm", "lof-softmax"), ("alf", "alf"), ("lof", "lof"),
+                            [("lofsm", "lof-softmax"), ("alf", "alf"), ("alfsm", "alf-softmax"), ("lof", "lof"),
                              ("deep", "deep-alf-all-random"), ("prev", "s5-12-prev-action"), ("s5", "s5-12")]}}),
     Quote(RESULTS_README, "(update {alf_half} against LOF's {lof_half}; the first update halfway from random to the "
           "ceiling)", RINGWORLD, {"alf_half": _half("alf"), "lof_half": _half("lof")}),

@@ -1,5 +1,6 @@
 """The figures of ``belief.ringworld-returns`` (Fig. 3) and ``belief.deep-alf-inits`` (Figs. 9, 10): episodic return
-against update, mean ± std over seeds, beside the last updates."""
+against update, the mean over seeds with every seed as a thin line, beside the last updates. Seeds, not a ± std band:
+where one seed ends far from the others (Deep ALF's at paper-core), a band would paint over every curve between."""
 
 from __future__ import annotations
 
@@ -16,9 +17,8 @@ def _plot(ax, cfg, analysis: ReturnsStats, memories, tail=False):
         updates = np.arange(1, R.shape[1] + 1)
         if tail:
             updates, R = updates[-cfg.tail:], R[:, -cfg.tail:]
-        mean, std = R.mean(axis=0), R.std(axis=0)
-        (line,) = ax.plot(updates, mean, lw=1.2, label=LABELS[m])
-        ax.fill_between(updates, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+        (line,) = ax.plot(updates, R.mean(axis=0), lw=1.2, label=LABELS[m])
+        ax.plot(updates, R.T, color=line.get_color(), lw=0.5, alpha=0.35)
     if not tail:  # the zoomed panel shows the curves only
         ax.axhline(analysis.ceiling, color="k", ls="--", lw=0.8, label="fully informed optimum")
         ax.axhline(analysis.qmdp, color="0.4", ls=":", lw=1.0, label="QMDP on the exact belief")
@@ -32,6 +32,6 @@ def save_figure(cfg, analysis: ReturnsStats, run, memories, filename, title):
     _plot(axes[1], cfg, analysis, memories, tail=True)
     axes[1].set_title(f"(b) last {min(cfg.tail, analysis.curves[memories[0]].shape[1])} updates", fontsize=9)
     # beside the panels: inside (a) it covered the curves of the first updates
-    handles = [*axes[0].get_legend_handles_labels()[0], plots.key("± 1 std over seeds (shaded)", lw=6, alpha=0.2)]
+    handles = [*axes[0].get_legend_handles_labels()[0], plots.key("one seed (thin lines; bold: mean)", lw=0.5)]
     plots.legend_outside(axes[1], handles=handles, fontsize=7)
     run.save_figure(fig, filename)
