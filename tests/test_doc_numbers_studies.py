@@ -38,6 +38,7 @@ MASK_PAST = "paper-results/ictd.mask-relaxation-paper-query-past/results.json"
 RATE = "paper-results/recall.rate/paper-core/results.json"
 RATE_BAND = "paper-results/recall.rate/paper-core/band.csv"
 RATE_BOTH = "paper-results/recall.rate/paper/results.json"  # both students
+ATTENTION = "paper-results/recall.attention-vs-s6/paper/results.json"
 LEADERBOARD = "paper-results/arena.leaderboard/paper-core/results.json"
 ABLATION = "paper-results/arena.leaderboard/linear-attention-ablation/results.json"
 
@@ -134,8 +135,8 @@ BELIEF = [
           "from random to the ceiling at update {alf_half}, LOF at {lof_half}", RINGWORLD,
           _FIG3_MEANS | {"deep_std": _memory("deep-alf-all-random", "tail_std"),
                          "prev": _memory("s5-12-prev-action"), "alf_half": _half("alf"), "lof_half": _half("lof")}),
-    Quote(BELIEF_DOC, "(`--profile paper-core`: LOF, LOF + softmax, ALF, ALF + softmax × {direct} seeds, Deep ALF and S5-12 × "
-          "{learned}, S5-12 fed the previous action × {prev};", RINGWORLD, _SEED_COUNTS),
+    Quote(BELIEF_DOC, "(`--profile paper-core`: LOF, LOF + softmax, ALF, ALF + softmax × {direct} seeds, Deep ALF "
+          "and S5-12 × {learned}, S5-12 fed the previous action × {prev};", RINGWORLD, _SEED_COUNTS),
     Quote(BELIEF_DOC, "For ε = 0.05, K = 100 the optimum is {ceiling}.", RINGWORLD,
           {"ceiling": _reference("ceiling")}),
     Quote(RESULTS_README, "LOF, LOF + softmax, ALF and ALF + softmax × {direct} seeds, Deep ALF (all random) and "
@@ -327,6 +328,13 @@ RECALL = [
            "l075": _lowest_ratio(0.75), "l1": _lowest_ratio(1.0)}),
     Quote(RESULTS_README, "T = 5000, {alphas} α × {ns} n × {seeds} seeds each)", RATE_BOTH,
           {key: (lambda d, key=key: _grid(d)[key]) for key in ("alphas", "ns", "seeds")}),
+    Quote(RESULTS_README, "at n = 64 its MSE is {att} against {lit} (literal S6) and {res} (residual S6)", ATTENTION,
+          {"att": _mse_at(1.0, -1, "attention"), "lit": _mse_at(1.0, -1), "res": _mse_at(1.0, -1, RESIDUAL)}),
+    Quote(RESULTS_README, "(lowest ratio: attention {att}, residual {res}, literal {lit})", ATTENTION,
+          {"att": _lowest_ratio(1.0, student="attention"), "res": _lowest_ratio(1.0, student=RESIDUAL),
+           "lit": _lowest_ratio(1.0)}),
+    Quote(RESULTS_README, "n = 4 … {n}, {seeds} seeds; both S6 students", ATTENTION,
+          {"n": lambda d: str(max(r["n"] for r in d["results"]["records"])), "seeds": lambda d: _grid(d)["seeds"]}),
 ]
 
 
