@@ -6,7 +6,7 @@ belief (RingWorld returns), ictd (Algorithm 1 pretraining, mask relaxation), rec
 (leaderboard, linear-attention ablation) runs under paper-results/, as README.md, docs/studies/, docs/experiments.md
 and paper-results/README.md quote them; seed and cell counts are read from the per-seed results and the cell store.
 Numbers that come from the papers, from the profiles' settings alone (steps, updates, widths) or from timings are not
-checked, and nothing is read from the ``claims`` list (only the numeric results).
+checked; from the ``claims`` list only how many of a run's claims hold (the folder table's counts).
 """
 
 from __future__ import annotations
@@ -39,11 +39,20 @@ RATE = "paper-results/recall.rate/paper-core/results.json"
 RATE_BAND = "paper-results/recall.rate/paper-core/band.csv"
 RATE_BOTH = "paper-results/recall.rate/paper/results.json"  # both students
 ATTENTION = "paper-results/recall.attention-vs-s6/paper/results.json"
+STABILITY = "paper-results/pissm.stability/paper/results.json"
+TRAJECTORY = "paper-results/belief.ringworld-trajectory/paper/results.json"
 LEADERBOARD = "paper-results/arena.leaderboard/paper-core/results.json"
 ABLATION = "paper-results/arena.leaderboard/linear-attention-ablation/results.json"
 
 Read = Callable[[Any], str]
 RESIDUAL = "mamba-1-residual"
+
+
+def _holding(d: Any) -> str:
+    """'holding / all' of a run's claims, as the folder table writes it."""
+    return f"{sum(c['status'] == 'holds' for c in d['claims'])} / {len(d['claims'])}"
+
+
 
 
 # ---- formatting ----------------------------------------------------------------------------------------------------
@@ -493,7 +502,12 @@ ARENA = [
           _ABLATION_CELLS),
 ]
 
-QUOTES = BELIEF + ICTD + RECALL + ARENA
+# the folder table's claim counts of the runs added last
+HOLDING = [Quote(RESULTS_README, "{n} (" + name + ")", path, {"n": _holding})
+           for name, path in (("rate", RATE_BOTH), ("attention-vs-s6", ATTENTION), ("trajectory", TRAJECTORY),
+                              ("stability; 3 differ, explained", STABILITY))]
+
+QUOTES = BELIEF + ICTD + RECALL + ARENA + HOLDING
 
 
 @pytest.mark.parametrize("quote", QUOTES, ids=[f"{q.doc}:{q.text[:40]}" for q in QUOTES])
