@@ -25,7 +25,7 @@ from memlab.executors import Executor
 from memlab.runner import CellsFailed, TimeLimitReached, run_experiment
 from memlab.worker import Outcome
 
-__all__ = ["NOT_STORED", "NothingComputed", "lost_cells", "resolved_digests", "stored_origins"]
+__all__ = ["NOT_STORED", "NothingComputed", "lost_cells", "resolved_digests", "runs_to_resolve", "stored_origins"]
 
 NOT_STORED = "not in the cell store (memlab.resolve: nothing is computed)"
 NO_WAIT_S = 1e-3  # the time limit of a run that only looks its cells up
@@ -66,22 +66,33 @@ def resolved_digests(experiment: str, profile: str, store: str | Path, overrides
         return {p.read_text(encoding="utf-8").strip() for p in (Path(out) / "run" / "cells").glob("*.digest")}
 
 
-def lost_cells(store: str | Path, skip: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
-    """The records of ``store`` (path -> origin) that no run finds today. Runs: every stored origin and every run
-    folder ``<experiment>/<profile>/results.json`` beside the store (with and without the ``--set`` overrides its
-    results.json records), except those in ``skip``, whose own records are then not checked either."""
+def runs_to_resolve(store: str | Path, skip: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str, tuple]]:
+    """(experiment, profile, overrides) of every run that asks for cells of ``store``: every stored origin and every
+    run folder ``<experiment>/<profile>/results.json`` beside the store, without overrides and, for a folder
+    regenerated with ``--set`` (a restricted profile), with the overrides its results.json records; not those in
+    ``skip``, nor an experiment or profile that no longer exists (it finds nothing: its cells are listed lost)."""
     store, skip = Path(store), set(skip)
     runs = set(stored_origins(store)) | {(p.parent.parent.name, p.parent.name)
                                          for p in store.parent.glob("*/*/results.json")}
-    found: set[str] = set()
+    listed = []
     for experiment, profile in sorted(runs - skip):
         if experiment not in catalog.EXPERIMENTS or profile not in catalog.EXPERIMENTS[experiment].profiles:
-            continue  # an experiment or profile that no longer exists finds nothing: its cells are listed lost
-        found |= resolved_digests(experiment, profile, store)
+            continue
+        listed.append((experiment, profile, ()))
         document = store.parent / experiment / profile / "results.json"
         overrides = json.loads(document.read_text(encoding="utf-8"))["overrides"] if document.exists() else []
-        if overrides:  # a folder regenerated with --set (a restricted profile) asks for its own cells
-            found |= resolved_digests(experiment, profile, store, overrides)
+        if overrides:
+            listed.append((experiment, profile, tuple(overrides)))
+    return listed
+
+
+def lost_cells(store: str | Path, skip: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
+    """The records of ``store`` (path -> origin) that no run of :func:`runs_to_resolve` finds today; the records first
+    computed by a run in ``skip`` are not checked."""
+    store, skip = Path(store), set(skip)
+    found: set[str] = set()
+    for experiment, profile, overrides in runs_to_resolve(store, skip):
+        found |= resolved_digests(experiment, profile, store, overrides)
     lost = {}
     for path in sorted(store.glob("*/*.json")):
         entry = json.loads(path.read_text(encoding="utf-8"))
