@@ -192,3 +192,47 @@ def test_summary_templates_are_package_data():
     pyproject = tomllib.loads((SRC.parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
     patterns = pyproject["tool"]["setuptools"]["package-data"]["memlab"]
     assert not {f for f in files if not any(fnmatch.fnmatch(f, p) for p in patterns)}
+
+
+def _cell_functions() -> list:
+    """Every cell function of the package (``store.cell``): module-level functions with a ``cell_name``."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        module = importlib.import_module(".".join(("memlab", *path.relative_to(SRC).with_suffix("").parts))
+                                         .removesuffix(".__init__"))
+        found += [f for f in vars(module).values() if callable(f) and getattr(f, "cell_name", None)
+                  and getattr(f, "__module__", None) == module.__name__]
+    return found
+
+
+def _config_class_names() -> set[str]:
+    from memlab import catalog
+
+    return {type(config).__name__ for e in catalog.EXPERIMENTS.values() for config in e.profiles.values()}
+
+
+def _whole_config_parameters(cells: list, configs: set[str]) -> list[str]:
+    """'module.function(parameter)' of every cell parameter annotated with an experiment's config class."""
+    import inspect
+
+    return [f"{f.__module__}.{f.__name__}({name})" for f in cells
+            for name, p in inspect.signature(f).parameters.items()
+            if getattr(p.annotation, "__name__", p.annotation) in configs]
+
+
+def test_cells_take_the_values_they_read_not_an_experiments_whole_config():
+    """A cell is stored by its arguments' values: one given the whole experiment config would be recomputed (and
+    its stored result orphaned) whenever a value it never reads changes, e.g. the number of cells of the sweep."""
+    cells, configs = _cell_functions(), _config_class_names()
+    assert len(cells) > 30 and len(configs) > 20
+    assert _whole_config_parameters(cells, configs) == []
+
+
+def test_a_cell_given_a_whole_config_is_found():
+    from memlab.store import cell
+
+    @cell("test.whole-config")
+    def whole(cfg: "VerifyConfig", kind: str) -> dict:  # noqa: F821 -- the annotation as a string, as modules have
+        return {}
+
+    assert _whole_config_parameters([whole], {"VerifyConfig"}) == [f"{__name__}.whole(cfg)"]

@@ -13,8 +13,13 @@ share.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
+
+import numpy as np
 
 from memlab.belief.alf import DELTA_SCHEDULES
+from memlab.belief.examples import example_filters, two_state_example
+from memlab.belief.montecarlo import error_curves
 from memlab.checks import check_choices, check_int, check_real
 
 PAPER = "linear-recurrent-memory-pomdp"
@@ -37,3 +42,25 @@ class ExampleConfig:
         check_real("emission", self.emission, 0.5, 1.0, open_low=True, open_high=True)
         check_real("lam", self.lam, 0.0, open_low=True)
         check_choices("schedules", self.schedules, DELTA_SCHEDULES)
+
+
+class ExampleRuns(NamedTuple):
+    """What a cell of either experiment reads: ``num_runs`` trajectories of ``num_steps`` steps of eq. (47) with
+    emission probability ``emission``, filtered by the LOF and the ALFs of ``schedules`` (lambda ``lam``)."""
+
+    num_runs: int
+    num_steps: int
+    emission: float
+    lam: float
+    schedules: tuple[str, ...]
+
+    @classmethod
+    def of(cls, cfg: ExampleConfig) -> ExampleRuns:
+        return cls(cfg.num_runs, cfg.num_steps, cfg.emission, cfg.lam, cfg.schedules)
+
+
+def example_p_curves(runs: ExampleRuns, eps: float, key) -> tuple[list[str], np.ndarray]:
+    """The filters' names and p_k, k = 1..K (eq. (19)), (K, F): the LOF, then every ALF, at ``eps``."""
+    hmm, D = two_state_example(eps, runs.emission, flip=True)
+    names, filters = example_filters(hmm, D, eps, runs.schedules, runs.lam)
+    return names, error_curves(hmm, filters, key, runs.num_runs, runs.num_steps).p

@@ -10,10 +10,9 @@ import numpy as np
 
 from memlab import plots
 from memlab.belief.alf import delta_is_valid
-from memlab.belief.examples import SWAP, example_filters, two_state_example
-from memlab.belief.experiments.error import PAPER, ExampleConfig
+from memlab.belief.examples import SWAP
+from memlab.belief.experiments.error import PAPER, ExampleConfig, ExampleRuns, example_p_curves
 from memlab.belief.metrics import trend
-from memlab.belief.montecarlo import error_curves
 from memlab.belief.theory import xi
 from memlab.checks import check_int, check_real
 from memlab.files import summary_text
@@ -43,11 +42,10 @@ EPSILON_SUMMARY = summary_text(__package__, "error_epsilon")
 
 
 @cell("belief.p-final")
-def _p_final_cell(cfg: ExampleConfig, eps: float, key) -> dict:
-    """p_K (eq. (19), K = cfg.num_steps) of the LOF and every ALF at one eps, from cfg.num_runs trajectories."""
-    hmm, D = two_state_example(eps, cfg.emission, flip=True)
-    names, filters = example_filters(hmm, D, eps, cfg.schedules, cfg.lam)
-    return {"names": names, "p": error_curves(hmm, filters, key, cfg.num_runs, cfg.num_steps).p[-1]}
+def _p_final_cell(runs: ExampleRuns, eps: float, key) -> dict:
+    """p_K (eq. (19), K = runs.num_steps) of the LOF and every ALF at one eps, from runs.num_runs trajectories."""
+    names, p = example_p_curves(runs, eps, key)
+    return {"names": names, "p": p[-1]}
 
 
 def _inv_eps_grid(cfg: ErrorVsEpsilonConfig) -> np.ndarray:
@@ -57,7 +55,8 @@ def _inv_eps_grid(cfg: ErrorVsEpsilonConfig) -> np.ndarray:
 def run_error_vs_epsilon(cfg: ErrorVsEpsilonConfig, run) -> dict:
     """Sweep 1/eps -> p_1000 per filter -> p_final.csv, figure, claims, summary."""
     inv_eps = _inv_eps_grid(cfg)
-    cells = run.sweep({f"inv_eps={ie:.3f}": partial(_p_final_cell, cfg, 1.0 / ie, run.key_for("trajectories", i))
+    runs = ExampleRuns.of(cfg)
+    cells = run.sweep({f"inv_eps={ie:.3f}": partial(_p_final_cell, runs, 1.0 / ie, run.key_for("trajectories", i))
                        for i, ie in enumerate(inv_eps)}, f"p_{cfg.num_steps} vs 1/eps")
     stats = analyse_epsilon(cfg, list(cells.values()))
     p, se, names = stats.p, stats.stderr, stats.filters

@@ -10,9 +10,7 @@ import numpy as np
 
 from memlab import plots
 from memlab.belief.alf import delta_is_valid
-from memlab.belief.examples import example_filters, two_state_example
-from memlab.belief.experiments.error import PAPER, ExampleConfig
-from memlab.belief.montecarlo import error_curves
+from memlab.belief.experiments.error import PAPER, ExampleConfig, ExampleRuns, example_p_curves
 from memlab.checks import check_real
 from memlab.files import summary_text
 from memlab.runner import Experiment
@@ -32,16 +30,15 @@ TIME_SUMMARY = summary_text(__package__, "error_time")
 
 
 @cell("belief.p-curves")
-def _p_curves_cell(cfg: ErrorVsTimeConfig, key) -> dict:
-    """p_k, k = 1..K (eq. (19)), of the LOF and every ALF at cfg.eps: "p" (K, F)."""
-    hmm, D = two_state_example(cfg.eps, cfg.emission, flip=True)
-    names, filters = example_filters(hmm, D, cfg.eps, cfg.schedules, cfg.lam)
-    return {"names": names, "p": error_curves(hmm, filters, key, cfg.num_runs, cfg.num_steps).p}
+def _p_curves_cell(runs: ExampleRuns, eps: float, key) -> dict:
+    """p_k, k = 1..K (eq. (19)), of the LOF and every ALF at ``eps``: "p" (K, F)."""
+    names, p = example_p_curves(runs, eps, key)
+    return {"names": names, "p": p}
 
 
 def run_error_vs_time(cfg: ErrorVsTimeConfig, run) -> dict:
     """One cell of error curves -> p_k.csv, figure, claims, summary."""
-    cells = run.sweep({"curves": partial(_p_curves_cell, cfg, run.key_for("trajectories"))},
+    cells = run.sweep({"curves": partial(_p_curves_cell, ExampleRuns.of(cfg), cfg.eps, run.key_for("trajectories"))},
                       f"p_k, k = 1..{cfg.num_steps}")
     stats = analyse_time(cfg, cells["curves"])
     run.save_csv("p_k.csv", ["k"] + stats.filters, [(k, *row) for k, row in zip(stats.k, stats.p)])

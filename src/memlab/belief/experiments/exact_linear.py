@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -68,6 +69,22 @@ class ExactLinearConfig:
 SUMMARY = summary_text(__package__, "exact_linear")
 
 
+class RandomModels(NamedTuple):
+    """What a cell reads: ``num_models`` random systems, each filtered on ``num_sequences`` sequences of
+    ``num_steps`` observations of ``num_obs`` symbols; ``zero_frac`` of E's and pi0's entries zero where zeros are
+    asked for."""
+
+    num_models: int
+    num_sequences: int
+    num_steps: int
+    num_obs: int
+    zero_frac: float
+
+    @classmethod
+    def of(cls, cfg: ExactLinearConfig) -> RandomModels:
+        return cls(cfg.num_models, cfg.num_sequences, cfg.num_steps, cfg.num_obs, cfg.zero_frac)
+
+
 @jax.jit
 def _filter_batch(filt, ys, actions=None):
     """An exact linear filter on a batch of sequences ys (B, K) (and actions (B, K) for Corollary 4.5)."""
@@ -85,20 +102,20 @@ def _lof_batch(model, ys, actions=None):
 
 
 @cell("belief.theorem-4.4")
-def _theorem44_cell(cfg: ExactLinearConfig, N: int, r: int, chain: int, zeros: bool, key) -> dict:
-    """Theorem 4.4 on cfg.num_models random systems (N states, r transient, a chain of ``chain``)."""
+def _theorem44_cell(models: RandomModels, N: int, r: int, chain: int, zeros: bool, key) -> dict:
+    """Theorem 4.4 on ``models.num_models`` random systems (N states, r transient, a chain of ``chain``)."""
     key_models, key_obs = jax.random.split(key)
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key_models)).ravel())  # T, E, pi0, w0
-    frac = cfg.zero_frac if zeros else 0.0
+    frac = models.zero_frac if zeros else 0.0
     stats, ells = [], []
-    for m in range(cfg.num_models):
+    for m in range(models.num_models):
         T, _ = random_deterministic(rng, N, r, chain)
-        E = random_columns(rng, cfg.num_obs, N, frac)
+        E = random_columns(rng, models.num_obs, N, frac)
         pi0 = random_columns(rng, N, 1, frac)[:, 0]
         w0 = rng.normal(scale=3.0, size=N)
         hmm = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
         filt = make_exact_linear_filter(T, E, pi0, w0)
-        ys = sample(hmm, jax.random.fold_in(key_obs, m), cfg.num_steps, batch=cfg.num_sequences).observations
+        ys = sample(hmm, jax.random.fold_in(key_obs, m), models.num_steps, batch=models.num_sequences).observations
         out = _filter_batch(filt, ys)
         stats.append(logit_agreement(np.asarray(out.w), np.asarray(_lof_batch(hmm, ys)), np.asarray(out.inexact)))
         ells.append(filt.ell)
@@ -107,21 +124,21 @@ def _theorem44_cell(cfg: ExactLinearConfig, N: int, r: int, chain: int, zeros: b
 
 
 @cell("belief.corollary-4.5")
-def _corollary45_cell(cfg: ExactLinearConfig, N: int, A: int, key) -> dict:
-    """Corollary 4.5 on cfg.num_models random controlled systems (N states, A permutations), random actions."""
+def _corollary45_cell(models: RandomModels, N: int, A: int, key) -> dict:
+    """Corollary 4.5 on ``models.num_models`` random controlled systems (N states, A permutations), random actions."""
     key_models, key_obs = jax.random.split(key)
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key_models)).ravel())  # T(a), E, pi0, w0
     stats = []
-    for m in range(cfg.num_models):
+    for m in range(models.num_models):
         T = np.stack([random_permutation(rng, N) for _ in range(A)])
-        E = random_columns(rng, cfg.num_obs, N, cfg.zero_frac)
-        pi0 = random_columns(rng, N, 1, cfg.zero_frac)[:, 0]
+        E = random_columns(rng, models.num_obs, N, models.zero_frac)
+        pi0 = random_columns(rng, N, 1, models.zero_frac)[:, 0]
         w0 = rng.normal(scale=3.0, size=N)
         model = ControlledHMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
         filt = make_exact_linear_filter_controlled(T, E, pi0, w0)
         key_actions, key_ys = jax.random.split(jax.random.fold_in(key_obs, m))
-        actions = jax.random.randint(key_actions, (cfg.num_sequences, cfg.num_steps), 0, A)
-        ys = sample(model, key_ys, cfg.num_steps, batch=cfg.num_sequences, actions=actions).observations
+        actions = jax.random.randint(key_actions, (models.num_sequences, models.num_steps), 0, A)
+        ys = sample(model, key_ys, models.num_steps, batch=models.num_sequences, actions=actions).observations
         out = _filter_batch(filt, ys, actions)
         stats.append(logit_agreement(np.asarray(out.w), np.asarray(_lof_batch(model, ys, actions)),
                                      np.asarray(out.inexact)))
@@ -129,10 +146,11 @@ def _corollary45_cell(cfg: ExactLinearConfig, N: int, A: int, key) -> dict:
 
 
 def sweep_cells(cfg: ExactLinearConfig, run) -> dict:
-    cells = {f"thm44_N{N}_r{r}_chain{c}_{z}": partial(_theorem44_cell, cfg, N, r, c, z == "zeros",
+    models = RandomModels.of(cfg)
+    cells = {f"thm44_N{N}_r{r}_chain{c}_{z}": partial(_theorem44_cell, models, N, r, c, z == "zeros",
                                                       run.key_for("thm44", z, N, r, c))
              for z in ("positive", "zeros") for N, r, c in cfg.systems}
-    return cells | {f"cor45_N{N}_A{A}": partial(_corollary45_cell, cfg, N, A, run.key_for("cor45", N, A))
+    return cells | {f"cor45_N{N}_A{A}": partial(_corollary45_cell, models, N, A, run.key_for("cor45", N, A))
                     for N, A in cfg.controlled}
 
 

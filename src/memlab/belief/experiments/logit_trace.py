@@ -53,13 +53,14 @@ SUMMARY = summary_text(__package__, "logit_trace")
 
 
 @cell("belief.logit-traces")
-def _traces_cell(cfg: LogitTraceConfig, key) -> dict:
-    """LOF and ALF logits on cfg.num_runs trajectories of eq. (54): the first trajectory's states and logit
-    differences (K,), and per filter the decoding error, the roughness and the mean lag after a switch."""
-    hmm, D = two_state_example(cfg.eps, cfg.emission, flip=False)  # eq. (54): D = I
+def _traces_cell(eps: float, emission: float, deltas: tuple[float, ...], num_steps: int, num_runs: int,
+                 key) -> dict:
+    """LOF and ALF (one per delta) logits on ``num_runs`` trajectories of eq. (54): the first trajectory's states
+    and logit differences (K,), and per filter the decoding error, the roughness and the mean lag after a switch."""
+    hmm, D = two_state_example(eps, emission, flip=False)  # eq. (54): D = I
     w0 = np.zeros(2, np.float32)
-    alfs = [ALF.time_invariant(D, np.asarray(hmm.E), np.float32(d), w0=w0) for d in cfg.deltas]
-    traj = sample(hmm, key, cfg.num_steps, batch=cfg.num_runs)
+    alfs = [ALF.time_invariant(D, np.asarray(hmm.E), np.float32(d), w0=w0) for d in deltas]
+    traj = sample(hmm, key, num_steps, batch=num_runs)
     ws = [jax.vmap(lambda y: lof(hmm, y, w0=w0))(traj.observations)]
     ws += [jax.vmap(lambda y, a=a: alf_filter(a, y))(traj.observations) for a in alfs]
     x = np.asarray(traj.states[:, 1:])  # (B, K): x_1..x_K
@@ -75,7 +76,8 @@ def _traces_cell(cfg: LogitTraceConfig, key) -> dict:
 
 def run_logit_trace(cfg: LogitTraceConfig, run) -> dict:
     """One cell of traces -> trace.csv, figure, claims, summary."""
-    cells = run.sweep({"traces": partial(_traces_cell, cfg, run.key_for("trajectories"))}, "logit traces")
+    cells = run.sweep({"traces": partial(_traces_cell, cfg.eps, cfg.emission, cfg.deltas, cfg.num_steps, cfg.num_runs,
+                                                 run.key_for("trajectories"))}, "logit traces")
     stats = analyse(cfg, cells["traces"])
     run.save_csv("trace.csv", ["k", "true_state"] + [f"{n}: w(x2)-w(x1)" for n in stats.filters],
                  [(k, x + 1, *d) for k, x, d in zip(stats.k, stats.states, zip(*stats.diffs))])

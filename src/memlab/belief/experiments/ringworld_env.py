@@ -50,19 +50,19 @@ SUMMARY = summary_text(__package__, "ringworld_env")
 
 
 @cell("belief.ringworld-references")
-def _reference_cell(cfg: RingWorldEnvConfig, key) -> dict:
+def _reference_cell(epsilon: float, episode_length: int, num_episodes: int, key) -> dict:
     """Monte-Carlo returns of the DP-optimal, the QMDP and the random policy, and LOF/ALF decoding accuracy per k."""
-    env = rw.RingWorld(cfg.epsilon, cfg.episode_length)
+    env = rw.RingWorld(epsilon, episode_length)
     params = env.default_params
     table = jnp.asarray(rw.optimal_policy(env, params)[1])
     policies = {"optimal": lambda k, s: table[s.k, s.x], "random": rw.random_policy}
     key_mc, key_qmdp, key_decode = jax.random.split(key, 3)
-    keys = jax.random.split(key_mc, cfg.num_episodes)
+    keys = jax.random.split(key_mc, num_episodes)
     returns = {name: np.asarray(jax.jit(jax.vmap(
-        lambda k, p=policy: rw.rollout(env, params, k, cfg.episode_length, p)["info_episode_return"][-1]))(keys))
+        lambda k, p=policy: rw.rollout(env, params, k, episode_length, p)["info_episode_return"][-1]))(keys))
         for name, policy in policies.items()}
-    returns["qmdp"] = np.asarray(rw.qmdp_returns(env, params, key_qmdp, cfg.num_episodes))
-    traj = sample(params.hmm, key_decode, cfg.episode_length, batch=cfg.num_episodes,
+    returns["qmdp"] = np.asarray(rw.qmdp_returns(env, params, key_qmdp, num_episodes))
+    traj = sample(params.hmm, key_decode, episode_length, batch=num_episodes,
                   policy=_uniform_action)
     alf = ALF.time_varying(np.asarray(params.P), params.E, ALF_DELTA)
     logits = {"LOF": jax.vmap(lambda y, a: lof(params.hmm, y, actions=a))(traj.observations, traj.actions),
@@ -78,7 +78,8 @@ def _uniform_action(key, y, k):
 
 
 def run_ringworld_env(cfg: RingWorldEnvConfig, run) -> dict:
-    cells = run.sweep({"references": partial(_reference_cell, cfg, run.key_for("references"))}, "references")
+    cells = run.sweep({"references": partial(_reference_cell, cfg.epsilon, cfg.episode_length, cfg.num_episodes,
+                                               run.key_for("references"))}, "references")
     stats = analyse(cfg, cells["references"])
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)

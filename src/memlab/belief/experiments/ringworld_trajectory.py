@@ -53,12 +53,12 @@ SUMMARY = summary_text(__package__, "ringworld_trajectory")
 
 
 @cell("belief.trajectory-play")
-def _play_cell(cfg: TrajectoryConfig, agent_bytes: bytes, key) -> dict:
-    """Episodes of the trained agent with the LOF's logits on the same stream beside the ALF's."""
-    env = rw.RingWorld(episode_length=cfg.episode_length)
+def _play_cell(ppo: PPOConfig, episode_length: int, num_episodes: int, agent_bytes: bytes, key) -> dict:
+    """``num_episodes`` episodes of the trained ALF agent with the LOF's logits on the same stream beside its own."""
+    env = rw.RingWorld(episode_length=episode_length)
     params = env.default_params
-    agent = load_agent(cfg.ppo, "alf", agent_bytes, episode_length=cfg.episode_length)
-    out = play(agent, env, params, key, cfg.num_episodes)
+    agent = load_agent(ppo, "alf", agent_bytes, episode_length=episode_length)
+    out = play(agent, env, params, key, num_episodes)
     lof = LogitFilterMemory.lof(params.hmm)
     _, lof_w = jax.vmap(lambda o, a, s: lof.sequence(lof.init_state(), o, a, s))(
         out["obs"], out["prev_action"], out["start"])
@@ -74,7 +74,8 @@ def run_ringworld_trajectory(cfg: TrajectoryConfig, run) -> dict:
                     episode_length=cfg.episode_length)
     trained = run.sweep({"train": train},
                         "train the ALF agent")["train"]
-    played = run.sweep({"play": partial(_play_cell, cfg, trained["agent"], run.key_for("play"))}, "play")["play"]
+    played = run.sweep({"play": partial(_play_cell, cfg.ppo, cfg.episode_length, cfg.num_episodes, trained["agent"],
+                                       run.key_for("play"))}, "play")["play"]
     stats = analyse(cfg, trained["metrics"], played)
     _figure(stats, run)
     _claims(stats, run)

@@ -20,7 +20,7 @@ import numpy as np
 from memlab import plots
 from memlab.files import summary_text
 from memlab.ictd.experiments.depth_analysis import DepthStats, analyse, covered_quantile
-from memlab.ictd.experiments.depth_cells import DepthConfig, context_cell, crosscheck_cell, tasks_cell
+from memlab.ictd.experiments.depth_cells import DepthConfig, DepthTasks, context_cell, crosscheck_cell, tasks_cell
 from memlab.runner import Experiment, Run
 
 PAPER = "softmax-transformers-in-context-td"
@@ -38,10 +38,12 @@ SUMMARY = summary_text(__package__, "depth")
 def run_depth(cfg: DepthConfig, run: Run) -> dict:
     """Sweep -> numbers -> files."""
     tasks_key = run.key_for("tasks")  # the tasks with m states: stream ("tasks", m)
-    cells = {"tasks": partial(tasks_cell, cfg, tasks_key),
-             "crosscheck": partial(crosscheck_cell, cfg, tasks_key, run.key_for("crosscheck")),
-             **{f"n={n}": partial(context_cell, cfg, n, tasks_key, run.key_for("contexts", n))  # ("contexts", n, m)
-                for n in cfg.context_lengths}}
+    tasks, iteration = DepthTasks.of(cfg), (cfg.num_layers, cfg.max_resamples, max(cfg.context_lengths))
+    cells = {"tasks": partial(tasks_cell, tasks, tasks_key),
+             "crosscheck": partial(crosscheck_cell, tasks, tasks_key, run.key_for("crosscheck"),
+                                   cfg.context_lengths[0], *iteration),
+             **{f"n={n}": partial(context_cell, tasks, n, tasks_key, run.key_for("contexts", n), *iteration)
+                for n in cfg.context_lengths}}  # context keys: stream ("contexts", n, m)
     with jax.enable_x64(True):
         cells = run.sweep(cells, "Theorem 2: operator iteration per context length")
     stats = analyse(cfg, cells)

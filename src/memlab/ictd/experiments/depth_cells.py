@@ -5,6 +5,7 @@ Theorem 2 numbers at one context length n."""
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 
@@ -13,7 +14,7 @@ from memlab.ictd import depth
 from memlab.ictd.random_tasks import random_task_batch
 from memlab.store import cell
 
-__all__ = ["DepthConfig", "context_cell", "crosscheck_cell", "make_tasks", "tasks_cell"]
+__all__ = ["DepthConfig", "DepthTasks", "context_cell", "crosscheck_cell", "make_tasks", "tasks_cell"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,28 +53,45 @@ class DepthConfig:
 # ---------------------------------------------------------------- cells (each draws its tasks from tasks_key)
 
 
-def make_tasks(cfg: DepthConfig, key) -> dict:
-    """``tasks_per_m`` tasks for every m in ``state_counts``: {m: batched Task}, keys fold_in(key, m)."""
-    return {m: random_task_batch(jax.random.fold_in(key, m), cfg.tasks_per_m, m, cfg.d, cfg.gamma, cfg.num_actions,
-                                 cfg.feature_scale) for m in cfg.state_counts}
+class DepthTasks(NamedTuple):
+    """What the cells' tasks are drawn as (``make_tasks``): ``tasks_per_m`` ``random_task`` tasks for every m in
+    ``state_counts``."""
+
+    state_counts: tuple[int, ...]
+    tasks_per_m: int
+    d: int
+    gamma: float
+    num_actions: int
+    feature_scale: float
+
+    @classmethod
+    def of(cls, cfg: DepthConfig) -> DepthTasks:
+        return cls(cfg.state_counts, cfg.tasks_per_m, cfg.d, cfg.gamma, cfg.num_actions, cfg.feature_scale)
+
+
+def make_tasks(tasks: DepthTasks, key) -> dict:
+    """{m: batched Task} for every m in ``tasks.state_counts``, keys fold_in(key, m)."""
+    return {m: random_task_batch(jax.random.fold_in(key, m), tasks.tasks_per_m, m, tasks.d, tasks.gamma,
+                                 tasks.num_actions, tasks.feature_scale) for m in tasks.state_counts}
 
 
 @cell("ictd.depth-tasks")
-def tasks_cell(cfg: DepthConfig, tasks_key) -> dict:
-    margin, err0 = depth.margins_and_err0(make_tasks(cfg, tasks_key))
+def tasks_cell(tasks: DepthTasks, tasks_key) -> dict:
+    margin, err0 = depth.margins_and_err0(make_tasks(tasks, tasks_key))
     return {"margin": margin, "err0": err0}
 
 
 @cell("ictd.depth-crosscheck")
-def crosscheck_cell(cfg: DepthConfig, tasks_key, key) -> dict:
-    """Theorem 1 + eq. (24)-(26) on the first task (smallest m) with a covering context at the shortest n."""
-    tasks = make_tasks(cfg, tasks_key)[cfg.state_counts[0]]
-    return depth.covering_crosscheck(tasks, key, cfg.context_lengths[0], cfg.num_layers, cfg.max_resamples,
-                                     max(cfg.context_lengths))
+def crosscheck_cell(tasks: DepthTasks, tasks_key, key, n: int, num_layers: int, max_resamples: int,
+                    longest: int) -> dict:
+    """Theorem 1 + eq. (24)-(26) on the first task (smallest m) with a covering context at n (the shortest);
+    ``longest``: the longest context of the sweep (``depth.covering_crosscheck``)."""
+    first = make_tasks(tasks, tasks_key)[tasks.state_counts[0]]
+    return depth.covering_crosscheck(first, key, n, num_layers, max_resamples, longest)
 
 
 @cell("ictd.depth-context")
-def context_cell(cfg: DepthConfig, n: int, tasks_key, key) -> dict:
+def context_cell(tasks: DepthTasks, n: int, tasks_key, key, num_layers: int, max_resamples: int,
+                 longest: int) -> dict:
     """Theorem 2 numbers of every task at context length n (``depth.theorem2_at``)."""
-    return depth.theorem2_at(make_tasks(cfg, tasks_key), key, n, cfg.num_layers, cfg.max_resamples,
-                             max(cfg.context_lengths))
+    return depth.theorem2_at(make_tasks(tasks, tasks_key), key, n, num_layers, max_resamples, longest)

@@ -42,7 +42,8 @@ SECTION = summary_text(__package__, "msve_section")
 def run_msve_vs_context(cfg: MsveConfig, run: Run) -> dict:
     """Tasks (driver) -> sweep over (gamma, t) -> numbers -> files."""
     tasks = make_tasks(cfg, run.key_for("tasks"), run.key_for("trajectories"))  # m states: stream ("tasks", m)
-    cells = run.sweep({f"gamma={gamma:g},t={t}": partial(msve_cell, cfg, tasks, g, t)
+    layers = (cfg.num_layers, cfg.depth_limit_layers)
+    cells = run.sweep({f"gamma={gamma:g},t={t}": partial(msve_cell, tasks, g, gamma, t, *layers)
                        for g, gamma in enumerate(cfg.gammas) for t in cfg.contexts()}, "MSVE vs context length")
     stats = analyse(cfg, TaskNumbers.of(tasks), cells)
     _figures(cfg, stats, run)

@@ -57,6 +57,6 @@ def make_tasks(cfg: MsveConfig, tasks_key, trajectories_key) -> TaskSet:
 
 
 @cell("ictd.msve")
-def msve_cell(cfg: MsveConfig, tasks: TaskSet, g: int, t: int) -> dict:
-    """MSVE of every method for every task at discount cfg.gammas[g] and context length t."""
-    return context_msve(tasks, g, cfg.gammas[g], t, cfg.num_layers, cfg.depth_limit_layers)
+def msve_cell(tasks: TaskSet, g: int, gamma: float, t: int, num_layers: int, depth_limit_layers: int) -> dict:
+    """MSVE of every method for every task at discount ``gamma`` (the task set's g-th) and context length t."""
+    return context_msve(tasks, g, gamma, t, num_layers, depth_limit_layers)

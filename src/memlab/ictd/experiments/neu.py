@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -92,13 +93,23 @@ class NEUConfig:
         return tuple(sorted({*range(1, min(L, 12) + 1), *range(12, L + 1, 4), L})) if L > 0 else ()
 
 
+class TaskShape(NamedTuple):
+    """What a NEU cell's tasks are drawn as (``sample_tasks``): m states, d features, scale c, num_actions."""
+
+    m: int
+    d: int
+    feature_scale: float
+    num_actions: int
+
+
 @cell("ictd.neu")
-def neu_cell(cfg: NEUConfig, u, B, key, gamma: float, n: int, drawn: int, used: int, num_layers: int,
-             depths=None) -> dict:
-    """``estimator_statistics`` at (u, B) on the first ``used`` of ``drawn`` tasks from ``key`` (common numbers)."""
-    tasks, keys = sample_tasks(key, drawn, cfg.m, cfg.d, gamma, cfg.feature_scale, cfg.num_actions)
-    tasks = jax.tree_util.tree_map(lambda a: a[:used], tasks)
-    return estimator_statistics(u, B, tasks, keys[:used], num_layers, n, cfg.batch_size, depths)
+def neu_cell(u, B, key, gamma: float, n: int, drawn: int, used: int, num_layers: int, tasks: TaskShape,
+             batch_size: int, depths=None) -> dict:
+    """``estimator_statistics`` at (u, B) on the first ``used`` of ``drawn`` tasks of shape ``tasks`` from ``key``
+    (common numbers)."""
+    sampled, keys = sample_tasks(key, drawn, tasks.m, tasks.d, gamma, tasks.feature_scale, tasks.num_actions)
+    sampled = jax.tree_util.tree_map(lambda a: a[:used], sampled)
+    return estimator_statistics(u, B, sampled, keys[:used], num_layers, n, batch_size, depths)
 
 
 def run_neu(cfg: NEUConfig, run: Run) -> dict:
@@ -106,14 +117,15 @@ def run_neu(cfg: NEUConfig, run: Run) -> dict:
     points = comparison_points(cfg.d, run.key_for("points"), cfg.perturbation)
     drawn, L, n_max = max(cfg.num_samples, cfg.num_samples_compare), cfg.num_layers, cfg.contexts[-1]
     tasks_key = {n: run.key_for("tasks", n) for n in cfg.contexts}  # the same tasks for every point at n
-    cells = {f"theta-star_n={n}": partial(neu_cell, cfg, *points["theta-star"], tasks_key[n], cfg.gamma, n, drawn,
-                                          cfg.num_samples, L) for n in cfg.contexts}
-    cells |= {f"{p}_n={n_max}": partial(neu_cell, cfg, *points[p], tasks_key[n_max], cfg.gamma, n_max, drawn,
-                                        cfg.num_samples_compare, L) for p in POINT_LABELS if p != "theta-star"}
+    shape = dict(tasks=TaskShape(cfg.m, cfg.d, cfg.feature_scale, cfg.num_actions), batch_size=cfg.batch_size)
+    cells = {f"theta-star_n={n}": partial(neu_cell, *points["theta-star"], tasks_key[n], cfg.gamma, n, drawn,
+                                          cfg.num_samples, L, **shape) for n in cfg.contexts}
+    cells |= {f"{p}_n={n_max}": partial(neu_cell, *points[p], tasks_key[n_max], cfg.gamma, n_max, drawn,
+                                        cfg.num_samples_compare, L, **shape) for p in POINT_LABELS if p != "theta-star"}
     if cfg.slow_layers > 0:
         cells[SLOW_CELL.format(cfg)] = partial(
-            neu_cell, cfg, *points["theta-star"], run.key_for("slow-tasks"), cfg.slow_gamma, cfg.slow_context,
-            cfg.slow_samples, cfg.slow_samples, cfg.slow_layers, cfg.slow_depths)
+            neu_cell, *points["theta-star"], run.key_for("slow-tasks"), cfg.slow_gamma, cfg.slow_context,
+            cfg.slow_samples, cfg.slow_samples, cfg.slow_layers, **shape, depths=cfg.slow_depths)
     stats = analyse(cfg, run.sweep(cells, "NEU cells"))
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)

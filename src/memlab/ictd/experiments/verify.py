@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -70,11 +71,31 @@ class VerifyConfig:
         check_choices("kinds", self.kinds, KERNELS)
 
 
+class Trials(NamedTuple):
+    """What every kernel's cell computes on: ``num_trials`` prompts of n transitions of a ``num_states`` Boyan chain
+    (d features, scaled by ``feature_scale``), ``num_layers`` layers at step size alpha and discount gamma."""
+
+    d: int
+    n: int
+    num_layers: int
+    gamma: float
+    alpha: float
+    num_trials: int
+    num_states: int
+    feature_scale: float
+
+    @classmethod
+    def of(cls, cfg: VerifyConfig) -> Trials:
+        return cls(cfg.d, cfg.n, cfg.num_layers, cfg.gamma, cfg.alpha, cfg.num_trials, cfg.num_states,
+                   cfg.feature_scale)
+
+
 @cell("ictd.verify")
-def verify_cell(cfg: VerifyConfig, kind: str, key) -> dict:
+def verify_cell(trials: Trials, kind: str, key) -> dict:
     """Every trial of one kernel (float64 when the sweep enables it): discrepancies per trial and layer."""
-    X, R = trial_prompts(jax.random.split(key, cfg.num_trials), cfg.num_states, cfg.d, cfg.gamma, cfg.n)
-    out = verify_trials(X, R, cfg.gamma, cfg.num_layers, kind, cfg.alpha, cfg.feature_scale)
+    X, R = trial_prompts(jax.random.split(key, trials.num_trials), trials.num_states, trials.d, trials.gamma,
+                         trials.n)
+    out = verify_trials(X, R, trials.gamma, trials.num_layers, kind, trials.alpha, trials.feature_scale)
     if out["abs_tsm"].dtype != jnp.float64:
         raise RuntimeError(f"ictd.verify needs float64, got {out['abs_tsm'].dtype}")
     return {k: np.asarray(v) for k, v in out.items()}
@@ -130,7 +151,7 @@ class VerifyStats:
 
 def run_verify(cfg: VerifyConfig, run: Run) -> dict:
     """Sweep -> numbers -> files: one float64 cell per kernel on the same trial prompts."""
-    cells = {f"kernel={kind}": partial(verify_cell, cfg, kind, run.key_for("prompts")) for kind in cfg.kinds}
+    cells = {f"kernel={kind}": partial(verify_cell, Trials.of(cfg), kind, run.key_for("prompts")) for kind in cfg.kinds}
     with jax.enable_x64(True):
         cells = run.sweep(cells, "Theorem 1 / Lemma 1 per kernel (float64)")
     stats = analyse(cfg, cells)

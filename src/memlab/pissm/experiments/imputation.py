@@ -63,21 +63,22 @@ class ImputationConfig:
 
 
 @cell("pissm.imputation-train")
-def imputation_train_cell(cfg: ImputationConfig, name: str, data: Dataset, key) -> dict:
-    """One cell: train ``name`` on sequences with ``cfg.train_missing`` removed; its record and the model as bytes."""
-    train_cfg = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, stability=default_stability(name))
-    return fit_as_bytes(name, "pong", data, train_cfg, key, missing=cfg.train_missing, input_noise=cfg.input_noise)
+def imputation_train_cell(name: str, data: Dataset, train: TrainConfig, train_missing: float, input_noise: float,
+                          key) -> dict:
+    """One cell: train ``name`` on sequences with a fraction ``train_missing`` removed; its record and the model as
+    bytes."""
+    return fit_as_bytes(name, "pong", data, train, key, missing=train_missing, input_noise=input_noise)
 
 
 @cell("pissm.imputation-score")
-def imputation_score_cell(cfg: ImputationConfig, name: str, data: Dataset, blob: bytes, mask, key, b: int,
+def imputation_score_cell(name: str, data: Dataset, blob: bytes, mask, num_samples: int, key, b: int,
                           figure_key) -> dict:
     """One cell: the mean scores of the trained ``name`` on the masked test split (``runs.evaluate``), and its
     sample-mean filtered position (T, 2) along test sequence ``b`` (the figure's)."""
     model, test = model_from_bytes(blob, name, "pong", data), data.test
-    scores = score_test_split(model, data, key, cfg.num_samples, mask)
+    scores = score_test_split(model, data, key, num_samples, mask)
     y_in = jnp.where(mask[b:b + 1, :, None], test.y[b:b + 1], jnp.nan)
-    p = predict_jit(model, y_in, mask[b:b + 1], figure_key, cfg.num_samples)
+    p = predict_jit(model, y_in, mask[b:b + 1], figure_key, num_samples)
     return {**scores, "path": jnp.mean(p.filtered_obs[:, 0], axis=0)}
 
 
@@ -85,12 +86,16 @@ def run_imputation(cfg: ImputationConfig, run: Run) -> dict:
     """Pong and the test mask (driver) -> training sweep -> scoring sweep -> table, figure, claim."""
     data = load_dataset("pong", LAYOUTS[cfg.layout]["pong"], key=run.key_for("data", "pong"))
     mask = metrics.imputation_mask(run.key_for("test-mask"), *data.test.y.shape[:2], cfg.fraction)
-    trained = run.sweep({f"train-{name}": partial(imputation_train_cell, cfg, name, data, run.key_for("train"))
+    def train(name: str) -> TrainConfig:
+        return TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, stability=default_stability(name))
+
+    trained = run.sweep({f"train-{name}": partial(imputation_train_cell, name, data, train(name), cfg.train_missing,
+                                                  cfg.input_noise, run.key_for("train"))
                          for name in cfg.models}, "pissm.imputation training")
     b = _figure_sequence(data.test)
-    scored = run.sweep({f"score-{name}": partial(imputation_score_cell, cfg, name, data,
-                                                 trained[f"train-{name}"]["model"], mask, run.key_for("evaluate"), b,
-                                                 run.key_for("figure"))
+    scored = run.sweep({f"score-{name}": partial(imputation_score_cell, name, data,
+                                                 trained[f"train-{name}"]["model"], mask, cfg.num_samples,
+                                                 run.key_for("evaluate"), b, run.key_for("figure"))
                         for name in cfg.models}, "pissm.imputation scoring")
     stats = analyse(cfg, scored)
     shown = {name: stats.paths[name] for name in SHOWN if name in stats.paths}

@@ -115,11 +115,11 @@ class ModesConfig:
 
 
 @cell("pissm.modes-train")
-def modes_train_cell(cfg: ModesConfig, data: Dataset, estimator: str, key) -> dict:
-    """One cell: train ``cfg.model`` on Pong by ``estimator`` (every estimator from the same key: the same
-    initial model); its training record and the model as bytes."""
-    config = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size)
-    return fit_as_bytes(cfg.model, cfg.dataset, data, config, key, estimator=estimator, input_noise=cfg.input_noise)
+def modes_train_cell(model: str, dataset: str, data: Dataset, estimator: str, train: TrainConfig,
+                     input_noise: float, key) -> dict:
+    """One cell: train ``model`` on the Pong data set ``dataset`` by ``estimator`` (every estimator from the same
+    key: the same initial model); its training record and the model as bytes."""
+    return fit_as_bytes(model, dataset, data, train, key, estimator=estimator, input_noise=input_noise)
 
 
 @cell("pissm.modes-rules")
@@ -129,17 +129,18 @@ def modes_rules_cell(data: Dataset, key) -> dict:
 
 
 @cell("pissm.modes-evaluate")
-def modes_evaluate_cell(cfg: ModesConfig, data: Dataset, estimator: str, blob: bytes, key, pf_key) -> dict:
+def modes_evaluate_cell(model_name: str, dataset: str, data: Dataset, estimator: str, blob: bytes, particles: int,
+                        key, pf_key) -> dict:
     """One cell: one sampled path per test sequence of the model trained by ``estimator`` -> ``mode_statistics``
     and the test log-likelihood; for the test sequence with the most bounces (``b``) the arrays of Fig. 9: the
     sampled modes, the predictive moments, the eigenvalues of the sampled A_z and the particle filter's predictive
-    moments."""
-    model = model_from_bytes(blob, cfg.model, cfg.dataset, data, estimator)
+    moments (``particles`` particles)."""
+    model = model_from_bytes(blob, model_name, dataset, data, estimator)
     test = data.test
     preds = predict_jit(model, test.y, full_mask(test), key, 1)
     A, modes = np.asarray(model.A), np.asarray(preds.modes[0])
     b = most_bounces(test)
-    pf = pong_particle_filter(pf_key, test.y[b], None, PONG_NOISE[cfg.dataset], cfg.particles)
+    pf = pong_particle_filter(pf_key, test.y[b], None, PONG_NOISE[dataset], particles)
     return {**mode_statistics(A, modes, test),
             "test_ll": float(jnp.mean(metrics.predictive_log_likelihood(preds.log_likelihoods, full_mask(test)))),
             "b": b, "modes": modes[b], "obs_means": preds.obs_means[0, b], "obs_covs": preds.obs_covs[0, b],
@@ -165,7 +166,9 @@ def run_pong_modes(cfg: ModesConfig, run: Run) -> dict:
 
 
 def _train_cells(cfg: ModesConfig, data: Dataset, run: Run) -> dict:
-    cells = {f"train-{e}": partial(modes_train_cell, cfg, data, e, run.key_for("train")) for e in cfg.estimators}
+    train = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size)
+    cells = {f"train-{e}": partial(modes_train_cell, cfg.model, cfg.dataset, data, e, train, cfg.input_noise,
+                                   run.key_for("train")) for e in cfg.estimators}
     if cfg.oracle_epochs:
         cells |= {f"oracle-{e}": partial(oracle_selection, data, cfg.oracle_epochs, cfg.batch_size,
                                          run.key_for("oracle"), e) for e in cfg.estimators}
@@ -173,8 +176,9 @@ def _train_cells(cfg: ModesConfig, data: Dataset, run: Run) -> dict:
 
 
 def _evaluation_cells(cfg: ModesConfig, data: Dataset, trained: dict, run: Run) -> dict:
-    cells = {e: partial(modes_evaluate_cell, cfg, data, e, trained[f"train-{e}"]["model"], run.key_for("evaluate"),
-                        run.key_for("particle-filter")) for e in cfg.estimators}
+    cells = {e: partial(modes_evaluate_cell, cfg.model, cfg.dataset, data, e, trained[f"train-{e}"]["model"],
+                        cfg.particles, run.key_for("evaluate"), run.key_for("particle-filter"))
+             for e in cfg.estimators}
     if cfg.oracle_epochs:
         cells["rules"] = partial(modes_rules_cell, data, run.key_for("rules"))
     return cells

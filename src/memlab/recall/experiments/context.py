@@ -61,7 +61,8 @@ def run_context_limit(cfg: ContextLimitConfig, run: Run) -> dict:
     """Train (sweep 1) -> evaluate (sweep 2) -> convergence, contraction -> figure, claims, CSVs, summary.md."""
     task = RecallTask(alpha=cfg.alpha, context_length=cfg.train_context_length)
     keys = run.key_for("validation"), run.key_for("training-pool"), run.key_for("init", cfg.num_train)
-    trained = run.sweep({"train": partial(_train_cell, cfg, task, *keys)}, "train the student")["train"]
+    train = partial(_train_cell, task, cfg.student, cfg.num_train, cfg.num_val, cfg.epochs, *keys)
+    trained = run.sweep({"train": train}, "train the student")["train"]
     atomic_write_bytes(run.out_dir / "student.eqx", trained["model"])
     model = deserialise(trained["model"], cfg.student, task.tag_array.shape[1])
     pairs = sample(run.key_for("test-pairs"), cfg.num_pairs, task)
@@ -78,11 +79,13 @@ def run_context_limit(cfg: ContextLimitConfig, run: Run) -> dict:
 
 
 @cell("recall.context-train")
-def _train_cell(cfg: ContextLimitConfig, task: RecallTask, val_key, pool_key, init_key) -> dict:
-    """Train one student on ``num_train`` contexts; its record and its serialised leaves (``runs.serialise``)."""
-    val_set = sample(val_key, cfg.num_val, task)
-    record, models = train_cell(task, cfg.num_train, cfg.student, TrainConfig(epochs=cfg.epochs), val_set, 1,
-                                pool_key, init_key)
+def _train_cell(task: RecallTask, student: str, num_train: int, num_val: int, epochs: int, val_key, pool_key,
+                init_key) -> dict:
+    """Train one ``student`` on ``num_train`` contexts (``num_val`` to validate on); its record and its serialised
+    leaves (``runs.serialise``)."""
+    val_set = sample(val_key, num_val, task)
+    record, models = train_cell(task, num_train, student, TrainConfig(epochs=epochs), val_set, 1, pool_key,
+                                init_key)
     return {"record": record, "model": serialise(first_seed(models))}
 
 
