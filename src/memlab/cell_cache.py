@@ -213,8 +213,10 @@ class CellCache:
             else:
                 self.reused_from[name] = entry["origin"]
             text = json.dumps(entry["record"])
-            if not (path.exists() and self._made_for(name) == digest):  # a copy for this digest stays untouched
+            if not (path.exists() and self._made_for(name) == digest):
                 self._write_copy(name, text, digest)
+            else:  # a copy for this digest stays untouched, unless it is damaged: then the store's replaces it
+                self._repair_copy(name, text, digest)
             return read_cell(text)
         if not path.exists():
             return None
@@ -234,6 +236,15 @@ class CellCache:
             self.stored[name] = digest
         self.resumed += 1
         return record
+
+    def _repair_copy(self, name: str, text: str, digest: str) -> None:
+        """Rewrite the run folder's copy of a stored cell from the store if it is no valid record (edited, damaged)."""
+        path = self._cell_path(name)
+        try:
+            read_cell(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            print(f"memlab: {DamagedRecord(path, str(e))}; repaired from the cell store", file=sys.stderr)
+            self._write_copy(name, text, digest)
 
     def _stored(self, compute: Callable, digest: str | None) -> dict | None:
         """The store's entry of a cell, or None (no digest, not stored, or a damaged file, which is then replaced:
