@@ -85,3 +85,14 @@ def test_citation_cff_holds_the_keys_cff_1_2_0_requires():
     titles = {ref["title"] for ref in cff["references"] if {"type", "title", "authors"} <= set(ref)}
     entries = bibtex_entries((ROOT / "README.md").read_text(encoding="utf-8"))
     assert titles == {entries[key]["title"] for key, _ in STUDY_PAPERS.values()}
+
+
+def test_experiment_pages_name_the_papers_as_the_bibtex_does():
+    pytest.importorskip("mkdocs", reason='the docs extra: pip install -e ".[docs]"')
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("experiment_pages", ROOT / "docs" / "hooks" / "experiment_pages.py")
+    pages = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pages)
+    entries = bibtex_entries((ROOT / "docs" / "cite.md").read_text(encoding="utf-8"))
+    assert pages.paper_titles() == {study: entries[key]["title"] for study, (key, _) in STUDY_PAPERS.items()}

@@ -12,6 +12,7 @@ claims hold; every page is in the navigation, under Experiments, by study.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -28,6 +29,18 @@ RESULTS = ROOT / "paper-results"
 QUICK_RUNS = ROOT / "docs" / "quick-runs"  # tools/docs_quick_runs.py
 STUDIES = ("belief", "ictd", "pissm", "recall", "arena")
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+_REFERENCE = re.compile(r"^- \*\*\[(\w+)\]\(studies/\w+\.md\)\*\*: [^*]*\*([^*]+?)\.\*", re.M)
+
+
+@functools.cache
+def paper_titles() -> dict[str, str]:
+    """study -> the full title of its paper, as the Cite page's reference list gives it ("- **[belief](...)**:
+    authors. *Title.* ..."), so each experiment page names its paper as the study page and the BibTeX do."""
+    text = (ROOT / "docs" / "cite.md").read_text(encoding="utf-8")
+    titles = {study: " ".join(title.split()) for study, title in _REFERENCE.findall(text)}
+    if set(titles) != set(STUDIES) - {"arena"}:
+        raise ValueError(f"docs/cite.md names the papers of {sorted(titles)}, not of every paper study")
+    return titles
 
 
 def _runs() -> dict[str, list[tuple[Path, dict]]]:
@@ -134,8 +147,11 @@ def _run_section(name: str, folder: Path, doc: dict, files: Files, config) -> li
 def _page(name: str, runs: list[tuple[Path, dict]], unfinished: list[tuple[Path, str]], files: Files, config) -> str:
     exp = EXPERIMENTS[name]
     study = name.split(".")[0]
-    parts = [f"# {name}", "", f"**The paper:** {exp.paper_ref} of `{exp.paper}` ([{study} study](../studies/"
-             f"{study}.md)): {exp.description}.", ""]
+    titles = paper_titles()
+    paper = (f"{exp.paper_ref} of *{titles[study]}*" if study in titles
+             else "none alone: the arena stands above the four")
+    parts = [f"# {name}", "", f"**The paper:** {paper} ([{study} study](../studies/{study}.md), "
+             f"[how to cite it](../cite.md)): {exp.description}.", ""]
     quick = None if runs else _quick_run(name)
     if quick:
         runs = [quick]
