@@ -24,6 +24,7 @@ from memlab import __version__, catalog, compile_cache
 from memlab.claims import status_counts, status_of
 from memlab.devices import check_device_count, cores_for_run, use_host_devices
 from memlab.executors import EXECUTORS, make_executor
+from memlab.paper_claims import PACKAGED
 from memlab.plugins import add_plugins
 from memlab.report import build_report, duration, megabytes
 from memlab.runner import (
@@ -37,6 +38,12 @@ from memlab.runner import (
 from memlab.store import StoreError
 
 PAPER_RESULTS = "paper-results"  # where the committed paper-scale runs live (the repository's own)
+
+
+def paper_scale_source(given: str = PAPER_RESULTS) -> Path:
+    """Where the report reads paper-scale verdicts: the folder given, or, where the default folder is absent (memlab
+    installed from a wheel, run outside a clone), the claims of the committed runs that memlab ships."""
+    return PACKAGED if given == PAPER_RESULTS and not Path(given).is_dir() else Path(given)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -237,7 +244,7 @@ def cmd_reproduce(args) -> int:
               "the same command resumes", flush=True)
     failed = [r.name for r in runs if r.returncode not in (0, None)]
     try:
-        path, timing = build_report(out, Path(PAPER_RESULTS))
+        path, timing = build_report(out, paper_scale_source())
     except ValueError as e:
         return _error(str(e))
     seconds = time.perf_counter() - start
@@ -263,7 +270,7 @@ def _profiles_of(names: list[str]) -> str:
 
 def cmd_report(args) -> int:
     try:
-        path, timing = build_report(Path(args.dir), Path(args.paper_results))
+        path, timing = build_report(Path(args.dir), paper_scale_source(args.paper_results))
     except (ValueError, OSError) as e:
         return _error(str(e))
     print(path)
@@ -329,7 +336,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="the folder of experiment folders, as memlab reproduce --out writes it (default out)")
     p.add_argument("--paper-results", default=PAPER_RESULTS, metavar="DIR",
                    help="show beside each claim the verdict of the paper-scale runs under DIR "
-                        f"(default {PAPER_RESULTS}, where it exists)")
+                        f"(default {PAPER_RESULTS}; where it is absent, the claims of the paper-scale runs "
+                        "memlab ships)")
     p.set_defaults(func=cmd_report)
     return parser
 
