@@ -18,7 +18,6 @@ import contextlib
 import math
 import multiprocessing
 import os
-import signal
 import socket
 import urllib.parse
 import warnings
@@ -26,7 +25,16 @@ from collections.abc import Iterator
 
 from memlab.checks import check_int
 from memlab.devices import default_devices
-from memlab.worker import Cells, Outcome, Settings, compute_cell, compute_pickled, named_cells, pickled
+from memlab.worker import (
+    Cells,
+    Outcome,
+    Settings,
+    compute_cell,
+    compute_pickled,
+    named_cells,
+    pickled,
+    start_pool_worker,
+)
 
 __all__ = ["EXECUTORS", "Executor", "LocalExecutor", "ProcessExecutor", "RayExecutor", "make_executor"]
 
@@ -40,7 +48,8 @@ class Executor:
     ``cells`` (a mapping, or an iterable of (name, cell) pairs) is read one cell at a time as a worker comes free
     (the Ray executor reads it at once and leaves the scheduling to the cluster).
 
-    A generator from ``run`` that is closed early (Ctrl-C in the driver) stops the cells still running.
+    A generator from ``run`` that is closed early (Ctrl-C in the driver) stops the cells still running. Between
+    the cells' Outcomes it may yield their progress lines (``Outcome.progress``; ``memlab.progress``).
     """
 
     name = "executor"
@@ -68,13 +77,12 @@ class LocalExecutor(Executor):
     name = "local"
 
     def run(self, cells, settings):
-        for name, cell in named_cells(cells):
-            text, error = compute_cell(cell, settings)
+        for name, cell in named_cells(cells):  # progress lines go straight to the driver's display
+            text, error = compute_cell(cell, settings, name)
             yield Outcome(name, text, error)
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it stops the pool
+PROGRESS_POLL_S = 0.5  # how often a driver waiting for its workers shows the progress lines they sent
 
 
 class ProcessExecutor(Executor):
@@ -89,15 +97,23 @@ class ProcessExecutor(Executor):
     def __init__(self, workers: int | None = None):
         self.workers = check_int("workers", (os.cpu_count() or 1) if workers is None else workers)
         self._pool: futures.ProcessPoolExecutor | None = None
+        self._lines = None  # the queue the workers send their cells' progress lines through
 
     def devices_per_cell(self) -> int:
         return default_devices(self.workers)  # the workers share this machine's cores
 
     def _ensure_pool(self) -> futures.ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = futures.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                                     initializer=_ignore_sigint)
+            context = multiprocessing.get_context("spawn")
+            self._lines = context.SimpleQueue()
+            self._pool = futures.ProcessPoolExecutor(self.workers, mp_context=context, initializer=start_pool_worker,
+                                                     initargs=(self._lines.put,))
         return self._pool
+
+    def _sent_lines(self) -> Iterator[Outcome]:
+        """The progress lines the workers have sent so far."""
+        while self._lines is not None and not self._lines.empty():
+            yield Outcome("", progress=self._lines.get())
 
     def run(self, cells, settings):
         """Cells go to the workers one at a time as workers come free (``workers`` in flight), so each is pickled
@@ -115,12 +131,15 @@ class ProcessExecutor(Executor):
                         yield Outcome(name, error=why)
                         continue
                     try:
-                        running[pool.submit(compute_pickled, blob, settings)] = name
+                        running[pool.submit(compute_pickled, blob, settings, name)] = name
                     except futures.process.BrokenProcessPool as e:  # a worker died before: the pool is gone
                         yield Outcome(name, error=f"the worker process was lost ({e})")
                 if not running:
                     break
-                finished, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+                finished = ()
+                while not finished:
+                    finished, _ = futures.wait(running, timeout=PROGRESS_POLL_S, return_when=futures.FIRST_COMPLETED)
+                    yield from self._sent_lines()
                 for future in finished:
                     name = running.pop(future)
                     done.append(future)
