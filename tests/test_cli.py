@@ -55,6 +55,26 @@ def test_run_default_folder_and_seed_flag(tmp_path, monkeypatch):
     assert config["config"]["seed"] == 5 and config["profile"] == "tiny"
 
 
+def test_a_run_with_set_changes_is_named_by_them_in_its_folder_summary_and_report(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert run("fake.means", "--profile", "tiny", "--set", "n_cells=2", "--set", "size=5") == 0
+    out = tmp_path / "out/fake.means/tiny+n_cells=2+size=5"
+    assert json.loads((out / "results.json").read_text())["overrides"] == ["n_cells=2", "size=5"]
+    summary = (out / "summary.md").read_text().splitlines()
+    assert summary[:3] == ["# Fake experiment", "", "*The tiny profile with --set `n_cells=2`, `size=5`.*"]
+    assert run("fake.means", "--profile", "tiny") == 0  # the profile's own folder stays the profile's
+    assert not (tmp_path / "out/fake.means/tiny/summary.md").read_text().count("--set")
+    assert cli.main(["report", "out"]) == 0
+    report = (tmp_path / "out/report.md").read_text()
+    assert "## fake.means (tiny, --set n_cells=2 size=5) — Fake experiment" in report
+    assert "### Claims of fake.means (tiny, --set n_cells=2 size=5)" in report and "## fake.means (tiny)" in report
+    assert run("fake.means", "--profile", "tiny", "--set", "n_cells=3", "--out", "mine") == 0  # --out as given
+    assert (tmp_path / "mine/results.json").exists()
+    capsys.readouterr()
+    assert run("fake.means", "--profile", "tiny", "--out", "") == 2
+    assert_one_error_line(capsys, "argument --out: an empty folder name")
+
+
 def test_error_paths_print_one_line_and_exit_2(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -104,7 +104,7 @@ def cmd_run(args) -> int:
         compile_cache.use_quick_compiles(args.profile, exp.quick_flags)  # quick profiles (memlab.compile_cache)
     except ValueError as e:
         return _error(_option_names(str(e)))
-    out = Path(args.out) if args.out else default_out_dir(exp, args.profile)
+    out = Path(args.out) if args.out is not None else default_out_dir(exp, args.profile, args.overrides)
     use_compile_cache()
     start = time.perf_counter()
     try:
@@ -179,6 +179,13 @@ def parse_duration(text: str) -> float:
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"duration must be positive, got {text!r}")
     return seconds
+
+
+def folder(text: str) -> str:
+    """A folder named on the command line (argparse type): an empty name would silently mean the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty folder name; name a folder, or leave the option out for the default")
+    return text
 
 
 # ---------------------------------------------------------------- reproduce
@@ -285,8 +292,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--profile", default="quick", help="config profile (quick, paper, ...; default quick)")
     p.add_argument("--seed", type=int, default=None, help="replace the profile's seed")
-    p.add_argument("--out", default=None, help="output folder (default out/<name>/<profile>)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--out", type=folder, default=None,
+                   help="output folder (default out/<name>/<profile>; with --set: out/<name>/<profile>+FIELD=VALUE...)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars and progress lines")
     p.add_argument("--data-dir", default=None, help="folder of external data (experiments that read it, e.g. NCLT)")
     p.add_argument("--executor", choices=EXECUTORS, default=None,
                    help="who computes the cells: this process, a local process pool, or a Ray cluster (default: a "
@@ -306,7 +314,7 @@ def _parser() -> argparse.ArgumentParser:
                         "beside the experiment folders, e.g. out/cells)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
                    help="change a field of the profile's config, e.g. --set layers=gru,lru or --set train.steps=200 "
-                        "(repeatable; give a new --out)")
+                        "(repeatable; the default output folder's name carries the changes)")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE.py|MODULE",
                    help="import your code first (e.g. it registers a layer: memlab.arena.register_layer); repeatable")
     p.add_argument("--time-limit", type=parse_duration, default=None, metavar="DURATION",
@@ -319,13 +327,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="quick", help="config profile of every experiment (default quick)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="experiments at a time, each its own process (default: CPU count)")
-    p.add_argument("--out", default="out", help="output root (default out)")
+    p.add_argument("--out", type=folder, default="out", help="output root (default out)")
     p.add_argument("--time-limit", type=parse_duration, default=None, metavar="DURATION",
                    help="start nothing that would not finish within DURATION (2h30m, 90m, 45s); exits 0 saying "
                         "how many experiments finished; the same command resumes")
     p.set_defaults(func=cmd_reproduce)
     p = sub.add_parser("report", help="gather every summary.md and claim under DIR into DIR/report.md")
-    p.add_argument("dir", nargs="?", default="out", metavar="DIR",
+    p.add_argument("dir", nargs="?", type=folder, default="out", metavar="DIR",
                    help="the folder of experiment folders, as memlab reproduce --out writes it (default out)")
     p.add_argument("--paper-results", default=PAPER_RESULTS, metavar="DIR",
                    help="show beside each claim the verdict of the paper-scale runs under DIR "

@@ -100,6 +100,9 @@ def read_results(path: Path) -> dict | None:
             raise ValueError(f"its claims are not a list of {{{', '.join(_CLAIM_FIELDS)}}}")
         if not isinstance(doc.get("cells", {}), dict) or not isinstance(doc.get("elapsed_s", 0.0), (int, float)):
             raise ValueError("its cells or elapsed_s are not what memlab run writes")
+        if not isinstance(doc.get("overrides", []), list) or not all(isinstance(o, str) for o in doc.get("overrides",
+                                                                                                          [])):
+            raise ValueError("its overrides are not a list of FIELD=VALUE strings")
     except (OSError, ValueError) as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
         print(f"memlab: {path} is not a memlab results file ({e}); the report leaves it out", file=sys.stderr)
         return None
@@ -122,6 +125,12 @@ def paper_scale_verdicts(paper_root: Path | None, root: Path) -> dict[str, dict[
     return verdicts
 
 
+def run_name(doc: dict) -> str:
+    """'experiment (profile)', or 'experiment (profile, --set a=1 b=2)' for a run with --set changes."""
+    changed = f", --set {' '.join(doc['overrides'])}" if doc.get("overrides") else ""
+    return f"{doc['experiment']} ({doc['profile']}{changed})"
+
+
 def _section_heading(summary: str, doc: dict | None, folder: str) -> tuple[str, str]:
     """The experiment's report heading and its summary without the summary's own title (shown once, not twice)."""
     if doc is None:  # no results to name it: the folder, and the summary as it is
@@ -131,7 +140,7 @@ def _section_heading(summary: str, doc: dict | None, folder: str) -> tuple[str, 
     body = "\n".join(lines[1:]) if title else summary
     name = doc["experiment"]
     rest = title[len(name):].strip(" —-:") if title.startswith(name) else title
-    heading = f"{name} ({doc['profile']})" + (f" — {rest}" if rest else "")
+    heading = run_name(doc) + (f" — {rest}" if rest else "")
     if doc["paper_ref"] in heading:
         return heading, body.strip()
     return heading, f"*Paper: {doc['paper_ref']}.*\n\n{body.strip()}"
@@ -162,7 +171,8 @@ def _timing_table(documents: Iterable[dict]) -> str:
     rows = []
     for doc in documents:
         cells = doc.get("cells", {})
-        rows.append((doc["experiment"], doc["profile"], duration(float(doc.get("elapsed_s", 0.0))),
+        rows.append((doc["experiment"], "+".join([doc["profile"], *doc.get("overrides", [])]),
+                     duration(float(doc.get("elapsed_s", 0.0))),
                      cells.get("computed", "?"), cells.get("resumed", "?"), cell_time(cells),
                      doc.get("executor", "local"), megabytes(doc.get("peak_rss_mb"))))
     return markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed",
@@ -179,7 +189,7 @@ def _claims_table(doc: dict, statuses: list[str], decided: list[str], scale: dic
                 or "—",
                 SYMBOLS[verdict]] if scale else []))
             for c, status, verdict in zip(doc["claims"], statuses, decided, strict=True)]
-    return [f"### Claims of {doc['experiment']} ({doc['profile']})", "",
+    return [f"### Claims of {run_name(doc)}", "",
             markdown_table(["id", "claim", "paper", "ours", "status",
                             *(["paper-scale run", "verdict"] if scale else [])], rows), ""]
 
@@ -201,7 +211,7 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
     paper = paper_scale_verdicts(paper_root, root)
     paper = {name: v for name, v in paper.items() if any(d and d["experiment"] == name for d in documents.values())}
     statuses, decided = _verdicts(documents, paper)
-    contents = [(f"{documents[path]['experiment']} ({documents[path]['profile']})", len(verdicts),
+    contents = [(run_name(documents[path]), len(verdicts),
                  *(verdicts.count(s) or "" for s in STATUSES)) for path, verdicts in decided.items()]
     timing = _timing_table(documents[path] for path in decided)
     legend = "; ".join(f"{SYMBOLS[s]}: {LEGEND[s]}" for s in STATUSES)
