@@ -6,6 +6,7 @@ import re
 import pytest
 
 from memlab import cli
+from memlab.report import MARKER
 
 
 @pytest.fixture(autouse=True)
@@ -75,6 +76,23 @@ def test_a_run_with_set_changes_is_named_by_them_in_its_folder_summary_and_repor
     assert_one_error_line(capsys, "argument --out: an empty folder name")
 
 
+def test_report_and_reproduce_never_overwrite_a_report_md_memlab_did_not_write(tmp_path, capsys, monkeypatch):
+    root = tmp_path / "out"
+    assert run("fake.means", "--profile", "tiny", "--out", str(root / "fake.means/tiny")) == 0
+    mine = root / "report.md"
+    mine.write_text("# My notes on these runs\n")
+    capsys.readouterr()
+    assert cli.main(["report", str(root)]) == 2
+    assert_one_error_line(capsys, f"{mine} was not written by memlab report; move it away")
+    monkeypatch.setattr("memlab.reproduce.reproduce", lambda *a, **k: pytest.fail("ran experiments"))
+    assert cli.main(["reproduce", "fake.means", "--profile", "tiny", "--out", str(root)]) == 2  # before any work
+    assert_one_error_line(capsys, f"{mine} was not written by memlab report")
+    assert mine.read_text() == "# My notes on these runs\n"
+    for first in (MARKER, "# memlab report"):  # memlab's own report, with its marker or from before it had one
+        mine.write_text(f"{first}\nan earlier report\n")
+        assert cli.main(["report", str(root)]) == 0 and "an earlier report" not in mine.read_text()
+
+
 def test_error_paths_print_one_line_and_exit_2(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -131,7 +149,7 @@ def test_report_gathers_claims_summaries_and_images(tmp_path, capsys):
     assert [line.split(" | ")[:2] for line in printed[3:]] == [["| fake.means", "tiny"], ["| fake.other", "quick"]]
     report = (root / "report.md").read_text()
 
-    assert report.startswith("# memlab report\n")
+    assert report.startswith(MARKER + "\n# memlab report\n")
     # tiny has 4 cells (< 5): "at least 5 cells" fails at this size; quick has 6
     assert "- The papers' claims: 4 claims: 3 hold, 1 fail at this size (the paper profile decides)." in report
     assert "| fake.means (tiny) | 2 | 1 | 1 |  |  |" in report

@@ -25,7 +25,7 @@ from memlab.claims import status_counts, status_of
 from memlab.devices import check_device_count, cores_for_run, use_host_devices
 from memlab.executors import EXECUTORS, make_executor
 from memlab.plugins import add_plugins
-from memlab.report import build_report, duration, megabytes
+from memlab.report import build_report, check_report_target, duration, megabytes
 from memlab.runner import (
     CellsFailed,
     SetupError,
@@ -209,11 +209,12 @@ def _reproduced(args) -> list[str]:
 def cmd_reproduce(args) -> int:
     from memlab.reproduce import reproduce
 
+    out = Path(args.out)
     try:
         names = _reproduced(args)
+        check_report_target(out)  # before hours of work: the report at the end must not overwrite the user's file
     except ValueError as e:
         return _error(str(e))
-    out = Path(args.out)
     start = time.perf_counter()
 
     def complete(run) -> bool:  # a run that met its time limit exits 0 without writing results.json

@@ -28,7 +28,10 @@ from memlab.claims import (
 )
 from memlab.files import atomic_write_text, compile_share, markdown_table
 
-__all__ = ["build_report", "duration", "megabytes", "paper_scale_verdicts", "rebase_markdown", "read_results"]
+__all__ = ["MARKER", "build_report", "check_report_target", "duration", "megabytes", "paper_scale_verdicts",
+           "rebase_markdown", "read_results"]
+
+MARKER = "<!-- written by memlab report; the next memlab report rewrites this file -->"  # report.md's first line
 
 _LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")  # [text](target "title")
 _ABSOLUTE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|/|#)")  # URL scheme, absolute path or anchor
@@ -194,15 +197,32 @@ def _claims_table(doc: dict, statuses: list[str], decided: list[str], scale: dic
                             *(["paper-scale run", "verdict"] if scale else [])], rows), ""]
 
 
+def check_report_target(root: Path) -> None:
+    """ValueError if ``root/report.md`` exists and memlab did not write it (its first line is not :data:`MARKER`,
+    nor the title reports had before the marker): it is the user's, and a report never overwrites it."""
+    path = root / "report.md"
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            first = f.readline().rstrip("\n")
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    if first not in (MARKER, "# memlab report"):
+        raise ValueError(f"{path} was not written by memlab report; move it away or report into another folder")
+
+
 def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]:
     """Gather every summary.md under ``root`` into ``root/report.md``, one section per experiment: its summary,
     figures and claims, each claim with its run's status, the verdicts of the paper-scale runs of the same
     experiment under ``paper_root`` and the verdict that decides it (module doc).
 
-    Returns the report's path and a Markdown table of the time each experiment's last invocation took.
+    Returns the report's path and a Markdown table of the time each experiment's last invocation took. ValueError
+    (nothing written) if ``root/report.md`` is not one memlab wrote (:func:`check_report_target`).
     """
     if not root.is_dir():
         raise ValueError(f"no such folder {root}; run an experiment first (memlab run NAME)")
+    check_report_target(root)
     summaries = sorted(root.rglob("summary.md"))
     if not summaries:
         raise ValueError(f"no summary.md under {root}; run an experiment first (memlab run NAME)")
@@ -221,7 +241,8 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
              "claim (the `verdict` column and these counts); other paper-scale profiles change the paper's setting "
              "and are shown beside it only; a claim no deciding run has recorded keeps this run's status." if paper
              else "")
-    parts = ["# memlab report", "", *(_counts_line(every) or ["No claims."]), "", f"Statuses: {legend}.{where}", ""]
+    parts = [MARKER, "# memlab report", "", *(_counts_line(every) or ["No claims."]), "",
+             f"Statuses: {legend}.{where}", ""]
     if contents:
         parts += [markdown_table(["experiment", "claims", *(SYMBOLS[s] for s in STATUSES)], contents), ""]
 
