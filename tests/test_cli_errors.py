@@ -260,6 +260,16 @@ def test_data_dir_must_hold_the_nclt_files(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_naming_nclt_without_its_data_is_refused_not_dropped(tmp_path):
+    """--set datasets=pong,nclt without --data-dir: exit 2 naming the files NCLT needs, not a run without NCLT."""
+    done = memlab("run", "pissm.table1", "--profile", "tiny", "--set", "datasets=pong,nclt", "--out",
+                  str(tmp_path / "o"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("memlab: error: invalid config for pissm.table1 (tiny): datasets name nclt") and \
+        "gps.csv and groundtruth_2012-01-22.csv" in done.stderr and "--data-dir" in done.stderr, done.stderr
+    assert not (tmp_path / "o").exists()
+
+
 # ---------------------------------------------------------------- 8. --executor ray --address that does not answer
 
 
