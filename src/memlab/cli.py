@@ -2,8 +2,8 @@
 
 User errors (unknown experiment, bad profile, invalid config, unusable or busy output folder, bad arguments)
 and a full disk print one line ``memlab: error: <message>`` on stderr and exit with code 2; cells that raise are
-reported with their tracebacks and the run exits with 1; Ctrl-C during a run exits with 130. In every case the
-finished cells are kept, so the same command resumes.
+reported with their tracebacks and the run exits with 1; Ctrl-C or SIGTERM exits with 130 and one line. In every
+case the finished cells are kept, so the same command resumes.
 
 ``memlab run`` keeps compiled XLA programs in JAX's persistent cache (``$MEMLAB_JAX_CACHE``, default
 ``~/.cache/memlab/jax``; ``MEMLAB_JAX_CACHE=off`` disables it; see memlab.compile_cache).
@@ -12,11 +12,14 @@ finished cells are kept, so the same command resumes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -37,6 +40,7 @@ from memlab.runner import (
 from memlab.store import StoreError
 
 PAPER_RESULTS = "paper-results"  # where the committed paper-scale runs live (the repository's own)
+INTERRUPTED = "memlab: interrupted; finished cells are kept; rerun the same command to resume"  # Ctrl-C, SIGTERM
 
 
 class _Parser(argparse.ArgumentParser):
@@ -121,8 +125,7 @@ def cmd_run(args) -> int:
         print(f"memlab: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"memlab: interrupted; finished cells are kept in {out}; rerun the same command to resume",
-              file=sys.stderr)
+        print(INTERRUPTED.replace("are kept", f"are kept in {out}"), file=sys.stderr)
         return 130
     except OSError as e:
         if e.errno not in _DISK_FULL:  # any other OSError is a bug to see in full
@@ -237,7 +240,7 @@ def cmd_reproduce(args) -> int:
     try:
         runs = reproduce(names, args.profile, args.jobs, out, on_finish=show, time_limit=args.time_limit)
     except KeyboardInterrupt:
-        print("memlab: interrupted; finished cells are kept; rerun the same command to resume", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         return 130
     unfinished = [r.name for r in runs if r.returncode is None or (r.returncode == 0 and not complete(r))]
     if unfinished:
@@ -344,11 +347,23 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``memlab`` command; ``argv`` None: this process is the command (its arguments in ``sys.argv``)."""
+    for stream in (sys.stdout, sys.stderr):  # a path the terminal's encoding cannot show is escaped, not a traceback
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     try:
-        args = _parser().parse_args(argv)
-    except SystemExit as e:  # --help, or an argument error already printed
-        return e.code if isinstance(e.code, int) else 2
-    return args.func(args)
+        try:
+            args = _parser().parse_args(argv)
+        except SystemExit as e:  # --help, or an argument error already printed
+            return e.code if isinstance(e.code, int) else 2
+        return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM outside a run's own handling (between its last cell and exit)
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+    finally:
+        if argv is None and threading.current_thread() is threading.main_thread():
+            # the command is done: a Ctrl-C now would only interrupt the exit handlers (the process pool's, JAX's)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":
