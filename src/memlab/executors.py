@@ -24,7 +24,8 @@ import warnings
 from collections.abc import Iterator
 
 from memlab.checks import check_int
-from memlab.devices import default_devices
+from memlab.devices import DEVICES_PER_CORE, default_devices
+from memlab.run_folder import SetupError
 from memlab.worker import (
     Cells,
     Outcome,
@@ -230,11 +231,15 @@ class RayExecutor(Executor):
         self.address = address
         self.cpus_per_cell = cpus_per_cell
         self._started = False
+        if address in (None, "local") and not ray.is_initialized() and cpus_per_cell > (os.cpu_count() or 1):
+            raise ValueError(f"cpus_per_cell must be at most this machine's {os.cpu_count() or 1} CPUs (a local Ray "
+                             f"instance has no more), got {cpus_per_cell:g}: no cell could ever start")
         if not ray.is_initialized():
             _check_reachable(address)
 
     def devices_per_cell(self) -> int:
-        return max(1, int(self.cpus_per_cell))  # the CPUs each cell reserves, wherever it runs
+        # the CPUs each cell reserves, wherever it runs, within the devices a process may have (memlab.devices)
+        return min(max(1, int(self.cpus_per_cell)), DEVICES_PER_CORE * (os.cpu_count() or 1))
 
     def _ensure_ray(self):
         import ray
@@ -257,6 +262,7 @@ class RayExecutor(Executor):
                 continue
             if task is None:  # connect only once there is a cell to send (a sweep may take none: another run has them)
                 ray = self._ensure_ray()
+                self._check_feasible(ray)
                 task = ray.remote(num_cpus=self.cpus_per_cell)(compute_pickled)
             submitted[task.remote(blob, settings)] = name
         pending = list(submitted)
@@ -273,6 +279,13 @@ class RayExecutor(Executor):
             for ref in pending:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
+
+    def _check_feasible(self, ray) -> None:
+        """SetupError unless some node of the cluster has ``cpus_per_cell`` CPUs: Ray would wait for one forever."""
+        largest = max((node["Resources"].get("CPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
+        if self.cpus_per_cell > largest:
+            raise SetupError(f"--cpus-per-cell {self.cpus_per_cell:g} is more than any node of the Ray cluster has "
+                             f"(at most {largest:g} CPUs): no cell could ever start")
 
     def close(self):
         if self._started:
