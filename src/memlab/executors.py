@@ -236,6 +236,8 @@ class RayExecutor(Executor):
                              f"instance has no more), got {cpus_per_cell:g}: no cell could ever start")
         if not ray.is_initialized():
             _check_reachable(address)
+        else:  # the cluster is known now: refuse before anything is written
+            self._check_feasible(ray)
 
     def devices_per_cell(self) -> int:
         # the CPUs each cell reserves, wherever it runs, within the devices a process may have (memlab.devices)
