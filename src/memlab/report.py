@@ -29,8 +29,10 @@ from memlab.claims import (
 )
 from memlab.files import atomic_write_text, compile_share, markdown_table
 
-__all__ = ["build_report", "check_results", "duration", "megabytes", "paper_scale_runs", "paper_scale_verdicts",
-           "rebase_markdown", "read_results"]
+__all__ = ["MARKER", "build_report", "check_report_target", "check_results", "duration", "megabytes",
+           "paper_scale_runs", "paper_scale_verdicts", "rebase_markdown", "read_results"]
+
+MARKER = "<!-- written by memlab report; the next memlab report rewrites this file -->"  # report.md's first line
 
 _LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")  # [text](target "title")
 _ABSOLUTE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|/|#)")  # URL scheme, absolute path or anchor
@@ -100,6 +102,8 @@ def check_results(doc) -> dict:
         raise ValueError(f"its claims are not a list of {{{', '.join(_CLAIM_FIELDS)}}}")
     if not isinstance(doc.get("cells", {}), dict) or not isinstance(doc.get("elapsed_s", 0.0), (int, float)):
         raise ValueError("its cells or elapsed_s are not what memlab run writes")
+    if not isinstance(doc.get("overrides", []), list) or not all(isinstance(o, str) for o in doc.get("overrides", [])):
+        raise ValueError("its overrides are not a list of FIELD=VALUE strings")
     return {**doc, "claims": claims}
 
 
@@ -146,6 +150,12 @@ def paper_scale_verdicts(paper_root: Path | None, root: Path) -> dict[str, dict[
     return verdicts
 
 
+def run_name(doc: dict) -> str:
+    """'experiment (profile)', or 'experiment (profile, --set a=1 b=2)' for a run with --set changes."""
+    changed = f", --set {' '.join(doc['overrides'])}" if doc.get("overrides") else ""
+    return f"{doc['experiment']} ({doc['profile']}{changed})"
+
+
 def _section_heading(summary: str, doc: dict | None, folder: str) -> tuple[str, str]:
     """The experiment's report heading and its summary without the summary's own title (shown once, not twice)."""
     if doc is None:  # no results to name it: the folder, and the summary as it is
@@ -155,7 +165,7 @@ def _section_heading(summary: str, doc: dict | None, folder: str) -> tuple[str, 
     body = "\n".join(lines[1:]) if title else summary
     name = doc["experiment"]
     rest = title[len(name):].strip(" —-:") if title.startswith(name) else title
-    heading = f"{name} ({doc['profile']})" + (f" — {rest}" if rest else "")
+    heading = run_name(doc) + (f" — {rest}" if rest else "")
     if doc["paper_ref"] in heading:
         return heading, body.strip()
     return heading, f"*Paper: {doc['paper_ref']}.*\n\n{body.strip()}"
@@ -186,7 +196,8 @@ def _timing_table(documents: Iterable[dict]) -> str:
     rows = []
     for doc in documents:
         cells = doc.get("cells", {})
-        rows.append((doc["experiment"], doc["profile"], duration(float(doc.get("elapsed_s", 0.0))),
+        rows.append((doc["experiment"], "+".join([doc["profile"], *doc.get("overrides", [])]),
+                     duration(float(doc.get("elapsed_s", 0.0))),
                      cells.get("computed", "?"), cells.get("resumed", "?"), cell_time(cells),
                      doc.get("executor", "local"), megabytes(doc.get("peak_rss_mb"))))
     return markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed",
@@ -203,9 +214,24 @@ def _claims_table(doc: dict, statuses: list[str], decided: list[str], scale: dic
                 or "—",
                 SYMBOLS[verdict]] if scale else []))
             for c, status, verdict in zip(doc["claims"], statuses, decided, strict=True)]
-    return [f"### Claims of {doc['experiment']} ({doc['profile']})", "",
+    return [f"### Claims of {run_name(doc)}", "",
             markdown_table(["id", "claim", "paper", "ours", "status",
                             *(["paper-scale run", "verdict"] if scale else [])], rows), ""]
+
+
+def check_report_target(root: Path) -> None:
+    """ValueError if ``root/report.md`` exists and memlab did not write it (its first line is not :data:`MARKER`,
+    nor the title reports had before the marker): it is the user's, and a report never overwrites it."""
+    path = root / "report.md"
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            first = f.readline().rstrip("\n")
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    if first not in (MARKER, "# memlab report"):
+        raise ValueError(f"{path} was not written by memlab report; move it away or report into another folder")
 
 
 def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]:
@@ -213,10 +239,12 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
     figures and claims, each claim with its run's status, the verdicts of the paper-scale runs of the same
     experiment under ``paper_root`` and the verdict that decides it (module doc).
 
-    Returns the report's path and a Markdown table of the time each experiment's last invocation took.
+    Returns the report's path and a Markdown table of the time each experiment's last invocation took. ValueError
+    (nothing written) if ``root/report.md`` is not one memlab wrote (:func:`check_report_target`).
     """
     if not root.is_dir():
         raise ValueError(f"no such folder {root}; run an experiment first (memlab run NAME)")
+    check_report_target(root)
     summaries = sorted(root.rglob("summary.md"))
     if not summaries:
         raise ValueError(f"no summary.md under {root}; run an experiment first (memlab run NAME)")
@@ -225,7 +253,7 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
     paper = paper_scale_verdicts(paper_root, root)
     paper = {name: v for name, v in paper.items() if any(d and d["experiment"] == name for d in documents.values())}
     statuses, decided = _verdicts(documents, paper)
-    contents = [(f"{documents[path]['experiment']} ({documents[path]['profile']})", len(verdicts),
+    contents = [(run_name(documents[path]), len(verdicts),
                  *(verdicts.count(s) or "" for s in STATUSES)) for path, verdicts in decided.items()]
     timing = _timing_table(documents[path] for path in decided)
     legend = "; ".join(f"{SYMBOLS[s]}: {LEGEND[s]}" for s in STATUSES)
@@ -237,7 +265,8 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
              "claim (the `verdict` column and these counts); other paper-scale profiles change the paper's setting "
              "and are shown beside it only; a claim no deciding run has recorded keeps this run's status." if paper
              else "")
-    parts = ["# memlab report", "", *(_counts_line(every) or ["No claims."]), "", f"Statuses: {legend}.{where}", ""]
+    parts = [MARKER, "# memlab report", "", *(_counts_line(every) or ["No claims."]), "",
+             f"Statuses: {legend}.{where}", ""]
     if contents:
         parts += [markdown_table(["experiment", "claims", *(SYMBOLS[s] for s in STATUSES)], contents), ""]
 
