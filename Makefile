@@ -13,7 +13,7 @@ PYTEST_ARGS ?= -n 2
 # experiments run side by side by `make reproduce` (each its own process); default: every core
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install reproduce test test-slow bench lint docs
+.PHONY: install reproduce test test-slow bench lint docs docs-quick-runs paper-claims
 
 install: $(STAMP)
 
@@ -30,6 +30,16 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# the claims of the committed paper-scale runs as package data (src/memlab/paper_claims.json), so `memlab report`
+# from a wheel shows the paper-scale verdicts: rerun after committing a run to paper-results/ (a test fails until then)
+paper-claims: $(STAMP)
+	$(BIN)/python -m memlab.paper_claims paper-results
+
+# the quick runs the docs show for experiments without a paper-scale run (docs/quick-runs/), copied from the out/
+# of `make reproduce`; rerun both after changing such an experiment's quick profile (a test fails until then)
+docs-quick-runs: $(STAMP)
+	$(BIN)/python tools/docs_quick_runs.py out
 
 # the documentation site, built from docs/ and the docstrings into site/ (mkdocs --strict: broken links fail)
 docs: $(STAMP)

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from memlab import cli
+from memlab.report import MARKER
 
 
 @pytest.fixture(autouse=True)
@@ -53,6 +54,43 @@ def test_run_default_folder_and_seed_flag(tmp_path, monkeypatch):
     assert run("fake.means", "--profile", "tiny", "--seed", "5") == 0
     config = json.loads((tmp_path / "out/fake.means/tiny/config.json").read_text())
     assert config["config"]["seed"] == 5 and config["profile"] == "tiny"
+
+
+def test_a_run_with_set_changes_is_named_by_them_in_its_folder_summary_and_report(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert run("fake.means", "--profile", "tiny", "--set", "n_cells=2", "--set", "size=5") == 0
+    out = tmp_path / "out/fake.means/tiny+n_cells=2+size=5"
+    assert json.loads((out / "results.json").read_text())["overrides"] == ["n_cells=2", "size=5"]
+    summary = (out / "summary.md").read_text().splitlines()
+    assert summary[:3] == ["# Fake experiment", "", "*The tiny profile with --set `n_cells=2`, `size=5`.*"]
+    assert run("fake.means", "--profile", "tiny") == 0  # the profile's own folder stays the profile's
+    assert not (tmp_path / "out/fake.means/tiny/summary.md").read_text().count("--set")
+    assert cli.main(["report", "out"]) == 0
+    report = (tmp_path / "out/report.md").read_text()
+    assert "## fake.means (tiny, --set n_cells=2 size=5) — Fake experiment" in report
+    assert "### Claims of fake.means (tiny, --set n_cells=2 size=5)" in report and "## fake.means (tiny)" in report
+    assert run("fake.means", "--profile", "tiny", "--set", "n_cells=3", "--out", "mine") == 0  # --out as given
+    assert (tmp_path / "mine/results.json").exists()
+    capsys.readouterr()
+    assert run("fake.means", "--profile", "tiny", "--out", "") == 2
+    assert_one_error_line(capsys, "argument --out: an empty folder name")
+
+
+def test_report_and_reproduce_never_overwrite_a_report_md_memlab_did_not_write(tmp_path, capsys, monkeypatch):
+    root = tmp_path / "out"
+    assert run("fake.means", "--profile", "tiny", "--out", str(root / "fake.means/tiny")) == 0
+    mine = root / "report.md"
+    mine.write_text("# My notes on these runs\n")
+    capsys.readouterr()
+    assert cli.main(["report", str(root)]) == 2
+    assert_one_error_line(capsys, f"{mine} was not written by memlab report; move it away")
+    monkeypatch.setattr("memlab.reproduce.reproduce", lambda *a, **k: pytest.fail("ran experiments"))
+    assert cli.main(["reproduce", "fake.means", "--profile", "tiny", "--out", str(root)]) == 2  # before any work
+    assert_one_error_line(capsys, f"{mine} was not written by memlab report")
+    assert mine.read_text() == "# My notes on these runs\n"
+    for first in (MARKER, "# memlab report"):  # memlab's own report, with its marker or from before it had one
+        mine.write_text(f"{first}\nan earlier report\n")
+        assert cli.main(["report", str(root)]) == 0 and "an earlier report" not in mine.read_text()
 
 
 def test_error_paths_print_one_line_and_exit_2(tmp_path, capsys):
@@ -111,7 +149,7 @@ def test_report_gathers_claims_summaries_and_images(tmp_path, capsys):
     assert [line.split(" | ")[:2] for line in printed[3:]] == [["| fake.means", "tiny"], ["| fake.other", "quick"]]
     report = (root / "report.md").read_text()
 
-    assert report.startswith("# memlab report\n")
+    assert report.startswith(MARKER + "\n# memlab report\n")
     # tiny has 4 cells (< 5): "at least 5 cells" fails at this size; quick has 6
     assert "- The papers' claims: 4 claims: 3 hold, 1 fail at this size (the paper profile decides)." in report
     assert "| fake.means (tiny) | 2 | 1 | 1 |  |  |" in report

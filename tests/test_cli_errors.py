@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -260,6 +261,16 @@ def test_data_dir_must_hold_the_nclt_files(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_naming_nclt_without_its_data_is_refused_not_dropped(tmp_path):
+    """--set datasets=pong,nclt without --data-dir: exit 2 naming the files NCLT needs, not a run without NCLT."""
+    done = memlab("run", "pissm.table1", "--profile", "tiny", "--set", "datasets=pong,nclt", "--out",
+                  str(tmp_path / "o"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("memlab: error: invalid config for pissm.table1 (tiny): datasets name nclt") and \
+        "gps.csv and groundtruth_2012-01-22.csv" in done.stderr and "--data-dir" in done.stderr, done.stderr
+    assert not (tmp_path / "o").exists()
+
+
 # ---------------------------------------------------------------- 8. --executor ray --address that does not answer
 
 
@@ -330,3 +341,86 @@ def test_a_damaged_config_json_is_one_line_and_kept(tmp_path, capsys, damage):
     assert run("fake.means", "--profile", "tiny", "--out", str(out)) == 2
     one_error_line(capsys, f"{out / 'config.json'} is damaged (", "--out")
     assert snapshot(out) == before
+
+
+# ---------------------------------------------------------------- Ctrl-C, SIGTERM, a terminal that cannot show a path
+
+NAPPING_LAB = '''
+import atexit, dataclasses, os, signal, sys, time
+from functools import partial
+from memlab import catalog, cli
+from memlab.runner import Experiment
+
+@dataclasses.dataclass(frozen=True)
+class NapConfig:
+    seed: int = 0
+    cells: int = 6
+    seconds: float = 1.0
+
+def nap(seconds, i):
+    time.sleep(seconds)
+    return {"i": i}
+
+def run(cfg, run):
+    cells = run.sweep({f"nap-{i}": partial(nap, cfg.seconds, i) for i in range(cfg.cells)}, "naps")
+    run.write_summary("# naps\\n")
+    return {"cells": len(cells)}
+
+def ctrl_c(seconds=0.5):  # what a user's Ctrl-C does, at a moment a test picks
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(seconds)
+
+profiles = {"quick": NapConfig(), "paper": NapConfig(), "fast": NapConfig(cells=1, seconds=0)}
+catalog.EXPERIMENTS["test.naps"] = Experiment("test.naps", "Fig. 0", "none", "cells that nap", profiles, run)
+if os.environ.get("NAP_CTRL_C") == "after-the-run":  # between the last cell and the last line printed
+    for module in (cli, sys.modules["__main__"]):  # the command runs as python -m memlab.cli
+        module.duration = lambda seconds: ctrl_c() or "?"
+elif os.environ.get("NAP_CTRL_C") == "at-exit":  # while the exit handlers run
+    atexit.register(ctrl_c)
+'''
+
+
+def napping(tmp_path, *args, ctrl_c: str = "", env: dict | None = None) -> subprocess.Popen:
+    """``memlab run test.naps ARGS`` in a process of its own (six cells of a second each by default)."""
+    (tmp_path / "napping_lab.py").write_text(NAPPING_LAB)
+    env = {**os.environ, **(env or {}), "NAP_CTRL_C": ctrl_c,
+           "PYTHONPATH": os.pathsep.join([SRC, str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "memlab.cli", "run", "test.naps", "--plugin", "napping_lab",
+                             "--no-progress", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def after_first_cell(process: subprocess.Popen, out: Path) -> None:
+    deadline = time.monotonic() + 120
+    while not list(out.glob("cells/*.json")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, process.communicate()
+
+
+@pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGINT, signal.SIGINT]])
+def test_sigterm_and_a_double_ctrl_c_end_in_the_interrupted_line(tmp_path, signals):
+    out = tmp_path / "o"
+    process = napping(tmp_path, "--out", str(out), "--executor", "processes", "--workers", "2")
+    after_first_cell(process, out)
+    for sent in signals:
+        process.send_signal(sent)
+        time.sleep(0.2)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and "Traceback" not in err, err
+    assert err.splitlines()[-1] == f"memlab: interrupted; finished cells are kept in {out}; rerun the same command " \
+                                   "to resume" and err.count("interrupted") == 1, err
+    assert list(out.glob("cells/*.json"))  # kept
+
+
+def test_ctrl_c_after_the_last_cell_is_one_line(tmp_path):
+    process = napping(tmp_path, "--profile", "fast", "--out", str(tmp_path / "o"), ctrl_c="after-the-run")
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and err == "memlab: interrupted; finished cells are kept; rerun the same " \
+                                                "command to resume\n", err
+    # at exit, after the last line: nothing more (no KeyboardInterrupt from an exit handler); and a folder name the
+    # output's encoding cannot show is escaped, not a UnicodeEncodeError
+    process = napping(tmp_path, "--profile", "fast", "--out", str(tmp_path / "naïve"), ctrl_c="at-exit",
+                      env={"PYTHONIOENCODING": "ascii"})
+    printed, err = process.communicate(timeout=120)
+    assert process.returncode == 0 and err == "", err
+    assert printed.startswith(str(tmp_path / "na\\xefve") + "  (") and (tmp_path / "naïve/results.json").exists()

@@ -183,6 +183,14 @@ def test_ray_cluster_runs_cells_on_both_nodes(fake_lab, ray_cluster, tmp_path):
     assert len(nodes) == 2
 
 
+def test_more_cpus_per_cell_than_any_node_has_is_refused_not_waited_for(fake_lab, ray_cluster, tmp_path):
+    from memlab.executors import RayExecutor
+    from memlab.runner import SetupError
+
+    with pytest.raises(SetupError, match=r"--cpus-per-cell 2 is more than any node of the Ray cluster has"):
+        RayExecutor(cpus_per_cell=2)  # Ray joined already: its two nodes have one CPU each
+
+
 def test_cli_executor_options(exp, tmp_path, capsys, monkeypatch):
     out = tmp_path / "o"
     assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(out), "--no-progress",
@@ -193,6 +201,7 @@ def test_cli_executor_options(exp, tmp_path, capsys, monkeypatch):
              (["--executor", "processes", "--workers", "0"], "--workers must be an int >= 1"),
              (["--address", "auto"], "--address and --cpus-per-cell go with --executor ray"),
              (["--executor", "ray", "--cpus-per-cell", "0"], "--cpus-per-cell must be a positive number"),
+             (["--executor", "ray", "--cpus-per-cell", "1000"], "no cell could ever start"),  # a local or joined Ray
              (["--executor", "threads"], "invalid choice: 'threads'")]
     for args, message in cases:
         assert cli.main(["run", "fake.means", "--out", str(tmp_path / "x"), *args]) == 2

@@ -75,10 +75,15 @@ def test_documentation_site_builds_strictly(tmp_path):
     assert re.search(r"Measured \d{4}-\d{2}-\d{2}", benchmarks)
     cluster = (site / "cluster" / "index.html").read_text()  # one row per run and cell function in paper-results
     assert "measured cells" not in cluster and "<code>pissm.stability-run</code>" in cluster
-    for name in EXPERIMENTS:  # our figure right after the paper's claim, then the claims; or the command to make them
+    home = (site / "index.html").read_text()
+    for name in EXPERIMENTS:  # in the navigation; our figure right after the paper's claim, then the claims: those
+        # of a paper-scale run or, where none is committed, of the quick run (docs/quick-runs/), never a stub
+        assert f'href="experiments/{name}/"' in home, name
         page = (site / "experiments" / name / "index.html").read_text()
-        if "No paper-scale run is committed yet" in page:
-            assert f"memlab run {name} --profile paper" in page
-        else:
-            assert page.index("The paper:") < page.index("<img") < page.index('id="claims') < page.index(
-                'id="summary'), name
+        assert "No paper-scale run is committed yet" not in page, name
+        assert page.index("The paper:") < page.index("<img") < page.index('id="claims') < page.index(
+            'id="summary'), name
+    # offline: no stylesheet, script or font is fetched from another site (mkdocs.yml: theme.font false)
+    fetched = re.compile(r"<(?:link|script)\b[^>]*\b(?:href|src)=\"(?:https?:)?//|url\([\"']?(?:https?:)?//")
+    for path in [*site.rglob("*.html"), *site.rglob("*.css")]:
+        assert not fetched.search(path.read_text(encoding="utf-8")), path.relative_to(site)

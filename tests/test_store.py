@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memlab import cell_cache, cli, deadline
+from memlab import cell_cache, cli, deadline, files
 from memlab.keys import key_for
 from memlab.runner import Experiment, TimeLimitReached, run_experiment
 from memlab.store import CHECKPOINT, CellStore, cell, cell_digest, describe, takes_checkpoint, with_checkpoint
@@ -165,6 +165,65 @@ def test_a_damaged_store_record_is_recomputed_with_one_warning_line(fake_lab, tm
     assert err == f"memlab: cell file {damaged} is damaged (not valid JSON (Expecting property name enclosed in " \
                   "double quotes: line 1 column 2 (char 1))); replacing it\n"
     assert fake_lab.last_run().cells.computed == 1 and json.loads(damaged.read_text())["record"]["result"]
+
+
+def _edit_result(path: Path, stored: bool) -> float:
+    """Change one number of a cell record in place (still valid JSON, still a record); returns the new number."""
+    entry = json.loads(path.read_text())
+    record = entry["record"] if stored else entry
+    result = record["result"]
+    key = next(k for k, v in result.items() if isinstance(v, float))
+    result[key] += 1000.0
+    path.write_text(json.dumps(entry))
+    return result[key]
+
+
+def test_an_edited_number_in_a_stored_cell_is_never_used(fake_lab, tmp_path, capsys):
+    """A number edited inside a stored record (valid JSON) no longer matches the record's checksum: one warning
+    line, the cell recomputed and its record replaced; the run's results are the true ones."""
+    out = tmp_path / "o"
+    assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(out), "--no-progress"]) == 0
+    truth = json.loads((out / "results.json").read_text())["results"]
+    edited = sorted((tmp_path / "cells").rglob("*.json"))[0]
+    number = _edit_result(edited, stored=True)
+    capsys.readouterr()
+    assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(tmp_path / "p"), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert err == f"memlab: cell file {edited} is damaged (its content does not match its checksum (edited or " \
+                  "damaged since it was written)); replacing it\n"
+    assert fake_lab.last_run().cells.computed == 1
+    assert json.loads((tmp_path / "p" / "results.json").read_text())["results"] == truth
+    assert number not in json.loads(edited.read_text())["record"]["result"].values()
+
+
+def test_a_damaged_run_folder_copy_is_repaired_from_the_store_and_never_filed(fake_lab, tmp_path, capsys):
+    out = tmp_path / "o"
+    assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(out), "--no-progress"]) == 0
+    truth = json.loads((out / "results.json").read_text())["results"]
+    copy = out / "cells" / "cell-0.json"
+    _edit_result(copy, stored=False)
+    capsys.readouterr()
+    assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(out), "--no-progress"]) == 0
+    assert capsys.readouterr().err == f"memlab: cell file {copy} is damaged (its content does not match its " \
+        "checksum (edited or damaged since it was written)); repaired from the cell store\n"
+    assert fake_lab.last_run().cells.computed == 0
+    assert json.loads((out / "results.json").read_text())["results"] == truth
+    files.read_cell(copy.read_text())  # a valid record again
+    # the store lost, the damaged copy kept: it is recomputed, not filed into the new store
+    _edit_result(copy, stored=False)
+    for entry in (tmp_path / "cells").rglob("*.json"):
+        entry.unlink()
+    assert cli.main(["run", "fake.means", "--profile", "tiny", "--out", str(out), "--no-progress"]) == 0
+    assert "recomputing the cell" in capsys.readouterr().err and fake_lab.last_run().cells.computed == 1
+    assert json.loads((out / "results.json").read_text())["results"] == truth
+
+
+@pytest.mark.parametrize("text", ['{"memlab_cell": 1, "seconds": 1.0, "result": {"x": 1.0}}', '{"x": 1.0}'])
+def test_a_record_without_a_checksum_is_refused(text):
+    with pytest.raises(ValueError, match="without the checksum of its content"):
+        files.read_cell(text)
+    record = json.loads(files.cell_text({"x": 1.0}, 1.0))
+    assert record["sha256"] == files.content_digest(record) and files.read_cell(json.dumps(record)).result == {"x": 1.0}
 
 
 def test_a_checkpoint_in_use_by_another_process_is_not_shared(tmp_path):

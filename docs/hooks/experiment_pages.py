@@ -3,13 +3,16 @@ paper-scale runs committed in paper-results/, so the pages cannot drift from the
 
 A page opens with what the paper shows (the experiment's paper reference and description), then, for every
 committed paper-scale run, our main figure (the first one the run's summary shows), the claims table (the paper's
-number beside ours and whether the claim holds by its stated rule) and the run's summary; an experiment with no
-finished paper-scale run says so and gives the command. The files of each run are copied beside its page.
-``experiments/index.md`` lists the pages by study, with how many claims hold.
+number beside ours and whether the claim holds by its stated rule) and the run's summary. An experiment with no
+finished paper-scale run shows its quick profile's run the same way, from the copy in docs/quick-runs/
+(tools/docs_quick_runs.py makes it from ``make reproduce``'s out/), and gives the paper profile's command. The
+files of each run are copied beside its page. ``experiments/index.md`` lists the pages by study, with how many
+claims hold; every page is in the navigation, under Experiments, by study.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -23,8 +26,21 @@ from memlab.report import rebase_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "paper-results"
+QUICK_RUNS = ROOT / "docs" / "quick-runs"  # tools/docs_quick_runs.py
 STUDIES = ("belief", "ictd", "pissm", "recall", "arena")
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+_REFERENCE = re.compile(r"^- \*\*\[(\w+)\]\(studies/\w+\.md\)\*\*: [^*]*\*([^*]+?)\.\*", re.M)
+
+
+@functools.cache
+def paper_titles() -> dict[str, str]:
+    """study -> the full title of its paper, as the Cite page's reference list gives it ("- **[belief](...)**:
+    authors. *Title.* ..."), so each experiment page names its paper as the study page and the BibTeX do."""
+    text = (ROOT / "docs" / "cite.md").read_text(encoding="utf-8")
+    titles = {study: " ".join(title.split()) for study, title in _REFERENCE.findall(text)}
+    if set(titles) != set(STUDIES) - {"arena"}:
+        raise ValueError(f"docs/cite.md names the papers of {sorted(titles)}, not of every paper study")
+    return titles
 
 
 def _runs() -> dict[str, list[tuple[Path, dict]]]:
@@ -96,8 +112,15 @@ def _summary(text: str, where: str, hidden: str | None) -> str:
     return f"### Summary\n\n{body.strip()}\n"
 
 
+def _quick_run(name: str) -> tuple[Path, dict] | None:
+    """The committed copy of the experiment's quick run (folder, results.json), if any."""
+    path = QUICK_RUNS / name / "results.json"
+    return (path.parent, json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
+
+
 def _run_section(name: str, folder: Path, doc: dict, files: Files, config) -> list[str]:
-    where = folder.relative_to(RESULTS).as_posix()
+    quick = folder.is_relative_to(QUICK_RUNS)
+    where = folder.relative_to(QUICK_RUNS.parent if quick else RESULTS).as_posix()
     target = f"experiments/{name}/{where.replace('/', '-')}"
     for extra in sorted(folder.iterdir()):
         if extra.suffix in (".png", ".csv", ".json"):
@@ -109,11 +132,12 @@ def _run_section(name: str, folder: Path, doc: dict, files: Files, config) -> li
     changes = doc.get("overrides", [])  # a profile restricted with --set (e.g. to the tasks that have finished)
     restricted = f", restricted to {', '.join(f'`{c}`' for c in changes)}" if changes else ""
     command = " ".join([f"memlab run {name} --profile {doc['profile']}", *(f"--set {c}" for c in changes)])
-    parts = [f"## Paper-scale run: profile `{doc['profile']}`{restricted} ({_held(doc)})", ""]
+    kind = "Quick run" if quick else "Paper-scale run"
+    parts = [f"## {kind}: profile `{doc['profile']}`{restricted} ({_held(doc)})", ""]
     if figure:
         caption, image = figure
-        parts += [f"![{caption}]({local}/{image})", "",
-                  f"*Ours: {caption}* — `paper-results/{where}`, made by `{command}`.", ""]
+        origin = f"`docs/{where}`" if quick else f"`paper-results/{where}`"
+        parts += [f"![{caption}]({local}/{image})", "", f"*Ours: {caption}* — {origin}, made by `{command}`.", ""]
     parts += ["### Claims", "", _claims(doc) or "This run states no claims.", ""]
     if summary:
         parts += [_summary(summary, local, figure[1] if figure else None)]
@@ -123,9 +147,20 @@ def _run_section(name: str, folder: Path, doc: dict, files: Files, config) -> li
 def _page(name: str, runs: list[tuple[Path, dict]], unfinished: list[tuple[Path, str]], files: Files, config) -> str:
     exp = EXPERIMENTS[name]
     study = name.split(".")[0]
-    parts = [f"# {name}", "", f"**The paper:** {exp.paper_ref} of `{exp.paper}` ([{study} study](../studies/"
-             f"{study}.md)): {exp.description}.", ""]
-    if not runs:
+    titles = paper_titles()
+    paper = (f"{exp.paper_ref} of *{titles[study]}*" if study in titles
+             else "none alone: the arena stands above the four")
+    parts = [f"# {name}", "", f"**The paper:** {paper} ([{study} study](../studies/{study}.md), "
+             f"[how to cite it](../cite.md)): {exp.description}.", ""]
+    quick = None if runs else _quick_run(name)
+    if quick:
+        runs = [quick]
+        parts += ['!!! note "The quick profile\'s run: no paper-scale run is committed yet"', "",
+                  "    Below is this experiment's `quick` profile: the same code at reduced sizes (fewer seeds, steps "
+                  "or tasks; minutes on a laptop), so a claim marked ✗ size fails at this size only and the paper "
+                  f"profile decides it. This command computes the paper-scale run (into `out/{name}/paper/`):", "",
+                  f"        memlab run {name} --profile paper", ""]
+    elif not runs:
         parts += ['!!! note "No paper-scale run is committed yet"', "",
                   "    `paper-results/` holds no finished paper-scale run of this experiment, so this page has no "
                   "figure or claims table yet. This command computes them (the summary, the figures and "
@@ -145,16 +180,31 @@ def _page(name: str, runs: list[tuple[Path, dict]], unfinished: list[tuple[Path,
 
 def _index(runs: dict[str, list[tuple[Path, dict]]]) -> str:
     lines = ["# Experiment pages", "", "One page per experiment, generated from the catalog and the committed "
-             "paper-scale runs (`paper-results/`): the paper's claim, our figure, the claims table and the summary.",
+             "paper-scale runs (`paper-results/`): the paper's claim, our figure, the claims table and the summary. "
+             "An experiment without a paper-scale run shows its `quick` profile's run instead (`docs/quick-runs/`).",
              ""]
     for study in STUDIES:
         lines += [f"## {study}", ""]
         for name, exp in EXPERIMENTS.items():
             if name.startswith(study + "."):
                 held = "; ".join(f"`{doc['profile']}`: {_held(doc)}" for _, doc in runs.get(name, []))
+                quick = None if held else _quick_run(name)
+                if quick:
+                    held = f"no paper-scale run yet; the `quick` run: {_held(quick[1])}"
                 lines.append(f"- [{name}]({name}.md): {exp.paper_ref} — " + (held or "no paper-scale run yet"))
         lines.append("")
     return "\n".join(lines)
+
+
+def on_config(config):
+    """Every experiment page in the navigation: under Experiments, one section per study."""
+    for section in config.nav:
+        if isinstance(section, dict) and "Experiments" in section:
+            section["Experiments"] += [
+                {study: [{name: f"experiments/{name}.md"} for name in EXPERIMENTS if name.startswith(study + ".")]}
+                for study in STUDIES]
+            return config
+    raise ValueError("mkdocs.yml's nav has no Experiments section to list the experiment pages in")
 
 
 def on_files(files: Files, config) -> Files:

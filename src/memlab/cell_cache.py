@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from memlab import progress
 from memlab.executors import Executor
 from memlab.files import CellRecord, atomic_write_text, check_name, read_cell, software_versions
 from memlab.interrupt import StickyInterrupt
@@ -86,37 +87,49 @@ class CellCache:
         self._interrupt.check()
         failures, out_of_time = {}, []
         seconds = [self.seconds[n] for n in results if self.seconds[n] is not None]  # grows as cells end
-        with self._progress(len(cells), label, done=len(results)) as advance:
+        settings = Settings.of_driver(self.deadline, self.show_progress)
+        with self._display(len(cells), label, done=len(results)) as display, \
+                progress.sending_to(display.line if self.show_progress else None):
             pending = todo
             while pending:  # another run sharing the store may hold some cells: compute the rest, then wait
                 claims, theirs = {}, {}
-                taken = self._take(pending, digests, results, advance, claims, theirs, seconds)
+                taken = self._take(pending, digests, results, display, claims, theirs, seconds)
                 try:
-                    with contextlib.closing(self.executor.run(taken, Settings.of_driver(self.deadline))) as outcomes:
+                    with contextlib.closing(self.executor.run(taken, settings)) as outcomes:
                         for outcome in outcomes:
-                            if outcome.out_of_time:
-                                out_of_time.append(outcome.name)
-                            elif outcome.error is not None:
-                                failures[outcome.name] = outcome.error
-                                print(f"memlab: cell {outcome.name!r} failed:\n{outcome.error}", file=sys.stderr)
-                            else:
-                                self._save(outcome.name, pending[outcome.name], digests[outcome.name], outcome.text)
-                                results[outcome.name] = self._keep(outcome.name, read_cell(outcome.text))
-                                seconds.append(self.seconds[outcome.name])
-                                self.computed += 1
-                            if outcome.name in claims:
+                            self._record(outcome, pending, digests, results, seconds, failures, out_of_time, display)
+                            if outcome.name in claims and outcome.progress is None:
                                 claims.pop(outcome.name).release()
-                            advance()  # a Ctrl-C swallowed inside a cell stops the sweep here
                 finally:
                     for claim in claims.values():
                         claim.release()
-                pending = self._wait_for_others(label, theirs, digests, results, advance, out_of_time)
+                pending = self._wait_for_others(label, theirs, digests, results, display, out_of_time)
         if failures:
             raise CellsFailed(label, len(cells), failures)
         if out_of_time:
             raise TimeLimitReached(label, len(cells) - len(out_of_time), len(cells))
         self._warn_other_software(label, list(cells))
         return {name: results[name] for name in cells}
+
+    def _record(self, outcome, pending: dict, digests: dict, results: dict, seconds: list, failures: dict,
+                out_of_time: list, display: progress.SweepDisplay) -> None:
+        """One message of the executor: a cell's progress line, or its end (saved, failed or out of time)."""
+        if outcome.progress is not None:
+            display.line(outcome.progress)
+            return
+        if outcome.out_of_time:  # not finished: the bar keeps counting only the cells that are
+            out_of_time.append(outcome.name)
+            display.check()  # a Ctrl-C swallowed inside a cell stops the sweep here
+        elif outcome.error is not None:
+            failures[outcome.name] = outcome.error
+            print(f"memlab: cell {outcome.name!r} failed:\n{outcome.error}", file=sys.stderr)
+            display.advance(outcome.name, verb="failed")
+        else:
+            self._save(outcome.name, pending[outcome.name], digests[outcome.name], outcome.text)
+            results[outcome.name] = self._keep(outcome.name, read_cell(outcome.text))
+            seconds.append(self.seconds[outcome.name])
+            self.computed += 1
+            display.advance(outcome.name, self.seconds[outcome.name])
 
     def _look_up(self, cells: Mapping[str, Callable[[], Mapping]], label: str) -> tuple[dict, dict, dict]:
         """Check a sweep's cells and find the finished ones: (results of those, the cells to compute, digests)."""
@@ -138,7 +151,7 @@ class CellCache:
                 todo[name] = compute
         return results, todo, digests
 
-    def _take(self, pending: dict, digests: dict, results: dict, advance, claims: dict, theirs: dict,
+    def _take(self, pending: dict, digests: dict, results: dict, display, claims: dict, theirs: dict,
               seconds: list) -> Iterator[tuple[str, Scheduled]]:
         """The ``pending`` cells as the executor takes them, each claimed in the store (:meth:`CellStore.claim`,
         kept in ``claims``) just before it starts, so another run sharing the store takes the cells this one has
@@ -155,7 +168,7 @@ class CellCache:
                     found = self._find(name, compute, digest)
                     claim.release()
                     results[name] = self._keep(name, found)
-                    advance()
+                    display.advance(name, verb="found in the store")
                     continue
                 claims[name] = claim
             yield name, Scheduled(self._located(name, compute, digest), self.deadline, seconds,
@@ -169,7 +182,7 @@ class CellCache:
         except DamagedRecord:
             return False
 
-    def _wait_for_others(self, label: str, theirs: dict, digests: dict, results: dict, advance,
+    def _wait_for_others(self, label: str, theirs: dict, digests: dict, results: dict, display,
                          out_of_time: list) -> dict:
         """Wait for the cells another run holds: each is read from the store once stored; one whose holder let
         go without storing it (the other run failed or stopped) is returned, for this run to compute. At the time
@@ -187,7 +200,7 @@ class CellCache:
                 if self._stored_since(compute, digests[name]):
                     results[name] = self._keep(name, self._find(name, compute, digests[name]))
                     del theirs[name]
-                    advance()
+                    display.advance(name, verb="found in the store")
             free = {n: c for n, c in theirs.items() if self.store.is_free(digests[n])}
             if free:
                 return free
@@ -213,8 +226,10 @@ class CellCache:
             else:
                 self.reused_from[name] = entry["origin"]
             text = json.dumps(entry["record"])
-            if not (path.exists() and self._made_for(name) == digest):  # a copy for this digest stays untouched
+            if not (path.exists() and self._made_for(name) == digest):
                 self._write_copy(name, text, digest)
+            else:  # a copy for this digest stays untouched, unless it is damaged: then the store's replaces it
+                self._repair_copy(name, text, digest)
             return read_cell(text)
         if not path.exists():
             return None
@@ -234,6 +249,15 @@ class CellCache:
             self.stored[name] = digest
         self.resumed += 1
         return record
+
+    def _repair_copy(self, name: str, text: str, digest: str) -> None:
+        """Rewrite the run folder's copy of a stored cell from the store if it is no valid record (edited, damaged)."""
+        path = self._cell_path(name)
+        try:
+            read_cell(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            print(f"memlab: {DamagedRecord(path, str(e))}; repaired from the cell store", file=sys.stderr)
+            self._write_copy(name, text, digest)
 
     def _stored(self, compute: Callable, digest: str | None) -> dict | None:
         """The store's entry of a cell, or None (no digest, not stored, or a damaged file, which is then replaced:
@@ -302,21 +326,6 @@ class CellCache:
     def _cell_path(self, name: str) -> Path:
         return self.out_dir / "cells" / f"{name}.json"
 
-    @contextlib.contextmanager
-    def _progress(self, total: int, description: str, done: int = 0) -> Iterator[Callable[[int], None]]:
-        """Yields ``advance(n=1)``; a rich progress bar on stderr unless disabled; checks for Ctrl-C."""
-        if not self.show_progress:
-            yield lambda n=1: self._interrupt.check()
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
-            task = bar.add_task(description, total=total, completed=done)
-
-            def advance(n=1):
-                self._interrupt.check()
-                bar.advance(task, n)
-
-            yield advance
+    def _display(self, total: int, label: str, done: int = 0) -> progress.SweepDisplay:
+        """The sweep's bar (rich, on stderr) and, off a terminal, its lines (memlab.progress); checks for Ctrl-C."""
+        return progress.SweepDisplay(self.origin, label, total, done, self.show_progress, self._interrupt.check)

@@ -2,8 +2,8 @@
 
 User errors (unknown experiment, bad profile, invalid config, unusable or busy output folder, bad arguments)
 and a full disk print one line ``memlab: error: <message>`` on stderr and exit with code 2; cells that raise are
-reported with their tracebacks and the run exits with 1; Ctrl-C during a run exits with 130. In every case the
-finished cells are kept, so the same command resumes.
+reported with their tracebacks and the run exits with 1; Ctrl-C or SIGTERM exits with 130 and one line. In every
+case the finished cells are kept, so the same command resumes.
 
 ``memlab run`` keeps compiled XLA programs in JAX's persistent cache (``$MEMLAB_JAX_CACHE``, default
 ``~/.cache/memlab/jax``; ``MEMLAB_JAX_CACHE=off`` disables it; see memlab.compile_cache).
@@ -12,11 +12,14 @@ finished cells are kept, so the same command resumes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,8 +27,9 @@ from memlab import __version__, catalog, compile_cache
 from memlab.claims import status_counts, status_of
 from memlab.devices import check_device_count, cores_for_run, use_host_devices
 from memlab.executors import EXECUTORS, make_executor
+from memlab.paper_claims import PACKAGED
 from memlab.plugins import add_plugins
-from memlab.report import build_report, duration, megabytes
+from memlab.report import build_report, check_report_target, duration, megabytes
 from memlab.runner import (
     CellsFailed,
     SetupError,
@@ -37,6 +41,13 @@ from memlab.runner import (
 from memlab.store import StoreError
 
 PAPER_RESULTS = "paper-results"  # where the committed paper-scale runs live (the repository's own)
+INTERRUPTED = "memlab: interrupted; finished cells are kept; rerun the same command to resume"  # Ctrl-C, SIGTERM
+
+
+def paper_scale_source(given: str = PAPER_RESULTS) -> Path:
+    """Where the report reads paper-scale verdicts: the folder given, or, where the default folder is absent (memlab
+    installed from a wheel, run outside a clone), the claims of the committed runs that memlab ships."""
+    return PACKAGED if given == PAPER_RESULTS and not Path(given).is_dir() else Path(given)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -104,7 +115,7 @@ def cmd_run(args) -> int:
         compile_cache.use_quick_compiles(args.profile, exp.quick_flags)  # quick profiles (memlab.compile_cache)
     except ValueError as e:
         return _error(_option_names(str(e)))
-    out = Path(args.out) if args.out else default_out_dir(exp, args.profile)
+    out = Path(args.out) if args.out is not None else default_out_dir(exp, args.profile, args.overrides)
     use_compile_cache()
     start = time.perf_counter()
     try:
@@ -121,8 +132,7 @@ def cmd_run(args) -> int:
         print(f"memlab: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"memlab: interrupted; finished cells are kept in {out}; rerun the same command to resume",
-              file=sys.stderr)
+        print(INTERRUPTED.replace("are kept", f"are kept in {out}"), file=sys.stderr)
         return 130
     except OSError as e:
         if e.errno not in _DISK_FULL:  # any other OSError is a bug to see in full
@@ -181,6 +191,13 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def folder(text: str) -> str:
+    """A folder named on the command line (argparse type): an empty name would silently mean the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty folder name; name a folder, or leave the option out for the default")
+    return text
+
+
 # ---------------------------------------------------------------- reproduce
 
 
@@ -202,11 +219,12 @@ def _reproduced(args) -> list[str]:
 def cmd_reproduce(args) -> int:
     from memlab.reproduce import reproduce
 
+    out = Path(args.out)
     try:
         names = _reproduced(args)
+        check_report_target(out)  # before hours of work: the report at the end must not overwrite the user's file
     except ValueError as e:
         return _error(str(e))
-    out = Path(args.out)
     start = time.perf_counter()
 
     def complete(run) -> bool:  # a run that met its time limit exits 0 without writing results.json
@@ -229,7 +247,7 @@ def cmd_reproduce(args) -> int:
     try:
         runs = reproduce(names, args.profile, args.jobs, out, on_finish=show, time_limit=args.time_limit)
     except KeyboardInterrupt:
-        print("memlab: interrupted; finished cells are kept; rerun the same command to resume", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         return 130
     unfinished = [r.name for r in runs if r.returncode is None or (r.returncode == 0 and not complete(r))]
     if unfinished:
@@ -237,7 +255,7 @@ def cmd_reproduce(args) -> int:
               "the same command resumes", flush=True)
     failed = [r.name for r in runs if r.returncode not in (0, None)]
     try:
-        path, timing = build_report(out, Path(PAPER_RESULTS))
+        path, timing = build_report(out, paper_scale_source())
     except ValueError as e:
         return _error(str(e))
     seconds = time.perf_counter() - start
@@ -263,7 +281,7 @@ def _profiles_of(names: list[str]) -> str:
 
 def cmd_report(args) -> int:
     try:
-        path, timing = build_report(Path(args.dir), Path(args.paper_results))
+        path, timing = build_report(Path(args.dir), paper_scale_source(args.paper_results))
     except (ValueError, OSError) as e:
         return _error(str(e))
     print(path)
@@ -285,8 +303,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--profile", default="quick", help="config profile (quick, paper, ...; default quick)")
     p.add_argument("--seed", type=int, default=None, help="replace the profile's seed")
-    p.add_argument("--out", default=None, help="output folder (default out/<name>/<profile>)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--out", type=folder, default=None,
+                   help="output folder (default out/<name>/<profile>; with --set: out/<name>/<profile>+FIELD=VALUE...)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars and progress lines")
     p.add_argument("--data-dir", default=None, help="folder of external data (experiments that read it, e.g. NCLT)")
     p.add_argument("--executor", choices=EXECUTORS, default=None,
                    help="who computes the cells: this process, a local process pool, or a Ray cluster (default: a "
@@ -306,7 +325,7 @@ def _parser() -> argparse.ArgumentParser:
                         "beside the experiment folders, e.g. out/cells)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
                    help="change a field of the profile's config, e.g. --set layers=gru,lru or --set train.steps=200 "
-                        "(repeatable; give a new --out)")
+                        "(repeatable; the default output folder's name carries the changes)")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE.py|MODULE",
                    help="import your code first (e.g. it registers a layer: memlab.arena.register_layer); repeatable")
     p.add_argument("--time-limit", type=parse_duration, default=None, metavar="DURATION",
@@ -319,27 +338,40 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="quick", help="config profile of every experiment (default quick)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="experiments at a time, each its own process (default: CPU count)")
-    p.add_argument("--out", default="out", help="output root (default out)")
+    p.add_argument("--out", type=folder, default="out", help="output root (default out)")
     p.add_argument("--time-limit", type=parse_duration, default=None, metavar="DURATION",
                    help="start nothing that would not finish within DURATION (2h30m, 90m, 45s); exits 0 saying "
                         "how many experiments finished; the same command resumes")
     p.set_defaults(func=cmd_reproduce)
     p = sub.add_parser("report", help="gather every summary.md and claim under DIR into DIR/report.md")
-    p.add_argument("dir", nargs="?", default="out", metavar="DIR",
+    p.add_argument("dir", nargs="?", type=folder, default="out", metavar="DIR",
                    help="the folder of experiment folders, as memlab reproduce --out writes it (default out)")
     p.add_argument("--paper-results", default=PAPER_RESULTS, metavar="DIR",
                    help="show beside each claim the verdict of the paper-scale runs under DIR "
-                        f"(default {PAPER_RESULTS}, where it exists)")
+                        f"(default {PAPER_RESULTS}; where it is absent, the claims of the paper-scale runs "
+                        "memlab ships)")
     p.set_defaults(func=cmd_report)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``memlab`` command; ``argv`` None: this process is the command (its arguments in ``sys.argv``)."""
+    for stream in (sys.stdout, sys.stderr):  # a path the terminal's encoding cannot show is escaped, not a traceback
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     try:
-        args = _parser().parse_args(argv)
-    except SystemExit as e:  # --help, or an argument error already printed
-        return e.code if isinstance(e.code, int) else 2
-    return args.func(args)
+        try:
+            args = _parser().parse_args(argv)
+        except SystemExit as e:  # --help, or an argument error already printed
+            return e.code if isinstance(e.code, int) else 2
+        return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM outside a run's own handling (between its last cell and exit)
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+    finally:
+        if argv is None and threading.current_thread() is threading.main_thread():
+            # the command is done: a Ctrl-C now would only interrupt the exit handlers (the process pool's, JAX's)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

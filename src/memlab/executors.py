@@ -18,15 +18,24 @@ import contextlib
 import math
 import multiprocessing
 import os
-import signal
 import socket
 import urllib.parse
 import warnings
 from collections.abc import Iterator
 
 from memlab.checks import check_int
-from memlab.devices import default_devices
-from memlab.worker import Cells, Outcome, Settings, compute_cell, compute_pickled, named_cells, pickled
+from memlab.devices import DEVICES_PER_CORE, default_devices
+from memlab.run_folder import SetupError
+from memlab.worker import (
+    Cells,
+    Outcome,
+    Settings,
+    compute_cell,
+    compute_pickled,
+    named_cells,
+    pickled,
+    start_pool_worker,
+)
 
 __all__ = ["EXECUTORS", "Executor", "LocalExecutor", "ProcessExecutor", "RayExecutor", "make_executor"]
 
@@ -40,7 +49,8 @@ class Executor:
     ``cells`` (a mapping, or an iterable of (name, cell) pairs) is read one cell at a time as a worker comes free
     (the Ray executor reads it at once and leaves the scheduling to the cluster).
 
-    A generator from ``run`` that is closed early (Ctrl-C in the driver) stops the cells still running.
+    A generator from ``run`` that is closed early (Ctrl-C in the driver) stops the cells still running. Between
+    the cells' Outcomes it may yield their progress lines (``Outcome.progress``; ``memlab.progress``).
     """
 
     name = "executor"
@@ -68,13 +78,12 @@ class LocalExecutor(Executor):
     name = "local"
 
     def run(self, cells, settings):
-        for name, cell in named_cells(cells):
-            text, error = compute_cell(cell, settings)
+        for name, cell in named_cells(cells):  # progress lines go straight to the driver's display
+            text, error = compute_cell(cell, settings, name)
             yield Outcome(name, text, error)
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it stops the pool
+PROGRESS_POLL_S = 0.5  # how often a driver waiting for its workers shows the progress lines they sent
 
 
 class ProcessExecutor(Executor):
@@ -89,15 +98,23 @@ class ProcessExecutor(Executor):
     def __init__(self, workers: int | None = None):
         self.workers = check_int("workers", (os.cpu_count() or 1) if workers is None else workers)
         self._pool: futures.ProcessPoolExecutor | None = None
+        self._lines = None  # the queue the workers send their cells' progress lines through
 
     def devices_per_cell(self) -> int:
         return default_devices(self.workers)  # the workers share this machine's cores
 
     def _ensure_pool(self) -> futures.ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = futures.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                                     initializer=_ignore_sigint)
+            context = multiprocessing.get_context("spawn")
+            self._lines = context.SimpleQueue()
+            self._pool = futures.ProcessPoolExecutor(self.workers, mp_context=context, initializer=start_pool_worker,
+                                                     initargs=(self._lines.put,))
         return self._pool
+
+    def _sent_lines(self) -> Iterator[Outcome]:
+        """The progress lines the workers have sent so far."""
+        while self._lines is not None and not self._lines.empty():
+            yield Outcome("", progress=self._lines.get())
 
     def run(self, cells, settings):
         """Cells go to the workers one at a time as workers come free (``workers`` in flight), so each is pickled
@@ -115,12 +132,15 @@ class ProcessExecutor(Executor):
                         yield Outcome(name, error=why)
                         continue
                     try:
-                        running[pool.submit(compute_pickled, blob, settings)] = name
+                        running[pool.submit(compute_pickled, blob, settings, name)] = name
                     except futures.process.BrokenProcessPool as e:  # a worker died before: the pool is gone
                         yield Outcome(name, error=f"the worker process was lost ({e})")
                 if not running:
                     break
-                finished, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+                finished = ()
+                while not finished:
+                    finished, _ = futures.wait(running, timeout=PROGRESS_POLL_S, return_when=futures.FIRST_COMPLETED)
+                    yield from self._sent_lines()
                 for future in finished:
                     name = running.pop(future)
                     done.append(future)
@@ -211,11 +231,17 @@ class RayExecutor(Executor):
         self.address = address
         self.cpus_per_cell = cpus_per_cell
         self._started = False
+        if address in (None, "local") and not ray.is_initialized() and cpus_per_cell > (os.cpu_count() or 1):
+            raise ValueError(f"cpus_per_cell must be at most this machine's {os.cpu_count() or 1} CPUs (a local Ray "
+                             f"instance has no more), got {cpus_per_cell:g}: no cell could ever start")
         if not ray.is_initialized():
             _check_reachable(address)
+        else:  # the cluster is known now: refuse before anything is written
+            self._check_feasible(ray)
 
     def devices_per_cell(self) -> int:
-        return max(1, int(self.cpus_per_cell))  # the CPUs each cell reserves, wherever it runs
+        # the CPUs each cell reserves, wherever it runs, within the devices a process may have (memlab.devices)
+        return min(max(1, int(self.cpus_per_cell)), DEVICES_PER_CORE * (os.cpu_count() or 1))
 
     def _ensure_ray(self):
         import ray
@@ -238,6 +264,7 @@ class RayExecutor(Executor):
                 continue
             if task is None:  # connect only once there is a cell to send (a sweep may take none: another run has them)
                 ray = self._ensure_ray()
+                self._check_feasible(ray)
                 task = ray.remote(num_cpus=self.cpus_per_cell)(compute_pickled)
             submitted[task.remote(blob, settings)] = name
         pending = list(submitted)
@@ -254,6 +281,13 @@ class RayExecutor(Executor):
             for ref in pending:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
+
+    def _check_feasible(self, ray) -> None:
+        """SetupError unless some node of the cluster has ``cpus_per_cell`` CPUs: Ray would wait for one forever."""
+        largest = max((node["Resources"].get("CPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
+        if self.cpus_per_cell > largest:
+            raise SetupError(f"--cpus-per-cell {self.cpus_per_cell:g} is more than any node of the Ray cluster has "
+                             f"(at most {largest:g} CPUs): no cell could ever start")
 
     def close(self):
         if self._started:

@@ -17,6 +17,7 @@ import base64
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import importlib.resources
 import json
 import math
@@ -37,6 +38,7 @@ __all__ = [
     "atomic_write_text",
     "CellRecord",
     "cell_text",
+    "content_digest",
     "dumps",
     "markdown_cell",
     "markdown_table",
@@ -48,7 +50,7 @@ __all__ = [
 
 _NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 _BYTES = "__bytes__"
-CELL_FORMAT = 1  # version of the cell record written by cell_text
+CELL_FORMAT = 2  # version of the cell record written by cell_text; 2: it carries the digest of its content
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+,-]*$")  # experiment, profile and cell names: folder and file names
@@ -177,7 +179,16 @@ def cell_text(result: Mapping, seconds: float, peak_rss_mb: float | None = None,
         record["peak_rss_mb"] = round(float(peak_rss_mb), 1)
     if compile_seconds is not None:
         record["compile_seconds"] = round(float(compile_seconds), 3)
-    return json.dumps(to_jsonable(record, strict=False))
+    record = json.loads(json.dumps(to_jsonable(record, strict=False)))  # as a reader parses it
+    return json.dumps(record | {"sha256": content_digest(record)})
+
+
+def content_digest(record: Mapping) -> str:
+    """SHA-256 (hex) of a cell record's content: every field but ``sha256`` itself, as canonical JSON. A record
+    carries it (:func:`cell_text`) so that :func:`read_cell` refuses one edited or damaged since it was written,
+    also where it still parses as a valid record."""
+    content = {k: v for k, v in record.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 def _decode_bytes(obj: Any) -> Any:
@@ -191,9 +202,11 @@ def _decode_bytes(obj: Any) -> Any:
 
 
 def read_cell(text: str) -> CellRecord:
-    """The :class:`CellRecord` of a record written by :func:`cell_text` (a bare dict: an older record).
+    """The :class:`CellRecord` of a record written by :func:`cell_text`.
 
-    ValueError saying why if ``text`` is no such record (a damaged file: truncated, empty, ``{}``, another shape).
+    ValueError saying why if ``text`` is no such record: a damaged file (truncated, empty, ``{}``, another shape),
+    one whose content no longer matches its ``sha256`` (edited or damaged since it was written), or one from before
+    records carried it (format 1, or a bare result), which nothing can vouch for.
     """
     try:
         record = json.loads(text)
@@ -201,12 +214,15 @@ def read_cell(text: str) -> CellRecord:
         raise ValueError(f"not valid JSON ({e})") from e
     if not isinstance(record, dict) or not record:
         raise ValueError(f"expected a cell record (a JSON object), got {text[:40]!r}")
-    if record.get("memlab_cell") == CELL_FORMAT:
-        if not isinstance(record.get("result"), dict) or not isinstance(record.get("seconds"), (int, float)):
-            raise ValueError("a cell record without its result or compute time")
-        return CellRecord(_decode_bytes(record["result"]), record["seconds"], record.get("peak_rss_mb"),
-                          record.get("software"), record.get("compile_seconds"))
-    return CellRecord(_decode_bytes(record), None, None)
+    if record.get("memlab_cell") != CELL_FORMAT or "sha256" not in record:
+        raise ValueError("a cell record without the checksum of its content (written before records carried one, "
+                         "or not a record)")
+    if record["sha256"] != content_digest(record):
+        raise ValueError("its content does not match its checksum (edited or damaged since it was written)")
+    if not isinstance(record.get("result"), dict) or not isinstance(record.get("seconds"), (int, float)):
+        raise ValueError("a cell record without its result or compute time")
+    return CellRecord(_decode_bytes(record["result"]), record["seconds"], record.get("peak_rss_mb"),
+                      record.get("software"), record.get("compile_seconds"))
 
 
 # ---------------------------------------------------------------- Markdown

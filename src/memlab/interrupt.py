@@ -1,4 +1,4 @@
-"""Ctrl-C that cannot be lost while an experiment runs (used by ``memlab.runner``)."""
+"""Ctrl-C (or SIGTERM) that cannot be lost while an experiment runs (used by ``memlab.runner``)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,20 @@ class StickyInterrupt:
     it as "Exception ignored ... Traceback" and the run would go on to the end. :meth:`check` re-raises at
     the next safe point (every cell, progress step and the final write), so an interrupted run always
     stops, and while installed the unraisable-exception hook stays silent about the swallowed interrupt.
+
+    SIGTERM (a cluster's scheduler, ``kill``) stops the run the same way. Only the first signal raises: a second
+    Ctrl-C while the run stops (its workers being ended, its claims released) would cut that short and print a
+    traceback from the middle of it.
     """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.hit = False
 
     def _handler(self, signum, frame):
+        if self.hit:  # already stopping
+            return
         self.hit = True
         raise KeyboardInterrupt
 
@@ -35,7 +43,9 @@ class StickyInterrupt:
                 signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
             yield
             return
-        previous = signal.signal(signal.SIGINT, self._handler)
+        # SIGTERM too where it would kill the process outright (a handler someone installed is left alone)
+        signals = [s for s in self.SIGNALS if s == signal.SIGINT or signal.getsignal(s) == signal.SIG_DFL]
+        previous = {s: signal.signal(s, self._handler) for s in signals}
         previous_hook = sys.unraisablehook
 
         def hook(unraisable):
@@ -46,7 +56,8 @@ class StickyInterrupt:
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
             sys.unraisablehook = previous_hook
 
     def check(self) -> None:

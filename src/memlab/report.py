@@ -1,9 +1,10 @@
 """``memlab report``: every summary.md under a folder gathered into one report.md, with each claim's verdict.
 
 A claim's verdict is its own run's status (:mod:`memlab.claims`) unless a paper-scale run of the same experiment
-(under ``paper-results/``) records the same claim: that run decides it (``claims.decisive_status``), so a quick
-run's "fails at this size" is shown only where no paper-scale run exists. The counts at the top of the report are of
-these verdicts, the papers' claims and memlab's own checks apart.
+(under ``paper-results/``; where that folder is absent, as for a wheel, the bundle of their claims memlab ships,
+``memlab.paper_claims``) records the same claim: that run decides it (``claims.decisive_status``), so a quick run's
+"fails at this size" is shown only where no paper-scale run exists. The counts at the top of the report are of these
+verdicts, the papers' claims and memlab's own checks apart.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from memlab.claims import (
 )
 from memlab.files import atomic_write_text, compile_share, markdown_table
 
-__all__ = ["build_report", "duration", "megabytes", "paper_scale_verdicts", "rebase_markdown", "read_results"]
+__all__ = ["MARKER", "build_report", "check_report_target", "check_results", "duration", "megabytes",
+           "paper_scale_runs", "paper_scale_verdicts", "rebase_markdown", "read_results"]
+
+MARKER = "<!-- written by memlab report; the next memlab report rewrites this file -->"  # report.md's first line
 
 _LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")  # [text](target "title")
 _ABSOLUTE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|/|#)")  # URL scheme, absolute path or anchor
@@ -86,40 +90,70 @@ def rebase_markdown(markdown: str, folder: str) -> tuple[str, set[str]]:
     return "\n".join(lines), targets
 
 
+def check_results(doc) -> dict:
+    """A results document as memlab run writes it (claims an empty list if absent); ValueError saying what is
+    wrong with it."""
+    if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) for k in ("experiment", "profile",
+                                                                                   "paper_ref")):
+        raise ValueError("no experiment, profile and paper_ref")
+    claims = doc.get("claims", [])
+    if not isinstance(claims, list) or not all(isinstance(c, dict) and set(_CLAIM_FIELDS) <= set(c)
+                                               for c in claims):
+        raise ValueError(f"its claims are not a list of {{{', '.join(_CLAIM_FIELDS)}}}")
+    if not isinstance(doc.get("cells", {}), dict) or not isinstance(doc.get("elapsed_s", 0.0), (int, float)):
+        raise ValueError("its cells or elapsed_s are not what memlab run writes")
+    if not isinstance(doc.get("overrides", []), list) or not all(isinstance(o, str) for o in doc.get("overrides", [])):
+        raise ValueError("its overrides are not a list of FIELD=VALUE strings")
+    return {**doc, "claims": claims}
+
+
 def read_results(path: Path) -> dict | None:
     """A results.json as the report reads it, or None after one line on stderr naming the file and what is wrong
     with it (the report is then written from the others)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) for k in ("experiment", "profile",
-                                                                                       "paper_ref")):
-            raise ValueError("no experiment, profile and paper_ref")
-        claims = doc.get("claims", [])
-        if not isinstance(claims, list) or not all(isinstance(c, dict) and set(_CLAIM_FIELDS) <= set(c)
-                                                   for c in claims):
-            raise ValueError(f"its claims are not a list of {{{', '.join(_CLAIM_FIELDS)}}}")
-        if not isinstance(doc.get("cells", {}), dict) or not isinstance(doc.get("elapsed_s", 0.0), (int, float)):
-            raise ValueError("its cells or elapsed_s are not what memlab run writes")
+        return check_results(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError) as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
         print(f"memlab: {path} is not a memlab results file ({e}); the report leaves it out", file=sys.stderr)
         return None
-    return {**doc, "claims": doc.get("claims", [])}
+
+
+def paper_scale_runs(paper_root: Path) -> list[tuple[str, dict]]:
+    """(folder, results document) of each paper-scale run under the folder ``paper_root`` (each results.json,
+    ``read_results``; the folder relative to ``paper_root``), or, when ``paper_root`` is a file, of each run in a
+    bundle of them (``memlab.paper_claims``: what a wheel ships); a damaged bundle is one line on stderr, no runs."""
+    if paper_root.is_file():
+        try:
+            bundle = json.loads(paper_root.read_text(encoding="utf-8"))
+            if not isinstance(bundle, dict) or not isinstance(bundle.get("runs"), list):
+                raise ValueError("no list of runs")
+            runs = [(str(doc.get("folder", "?")), check_results(doc)) for doc in bundle["runs"]]
+        except (OSError, ValueError) as e:
+            print(f"memlab: {paper_root} is not a bundle of paper-scale claims ({e}); the report shows no "
+                  "paper-scale verdicts", file=sys.stderr)
+            return []
+    else:
+        runs = [(path.parent.relative_to(paper_root).as_posix(), read_results(path))
+                for path in sorted(paper_root.rglob("results.json"))]
+    return [(folder, doc) for folder, doc in runs if doc is not None and is_paper_scale(doc["profile"])]
 
 
 def paper_scale_verdicts(paper_root: Path | None, root: Path) -> dict[str, dict[str, list[tuple[str, str]]]]:
-    """experiment -> claim id -> [(profile, status), ...] of the paper-scale runs under ``paper_root`` (none when it
-    is ``root`` itself or missing)."""
+    """experiment -> claim id -> [(profile, status), ...] of the paper-scale runs under ``paper_root``, a folder of
+    runs or a bundle file (``paper_scale_runs``; none when it is ``root`` itself or missing)."""
     verdicts: dict[str, dict[str, list[tuple[str, str]]]] = {}
-    if paper_root is None or not paper_root.is_dir() or paper_root.resolve() == root.resolve():
+    if paper_root is None or not paper_root.exists() or paper_root.resolve() == root.resolve():
         return verdicts
-    for path in sorted(paper_root.rglob("results.json")):
-        doc = read_results(path)
-        if doc is None or not is_paper_scale(doc["profile"]):
-            continue
+    for _, doc in paper_scale_runs(paper_root):
         for c in doc["claims"]:
             verdicts.setdefault(doc["experiment"], {}).setdefault(c["id"], []).append(
                 (doc["profile"], status_of(c, doc["profile"])))
     return verdicts
+
+
+def run_name(doc: dict) -> str:
+    """'experiment (profile)', or 'experiment (profile, --set a=1 b=2)' for a run with --set changes."""
+    changed = f", --set {' '.join(doc['overrides'])}" if doc.get("overrides") else ""
+    return f"{doc['experiment']} ({doc['profile']}{changed})"
 
 
 def _section_heading(summary: str, doc: dict | None, folder: str) -> tuple[str, str]:
@@ -131,7 +165,7 @@ def _section_heading(summary: str, doc: dict | None, folder: str) -> tuple[str, 
     body = "\n".join(lines[1:]) if title else summary
     name = doc["experiment"]
     rest = title[len(name):].strip(" —-:") if title.startswith(name) else title
-    heading = f"{name} ({doc['profile']})" + (f" — {rest}" if rest else "")
+    heading = run_name(doc) + (f" — {rest}" if rest else "")
     if doc["paper_ref"] in heading:
         return heading, body.strip()
     return heading, f"*Paper: {doc['paper_ref']}.*\n\n{body.strip()}"
@@ -162,7 +196,8 @@ def _timing_table(documents: Iterable[dict]) -> str:
     rows = []
     for doc in documents:
         cells = doc.get("cells", {})
-        rows.append((doc["experiment"], doc["profile"], duration(float(doc.get("elapsed_s", 0.0))),
+        rows.append((doc["experiment"], "+".join([doc["profile"], *doc.get("overrides", [])]),
+                     duration(float(doc.get("elapsed_s", 0.0))),
                      cells.get("computed", "?"), cells.get("resumed", "?"), cell_time(cells),
                      doc.get("executor", "local"), megabytes(doc.get("peak_rss_mb"))))
     return markdown_table(["experiment", "profile", "time", "cells computed", "cells resumed",
@@ -179,9 +214,24 @@ def _claims_table(doc: dict, statuses: list[str], decided: list[str], scale: dic
                 or "—",
                 SYMBOLS[verdict]] if scale else []))
             for c, status, verdict in zip(doc["claims"], statuses, decided, strict=True)]
-    return [f"### Claims of {doc['experiment']} ({doc['profile']})", "",
+    return [f"### Claims of {run_name(doc)}", "",
             markdown_table(["id", "claim", "paper", "ours", "status",
                             *(["paper-scale run", "verdict"] if scale else [])], rows), ""]
+
+
+def check_report_target(root: Path) -> None:
+    """ValueError if ``root/report.md`` exists and memlab did not write it (its first line is not :data:`MARKER`,
+    nor the title reports had before the marker): it is the user's, and a report never overwrites it."""
+    path = root / "report.md"
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            first = f.readline().rstrip("\n")
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    if first not in (MARKER, "# memlab report"):
+        raise ValueError(f"{path} was not written by memlab report; move it away or report into another folder")
 
 
 def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]:
@@ -189,10 +239,12 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
     figures and claims, each claim with its run's status, the verdicts of the paper-scale runs of the same
     experiment under ``paper_root`` and the verdict that decides it (module doc).
 
-    Returns the report's path and a Markdown table of the time each experiment's last invocation took.
+    Returns the report's path and a Markdown table of the time each experiment's last invocation took. ValueError
+    (nothing written) if ``root/report.md`` is not one memlab wrote (:func:`check_report_target`).
     """
     if not root.is_dir():
         raise ValueError(f"no such folder {root}; run an experiment first (memlab run NAME)")
+    check_report_target(root)
     summaries = sorted(root.rglob("summary.md"))
     if not summaries:
         raise ValueError(f"no summary.md under {root}; run an experiment first (memlab run NAME)")
@@ -201,17 +253,20 @@ def build_report(root: Path, paper_root: Path | None = None) -> tuple[Path, str]
     paper = paper_scale_verdicts(paper_root, root)
     paper = {name: v for name, v in paper.items() if any(d and d["experiment"] == name for d in documents.values())}
     statuses, decided = _verdicts(documents, paper)
-    contents = [(f"{documents[path]['experiment']} ({documents[path]['profile']})", len(verdicts),
+    contents = [(run_name(documents[path]), len(verdicts),
                  *(verdicts.count(s) or "" for s in STATUSES)) for path, verdicts in decided.items()]
     timing = _timing_table(documents[path] for path in decided)
     legend = "; ".join(f"{SYMBOLS[s]}: {LEGEND[s]}" for s in STATUSES)
     every = [(c.get("by", "paper"), v) for path, verdicts in decided.items()
              for c, v in zip(documents[path]["claims"], verdicts)]
-    where = (f" Where `{paper_root}` holds a `paper` or `paper-core` run of an experiment, its verdict decides the "
+    source = f"`{paper_root}`" if paper_root is None or paper_root.is_dir() else (
+        f"the paper-scale claims bundled with memlab ({paper_root.name})")
+    where = (f" Where {source} holds a `paper` or `paper-core` run of an experiment, its verdict decides the "
              "claim (the `verdict` column and these counts); other paper-scale profiles change the paper's setting "
              "and are shown beside it only; a claim no deciding run has recorded keeps this run's status." if paper
              else "")
-    parts = ["# memlab report", "", *(_counts_line(every) or ["No claims."]), "", f"Statuses: {legend}.{where}", ""]
+    parts = [MARKER, "# memlab report", "", *(_counts_line(every) or ["No claims."]), "",
+             f"Statuses: {legend}.{where}", ""]
     if contents:
         parts += [markdown_table(["experiment", "claims", *(SYMBOLS[s] for s in STATUSES)], contents), ""]
 

@@ -105,13 +105,15 @@ class Run:
     Attributes: ``out_dir``, ``config``, ``experiment``, ``profile``, ``seed``, ``executor``, ``store`` (the
     :class:`~memlab.store.CellStore`, None: cells only in the run folder), ``cells`` (the
     :class:`~memlab.cell_cache.CellCache`: which cells were computed, resumed or reused, and each one's time, memory
-    and software), ``claims``, ``blank_panels``.
+    and software), ``claims``, ``blank_panels``, ``overrides`` (the ``--set`` changes to the profile's config).
     """
 
     def __init__(self, out_dir: Path, config: Any, profile: str, seed: int, progress: bool = True,
                  interrupt: StickyInterrupt | None = None, executor: Executor | None = None,
-                 experiment: str = "experiment", store: CellStore | None = None, deadline: float | None = None):
+                 experiment: str = "experiment", store: CellStore | None = None, deadline: float | None = None,
+                 overrides: Sequence[str] = ()):
         self.out_dir = Path(out_dir)
+        self.overrides = list(overrides)
         self.config = config
         self.experiment = experiment
         self.profile = profile
@@ -208,7 +210,12 @@ class Run:
         return atomic_write_text(self._path(filename), text)
 
     def write_summary(self, markdown: str) -> Path:
-        """Write summary.md: the paper's numbers beside ours. Relative image links are rewritten by `memlab report`."""
+        """Write summary.md: the paper's numbers beside ours. Relative image links are rewritten by `memlab report`.
+        A run with ``--set`` changes says so under the summary's title."""
+        if self.overrides:
+            title, _, rest = markdown.partition("\n") if markdown.startswith("# ") else ("", "", markdown)
+            note = f"*The {self.profile} profile with --set {', '.join(f'`{o}`' for o in self.overrides)}.*"
+            markdown = "\n\n".join(part for part in (title, note, rest.lstrip("\n")) if part)
         return self.write_text("summary.md", markdown)
 
     def claim(self, id: str, claim: str, paper: str, ours: str, holds: bool, *, explained: str = "",
@@ -240,9 +247,11 @@ class Run:
 # ---------------------------------------------------------------- running
 
 
-def default_out_dir(exp: Experiment, profile: str) -> Path:
-    """``out/<experiment name>/<profile>`` relative to the current directory."""
-    return Path("out") / exp.name / profile
+def default_out_dir(exp: Experiment, profile: str, overrides: Sequence[str] = ()) -> Path:
+    """``out/<experiment name>/<profile>`` relative to the current directory; with ``--set`` changes the folder
+    carries them, ``out/<experiment name>/<profile>+<field=value>+...`` (``/`` in a value as ``_``), so a changed
+    config never lands in the profile's own folder and its name says what changed."""
+    return Path("out") / exp.name / "+".join([profile, *(o.strip().replace("/", "_") for o in overrides)])
 
 
 def default_store(exp: Experiment, out_dir: str | Path) -> Path:
@@ -334,7 +343,7 @@ def run_experiment(
     skipped when the same command is run again.
     """
     config = _resolve_config(exp, profile, seed, overrides, data_dir)
-    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(exp, profile)
+    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(exp, profile, overrides)
     if store is not False:
         store = CellStore(default_store(exp, out_dir) if store is None or store is True else store)
     if time_limit is not None and not time_limit > 0:
@@ -345,7 +354,7 @@ def run_experiment(
     with interrupt.installed(), locked(out_dir):  # before config.json exists: from then on a Ctrl-C cannot be lost
         bind_folder(out_dir, header)
         run = Run(out_dir, config, profile, config.seed, progress=progress, interrupt=interrupt, executor=executor,
-                  experiment=exp.name, store=store or None, deadline=deadline)
+                  experiment=exp.name, store=store or None, deadline=deadline, overrides=overrides)
         start = time.perf_counter()
         results = exp.run(config, run)
         interrupt.check()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import resource
+import signal
 import sys
 import time
 import traceback
@@ -17,11 +18,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 import jax
 import numpy as np
 
-from memlab import compile_cache, deadline
+from memlab import compile_cache, deadline, progress
 from memlab.files import cell_text
 
 __all__ = ["Cells", "OUT_OF_TIME", "Outcome", "Scheduled", "Settings", "compute_cell", "named_cells", "peak_rss_mb",
-           "pickled", "compute_pickled"]
+           "pickled", "compute_pickled", "start_pool_worker"]
 
 OUT_OF_TIME = "out of time"  # the error of a cell that did not start, or stopped at a checkpoint, at the time limit
 
@@ -29,11 +30,13 @@ OUT_OF_TIME = "out of time"  # the error of a cell that did not start, or stoppe
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """One finished cell: ``text`` is its record (``files.cell_text``) or ``error`` the traceback it raised
-    (``OUT_OF_TIME``: it did not start, or saved its progress and stopped, because the time limit came)."""
+    (``OUT_OF_TIME``: it did not start, or saved its progress and stopped, because the time limit came); or, with
+    ``progress``, a line a running cell reported (``memlab.progress``), which ends nothing."""
 
     name: str
     text: str | None = None
     error: str | None = None
+    progress: str | None = None
 
     @property
     def out_of_time(self) -> bool:
@@ -74,11 +77,12 @@ class Settings:
     cache_dir: str | None
     cache_min_compile_secs: float
     deadline: float | None = None  # epoch seconds of the run's time limit (memlab.deadline)
+    cell_progress: bool = False  # the driver shows the cells' own progress lines: workers send them
 
     @classmethod
-    def of_driver(cls, deadline: float | None = None) -> Settings:
+    def of_driver(cls, deadline: float | None = None, cell_progress: bool = False) -> Settings:
         return cls(bool(jax.config.jax_enable_x64), jax.config.jax_compilation_cache_dir,
-                   float(jax.config.jax_persistent_cache_min_compile_time_secs), deadline)
+                   float(jax.config.jax_persistent_cache_min_compile_time_secs), deadline, cell_progress)
 
 
 _applied_cache: list[str | None] = []  # the compile cache a worker process was configured with
@@ -100,15 +104,16 @@ def peak_rss_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
 
 
-def compute_cell(cell: Callable[[], Mapping], settings: Settings) -> tuple[str | None, str | None]:
-    """Run one cell where it lands; (record, None) or (None, traceback), or (None, OUT_OF_TIME) if it is past the
-    cell's ``start_by`` (:class:`Scheduled`) or the cell stopped at the deadline. Ctrl-C is not caught."""
+def compute_cell(cell: Callable[[], Mapping], settings: Settings, name: str = "?") -> tuple[str | None, str | None]:
+    """Run the cell ``name`` where it lands; (record, None) or (None, traceback), or (None, OUT_OF_TIME) if it is
+    past the cell's ``start_by`` (:class:`Scheduled`) or the cell stopped at the deadline. Its progress lines go
+    through the channel open in this process (``memlab.progress``). Ctrl-C is not caught."""
     start_by = getattr(cell, "start_by", None)
     if start_by is not None and time.time() > start_by:
         return None, OUT_OF_TIME
     start, compiled_before = time.perf_counter(), compile_cache.seconds_compiling()
     try:
-        with jax.enable_x64(settings.x64), deadline.until(settings.deadline):
+        with jax.enable_x64(settings.x64), deadline.until(settings.deadline), progress.cell_running(name):
             result = cell()
         return cell_text(result, time.perf_counter() - start, peak_rss_mb(),
                          compile_cache.seconds_compiling() - compiled_before), None
@@ -118,8 +123,19 @@ def compute_cell(cell: Callable[[], Mapping], settings: Settings) -> tuple[str |
         return None, traceback.format_exc()
 
 
-def compute_pickled(blob: bytes, settings: Settings) -> tuple[str | None, str | None]:
-    """A worker's entry point: unpickle the cell, configure JAX, compute."""
+_pool_sink: list[Callable[[str], None] | None] = [None]  # where a pool worker sends its cells' progress lines
+
+
+def start_pool_worker(send: Callable[[str], None] | None) -> None:
+    """A pool worker's initializer: Ctrl-C is the driver's (it stops the pool); progress lines go to ``send``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _pool_sink[0] = send
+
+
+def compute_pickled(blob: bytes, settings: Settings, name: str = "?",
+                    send: Callable[[str], None] | None = None) -> tuple[str | None, str | None]:
+    """A worker's entry point: unpickle the cell, configure JAX, compute; the cell's progress lines go to ``send``
+    (default: the pool's, :func:`start_pool_worker`) if the driver shows them."""
     import cloudpickle
 
     _configure_worker(settings)
@@ -127,7 +143,9 @@ def compute_pickled(blob: bytes, settings: Settings) -> tuple[str | None, str | 
         cell = cloudpickle.loads(blob)
     except Exception:
         return None, traceback.format_exc()
-    return compute_cell(cell, settings)
+    send = send or _pool_sink[0]
+    with progress.sending_to(send if settings.cell_progress else None):
+        return compute_cell(cell, settings, name)
 
 
 Cells = Mapping[str, Callable[[], Mapping]] | Iterable[tuple[str, Callable[[], Mapping]]]

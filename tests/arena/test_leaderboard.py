@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from memlab import deadline, store
+from memlab import deadline, progress, store
 from memlab.arena import train as train_module
 from memlab.arena.compiled import compiled_model
 from memlab.arena.experiments import leaderboard, train_and_score
@@ -183,7 +183,10 @@ def test_a_cell_stopped_at_the_time_limit_resumes_from_its_checkpoint_to_the_sam
         _tiny_cell(str(path))
     assert path.exists() and len(checks) == 3
     monkeypatch.undo()
-    resumed = _tiny_cell(str(path))
+    lines = []
+    with progress.cell_running("gru"), progress.sending_to(lines.append):  # the last chunk is always reported
+        resumed = _tiny_cell(str(path))
+    assert len(lines) == 1 and lines[0].startswith("cell gru: step 12/12, loss ")
     for name in ("gap", "eval_gap", "model_loss", "gradient_cosine"):
         np.testing.assert_allclose(resumed[name], whole[name], rtol=1e-5, atol=1e-6, err_msg=name)
 

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from memlab import progress
 from memlab.rl import Memory, ObservationMemory, PPOConfig, evaluate, make_train, metrics_path, train_with_checkpoints
 from memlab.rl.rollout import rollout
 
@@ -241,6 +242,16 @@ def test_vmap_over_seeds_matches_single_runs(tmp_path, two_seeds):
     np.testing.assert_allclose(states.agent.memory.A[1], single.agent.memory.A, rtol=1e-5, atol=1e-6)
     for name in ("episode_return", "value_loss"):
         np.testing.assert_allclose(metrics[name][1], single_metrics[name], rtol=1e-4)
+
+
+def test_chunks_report_to_memlabs_progress_channel_only_where_one_is_open(tmp_path, two_seeds):
+    """Without a ``progress`` function, each chunk's end goes to memlab.progress (the last one always): silent in a
+    library call, a line per chunk at most every REPORT_EVERY_S in a run that shows its cells' progress."""
+    keys, _, metrics = two_seeds
+    lines = []
+    with progress.cell_running("ppo"), progress.sending_to(lines.append):
+        _resume_run(tmp_path / "ck", keys, chunk_updates=2)
+    assert lines == [f"cell ppo: update 5/5, episode return {np.mean(metrics['episode_return'][:, -1]):.4g}"]
 
 
 class Interrupt(Exception):

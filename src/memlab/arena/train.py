@@ -102,9 +102,12 @@ class Training(NamedTuple):
 
 
 def make_training(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch,
-                  static: eqx.Module | None = None) -> Training:
+                  static: eqx.Module | None = None, callback=None) -> Training:
     """:class:`Training` of the model of ``layer`` on ``task``, scored on ``held_out`` after every chunk.
-    ``static``: the model's non-trainable part (:func:`static_part`; computed here if not given)."""
+    ``static``: the model's non-trainable part (:func:`static_part`; computed here if not given). ``callback(steps,
+    {"loss", "held-out loss"})``: on the host after every chunk, with the Adam steps done in that call of ``run``
+    (``jax.debug.callback``: see ``memlab.progress`` for what a callback costs; default None: silent, and the
+    program is the one compiled without it)."""
     config.validate()
     schedule = optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, max(1, config.steps // 10),
                                                   config.steps)
@@ -128,14 +131,24 @@ def make_training(task: Task, layer: str, width: int, depth: int, config: TrainC
         state, losses = jax.lax.scan(step, state, jax.random.split(k, config.eval_every))
         return state, (losses, _held_out_loss(task, eqx.combine(state.params, static), held_out))
 
-    return Training(init, lambda state, chunk_keys: jax.lax.scan(chunk, state, chunk_keys))
+    def reported_chunk(state: TrainState, inputs: tuple[Array, Array]):
+        index, k = inputs
+        state, (losses, eval_loss) = chunk(state, k)
+        jax.debug.callback(callback, (index + 1) * config.eval_every, {"loss": losses[-1], "held-out loss": eval_loss})
+        return state, (losses, eval_loss)
+
+    if callback is None:
+        return Training(init, lambda state, chunk_keys: jax.lax.scan(chunk, state, chunk_keys))
+    return Training(init, lambda state, chunk_keys: jax.lax.scan(reported_chunk, state,
+                                                                 (jnp.arange(len(chunk_keys)), chunk_keys)))
 
 
 def make_train(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch,
-               static: eqx.Module | None = None) -> Callable[[Array], TrainResult]:
+               static: eqx.Module | None = None, callback=None) -> Callable[[Array], TrainResult]:
     """``train(key)``: initialise the model of ``layer`` from ``key`` and train it on ``task``, scoring it on
-    ``held_out`` every ``config.eval_every`` steps (module docstring). ``static``: as for :func:`make_training`."""
-    training = make_training(task, layer, width, depth, config, held_out, static)
+    ``held_out`` every ``config.eval_every`` steps (module docstring). ``static``, ``callback``: as for
+    :func:`make_training` (the callback's steps then count from the start)."""
+    training = make_training(task, layer, width, depth, config, held_out, static, callback)
 
     def train(key: Array) -> TrainResult:
         state, (losses, eval_loss) = training.run(*training.init(key))

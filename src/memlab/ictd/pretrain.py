@@ -323,8 +323,13 @@ def evaluate(params: Params, config: PretrainConfig, key: Array, num_tasks: int,
     return Evaluation(jnp.mean(td), jnp.mean(ve))
 
 
-def make_train(config: PretrainConfig):
-    """Return ``train(key) -> TrainResult``, pure and jit-able; one run of Algorithm 1 with ``config``."""
+def make_train(config: PretrainConfig, callback=None):
+    """Return ``train(key) -> TrainResult``, pure and jit-able; one run of Algorithm 1 with ``config``.
+
+    ``callback(epoch, {"loss", "V_em", "A_em"})``: on the host after every epoch, with its last step's values
+    (``jax.debug.callback``: see ``memlab.progress`` for what a callback costs). Default None: silent, and the
+    program is the one compiled without it.
+    """
     config.validate()
     mask = masks(config.d, config.a_mask)
     optimizer = optax.adam(config.learning_rate)
@@ -357,7 +362,11 @@ def make_train(config: PretrainConfig):
                 best_mirrored = best_mirrored.keep_better(params, jnp.minimum(*mirrored), t)
                 return (params, opt_state, best, best_mirrored), record
 
-            return jax.lax.scan(step, carry, jnp.arange(M))
+            carry, records = jax.lax.scan(step, carry, jnp.arange(M))
+            if callback is not None:
+                jax.debug.callback(callback, epoch_index + 1,
+                                   {"loss": records.loss[-1], "V_em": records.V_em[-1], "A_em": records.A_em[-1]})
+            return carry, records
 
         xs = (jax.random.split(k_epochs, config.num_epochs), jnp.arange(config.num_epochs))
         (params, _, best, best_mirrored), trace = jax.lax.scan(epoch, carry0, xs)

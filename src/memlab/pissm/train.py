@@ -185,11 +185,11 @@ def _surrogate_loss(config: TrainConfig, static):
     return loss
 
 
-def _epochs(epoch, carry, key, config: TrainConfig):
+def _epochs(epoch, carry, key, config: TrainConfig, callback=None):
     """Run ``epoch(carry, (index, key)) -> (carry, outputs)`` for ``config.epochs`` epochs, stopping after the first
     that fails (``carry[-1]`` false) if ``config.stop_on_failure``: the run has failed then and nothing after it
     changes the result (best model, best epoch, failure). Returns (epochs run, carry, the outputs' histories, NaN
-    where no epoch ran)."""
+    where no epoch ran). ``callback(epochs done, {"train loss", "val log-lik"})``, if given, after each epoch."""
     epoch_keys = jax.random.split(key, config.epochs)
     shapes = jax.eval_shape(epoch, carry, (jnp.asarray(0), epoch_keys[0]))[1]
     history = jax.tree_util.tree_map(lambda s: jnp.full((config.epochs, *s.shape), jnp.nan, s.dtype), shapes)
@@ -202,14 +202,20 @@ def _epochs(epoch, carry, key, config: TrainConfig):
         index, carry, history = state
         carry, outputs = epoch(carry, (index, epoch_keys[index]))
         history = jax.tree_util.tree_map(lambda h, o: h.at[index].set(o), history, outputs)
+        if callback is not None:  # on the host while the loop runs (None: the program has no callback)
+            jax.debug.callback(callback, index + 1, {"train loss": outputs[0], "val log-lik": outputs[1]})
         return index + 1, carry, history
 
     return jax.lax.while_loop(running, next_epoch, (jnp.asarray(0), carry, history))
 
 
-def make_train(config: TrainConfig):
+def make_train(config: TrainConfig, callback=None):
     """Return ``train(key, model, train_y, train_mask, val_y, val_mask) -> TrainResult`` (module doc). Jittable with
-    the model marked static by ``eqx.filter_jit``; the arrays may be vmapped over (e.g. seeds)."""
+    the model marked static by ``eqx.filter_jit``; the arrays may be vmapped over (e.g. seeds).
+
+    ``callback(epoch, metrics)``: called on the host after every epoch (``jax.debug.callback``; once per seed when
+    vmapped) with the epochs done and ``{"train loss", "val log-lik"}`` (see ``memlab.progress`` for what a callback
+    costs). Default None: silent, and the program is the one compiled without it."""
 
     def train(key, model, train_y, train_mask, val_y, val_mask) -> TrainResult:
         _check_data("train", train_y, train_mask)
@@ -282,7 +288,7 @@ def make_train(config: TrainConfig):
         dtype = train_y.dtype
         carry = (params, opt_state, jnp.zeros(T, dtype), jnp.asarray(False), params, jnp.asarray(-jnp.inf, dtype),
                  jnp.asarray(-1), jnp.asarray(True))
-        ran, carry, (train_loss, val_ll, norms, radii) = _epochs(epoch, carry, key, config)
+        ran, carry, (train_loss, val_ll, norms, radii) = _epochs(epoch, carry, key, config, callback)
         best_params, best_val, best_epoch, ok = carry[4:]
         bad = ~(jnp.isfinite(train_loss) & jnp.isfinite(val_ll)) & (jnp.arange(config.epochs) < ran)
         first_failure = jnp.where(jnp.any(bad), jnp.argmax(bad), -1)

@@ -54,14 +54,15 @@ def make_student(kind: str, tag_dim: int, key: Array) -> eqx.Module:
 
 
 @functools.cache
-def compiled_train(kind: str, tag_dim: int, config: TrainConfig):
-    """``train(keys (S,), pools (S, capacity, ...), val_set, n) -> TrainResult`` with seed axis S; jitted once.
+def compiled_train(kind: str, tag_dim: int, config: TrainConfig, callback=None):
+    """``train(keys (S,), pools (S, capacity, ...), val_set, n) -> TrainResult`` with seed axis S; jitted once per
+    callback (``train.make_train``'s, called once per seed and epoch).
 
     The seeds run one after another (``lax.map``), not vmapped: on a CPU a vmapped seed axis, even of size 1, makes
     the training step's backward pass several times slower (its per-token reductions over the batch gain an axis), and
     batching seeds buys nothing there.
     """
-    train = make_train(config, lambda key: make_student(kind, tag_dim, key))
+    train = make_train(config, lambda key: make_student(kind, tag_dim, key), callback)
 
     def seed_by_seed(keys: Array, pools: Batch, val_set: Batch, n: Array):
         static = None

@@ -103,8 +103,10 @@ def mse(model: eqx.Module, data: Batch, chunk: int | None = None) -> Array:
     return jnp.mean((predictions(model, data, chunk) - data.y) ** 2)
 
 
-def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module]):
+def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module], callback=None):
     """``train(key, train_set, val_set, num_train=None) -> TrainResult``; ``make_model(key)`` builds the student.
+    ``callback(epoch, {"val mse", "train mse"})``: on the host after every epoch (``jax.debug.callback``; see
+    ``memlab.progress`` for what a callback costs). Default None: silent, and the program compiled without it.
 
     Only the first ``num_train`` examples of ``train_set`` are used (default: all). ``num_train`` may be traced,
     so one compiled ``train`` serves every n up to the size of ``train_set``: an epoch is a fixed scan over
@@ -174,7 +176,10 @@ def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module]):
             better = val < best_mse
             best_p = jax.tree.map(lambda new, old: jnp.where(better, new, old), p, best_p)
             carry = (p, opt_state, best_p, jnp.minimum(val, best_mse), jnp.where(better, index, best_epoch))
-            return carry, (val, jnp.sum(losses) / jnp.sum(active))
+            train_mse = jnp.sum(losses) / jnp.sum(active)
+            if callback is not None:
+                jax.debug.callback(callback, index + 1, {"val mse": val, "train mse": train_mse})
+            return carry, (val, train_mse)
 
         init = (params, optimiser.init(params), params, jnp.asarray(jnp.inf), jnp.asarray(0))
         (_, opt_state, best_p, best_mse, best_epoch), (val_curve, train_curve) = jax.lax.scan(

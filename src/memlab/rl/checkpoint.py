@@ -21,6 +21,7 @@ import numpy as np
 from jax import Array
 
 from memlab import checkpoints, deadline
+from memlab import progress as progress_lines
 from memlab.checks import check_int
 from memlab.rl.config import PPOConfig
 from memlab.rl.memory import Memory
@@ -55,7 +56,8 @@ def train_with_checkpoints(config: PPOConfig, env, env_params, make_memory: Call
     resumes from ``path`` when it exists.
 
     ``key``: one key, or a batch of keys (leading axis S) to train S seeds at once (vmapped; metrics then have
-    shape (S, updates)). ``progress(updates_done, num_updates, metrics)`` is called after every checkpoint. Under
+    shape (S, updates)). ``progress(updates_done, num_updates, metrics)`` is called after every checkpoint (default:
+    a line with the last update's episode return to memlab's progress channel, where a run opened one). Under
     a time limit (``memlab.deadline``) it stops with ``OutOfTime`` before a chunk that would not finish in time.
 
     **Returns:** ``(state, metrics)``, metrics as NumPy arrays with the updates on the last axis.
@@ -93,5 +95,8 @@ def _train_chunks(ppo, config, raw_key, batched, init, identity, path, chunk_upd
         chunk_seconds = time.perf_counter() - start
         if progress is not None:
             progress(done, total, metrics)
+        else:  # memlab.progress: a line every so often while a run shows the cells' progress, else nothing
+            progress_lines.training_step(done, total, {"episode return": metrics["episode_return"][..., -1]},
+                                         "update")
     return state, metrics
 

@@ -39,6 +39,7 @@ from memlab.arena.train import (
     score,
     static_part,
 )
+from memlab.progress import training_step
 from memlab.store import cell
 
 __all__ = ["held_out_side", "score_seeds", "train_and_score"]
@@ -125,6 +126,8 @@ def _train_seeds(spec, layer: str, width: int, depth: int, config: TrainConfig, 
             progress.losses[:, done], progress.eval_loss[:, done] = losses[:, 0], eval_loss[:, 0]
             checkpoints.save_checkpoint(path, progress, {}, identity)
             seconds = time.perf_counter() - start
+            training_step((done + 1) * config.eval_every, config.steps,
+                          {"loss": losses[:, 0, -1], "held-out loss": eval_loss[:, 0]})  # memlab.progress
     return TrainResult(progress.state.params, progress.losses.reshape(seeds, -1), progress.eval_loss)
 
 
