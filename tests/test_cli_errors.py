@@ -4,6 +4,7 @@ Most cases call the command in-process on the fake experiments (tests/conftest.p
 whole ``memlab`` process run one in a subprocess.
 """
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -13,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -302,6 +304,34 @@ def test_ray_address_that_does_not_answer_times_out(tmp_path):
             client.close()
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith(f"memlab: error: no Ray cluster answered at {address} within 0.5 s"), done.stderr
+    assert time.perf_counter() - start < 60 and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("answer", [b"", b"HTTP/1.1 400 Bad Request\r\n\r\n"], ids=["silent", "http1"])
+def test_an_address_that_accepts_but_is_no_ray_head_is_one_line_in_bounded_time(tmp_path, answer):
+    pytest.importorskip("ray")
+    with socket.socket() as server:  # accepts connections, then says nothing or speaks HTTP/1
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+
+        def serve():
+            with contextlib.suppress(OSError):
+                while True:
+                    client, _ = server.accept()
+                    client.sendall(answer)
+                    held.append(client)
+
+        held: list = []
+        threading.Thread(target=serve, daemon=True).start()
+        env = {**os.environ, "MEMLAB_RAY_CONNECT_TIMEOUT": "1"}
+        start = time.perf_counter()
+        done = memlab("run", "belief.error-vs-epsilon", "--profile", "tiny", "--out", str(tmp_path / "o"),
+                      "--executor", "ray", "--address", address, env=env)
+        for client in held:
+            client.close()
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"memlab: error: {address} accepts connections but is no Ray head"), done.stderr
     assert time.perf_counter() - start < 60 and not (tmp_path / "o").exists()
 
 

@@ -19,6 +19,7 @@ import math
 import multiprocessing
 import os
 import socket
+import time
 import urllib.parse
 import warnings
 from collections.abc import Iterator
@@ -200,13 +201,37 @@ def _check_reachable(address: str | None) -> None:
         raise ValueError(f"--address must be 'auto', host:port or ray://host:port, got {address!r}")
     timeout = _connect_timeout()
     try:
-        socket.create_connection((host, port), timeout=timeout).close()
+        with socket.create_connection((host, port), timeout=timeout) as connection:
+            is_grpc = _answers_as_grpc(connection, timeout)
     except TimeoutError:
         raise ValueError(f"no Ray cluster answered at {address} within {timeout:g} s (MEMLAB_RAY_CONNECT_TIMEOUT); "
                          "check the address and that the cluster runs (ray status)") from None
     except OSError as e:
         raise ValueError(f"no Ray cluster at {address}: {e.strerror or e}; check the address and that the cluster "
                          "runs (ray status)") from None
+    if not is_grpc:
+        raise ValueError(f"{address} accepts connections but is no Ray head (it did not answer as a gRPC server "
+                         f"within {timeout:g} s); give a head's GCS address (host:6379) or ray://host:10001")
+
+
+# an HTTP/2 client's connection preface and an empty SETTINGS frame (RFC 9113, 3.4 and 6.5)
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _answers_as_grpc(connection: socket.socket, timeout: float) -> bool:
+    """Whether the server on ``connection`` answers an HTTP/2 preface with a SETTINGS frame, as every gRPC server
+    (Ray's GCS and its client server among them) does first: Ray's own connect to anything else hangs or ends in a
+    long traceback."""
+    connection.settimeout(timeout)
+    header, deadline = b"", time.monotonic() + timeout
+    with contextlib.suppress(OSError):  # reset, or silent until the timeout: not a gRPC server
+        connection.sendall(_HTTP2_PREFACE)
+        while len(header) < 9 and time.monotonic() < deadline:
+            chunk = connection.recv(9 - len(header))
+            if not chunk:
+                break
+            header += chunk
+    return len(header) == 9 and header[3] == 0x4  # a frame header: 3 bytes length, then its type
 
 
 class RayExecutor(Executor):
