@@ -123,8 +123,9 @@ def _kill_driver_mid_sweep(out: Path, log: Path, address: str | None = None, env
 
 
 def _resume_and_compare(out: Path, kept: list[str], tmp_path: Path, address: str | None = None, env=None):
-    subprocess.run([sys.executable, str(DRIVER), "ray", str(out), "6", "0", *([address] if address else [])],
-                   check=True, timeout=300, capture_output=True, env=env)
+    done = subprocess.run([sys.executable, str(DRIVER), "ray", str(out), "6", "0", *([address] if address else [])],
+                          check=True, timeout=300, capture_output=True, env=env, text=True)
+    assert "Token authentication is enabled" not in done.stderr  # Ray's notice on every start, kept quiet
     cells = json.loads((out / "results.json").read_text())["cells"]
     assert (cells["computed"], cells["resumed"]) == (6 - len(kept), len(kept))
     local = tmp_path / "local"
@@ -235,3 +236,4 @@ def test_pool_profiles_run_one_cell_per_core_by_default(fake_lab, tmp_path, caps
     assert "executor local" in capsys.readouterr().out  # an experiment without pool profiles
     assert cli.main(["run", "fake.means", "--profile", "quick", "--out", str(tmp_path / "d"), "--no-progress"]) == 0
     assert "executor local" in capsys.readouterr().out  # a profile of fake.means that is not a pool profile
+

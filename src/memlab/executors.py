@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import contextlib
+import logging
 import math
 import multiprocessing
 import os
@@ -234,6 +235,22 @@ def _answers_as_grpc(connection: socket.socket, timeout: float) -> bool:
     return len(header) == 9 and header[3] == 0x4  # a frame header: 3 bytes length, then its type
 
 
+@contextlib.contextmanager
+def _quiet_token_notice():
+    """Without Ray's notice that it turned token authentication on (its default since 2.59, on every run; a notice,
+    not a problem); Ray's other warnings pass."""
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+
+    def drop(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled")
+
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
 class RayExecutor(Executor):
     """One Ray task per cell (``--executor ray``), each reserving ``cpus_per_cell`` CPUs.
 
@@ -274,7 +291,7 @@ class RayExecutor(Executor):
         if not ray.is_initialized():
             env = {k: os.environ[k] for k in ("XLA_FLAGS", "JAX_ENABLE_X64") if k in os.environ}
             remote = self.address not in (None, "local")
-            with warnings.catch_warnings():  # Ray starts its services with fork+exec, which JAX warns about
+            with warnings.catch_warnings(), _quiet_token_notice():  # Ray forks its services, which JAX warns about
                 warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
                 ray.init(address=self.address or "local", include_dashboard=False, log_to_driver=False,
                          runtime_env={"env_vars": env} if env and remote else None, logging_level="warning")
