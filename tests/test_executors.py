@@ -142,15 +142,14 @@ def test_a_killed_driver_resumes_on_a_local_ray_instance(tmp_path):
     _resume_and_compare(tmp_path / "o", kept, tmp_path)
 
 
-def test_a_killed_driver_resumes_on_a_cluster_started_with_ray_start(tmp_path):
-    """A head started with `ray start --head` (token authentication on, as Ray >= 2.59 wants it); the driver
-    joins it by address, is killed mid-sweep while the cluster lives on, and a second driver resumes."""
-    pytest.importorskip("ray")
+@contextlib.contextmanager
+def _ray_head(log: Path):
+    """A head started with `ray start --head` (token authentication on, as Ray >= 2.59 wants it) in a process group
+    of its own: yields (its address, the environment that joins it, its process)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-    log = tmp_path / "head.log"
     with log.open("w") as f:
         head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
                                  f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
@@ -160,16 +159,74 @@ def test_a_killed_driver_resumes_on_a_cluster_started_with_ray_start(tmp_path):
         while "Ray runtime started" not in log.read_text() and head.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert head.poll() is None and "Ray runtime started" in log.read_text(), log.read_text()
-        address = f"127.0.0.1:{port}"
-        kept = _kill_driver_mid_sweep(tmp_path / "o", tmp_path / "driver.log", address, env)
-        _resume_and_compare(tmp_path / "o", kept, tmp_path, address, env)
+        yield f"127.0.0.1:{port}", env, head
     finally:
-        head.terminate()  # `ray start --block` stops the node's processes on SIGTERM
+        with contextlib.suppress(ProcessLookupError):
+            head.terminate()  # `ray start --block` stops the node's processes on SIGTERM
         try:
             head.wait(timeout=60)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(head.pid, signal.SIGKILL)
+
+
+def test_a_killed_driver_resumes_on_a_cluster_started_with_ray_start(tmp_path):
+    """The driver joins a head by address, is killed mid-sweep while the cluster lives on, and a second driver
+    resumes."""
+    pytest.importorskip("ray")
+    with _ray_head(tmp_path / "head.log") as (address, env, _):
+        kept = _kill_driver_mid_sweep(tmp_path / "o", tmp_path / "driver.log", address, env)
+        _resume_and_compare(tmp_path / "o", kept, tmp_path, address, env)
+
+
+SLEEPY_PLUGIN = """
+import dataclasses, time
+from functools import partial
+from memlab import catalog
+from memlab.runner import Experiment
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    seed: int = 0
+
+def sleepy(i):
+    time.sleep(2.0)
+    return {"i": i}
+
+def run(cfg, run):
+    run.sweep({f"c{i}": partial(sleepy, i) for i in range(12)}, "sleepy")
+    return {}
+
+catalog.EXPERIMENTS["test.sleepy"] = Experiment("test.sleepy", "Fig. 0", "none", "cells that sleep",
+                                                {"quick": Config(), "paper": Config()}, run)
+"""
+
+
+def test_a_cluster_lost_mid_run_ends_in_one_memlab_line_within_seconds(tmp_path):
+    """The head dies mid-sweep: the run ends within seconds (Ray itself would notice after a minute and end the
+    process from C++) with one memlab line naming the cells kept; the cells travel to the cluster by value (a
+    plugin file the cluster's workers cannot import)."""
+    pytest.importorskip("ray")
+    (tmp_path / "sleepy.py").write_text(SLEEPY_PLUGIN)
+    out = tmp_path / "o"
+    with _ray_head(tmp_path / "head.log") as (address, env, head):
+        command = [str(Path(sys.executable).with_name("memlab")), "run", "test.sleepy", "--plugin",
+                   str(tmp_path / "sleepy.py"), "--executor", "ray", "--address", address, "--out", str(out),
+                   "--store", str(tmp_path / "cells"), "--no-progress"]
+        driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 180
+        while len(_cell_files(out)) < 2 and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.killpg(head.pid, signal.SIGKILL)
+        lost = time.monotonic()
+        _, err = driver.communicate(timeout=120)
+    kept = len(_cell_files(out))
+    assert time.monotonic() - lost < 30 and driver.returncode == 1, err
+    memlab_lines = [line for line in err.splitlines() if line.startswith("memlab")]
+    assert len(memlab_lines) == 1, err
+    assert memlab_lines[0].startswith("memlab: error: the Ray cluster is lost (its head at "), err
+    assert memlab_lines[0].endswith(f"no longer answers); {kept} cells kept in {out}; rerun the same command to resume")
+    assert 2 <= kept < 12 and "Traceback" not in err
 
 
 def test_ray_cluster_runs_cells_on_both_nodes(fake_lab, ray_cluster, tmp_path):

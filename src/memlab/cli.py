@@ -26,7 +26,7 @@ from pathlib import Path
 from memlab import __version__, catalog, compile_cache
 from memlab.claims import status_counts, status_of
 from memlab.devices import check_device_count, cores_for_run, use_host_devices
-from memlab.executors import EXECUTORS, make_executor
+from memlab.executors import EXECUTORS, ClusterLost, make_executor
 from memlab.paper_claims import PACKAGED
 from memlab.plugins import add_plugins
 from memlab.report import build_report, check_report_target, duration, megabytes
@@ -131,6 +131,11 @@ def cmd_run(args) -> int:
     except CellsFailed as e:
         print(f"memlab: error: {e}", file=sys.stderr)
         return 1
+    except ClusterLost as e:
+        kept = len(list((out / "cells").glob("*.json")))
+        print(f"memlab: error: {e}; {kept} cells kept in {out}; rerun the same command to resume", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)  # Ray's exit handlers would wait for the lost head, then end the process from C++
     except KeyboardInterrupt:
         print(INTERRUPTED.replace("are kept", f"are kept in {out}"), file=sys.stderr)
         return 130

@@ -39,7 +39,7 @@ from memlab.worker import (
     start_pool_worker,
 )
 
-__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "ProcessExecutor", "RayExecutor", "make_executor"]
+__all__ = ["EXECUTORS", "ClusterLost", "Executor", "LocalExecutor", "ProcessExecutor", "RayExecutor", "make_executor"]
 
 EXECUTORS = ("local", "processes", "ray")
 RAY_MISSING = 'the ray executor needs Ray: pip install -e ".[ray]" (or pip install "memlab[ray]")'
@@ -235,6 +235,13 @@ def _answers_as_grpc(connection: socket.socket, timeout: float) -> bool:
     return len(header) == 9 and header[3] == 0x4  # a frame header: 3 bytes length, then its type
 
 
+CLUSTER_POLL_S = 5.0  # how often a run waiting for Ray tasks checks that the cluster's head still answers
+
+
+class ClusterLost(RuntimeError):
+    """The Ray cluster went away mid-run; the cells finished before are kept."""
+
+
 @contextlib.contextmanager
 def _quiet_token_notice():
     """Without Ray's notice that it turned token authentication on (its default since 2.59, on every run; a notice,
@@ -272,7 +279,7 @@ class RayExecutor(Executor):
             raise ValueError(f"cpus_per_cell must be a positive number, got {cpus_per_cell!r}")
         self.address = address
         self.cpus_per_cell = cpus_per_cell
-        self._started = False
+        self._started = self._lost = False
         if address in (None, "local") and not ray.is_initialized() and cpus_per_cell > (os.cpu_count() or 1):
             raise ValueError(f"cpus_per_cell must be at most this machine's {os.cpu_count() or 1} CPUs (a local Ray "
                              f"instance has no more), got {cpus_per_cell:g}: no cell could ever start")
@@ -312,7 +319,9 @@ class RayExecutor(Executor):
         pending = list(submitted)
         try:
             while pending:
-                done, pending = ray.wait(pending, num_returns=1)
+                done, pending = ray.wait(pending, num_returns=1, timeout=CLUSTER_POLL_S)
+                if not done:
+                    self._check_alive(ray)
                 for ref in done:
                     try:
                         text, error = ray.get(ref)
@@ -324,6 +333,17 @@ class RayExecutor(Executor):
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
 
+    def _check_alive(self, ray) -> None:
+        """ClusterLost if the cluster's head (its GCS) accepts no connection: Ray would notice only after a minute,
+        and then end this process from C++."""
+        address = ray.get_runtime_context().gcs_address
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=CLUSTER_POLL_S).close()
+        except OSError:
+            self._lost = True
+            raise ClusterLost(f"the Ray cluster is lost (its head at {address} no longer answers)") from None
+
     def _check_feasible(self, ray) -> None:
         """SetupError unless some node of the cluster has ``cpus_per_cell`` CPUs: Ray would wait for one forever."""
         largest = max((node["Resources"].get("CPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
@@ -332,7 +352,7 @@ class RayExecutor(Executor):
                              f"(at most {largest:g} CPUs): no cell could ever start")
 
     def close(self):
-        if self._started:
+        if self._started and not self._lost:  # a lost cluster cannot be shut down: Ray would wait for its head
             import ray
 
             ray.shutdown()

@@ -32,6 +32,9 @@ def _import(spec: str) -> None:
         sys.modules[name] = module  # before running it, so pickled references to its functions resolve
         _loaded.add(spec)
         module_spec.loader.exec_module(module)
+        import cloudpickle  # its functions travel by value: a worker of a Ray cluster cannot import the file
+
+        cloudpickle.register_pickle_by_value(module)
     else:
         _loaded.add(spec)
         try:
