@@ -115,9 +115,14 @@ def test_experiment_table_matches_the_catalog():
     assert listed == set(EXPERIMENTS)
 
 
+def test_library_page_optimizer_example_runs(run_example):
+    namespace, printed, _ = run_example("docs/library.md", 4)
+    assert namespace["result"].val_loss.shape == (2,) and printed.count("held-out loss") == 2
+
+
 def test_library_page_ringworld_example_runs(run_example):
     namespace, _, folder = run_example("docs/library.md", 3)  # the example writes its checkpoint under ./checkpoints
-    assert namespace["metrics"]["episode_return"].shape == (20,)
+    assert namespace["result"].metrics["episode_return"].shape == (20,)
     assert (folder / "checkpoints" / "deep-alf.eqx").exists()
 
 

@@ -77,7 +77,7 @@ class TrainConfig:
 
 class TrainResult(NamedTuple):
     model: eqx.Module  # at the best validation epoch
-    best_val: Array  # () best validation log-likelihood per observed step
+    best_val_ll: Array  # () best validation log-likelihood per observed step
     best_epoch: Array  # () int, 0-based; -1 if no epoch was finite
     failed: Array  # () bool: non-finite values or divergence (module doc)
     train_loss: Array  # (epochs,) mean minibatch loss
@@ -207,9 +207,11 @@ def _epochs(epoch, carry, key, config: TrainConfig):
     return jax.lax.while_loop(running, next_epoch, (jnp.asarray(0), carry, history))
 
 
-def make_train(config: TrainConfig):
+def make_train(config: TrainConfig, *, optimizer: optax.GradientTransformation | None = None):
     """Return ``train(key, model, train_y, train_mask, val_y, val_mask) -> TrainResult`` (module doc). Jittable with
-    the model marked static by ``eqx.filter_jit``; the arrays may be vmapped over (e.g. seeds)."""
+    the model marked static by ``eqx.filter_jit``; the arrays may be vmapped over (e.g. seeds). ``optimizer``: the
+    transformation each of the two optimisers runs (default App. F.1's Adam with its staircase decay, clipped first
+    with stability 'clip': ``_optimizer``)."""
 
     def train(key, model, train_y, train_mask, val_y, val_mask) -> TrainResult:
         _check_data("train", train_y, train_mask)
@@ -220,7 +222,7 @@ def make_train(config: TrainConfig):
         cells = gated_cells(model)
         if config.stability == "iss" and not cells:
             raise ValueError(f"stability='iss' needs a GRU/LSTM cell; {type(model).__name__} has none")
-        optimizer = _optimizer(config, steps)  # one for phi, one for theta (module doc)
+        transformation = _optimizer(config, steps) if optimizer is None else optimizer  # for phi and theta
         if config.stability == "iss":
             model = project_model_iss(model, config.iss_eps)
         params, static = eqx.partition(model, eqx.is_inexact_array)
@@ -228,7 +230,7 @@ def make_train(config: TrainConfig):
         theta = jax.tree_util.tree_map(lambda t, f: t and not f, frozen_mask(model, config.mode_params), fixed)
         phi = jax.tree_util.tree_map(lambda t, f: not (t or f), theta, fixed)
         # each optimiser sees zero gradients outside its own leaves, so its Adam updates there are exactly zero
-        opt_state = (optimizer.init(params), optimizer.init(params))
+        opt_state = (transformation.init(params), transformation.init(params))
 
         value_and_grad = value_and_grad_in_parts(_surrogate_loss(config, static),
                                                  gradient_parts(config.gradient_parts, batch))
@@ -248,7 +250,7 @@ def make_train(config: TrainConfig):
                 y = y + correlated_noise(k_noise, y.shape, config.input_noise_std, config.input_noise_corr)
             (loss, ll), grads = value_and_grad(params, (y, mask, jax.random.split(k_paths, batch)), baseline,
                                                jnp.sum(mask))
-            updates, opt_state = two_optimiser_update(optimizer, grads, opt_state, params, phi, theta, warm)
+            updates, opt_state = two_optimiser_update(transformation, grads, opt_state, params, phi, theta, warm)
             params = eqx.apply_updates(params, updates)
             if config.stability == "iss":
                 params = eqx.filter(project_model_iss(eqx.combine(params, static), config.iss_eps),
