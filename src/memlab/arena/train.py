@@ -93,7 +93,7 @@ class TrainState(NamedTuple):
 class Training(NamedTuple):
     """The pure pieces of :func:`make_train`'s ``train(key)``, for a caller that stops between chunks (a checkpoint,
     a time limit): ``init(key) -> (state, chunk_keys)``, the model initialised from ``key`` and (steps /
-    eval_every,) keys, one per chunk; ``run(state, chunk_keys) -> (state, (losses, eval_loss))``, one chunk of
+    eval_every,) keys, one per chunk; ``run(state, chunk_keys) -> (state, (losses, val_loss))``, one chunk of
     ``eval_every`` Adam steps per key (losses (chunks, eval_every)), each followed by the held-out loss (chunks,).
     ``train(key)`` is ``run(*init(key))``."""
 
@@ -144,8 +144,8 @@ def make_train(task: Task, layer: str, width: int, depth: int, config: TrainConf
     training = make_training(task, layer, width, depth, config, held_out, static, optimizer=optimizer)
 
     def train(key: Array) -> TrainResult:
-        state, (losses, eval_loss) = training.run(*training.init(key))
-        return TrainResult(state.params, losses.reshape(-1), eval_loss)
+        state, (losses, val_loss) = training.run(*training.init(key))
+        return TrainResult(state.params, losses.reshape(-1), val_loss)
 
     return train
 
