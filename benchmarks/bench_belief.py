@@ -68,10 +68,11 @@ def random_hmm(N: int, S: int, seed: int = 0) -> HMM:
 
 
 class AsProbabilities:
-    """memlab logits (..., N) seen as probabilities (softmax) when compared; ready when the logits are."""
+    """memlab logits (..., N), or a filter's FilterResult (the logits and the marginal log-likelihood its API
+    returns, computed together), seen as probabilities (softmax) when compared; ready when the logits are."""
 
     def __init__(self, logits):
-        self.logits = logits
+        self.logits = getattr(logits, "logits", logits)
 
     def block_until_ready(self):
         self.logits.block_until_ready()
@@ -84,7 +85,7 @@ class AsProbabilities:
 
 def _chunked(fn, ys, chunk):
     """fn over batch chunks of ys (B, K), concatenated (the parallel forms hold K x N x N per sequence)."""
-    return jnp.concatenate([fn(ys[i:i + chunk]) for i in range(0, len(ys), chunk)])
+    return jax.tree.map(lambda *parts: jnp.concatenate(parts), *[fn(ys[i:i + chunk]) for i in range(0, len(ys), chunk)])
 
 
 def bare_recursion(hmm: HMM, ys: jax.Array, final_only: bool) -> jax.Array:
@@ -141,7 +142,7 @@ def serial_filters(N: int, K: int = 1000, B: int = 2000, final_only: bool = Fals
              (f"memlab lof (vmapped){_split_note()}", lambda: AsProbabilities(memlab_lof(ys))),
              ("memlab LOF.step time-major scan", lambda: AsProbabilities(lof_step_scan(ys)))]
     if jax.local_device_count() > 1:  # what log_belief computes on one device: its batched form, unsplit
-        whole = jax.jit(lambda ys: fast_filters._exact_filter(T_all, hmm.E, w0, ys, acts, True, final_only))
+        whole = jax.jit(lambda ys: fast_filters._exact_filter(T_all, hmm.E, w0, ys, acts, True, final_only)[0])
         impls.insert(1, ("memlab log_belief, one device (its batched form)", lambda: AsProbabilities(whole(ys))))
         # the bound for the split public filters: the same bare recursion, its sequences split over the devices
         bound_split = jax.jit(lambda ys: over_devices(lambda y: bare_recursion(hmm, y, final_only), ys))

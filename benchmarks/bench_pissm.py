@@ -59,7 +59,7 @@ def pong_rows() -> list[dict]:
         train = eqx.filter_jit(make_train(config))
         args = (jax.random.key(1), model, data.train.y, full_mask(data.train), data.validation.y,
                 full_mask(data.validation))
-        epoch = timed(lambda train=train, args=args: train(*args).best_val)
+        epoch = timed(lambda train=train, args=args: train(*args).best_val_ll)
         infer = timed(lambda model=model: predict_jit(model, test.y, full_mask(test), jax.random.key(2),
                                                       1).log_likelihoods, repeats=3)
         rows.append({"model": name, "parameters": parameter_count(model), "sequences": int(data.train.y.shape[0]),

@@ -1,5 +1,5 @@
 """A memory layer of your own in the arena: `memlab run arena.leaderboard --plugin examples/running_mean_layer.py
---set layers=running-mean,gru,mamba` trains it beside memlab's layers and scores it against the optimal predictor."""
+--layers running-mean,gru,mamba` trains it beside memlab's layers and scores it against the optimal predictor."""
 
 import equinox as eqx
 import jax

@@ -10,6 +10,8 @@ Compiles: JAX's persistent cache (below) and LLVM at -O0 (``pytest_configure``);
 started on this machine (``ray.cluster_utils``), one of each per test process, kept for the session so their
 workers keep their compiled programs between tests.
 
+``optimizer_is_used``: a training loop's ``optimizer`` argument, its default bit-identical to passing nothing.
+
 ``fake_lab``: a tiny fake experiment (no science: random means in resumable cells), installed as the whole
 catalog under the names ``fake.means`` and ``fake.other``; used by test_runner.py and test_cli.py.
 """
@@ -62,6 +64,25 @@ def pytest_configure(config):
     # set) computes every cell as the process pool's and Ray's workers do; tests/test_devices.py runs several
     # devices in processes of its own
     os.environ["XLA_FLAGS"] = host_devices_flags(1, override=False)
+
+
+@pytest.fixture
+def optimizer_is_used():
+    """``check(train, default, other)`` for a training loop that takes an optax ``optimizer``: ``train(optimizer)``
+    returns the trained model (any pytree); with ``optimizer=None`` and with ``default`` (the loop's own optimizer
+    built again by the test) its arrays are bit-identical, with ``other`` (e.g. ``optax.sgd``) they differ."""
+
+    def arrays(tree) -> list[np.ndarray]:
+        return [np.asarray(x) for x in jax.tree.leaves(tree) if isinstance(x, jax.Array)]
+
+    def check(train, default, other) -> None:
+        implicit, explicit, changed = (arrays(train(optimizer)) for optimizer in (None, default, other))
+        assert implicit and len(implicit) == len(explicit) == len(changed)
+        for a, b in zip(implicit, explicit, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert any(a.shape != c.shape or not np.array_equal(a, c) for a, c in zip(implicit, changed, strict=True))
+
+    return check
 
 
 @pytest.fixture(autouse=True, scope="module")

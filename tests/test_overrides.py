@@ -104,3 +104,83 @@ def test_editing_a_plugin_layer_changes_its_cells_keys(tmp_path, monkeypatch):
     before, after = digests(plugin), digests(plugin.replace("jnp.cumsum(", "0.5 * jnp.cumsum("))
     assert before["lgssm.edited"] != after["lgssm.edited"] and before["lgssm.gru"] == after["lgssm.gru"]
     assert LAYERS["gru"].source == ""
+
+
+def test_layers_is_set_layers_in_the_order_given():
+    args = cli._parser().parse_args(["run", "arena.leaderboard", "--set", "tasks=lgssm", "--layers", "gru,lru",
+                                     "--set", "seeds=1"])
+    assert args.overrides == ["tasks=lgssm", "layers=gru,lru", "seeds=1"]
+    via_set = cli._parser().parse_args(["run", "arena.leaderboard", "--set", "layers=gru,lru"])
+    assert via_set.overrides == cli._parser().parse_args(["run", "arena.leaderboard", "--layers", "gru,lru"]).overrides
+
+
+def test_layers_names_an_unknown_layer_in_one_line(tmp_path, capsys):
+    assert cli.main(["run", "arena.leaderboard", "--profile", "tiny", "--layers", "gru,nope",
+                     "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown layer 'nope'" in err[0]
+
+
+# a plugin layer with a recurrent form: the running mean carries (count, sum), width + 1 numbers
+RECURRENT_PLUGIN = '''
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from memlab.arena import register_layer
+
+
+class RunningMean(eqx.Module):
+    proj: eqx.nn.Linear
+
+    def init_state(self):
+        return jnp.zeros(()), jnp.zeros(self.proj.out_features)
+
+    def step(self, state, x):
+        count, total = state[0] + 1, state[1] + self.proj(x)
+        return (count, total), total / count
+
+    def __call__(self, x):
+        return jax.lax.scan(lambda state, x_t: self.step(state, x_t), self.init_state(), x)[1]
+
+
+register_layer("NAME", lambda width, key: RunningMean(eqx.nn.Linear(width, width, key=key)),
+               state_size=lambda width, length: SIZE)
+'''
+
+
+def _recurrent_plugin(tmp_path, monkeypatch, name: str, size: str) -> Path:
+    from memlab.arena.layers import LAYERS
+
+    monkeypatch.setenv("MEMLAB_PLUGINS", "")
+    monkeypatch.delitem(LAYERS, name, raising=False)
+    path = tmp_path / f"{name.replace('-', '_')}.py"
+    path.write_text(RECURRENT_PLUGIN.replace("NAME", name).replace("SIZE", size))
+    return path
+
+
+def test_a_plugin_layers_state_size_is_checked_against_its_init_state(tmp_path, monkeypatch, capsys):
+    """The declared state size of a layer with init_state / step must be what init_state holds: width + 1 here.
+    A wrong one (width) is one line at the command line, exit 2, before any cell; the right one passes."""
+    import jax
+
+    from memlab.arena.layers import LAYERS, check_state_sizes, make_layer
+    from memlab.plugins import add_plugins
+
+    wrong = _recurrent_plugin(tmp_path, monkeypatch, "mean-wrong-state", "width")
+    code = cli.main(["run", "arena.leaderboard", "--profile", "tiny", "--plugin", str(wrong), "--layers",
+                     "mean-wrong-state,gru", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    from memlab import catalog
+
+    width = catalog.get("arena.leaderboard").profiles["tiny"].width
+    assert f"layer 'mean-wrong-state': its state_size(width={width}, length=1) is {width}, but its init_state() " \
+           f"holds {width + 1} numbers" in err[0]
+    assert not (tmp_path / "o" / "results.json").exists()
+    with pytest.raises(ValueError, match="init_state\\(\\) holds 5 numbers"):
+        make_layer("mean-wrong-state", 4, jax.random.PRNGKey(0))
+    add_plugins([str(_recurrent_plugin(tmp_path, monkeypatch, "mean-right-state", "width + 1"))])
+    check_state_sizes(["mean-right-state", "gru"], 4)
+    layer = make_layer("mean-right-state", 4, jax.random.PRNGKey(0))
+    assert layer(jax.numpy.ones((3, 4))).shape == (3, 4) and "mean-right-state" in LAYERS

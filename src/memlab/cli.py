@@ -331,6 +331,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
                    help="change a field of the profile's config, e.g. --set layers=gru,lru or --set train.steps=200 "
                         "(repeatable; the default output folder's name carries the changes)")
+    p.add_argument("--layers", action="append", dest="overrides", type=lambda names: f"layers={names}", metavar="NAMES",
+                   help="the same as --set layers=NAMES: the arena's layers to run, e.g. --layers running-mean,gru")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE.py|MODULE",
                    help="import your code first (e.g. it registers a layer: memlab.arena.register_layer); repeatable")
     p.add_argument("--time-limit", type=parse_duration, default=None, metavar="DURATION",

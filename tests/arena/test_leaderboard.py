@@ -67,7 +67,7 @@ def test_training_closes_most_of_the_gap_on_lgssm():
     base = baselines(task, held_out)
     result = jax.jit(make_train(task, "gru", 16, 1, config, held_out))(jax.random.key(0))
     reference, trivial = float(base.reference.mean()), float(base.trivial.mean())
-    gap = (np.asarray(result.eval_loss) - reference) / (trivial - reference)
+    gap = (np.asarray(result.val_loss) - reference) / (trivial - reference)
     assert reference < trivial and gap.shape == (3,) and gap[-1] < 0.5 and gap[-1] < gap[0]
     # squared error splits orthogonally: E|model - y|^2 = E|model - optimum|^2 + E|optimum - y|^2, so the distance
     # to the compiled Kalman predictor (the optimum after its transient) is the model's excess loss

@@ -117,8 +117,8 @@ def test_a_tiny_training_run_gives_a_finite_loss():
     held_out = TASK.sample(jax.random.key(3), 16, 16)
     train = make_train(TASK, "gru", 8, 1, TrainConfig(steps=4, batch=4, length=16, eval_every=2), held_out)
     result = jax.jit(train)(jax.random.key(4))
-    assert result.train_loss.shape == (4,) and result.eval_loss.shape == (2,)
-    assert np.all(np.isfinite(result.train_loss)) and np.all(np.isfinite(result.eval_loss))
+    assert result.train_loss.shape == (4,) and result.val_loss.shape == (2,)
+    assert np.all(np.isfinite(result.train_loss)) and np.all(np.isfinite(result.val_loss))
 
 
 def test_the_compiled_theta_star_is_the_transformer_on_every_prefix():

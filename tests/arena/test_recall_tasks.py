@@ -188,7 +188,7 @@ def test_a_few_training_steps_give_finite_losses(name):
     assert np.all(np.isfinite(np.asarray(base.reference))) and np.all(np.isfinite(np.asarray(base.trivial)))
     result = jax.jit(make_train(task, "lru", 8, 1, TrainConfig(steps=4, batch=8, length=16, eval_every=2), test))(
         jax.random.key(9))
-    assert np.all(np.isfinite(np.asarray(result.train_loss))) and np.all(np.isfinite(np.asarray(result.eval_loss)))
+    assert np.all(np.isfinite(np.asarray(result.train_loss))) and np.all(np.isfinite(np.asarray(result.val_loss)))
 
 
 def test_compare_reads_the_last_scored_step_where_the_final_step_is_not_scored():

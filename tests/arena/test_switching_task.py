@@ -173,7 +173,7 @@ def test_a_tiny_training_run_has_finite_losses():
     batch = task.sample(jax.random.key(0), 5, 12)
     train = make_train(task, "gru", 8, 1, TrainConfig(steps=4, batch=4, length=8, eval_every=2), batch)
     result = jax.jit(train)(jax.random.key(1))
-    assert np.all(np.isfinite(result.train_loss)) and np.all(np.isfinite(result.eval_loss))
+    assert np.all(np.isfinite(result.train_loss)) and np.all(np.isfinite(result.val_loss))
 
 
 def test_bad_arguments_are_named():

@@ -99,10 +99,10 @@ def assert_logits_close(w, ref, rtol):
 
 
 # jitted once: the eager forms compile per call
-alf_serial = jax.jit(lambda alf, ys: alf_filter(alf, ys))
-alf_parallel = jax.jit(lambda alf, ys: alf_filter(alf, ys, parallel=True))
-alf_serial_tv = jax.jit(lambda alf, ys, a: alf_filter(alf, ys, actions=a))
-alf_parallel_tv = jax.jit(lambda alf, ys, a: alf_filter(alf, ys, actions=a, parallel=True))
+alf_serial = jax.jit(lambda alf, ys: alf_filter(alf, ys).logits)
+alf_parallel = jax.jit(lambda alf, ys: alf_filter(alf, ys, parallel=True).logits)
+alf_serial_tv = jax.jit(lambda alf, ys, a: alf_filter(alf, ys, actions=a).logits)
+alf_parallel_tv = jax.jit(lambda alf, ys, a: alf_filter(alf, ys, actions=a, parallel=True).logits)
 
 
 # ------------------------------------------------------------------ schedules, eqs. (48)-(49)
@@ -292,11 +292,11 @@ def test_step_equals_filter_on_a_batch(x64, time_varying):
         P = np.stack([cases.random_permutation(rng, N) for _ in range(A)])
         alf = ALF.time_varying(P, E, 0.2, w0=rng.normal(size=N))
         acts = rng.integers(0, A, size=(B, K))
-        ref = jax.vmap(lambda y, a: alf_filter(alf, y, actions=a))(ys, acts)
+        ref = jax.vmap(lambda y, a: alf_filter(alf, y, actions=a).logits)(ys, acts)
     else:
         alf = ALF.time_invariant(D, E, 0.2)
         acts = np.zeros((B, K), int)
-        ref = jax.vmap(lambda y: alf_filter(alf, y))(ys)
+        ref = jax.vmap(lambda y: alf_filter(alf, y).logits)(ys)
     step, w = jax.jit(ALF.step), jnp.broadcast_to(alf.w0, (B, N))
     for k in range(K):
         w = step(alf, w, jnp.asarray(ys[:, k]), jnp.asarray(acts[:, k]))

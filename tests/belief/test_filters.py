@@ -5,6 +5,8 @@ with the unnormalised logits of eq. (7) recovered as w_k = log alpha_k + sum_j l
 """
 
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,10 +18,23 @@ from memlab.belief.filters import LOF, bayes_decode, lof_step
 from memlab.belief.hmm import HMM, ControlledHMM
 
 # Jitted once here: eager calls compile anew each time (a fresh scan body per call; an eager
-# associative_scan compiles each level's ops one by one). Input checks are tested on the eager forms.
-lof = jax.jit(fast_filters.lof, static_argnames="normalize")
-log_belief = jax.jit(fast_filters.log_belief)
-lof_parallel = jax.jit(fast_filters.lof_parallel, static_argnames=("final_only", "block"))
+# associative_scan compiles each level's ops one by one). Input checks are tested on the eager forms. These give
+# the logits of the FilterResult; the marginal log-likelihood has its own tests below.
+lof_result = jax.jit(fast_filters.lof, static_argnames="normalize")
+log_belief_result = jax.jit(fast_filters.log_belief)
+lof_parallel_result = jax.jit(fast_filters.lof_parallel, static_argnames=("final_only", "block"))
+
+
+def lof(*args, **kwargs):
+    return lof_result(*args, **kwargs).logits
+
+
+def log_belief(*args, **kwargs):
+    return log_belief_result(*args, **kwargs).logits
+
+
+def lof_parallel(*args, **kwargs):
+    return lof_parallel_result(*args, **kwargs).logits
 
 
 
@@ -174,8 +189,9 @@ def test_lof_parallel_blocks_equal_serial(x64, block):
         np.ones(N))))
     ys, acts = jnp.asarray(random_obs(rng, S, K)), jnp.asarray(rng.integers(0, A, size=K))
     w_ref = reference_filter(T, np.asarray(m.E), _log(np.asarray(m.pi0)), np.asarray(ys), np.asarray(acts))[1]
-    assert_logits_close(fast_filters.lof_parallel(m, ys, actions=acts, block=block), w_ref, 1e-10)
-    assert_logits_close(fast_filters.lof_parallel(m, ys, actions=acts, final_only=True, block=block), w_ref[-1], 1e-10)
+    assert_logits_close(fast_filters.lof_parallel(m, ys, actions=acts, block=block).logits, w_ref, 1e-10)
+    assert_logits_close(fast_filters.lof_parallel(m, ys, actions=acts, final_only=True, block=block).logits, w_ref[-1],
+                        1e-10)
 
 
 @pytest.mark.parametrize("controlled", [False, True])
@@ -197,7 +213,7 @@ def test_vmapped_lof_parallel_runs_in_chunks_and_equals_each_sequence(x64, monke
     acts_or_none = (lambda a: a) if controlled else (lambda a: None)
 
     def batch(y, a, w):
-        return fast_filters.lof_parallel(m, y, w0=w, actions=acts_or_none(a), block=block)
+        return fast_filters.lof_parallel(m, y, w0=w, actions=acts_or_none(a), block=block).logits
 
     vmapped = jax.vmap(batch)
     assert "length=2" in str(jax.make_jaxpr(vmapped)(yss, acts, w0s))  # the two whole chunks run in a loop
@@ -208,7 +224,7 @@ def test_vmapped_lof_parallel_runs_in_chunks_and_equals_each_sequence(x64, monke
         assert_logits_close(over_w0[b], lof(m, yss[0], w0=w0s[b], actions=acts_or_none(acts[0])), 1e-10)
     models = jax.tree.map(lambda x: jnp.stack([x, x]), m)
     over_models = jax.jit(jax.vmap(lambda model: fast_filters.lof_parallel(model, yss[1],
-                                                                           actions=acts_or_none(acts[1]))))
+                                                                           actions=acts_or_none(acts[1])).logits))
     for row in over_models(models):
         assert_logits_close(row, lof(m, yss[1], actions=acts_or_none(acts[1])), 1e-10)
 
@@ -312,9 +328,10 @@ def test_vmapped_batch_mixes_tiny_and_ordinary_rows_exactly():
     m = HMM(jnp.asarray(T, jnp.float32), jnp.asarray(E, jnp.float32), jnp.array([0.5, 0.5], jnp.float32))
     w0s = np.array([w0, [0.0, 0.0], [-3.0, 0.0], w0[::-1]])
     yss = np.stack([ys, ys[::-1], ys, 1 - ys])
-    got = np.asarray(jax.jit(jax.vmap(lambda w, y: fast_filters.lof(m, y, w0=w)))(w0s.astype(np.float32), yss))
-    last = np.asarray(jax.jit(jax.vmap(lambda w, y: fast_filters.lof(m, y, w0=w, normalize=True, final_only=True)))(
-        w0s.astype(np.float32), yss))
+    got = np.asarray(jax.jit(jax.vmap(lambda w, y: fast_filters.lof(m, y, w0=w).logits))(w0s.astype(np.float32), yss))
+    last = np.asarray(jax.jit(jax.vmap(lambda w, y: fast_filters.lof(m, y, w0=w, normalize=True,
+                                                                      final_only=True).logits))(w0s.astype(np.float32),
+                                                                                                yss))
     for b in range(len(w0s)):
         ref = reference_log_filter(T, E, w0s[b], yss[b])
         np.testing.assert_allclose(got[b], ref, rtol=1e-5, atol=1e-4)
@@ -332,9 +349,10 @@ def test_vmapped_batches_of_controlled_hmms_match_the_reference(x64, N, zero_fra
     yss, acts = rng.integers(0, S, size=(B, K)), rng.integers(0, A, size=(B, K))
     refs = [reference_filter(T, E, np.log(pi0), yss[b], acts[b]) for b in range(B)]
     for normalize, which in ((False, 1), (True, 0)):
-        got = jax.jit(jax.vmap(lambda y, a, n=normalize: fast_filters.lof(m, y, actions=a, normalize=n)))(yss, acts)
+        got = jax.jit(jax.vmap(lambda y, a, n=normalize: fast_filters.lof(m, y, actions=a, normalize=n).logits))(
+            yss, acts)
         last = jax.jit(jax.vmap(lambda y, a, n=normalize: fast_filters.lof(m, y, actions=a, normalize=n,
-                                                                          final_only=True)))(yss, acts)
+                                                                          final_only=True).logits))(yss, acts)
         for b in range(B):
             assert_logits_close(got[b], refs[b][which], 1e-10)
             assert_logits_close(last[b], refs[b][which][-1], 1e-10)
@@ -347,7 +365,7 @@ def test_final_only_is_the_last_row(x64, normalize):
     m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
     ys = jnp.asarray(random_obs(rng, 3, 40))
     full = lof(m, ys, normalize=normalize)
-    last = fast_filters.lof(m, ys, normalize=normalize, final_only=True)
+    last = fast_filters.lof(m, ys, normalize=normalize, final_only=True).logits
     assert last.shape == (4,)
     assert_logits_close(last, full[-1], 1e-12)
 
@@ -358,7 +376,7 @@ def test_lof_parallel_short_sequences_equal_serial(x64, K):
     T, E, pi0 = random_hmm(rng, 3, 2, zero_frac=0.2)
     m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
     ys = jnp.asarray(random_obs(rng, 2, K))
-    assert_logits_close(fast_filters.lof_parallel(m, ys), reference_filter(T, E, _log(pi0), ys)[1], 1e-10)
+    assert_logits_close(fast_filters.lof_parallel(m, ys).logits, reference_filter(T, E, _log(pi0), ys)[1], 1e-10)
 
 
 # ------------------------------------------------------------------ 10^6 steps, eq. (47) at eps = 1e-12
@@ -495,8 +513,9 @@ def test_lof_rejects_out_of_range_actions():
 
 @pytest.mark.parametrize("controlled", [False, True])
 def test_the_plain_reference_equals_numpy_and_the_fast_engines_equal_the_plain_reference(controlled, x64):
-    """``filters.lof`` (one scan of ``lof_step``, what the docs show) against the float64 NumPy filter, and every
-    fast engine of ``fast_filters`` against it: serial and parallel, logits and beliefs, final only, vmapped."""
+    """``lof_reference`` (one scan of ``lof_step``, what the docs show) against the float64 NumPy filter, and every
+    fast engine of ``fast_filters`` against it: serial and parallel, logits and beliefs, final only, vmapped; the
+    marginal log-likelihoods too."""
     rng = np.random.default_rng(11)
     N, S, K, A, B = 5, 4, 60, 3, 6
     T = rng.dirichlet(np.ones(N), size=(A, N)).transpose(0, 2, 1) if controlled else \
@@ -508,13 +527,108 @@ def test_the_plain_reference_equals_numpy_and_the_fast_engines_equal_the_plain_r
     yss, acts = rng.integers(0, S, size=(B, K)), rng.integers(0, A, size=(B, K))
     args = (lambda i: {"actions": acts[i]}) if controlled else (lambda i: {})
     for i in range(B):
-        plain = filters.lof(m, yss[i], **args(i))
+        plain = filters.lof_reference(m, yss[i], **args(i))
         _, w_ref = reference_filter(T, E, _log(pi0), yss[i], acts[i] if controlled else None)
-        np.testing.assert_allclose(plain, w_ref, rtol=1e-10, atol=1e-10)
-        np.testing.assert_allclose(fast_filters.lof(m, yss[i], **args(i)), plain, rtol=1e-10, atol=1e-10)
-        np.testing.assert_allclose(fast_filters.lof_parallel(m, yss[i], **args(i)), plain, rtol=1e-9, atol=1e-9)
-        np.testing.assert_allclose(fast_filters.log_belief(m, yss[i], final_only=True, **args(i)),
-                                   filters.log_belief(m, yss[i], final_only=True, **args(i)), rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(plain.logits, w_ref, rtol=1e-10, atol=1e-10)
+        for fast, tol in ((fast_filters.lof(m, yss[i], **args(i)), 1e-10),
+                          (fast_filters.lof_parallel(m, yss[i], **args(i)), 1e-9)):
+            np.testing.assert_allclose(fast.logits, plain.logits, rtol=tol, atol=tol)
+            np.testing.assert_allclose(fast.marginal_loglik, plain.marginal_loglik, rtol=tol, atol=tol)
+        last = fast_filters.log_belief(m, yss[i], final_only=True, **args(i))
+        plain_last = filters.log_belief_reference(m, yss[i], final_only=True, **args(i))
+        np.testing.assert_allclose(last.logits, plain_last.logits, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(last.marginal_loglik, plain_last.marginal_loglik, rtol=1e-10, atol=1e-10)
     batched = jax.vmap(lambda y, a: fast_filters.lof(m, y, actions=a if controlled else None, normalize=True))
-    plain = jax.vmap(lambda y, a: filters.lof(m, y, actions=a if controlled else None, normalize=True))
-    np.testing.assert_allclose(batched(yss, acts), plain(yss, acts), rtol=1e-10, atol=1e-10)
+    plain = jax.vmap(lambda y, a: filters.lof_reference(m, y, actions=a if controlled else None, normalize=True))
+    for got, want in zip(batched(yss, acts), plain(yss, acts), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+# ------------------------------------------------------------------ the marginal log-likelihood, by enumeration
+
+
+def brute_force_loglik(T, E, prior, ys, actions=None):
+    """log p(y_1..y_K) = log sum over every hidden path x_0..x_K of prior(x_0) prod_k T(a_{k-1})[x_k, x_{k-1}]
+    E[y_k, x_k], in float64: N^(K+1) paths, no recursion shared with any filter."""
+    N, K = len(prior), len(ys)
+    total = 0.0
+    for path in itertools.product(range(N), repeat=K + 1):
+        p = prior[path[0]]
+        for k in range(1, K + 1):
+            Tk = T if actions is None else T[actions[k - 1]]
+            p *= Tk[path[k], path[k - 1]] * E[ys[k - 1], path[k]]
+        total += p
+    return np.log(total) if total > 0 else -np.inf
+
+
+def every_filter(m, ys, w0=None, actions=None):
+    """(name, FilterResult) of every exact filter: reference and fast, logits and beliefs, all steps and the last."""
+    for final_only in (False, True):
+        for normalize in (False, True):
+            options = {"w0": w0, "actions": actions, "normalize": normalize, "final_only": final_only}
+            yield f"lof_reference {options}", filters.lof_reference(m, ys, **options)
+            yield f"lof {options}", fast_filters.lof(m, ys, **options)
+        yield f"lof_parallel {final_only}", fast_filters.lof_parallel(m, ys, w0=w0, actions=actions,
+                                                                       final_only=final_only)
+        if w0 is None:  # the belief from pi0
+            yield f"log_belief {final_only}", fast_filters.log_belief(m, ys, actions=actions, final_only=final_only)
+            yield f"log_belief_reference {final_only}", filters.log_belief_reference(m, ys, actions=actions,
+                                                                                      final_only=final_only)
+
+
+@pytest.mark.parametrize("controlled", [False, True])
+def test_marginal_loglik_equals_enumeration_over_hidden_paths(x64, controlled):
+    """Every exact filter's marginal log-likelihood is log p(y_1..y_K) summed over all 3^8 hidden paths (float64,
+    1e-10), with the default prior pi0 and with the prior softmax(w0) of given initial logits."""
+    rng = np.random.default_rng(60 + controlled)
+    N, S, A, K = 3, 3, 2, 7
+    T = np.stack([cases.random_columns(rng, N, N, 0.2) for _ in range(A)]) if controlled else \
+        cases.random_columns(rng, N, N, 0.2)
+    E, pi0 = cases.random_columns(rng, S, N), rng.dirichlet(np.ones(N))
+    m = ControlledHMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0)) if controlled else \
+        HMM(jnp.asarray(T), jnp.asarray(E), jnp.asarray(pi0))
+    ys, acts = random_obs(rng, S, K), (rng.integers(0, A, size=K) if controlled else None)
+    w0 = rng.normal(size=N) * 2
+    for prior, start in ((pi0, None), (np.exp(w0) / np.exp(w0).sum(), jnp.asarray(w0))):
+        expected = brute_force_loglik(T, E, prior, ys, acts)
+        assert -30 < expected < -1  # a real sequence, not a trivial certainty
+        for name, result in every_filter(m, jnp.asarray(ys), start, None if acts is None else jnp.asarray(acts)):
+            assert result.marginal_loglik.shape == (), name
+            np.testing.assert_allclose(float(result.marginal_loglik), expected, rtol=1e-10, atol=1e-10,
+                                       err_msg=name)
+
+
+def test_marginal_loglik_is_minus_inf_after_an_impossible_observation(x64):
+    T = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    E = np.array([[0.5, 0.0, 0.2], [0.5, 0.6, 0.8], [0.0, 0.4, 0.0]])
+    m = HMM(jnp.asarray(T), jnp.asarray(E), jnp.array([1.0, 0.0, 0.0]))
+    ys = jnp.asarray([1, 2, 0, 0, 1])  # x_2 = 0 cannot emit 2
+    assert brute_force_loglik(T, E, np.array([1.0, 0.0, 0.0]), np.asarray(ys)) == -np.inf
+    for name, result in every_filter(m, ys):
+        assert float(result.marginal_loglik) == -np.inf, name
+    possible = jnp.asarray([1, 1, 0])  # x_1 = 1 emits 1, x_2 = 0 emits 1, x_3 = 1 emits 0 with probability 0
+    assert float(fast_filters.lof(m, possible).marginal_loglik) == -np.inf
+    np.testing.assert_allclose(float(fast_filters.lof(m, possible[:2]).marginal_loglik), np.log(0.6 * 0.5))
+
+
+def test_marginal_loglik_of_the_log_space_rerun_and_of_a_vmapped_batch():
+    """Beliefs below float32's range send the fast engine to its log-space rerun: its marginal log-likelihood is the
+    float64 log-space reference's logsumexp(w_K) - logsumexp(w_0), in a vmapped batch beside ordinary rows."""
+    T, E, w0, ys = tiny_belief_case()
+    m = HMM(jnp.asarray(T, jnp.float32), jnp.asarray(E, jnp.float32), jnp.array([0.5, 0.5], jnp.float32))
+    w0s = np.array([w0, [0.0, 0.0], [-3.0, 0.0]], np.float32)
+    yss = np.stack([ys, ys[::-1], 1 - ys])
+    for normalize in (False, True):
+        got = jax.jit(jax.vmap(lambda w, y, n=normalize: fast_filters.lof(m, y, w0=w, normalize=n)))(w0s, yss)
+        for b in range(len(w0s)):
+            ref = reference_log_filter(T, E, w0s[b], yss[b])
+            expected = np.logaddexp.reduce(ref[-1]) - np.logaddexp.reduce(np.asarray(w0s[b], float))
+            np.testing.assert_allclose(float(got.marginal_loglik[b]), expected, rtol=1e-5)
+
+
+def test_the_alf_has_no_marginal_loglik():
+    from memlab.belief.alf import ALF, alf_filter
+
+    alf = ALF.time_invariant(np.array([[0, 1], [1, 0]]), np.array([[0.9, 0.1], [0.1, 0.9]]), 0.1)
+    result = alf_filter(alf, jnp.array([0, 1, 1]))
+    assert result.marginal_loglik is None and result.logits.shape == (3, 2)

@@ -1,6 +1,6 @@
 """The filter memories (LOF, ALF, softmax variants) and Deep ALF against the filters they are built from.
 
-The reference is ``filters.lof`` / ``alf.alf_filter`` run per episode on the same (ys, actions): a memory fed a stream
+The reference is ``lof_reference`` / ``alf_filter`` run per episode on the same (ys, actions): a memory fed a stream
 of several episodes (null observation and start flag at each episode's first step) must reproduce them exactly.
 """
 
@@ -12,7 +12,7 @@ import pytest
 from memlab.belief import random_models as cases
 from memlab.belief.alf import ALF, alf_filter
 from memlab.belief.deep_alf import INITIALISATIONS, DeepALF, circulant_eigensystem
-from memlab.belief.filters import lof
+from memlab.belief.filters import lof_reference
 from memlab.belief.hmm import ControlledHMM
 from memlab.belief.memories import LogitFilterMemory
 
@@ -64,9 +64,9 @@ def test_filter_memory_equals_the_filter_per_episode(x64, name):
     _, features = memory.sequence(h0, obs, acts, starts)
     for (ys, actions), f in zip(episodes, _per_episode(features, lengths)):
         if name.startswith("lof"):
-            w0, w = np.log(np.full(N, 1.0 / N)), lof(model, ys, actions=actions)
+            w0, w = np.log(np.full(N, 1.0 / N)), lof_reference(model, ys, actions=actions).logits
         else:
-            w0, w = np.zeros(N), alf_filter(ALF.time_varying(P_RING, model.E, 0.1), ys, actions)
+            w0, w = np.zeros(N), alf_filter(ALF.time_varying(P_RING, model.E, 0.1), ys, actions).logits
         expected = np.vstack([w0, w])
         if name.endswith("softmax"):
             expected = jax.nn.softmax(expected, axis=-1)

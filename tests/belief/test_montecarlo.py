@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from memlab.belief.alf import ALF, alf_filter, delta_schedule
-from memlab.belief.filters import LOF, lof
+from memlab.belief.filters import LOF, lof_reference
 from memlab.belief.hmm import HMM, ControlledHMM, sample
 from memlab.belief.montecarlo import cumulative_columns, decoding_error, draw, error_curves
 
@@ -67,17 +67,18 @@ def test_decoding_error_does_not_hide_nan_logits():
 
 
 def _independent_curves(model, w0s, key, n, K, alfs=(), controlled=False):
-    """p_k from `sample` + `lof` / `alf_filter` + NumPy decoding (another code path), (K, F)."""
+    """p_k from `sample` + `lof_reference` / `alf_filter` + NumPy decoding (another code path), (K, F)."""
     acts = np.random.default_rng(0).integers(0, model.num_actions, size=(n, K)) if controlled else None
     tr = sample(model, key, K, batch=n, actions=None if acts is None else jnp.asarray(acts))
     ys, x = tr.observations, np.asarray(tr.states[:, 1:])
     a_in = jnp.asarray(acts) if controlled else jnp.zeros((n, K), jnp.int32)
     curves = []
     for w0 in w0s:
-        w = jax.vmap(lambda y, a, w0=w0: lof(model, y, w0=w0, actions=a if controlled else None))(ys, a_in)
+        w = jax.vmap(lambda y, a, w0=w0: lof_reference(model, y, w0=w0, actions=a if controlled else None).logits)(
+            ys, a_in)
         curves.append(expected_error(w, x).mean(axis=0))
     for alf in alfs:
-        w = jax.vmap(lambda y, a, alf=alf: alf_filter(alf, y, actions=a if controlled else None))(ys, a_in)
+        w = jax.vmap(lambda y, a, alf=alf: alf_filter(alf, y, actions=a if controlled else None).logits)(ys, a_in)
         curves.append(expected_error(w, x).mean(axis=0))
     return np.stack(curves, axis=1)
 

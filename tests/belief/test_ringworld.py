@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from memlab.belief.alf import ALF, alf_filter
-from memlab.belief.filters import lof
+from memlab.belief.filters import lof_reference
 from memlab.belief.hmm import ControlledHMM
 from memlab.belief.ringworld import (
     RingWorld,
@@ -250,10 +250,10 @@ def test_rollouts_feed_lof_and_alf_as_a_memory_would(x64, fully_observed):
             w_alf = (1 - delta) * P[a] @ w_alf + delta * log_E[y]  # eq. (46)
         lof_stream.append(w_lof)
         alf_stream.append(w_alf)
-    w = lof(params.hmm, ys, actions=acts)
+    w = lof_reference(params.hmm, ys, actions=acts).logits
     np.testing.assert_allclose(w, np.asarray(lof_stream)[K + 1:2 * K], rtol=1e-10, atol=1e-10)
     alf = ALF.time_varying(params.P, params.E, delta)
-    np.testing.assert_allclose(alf_filter(alf, ys, acts), np.asarray(alf_stream)[K + 1:2 * K], atol=1e-10)
+    np.testing.assert_allclose(alf_filter(alf, ys, acts).logits, np.asarray(alf_stream)[K + 1:2 * K], atol=1e-10)
 
 
 def test_episode_inputs_rejects_bad_rollouts():

@@ -9,6 +9,7 @@ import dataclasses
 
 import jax
 import numpy as np
+import optax
 import pytest
 
 from memlab.ictd.boyan import boyan_chain
@@ -262,3 +263,9 @@ def test_bad_arguments():
         masks(4, "none")
     with pytest.raises(ValueError, match="num_tasks"):
         evaluate(init_params(jax.random.key(0), TINY), TINY, jax.random.key(1), num_tasks=0)
+
+
+def test_the_optimizer_is_an_argument_whose_default_is_algorithm_1s_adam(optimizer_is_used):
+    config = dataclasses.replace(TINY, num_seeds=1)
+    optimizer_is_used(lambda optimizer: jax.jit(make_train(config, optimizer=optimizer))(jax.random.key(3)).params,
+                      optax.adam(config.learning_rate), optax.sgd(0.1))

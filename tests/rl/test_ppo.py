@@ -19,6 +19,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from memlab import progress
@@ -312,3 +313,15 @@ def test_bptt_learns_the_memory_task():
     returns = np.asarray(metrics["episode_return"])
     assert returns[0] < 0.6
     assert returns[-5:].mean() > 0.95, returns
+
+
+def test_the_optimizer_is_an_argument_whose_default_is_table_1s_clipped_adam(optimizer_is_used):
+    env = RecallEnv(horizon=4)
+
+    def train(optimizer):
+        ppo = make_train(TINY, env, None, linear_rnn(env), optimizer=optimizer)
+        return jax.jit(ppo.train)(jax.random.key(0)).state.agent
+
+    default = optax.chain(optax.clip_by_global_norm(TINY.max_grad_norm), optax.adam(TINY.learning_rate,
+                                                                                   eps=TINY.adam_eps))
+    optimizer_is_used(train, default, optax.sgd(1e-2))

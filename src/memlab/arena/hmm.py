@@ -101,11 +101,11 @@ class HMMTask(eqx.Module):
         """log p(y_{t+1} | y_{1:t}, a_{0:t}) (B, L, S): the exact filter's belief alpha_t pushed through T (T(a_t)),
         then E."""
         if not self.controlled:
-            log_alpha = jax.vmap(lambda ys: log_belief(self.hmm, ys))(batch.aux)  # (B, L, N)
+            log_alpha = jax.vmap(lambda ys: log_belief(self.hmm, ys).logits)(batch.aux)  # (B, L, N)
             return predictive_logits(self.hmm, log_alpha)
         history = batch.aux
-        log_alpha = jax.vmap(lambda ys, a: log_belief(self.hmm, ys, a))(history.observations,
-                                                                        history.actions[:, :-1])  # eq. (6)
+        log_alpha = jax.vmap(lambda ys, a: log_belief(self.hmm, ys, a).logits)(history.observations,
+                                                                               history.actions[:, :-1])  # eq. (6)
         return predictive_logits(self.hmm, log_alpha, history.actions[:, 1:])
 
     def trivial(self, batch: Batch) -> Array:

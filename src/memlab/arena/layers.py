@@ -5,7 +5,9 @@ L steps (its recurrent state; attention's is its key-value cache, which grows wi
 at equal state. Every layer with a fixed-size state (all but softmax attention) also has its recurrent form,
 ``layer.init_state()`` and ``layer.step(state, x_t) -> (state, y_t)``: scanned over x from ``init_state()`` it gives
 ``layer(x)``, and its state holds exactly the numbers ``state_size`` counts (tested), e.g. for running a trained
-model one observation at a time. A researcher's own layer joins with :func:`register_layer`::
+model one observation at a time. A registered layer with ``init_state`` and ``step`` is held to the same count: a
+``state_size`` that disagrees with its ``init_state()`` is a ValueError when the layer is made (and when a config
+naming it is validated). A researcher's own layer joins with :func:`register_layer`::
 
     def make_mine(width, key):
         return MyLayer(width, key=key)           # any callable module: (L, width) -> (L, width)
@@ -19,14 +21,16 @@ and then runs in every arena experiment by name:
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 from jax import Array
 
 from memlab.arena.logit_layers import AdaptiveLogitFilter, LogitFilter
@@ -42,8 +46,8 @@ from memlab.layers import (
 )
 from memlab.plugins import load_plugins
 
-__all__ = ["LAYERS", "AdaptiveLogitFilter", "LayerSpec", "LogitFilter", "make_layer", "register_layer",
-           "source_fingerprint", "state_size"]
+__all__ = ["LAYERS", "AdaptiveLogitFilter", "LayerSpec", "LogitFilter", "check_state_sizes", "make_layer",
+           "register_layer", "source_fingerprint", "state_numbers", "state_size"]
 
 MAMBA_STATE = 16  # d_state of the Mamba block (expand 2, d_conv 4): its state is the SSM's 2 width x 16 numbers
 # and the causal convolution's last 3 inputs, 2 width x 3
@@ -130,6 +134,7 @@ LAYERS: dict[str, LayerSpec] = {
         "causal linear attention (elu + 1) without the normaliser, with gated DeltaNet's write strength beta, one "
         "head"),
 }
+MEMLAB_LAYERS = frozenset(LAYERS)  # memlab's own; register_layer adds others
 
 
 def register_layer(name: str, make: Callable[[int, Array], Callable[[Array], Array]],
@@ -161,8 +166,33 @@ def _spec(name: str) -> LayerSpec:
 
 
 def make_layer(name: str, width: int, key: Array) -> Callable[[Array], Array]:
-    """The layer ``name`` of ``width`` channels, initialised from ``key``."""
-    return _spec(name).make(width, key)
+    """The layer ``name`` of ``width`` channels, initialised from ``key``. ValueError if it has a recurrent form
+    (``init_state`` and ``step``) whose state is not the ``state_size`` it was registered with."""
+    spec = _spec(name)
+    layer = spec.make(width, key)
+    if callable(getattr(layer, "init_state", None)) and callable(getattr(layer, "step", None)):
+        held = state_numbers(eqx.filter_eval_shape(lambda module: module.init_state(), layer))
+        declared = int(spec.state_size(width, 1))
+        if held != declared:
+            raise ValueError(f"layer {name!r}: its state_size(width={width}, length=1) is {declared}, but its "
+                             f"init_state() holds {held} numbers; the state_size given to register_layer must count "
+                             "the numbers its step carries")
+    return layer
+
+
+def check_state_sizes(names: Iterable[str], width: int) -> None:
+    """ValueError if a registered layer of ``names`` at ``width`` has a recurrent form whose state disagrees with its
+    declared ``state_size`` (:func:`make_layer`'s check, on the layer's shapes only: nothing is computed). memlab's
+    own layers are skipped: tests/arena/test_layers.py holds them to their counts."""
+    for name in names:
+        if name not in MEMLAB_LAYERS:
+            eqx.filter_eval_shape(make_layer, name, width, jax.random.PRNGKey(0))
+
+
+def state_numbers(state) -> int:
+    """Real numbers in a recurrent state (a pytree of arrays or shapes; a complex entry counts twice)."""
+    return sum(math.prod(a.shape) * (2 if jnp.issubdtype(a.dtype, jnp.complexfloating) else 1)
+               for a in jax.tree.leaves(state))
 
 
 def state_size(name: str, width: int, length: int) -> int:

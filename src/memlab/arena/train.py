@@ -1,10 +1,10 @@
 """Training and scoring one arena model: ``make_train(task, layer, ...) -> train(key)``, pure and jittable (and
 vmappable over keys, for seeds), in the style of PureJaxRL.
 
-Every step draws a fresh batch from the task (no data set, no overfitting), takes one Adam step on the mean loss,
-and every ``eval_every`` steps scores the model on the caller's held-out batch, so a run returns its budget curve
-(one held-out batch for every layer and seed of a task: their curves are comparable, and the reference is computed
-once).
+Every step draws a fresh batch from the task (no data set, no overfitting), takes one Adam step (or one step of
+the ``optimizer`` given) on the mean loss, and every ``eval_every`` steps scores the model on the caller's held-out
+batch, so a run returns its budget curve (one held-out batch for every layer and seed of a task: their curves are
+comparable, and the reference is computed once).
 """
 
 from __future__ import annotations
@@ -57,12 +57,12 @@ class TrainConfig:
 
 class TrainResult(NamedTuple):
     """``params``: the trained model's arrays (``eqx.combine`` with ``make_model``'s static part); ``train_loss``
-    (steps,): the mean loss of every training batch; ``eval_loss`` (steps / eval_every,): the mean held-out loss
+    (steps,): the mean loss of every training batch; ``val_loss`` (steps / eval_every,): the mean held-out loss
     after every ``eval_every`` steps."""
 
     params: eqx.Module
     train_loss: Array
-    eval_loss: Array
+    val_loss: Array
 
 
 def make_model(task: Task, layer: str, width: int, depth: int, key: Array) -> SequenceModel:
@@ -93,7 +93,7 @@ class TrainState(NamedTuple):
 class Training(NamedTuple):
     """The pure pieces of :func:`make_train`'s ``train(key)``, for a caller that stops between chunks (a checkpoint,
     a time limit): ``init(key) -> (state, chunk_keys)``, the model initialised from ``key`` and (steps /
-    eval_every,) keys, one per chunk; ``run(state, chunk_keys) -> (state, (losses, eval_loss))``, one chunk of
+    eval_every,) keys, one per chunk; ``run(state, chunk_keys) -> (state, (losses, val_loss))``, one chunk of
     ``eval_every`` Adam steps per key (losses (chunks, eval_every)), each followed by the held-out loss (chunks,).
     ``train(key)`` is ``run(*init(key))``."""
 
@@ -102,16 +102,20 @@ class Training(NamedTuple):
 
 
 def make_training(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch,
-                  static: eqx.Module | None = None, callback=None) -> Training:
+                  static: eqx.Module | None = None, callback=None, *,
+                  optimizer: optax.GradientTransformation | None = None) -> Training:
     """:class:`Training` of the model of ``layer`` on ``task``, scored on ``held_out`` after every chunk.
     ``static``: the model's non-trainable part (:func:`static_part`; computed here if not given). ``callback(steps,
     {"loss", "held-out loss"})``: on the host after every chunk, with the Adam steps done in that call of ``run``
     (``jax.debug.callback``: see ``memlab.progress`` for what a callback costs; default None: silent, and the
-    program is the one compiled without it)."""
+    program is the one compiled without it). ``optimizer``: the update of every step; default global-norm clipping
+    at ``config.clip`` then Adam under a linear warm-up over the first tenth of the steps to
+    ``config.learning_rate`` and a cosine decay to 0."""
     config.validate()
-    schedule = optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, max(1, config.steps // 10),
-                                                  config.steps)
-    optimiser = optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(schedule))
+    if optimizer is None:
+        schedule = optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, max(1, config.steps // 10),
+                                                      config.steps)
+        optimizer = optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(schedule))
     static = static_part(task, layer, width, depth) if static is None else static
 
     def loss_fn(params, batch):
@@ -120,11 +124,11 @@ def make_training(task: Task, layer: str, width: int, depth: int, config: TrainC
     def init(key: Array) -> tuple[TrainState, Array]:
         k_model, k_data = jax.random.split(key)
         params = eqx.filter(make_model(task, layer, width, depth, k_model), eqx.is_inexact_array)
-        return TrainState(params, optimiser.init(params)), jax.random.split(k_data, config.steps // config.eval_every)
+        return TrainState(params, optimizer.init(params)), jax.random.split(k_data, config.steps // config.eval_every)
 
     def step(state: TrainState, k: Array) -> tuple[TrainState, Array]:
         loss, grads = jax.value_and_grad(loss_fn)(state.params, task.sample(k, config.batch, config.length))
-        updates, opt_state = optimiser.update(grads, state.opt_state, state.params)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         return TrainState(optax.apply_updates(state.params, updates), opt_state), loss
 
     def chunk(state: TrainState, k: Array) -> tuple[TrainState, tuple[Array, Array]]:
@@ -144,15 +148,16 @@ def make_training(task: Task, layer: str, width: int, depth: int, config: TrainC
 
 
 def make_train(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch,
-               static: eqx.Module | None = None, callback=None) -> Callable[[Array], TrainResult]:
+               static: eqx.Module | None = None, callback=None, *,
+               optimizer: optax.GradientTransformation | None = None) -> Callable[[Array], TrainResult]:
     """``train(key)``: initialise the model of ``layer`` from ``key`` and train it on ``task``, scoring it on
-    ``held_out`` every ``config.eval_every`` steps (module docstring). ``static``, ``callback``: as for
-    :func:`make_training` (the callback's steps then count from the start)."""
-    training = make_training(task, layer, width, depth, config, held_out, static, callback)
+    ``held_out`` every ``config.eval_every`` steps (module docstring). ``static``, ``callback``, ``optimizer``: as
+    for :func:`make_training` (the callback's steps then count from the start)."""
+    training = make_training(task, layer, width, depth, config, held_out, static, callback, optimizer=optimizer)
 
     def train(key: Array) -> TrainResult:
-        state, (losses, eval_loss) = training.run(*training.init(key))
-        return TrainResult(state.params, losses.reshape(-1), eval_loss)
+        state, (losses, val_loss) = training.run(*training.init(key))
+        return TrainResult(state.params, losses.reshape(-1), val_loss)
 
     return train
 

@@ -1,8 +1,10 @@
 """The belief study (paper: linear-recurrent-memory-pomdp.md): which filter a linear recurrent memory carries out.
 
 The library (``__all__`` below is what other code may import): the HMMs and RingWorld, the exact filter (the LOF,
-eq. (7)) as a plain reference and as fast engines, the exact linear filters of Theorem 4.4, the ALF of eq. (24) /
-(46), Deep ALF, and the agents' memories. The experiments live in ``experiments/``; no library module imports them.
+eq. (7)) as fast engines (``lof``, ``log_belief``, ``lof_parallel``) and as their plain references
+(``lof_reference``, ``log_belief_reference``), each returning a ``FilterResult`` (logits, marginal
+log-likelihood), the exact linear filters of Theorem 4.4, the ALF of eq. (24) / (46), Deep ALF, and the agents'
+memories. The experiments live in ``experiments/``; no library module imports them.
 Module by module: docs/studies/belief.md.
 """
 
@@ -31,7 +33,7 @@ from memlab.belief.exact_linear import (
 )
 from memlab.belief.examples import EXAMPLE1_BAD_E, EXAMPLE1_E, EXAMPLE1_P, SWAP, example_filters, two_state_example
 from memlab.belief.fast_filters import lof, lof_parallel, log_belief
-from memlab.belief.filters import LOF, bayes_decode, lof_step
+from memlab.belief.filters import LOF, FilterResult, bayes_decode, lof_reference, lof_step, log_belief_reference
 from memlab.belief.hmm import HMM, ControlledHMM, Trajectory, sample
 from memlab.belief.memories import ALF_DELTA, LogitFilterMemory
 from memlab.belief.metrics import logit_agreement, merge_agreement, switch_lags, trend
@@ -95,8 +97,9 @@ __all__ = [
     "is_deterministic", "is_permutation", "successors", "permutation_order", "DeterministicDecomposition",
     "decompose_deterministic", "NearlyDeterministic", "split_nearly_deterministic", "stacked_emission",
     "ObservabilityReport", "check_observability", "check_observability_controlled",
-    # filters (the reference)
-    "LOF", "lof", "lof_step", "lof_parallel", "log_belief", "normalize_logits", "bayes_decode",
+    # filters: the fast engines, their plain references, the step and the result
+    "FilterResult", "LOF", "lof", "lof_step", "lof_parallel", "log_belief", "lof_reference", "log_belief_reference",
+    "normalize_logits", "bayes_decode",
     # exact_linear
     "LinearFilterOutput", "ExactLinearFilter", "ExactLinearFilterControlled", "make_exact_linear_filter",
     "make_exact_linear_filter_controlled", "exact_linear_filter", "exact_linear_filter_controlled",

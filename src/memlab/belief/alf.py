@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from memlab.belief.filters import FilterResult
 from memlab.belief.structure import decompose_deterministic, is_permutation
 from memlab.checks import check_column_stochastic
 from memlab.logspace import safe_log
@@ -152,8 +153,10 @@ class ALF(eqx.Module):
         return alf_step(src, self.log_E, self.delta, w, y)
 
 
-def alf_filter(alf: ALF, ys: Array, actions: Array | None = None, parallel: bool = False) -> Array:
-    """ALF logits w_1..w_K (K, N) of one observation sequence ``ys`` (K,), eq. (24)/(46).
+def alf_filter(alf: ALF, ys: Array, actions: Array | None = None, parallel: bool = False) -> FilterResult:
+    """ALF logits w_1..w_K (K, N) of one observation sequence ``ys`` (K,), eq. (24)/(46), as the ``logits`` of a
+    :class:`~memlab.belief.filters.FilterResult` whose ``marginal_loglik`` is None (the ALF is an approximation of
+    the filter and has no likelihood of the observations).
 
     ``actions`` (K,) holds a_0..a_{K-1} for the time-varying ALF. ``parallel`` selects
     the associative-scan form (same numbers, O(log K) depth).
@@ -171,4 +174,4 @@ def alf_filter(alf: ALF, ys: Array, actions: Array | None = None, parallel: bool
     c = jnp.full(K, 1.0 - alf.delta, alf.w0.dtype)
     b = extended_mul(alf.delta, alf.log_E[ys])  # delta log(E^T y_k)
     scan = permutation_scan_parallel if parallel else permutation_scan
-    return scan(src, c, b, alf.w0)
+    return FilterResult(scan(src, c, b, alf.w0))

@@ -1,4 +1,5 @@
-"""The exact HMM filters of ``memlab.belief.filters`` as fast engines, tested equal to those plain forms.
+"""The exact HMM filters of ``memlab.belief.filters`` as fast engines, tested equal to those plain forms
+(``lof_reference``, ``log_belief_reference``); each returns the same :class:`~memlab.belief.filters.FilterResult`.
 
 Under ``vmap``, ``lof``, ``log_belief`` and ``lof_parallel`` split their batch of sequences over this process's
 CPU devices (``memlab.devices.over_devices``), one share per core.
@@ -21,16 +22,17 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from memlab.belief.filters import check_sequence_inputs, initial_logits, lof_step
+from memlab.belief.filters import FilterResult, check_sequence_inputs, initial_logits, lof_step, log_evidence
 from memlab.belief.hmm import HMM, ControlledHMM
 from memlab.checks import check_int
 from memlab.devices import over_devices
-from memlab.logspace import finite_max, safe_log
+from memlab.logspace import finite_max, normalize_logits, safe_log
 
 
 def lof(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None, actions: Array | None = None,
-        normalize: bool = False, final_only: bool = False) -> Array:
-    """Logit optimal filter, eq. (7), serial form: w_1..w_K (K, N), or only w_K (N,) if ``final_only``.
+        normalize: bool = False, final_only: bool = False) -> FilterResult:
+    """Logit optimal filter, eq. (7), serial form: logits w_1..w_K (K, N), or only w_K (N,) if ``final_only``, and
+    the marginal log-likelihood (:class:`~memlab.belief.filters.FilterResult`).
 
     w0 defaults to log pi0; ``normalize`` gives log beliefs (eq. 8) instead of the drifting logits.
     Exact over the whole float range (see ``_exact_filter``); under ``vmap`` the batch runs as one
@@ -38,7 +40,7 @@ def lof(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None, actions:
     """
     ys = jnp.asarray(ys, jnp.int32)
     actions = check_sequence_inputs(model, ys, actions)
-    return _lof(model, ys, initial_logits(model, w0), actions, normalize, final_only)
+    return FilterResult(*_lof(model, ys, initial_logits(model, w0), actions, normalize, final_only))
 
 
 @functools.partial(jax.jit, static_argnames=("normalize", "final_only"))
@@ -48,8 +50,9 @@ def _lof(model, ys, w0, actions, normalize, final_only):
 
 
 def log_belief(model: HMM | ControlledHMM, ys: Array, actions: Array | None = None,
-               final_only: bool = False) -> Array:
-    """log alpha_k of the optimal filter eq. (6), shape (K, N) (or (N,) for k = K only)."""
+               final_only: bool = False) -> FilterResult:
+    """log alpha_k of the optimal filter eq. (6), shape (K, N) (or (N,) for k = K only), and the marginal
+    log-likelihood."""
     return lof(model, ys, actions=actions, normalize=True, final_only=final_only)
 
 
@@ -105,7 +108,8 @@ def _transition(T_all: Array, p: Array, a: Array, state_major: bool) -> Array:
 
 
 def _fast_filter(T_all, E, w0, ys, actions, normalize, final_only):
-    """The scaled probability-space pass: (logits or log beliefs (B, K, N) / (B, N), any belief below the floor)."""
+    """The scaled probability-space pass: (logits or log beliefs (B, K, N) / (B, N), any belief below the floor,
+    the marginal log-likelihoods (B,): the carried log normaliser's change)."""
     state_major = w0.shape[-1] < STATE_MAJOR_BELOW
     axis = 0 if state_major else 1  # the state axis of p
     orient = (lambda x: x.T) if state_major else (lambda x: x)  # (B, N) <-> the layout of p
@@ -127,10 +131,13 @@ def _fast_filter(T_all, E, w0, ys, actions, normalize, final_only):
     def output(p, offset):  # (B, N): log alpha_k, or the LOF logits w_k
         return orient(jnp.log(p)) if normalize else orient(jnp.log(p)) + offset[:, None]
 
+    def loglik(offset):  # offset_K - offset_0 = logsumexp(w_K) - logsumexp(w_0)
+        return jnp.where(offset0 > -jnp.inf, offset - offset0, -jnp.inf)
+
     carry = (p0, offset0, unsafe0)
     if final_only:
         p, offset, unsafe = jax.lax.fori_loop(0, ys.shape[1], lambda k, c: step(c, ys[:, k], actions[:, k]), carry)
-        return output(p, offset), unsafe
+        return output(p, offset), unsafe, loglik(offset)
 
     def store(k, state):  # written straight into the (B, K, N) result: no transpose of the whole output after
         carry, out = state
@@ -138,33 +145,38 @@ def _fast_filter(T_all, E, w0, ys, actions, normalize, final_only):
         return carry, jax.lax.dynamic_update_slice_in_dim(out, output(*carry[:2])[:, None], k, axis=1)
 
     out = jnp.empty((*ys.shape, w0.shape[-1]), w0.dtype)
-    (_, _, unsafe), out = jax.lax.fori_loop(0, ys.shape[1], store, (carry, out))
-    return out, unsafe
+    (_, offset, unsafe), out = jax.lax.fori_loop(0, ys.shape[1], store, (carry, out))
+    return out, unsafe, loglik(offset)
 
 
 def _log_space_step(T_all, log_E, w, y, a, normalize):
-    """The exact step in log space for a batch (eq. 7, ``lof_step``: a log-sum-exp per row): w (B, N) -> (B, N)."""
-    return lof_step(T_all[0] if T_all.shape[0] == 1 else T_all[a], log_E, w, y, normalize)
+    """The exact step in log space for a batch (eq. 7, ``lof_step``: a log-sum-exp per row): w (B, N) -> (B, N),
+    and log p(y_k | y_1..y_{k-1}) (B,)."""
+    w_next = lof_step(T_all[0] if T_all.shape[0] == 1 else T_all[a], log_E, w, y)
+    return normalize_logits(w_next) if normalize else w_next, log_evidence(w_next, w)
 
 
 def _exact_filter(T_all: Array, E: Array, w0: Array, ys: Array, actions: Array, normalize: bool,
-                  final_only: bool) -> Array:
-    """Batched LOF: w0 (B, N), ys and actions (B, K) -> logits (B, K, N) or (B, N) if ``final_only``.
+                  final_only: bool) -> tuple[Array, Array]:
+    """Batched LOF: w0 (B, N), ys and actions (B, K) -> logits (B, K, N) or (B, N) if ``final_only``, and the
+    marginal log-likelihoods (B,).
 
     The fast pass, then the log-space recursion for the whole batch only if a belief came near underflow:
     a loop of K steps or of none, rewriting the fast pass's result in place (a ``lax.cond`` returning the
     (B, K, N) result would copy it, which costs as much as the fast pass itself at N = 12).
     """
     log_E = safe_log(E)
-    out, unsafe = _fast_filter(T_all, E, w0, ys, actions, normalize, final_only)
+    out, unsafe, loglik = _fast_filter(T_all, E, w0, ys, actions, normalize, final_only)
     redo_steps = jnp.where(unsafe, ys.shape[1], 0)
 
     def redo(k, state):
-        w, out = state
-        w = _log_space_step(T_all, log_E, w, ys[:, k], actions[:, k], normalize)
-        return w, w if final_only else jax.lax.dynamic_update_slice_in_dim(out, w[:, None], k, axis=1)
+        w, out, redo_loglik = state
+        w, evidence = _log_space_step(T_all, log_E, w, ys[:, k], actions[:, k], normalize)
+        out = w if final_only else jax.lax.dynamic_update_slice_in_dim(out, w[:, None], k, axis=1)
+        return w, out, redo_loglik + evidence
 
-    return jax.lax.fori_loop(0, redo_steps, redo, (w0, out))[1]
+    _, out, redo_loglik = jax.lax.fori_loop(0, redo_steps, redo, (w0, out, jnp.zeros_like(loglik)))
+    return out, jnp.where(unsafe, redo_loglik, loglik)
 
 
 @functools.cache
@@ -180,7 +192,7 @@ def _sequence_filter(normalize: bool, final_only: bool):
         return _exact_filter(T_all, E, w0, ys, actions, normalize, final_only)
 
     def single(T_all, E, w0, ys, actions):
-        return batched(T_all, E, w0[None], ys[None], actions[None])[0]
+        return jax.tree.map(lambda x: x[0], batched(T_all, E, w0[None], ys[None], actions[None]))
 
     return _over_sequences(single, batched)
 
@@ -196,10 +208,12 @@ def _over_sequences(single: Callable, batched: Callable) -> Callable:
     def _vmap_rule(axis_size, in_batched, T_all, E, w0, ys, actions):
         if in_batched[0] or in_batched[1]:
             axes = [0 if b else None for b in in_batched]
-            return jax.vmap(single, in_axes=axes)(T_all, E, w0, ys, actions), True
-        w0, ys, actions = (x if b else jnp.broadcast_to(x, (axis_size, *x.shape))
-                           for x, b in zip((w0, ys, actions), in_batched[2:], strict=True))
-        return over_devices(functools.partial(batched, T_all, E), w0, ys, actions), True
+            out = jax.vmap(single, in_axes=axes)(T_all, E, w0, ys, actions)
+        else:
+            w0, ys, actions = (x if b else jnp.broadcast_to(x, (axis_size, *x.shape))
+                               for x, b in zip((w0, ys, actions), in_batched[2:], strict=True))
+            out = over_devices(functools.partial(batched, T_all, E), w0, ys, actions)
+        return out, jax.tree.map(lambda _: True, out)
 
     return one
 
@@ -244,9 +258,10 @@ def _prefix_apply(U: Array, s: Array, v: Array, t: Array) -> tuple[Array, Array]
 
 
 def lof_parallel(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None, actions: Array | None = None,
-                 final_only: bool = False, block: int | None = None) -> Array:
-    """LOF logits (K, N) (or w_K alone (N,) if ``final_only``) from parallel products of U_k = diag(E^T y_k)
-    T(a_{k-1}) applied to exp(w_0) (eq. 57), in three phases over blocks of ``block`` steps (default ceil(sqrt K)):
+                 final_only: bool = False, block: int | None = None) -> FilterResult:
+    """LOF logits (K, N) (or w_K alone (N,) if ``final_only``) and the marginal log-likelihood, from parallel
+    products of U_k = diag(E^T y_k) T(a_{k-1}) applied to exp(w_0) (eq. 57), in three phases over blocks of
+    ``block`` steps (default ceil(sqrt K)):
 
     1. every block's product U_{b+block} ... U_{b+1}, all blocks at once, ``block`` steps each;
     2. a parallel prefix over the K / block block products applied to exp(w_0) (``_prefix_apply``, depth
@@ -264,7 +279,7 @@ def lof_parallel(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None,
     ys = jnp.asarray(ys, jnp.int32)
     actions = check_sequence_inputs(model, ys, actions)
     block = default_block(len(ys)) if block is None else check_int("block", block)
-    return _lof_parallel(model, ys, initial_logits(model, w0), actions, final_only, block)
+    return FilterResult(*_lof_parallel(model, ys, initial_logits(model, w0), actions, final_only, block))
 
 
 def default_block(K: int) -> int:
@@ -275,7 +290,8 @@ def default_block(K: int) -> int:
 @functools.partial(jax.jit, static_argnames=("final_only", "block"))
 def _lof_parallel(model, ys, w0, actions, final_only, block):
     T_all = model.T if isinstance(model, ControlledHMM) else model.T[None]
-    return _parallel_filter(final_only, block)(T_all, model.E, w0, ys, actions)
+    w = _parallel_filter(final_only, block)(T_all, model.E, w0, ys, actions)
+    return w, log_evidence(w if final_only else w[-1], w0)
 
 
 def _parallel_one(T_all: Array, E: Array, w0: Array, ys: Array, actions: Array, final_only: bool,

@@ -1,27 +1,34 @@
 """The exact Bayes filter of an (action-controlled) HMM in logit space: the plain reference forms.
 
-* ``lof``          — logit optimal filter (LOF), eq. (7), one ``lax.scan`` of ``lof_step``:
-                     w_k = log(T(a_{k-1}) exp(w_{k-1})) + log(E^T y_k), a log-sum-exp per row (exact over the
-                     whole float range, N^2 exponentials a step).
-* ``log_belief``   — log alpha_k = w_k - logsumexp(w_k), eq. (6)/(8).
-* ``bayes_decode`` — argmax of the logits: the Bayes-optimal (MAP) decoder of section 5.
-* ``LOF``          — the same step for the Monte-Carlo engine (batched steps).
+* ``lof_reference``        — logit optimal filter (LOF), eq. (7), one ``lax.scan`` of ``lof_step``:
+                             w_k = log(T(a_{k-1}) exp(w_{k-1})) + log(E^T y_k), a log-sum-exp per row (exact over the
+                             whole float range, N^2 exponentials a step).
+* ``log_belief_reference`` — log alpha_k = w_k - logsumexp(w_k), eq. (6)/(8).
+* ``bayes_decode``         — argmax of the logits: the Bayes-optimal (MAP) decoder of section 5.
+* ``LOF``                  — the same step for the Monte-Carlo engine (batched steps).
 
-These are what the documentation points to. ``memlab.belief.fast_filters`` holds the same filters as fast
-engines (probability space with a log-space rerun, the batch split over the CPU devices, the block-parallel
-form ``lof_parallel``), tested equal to these; ``memlab.belief.lof`` and ``log_belief`` are the fast ones. The
-log-space arithmetic of the step (``log_matvec``, its matmul form ``log_matvec_fast``, ``normalize_logits``) is the
-core module ``memlab.logspace``.
+These are what the documentation points to; a ``_reference`` name marks the plain form of a computation that also
+has a fast engine (as ``memlab.layers.s6.expm_and_integral_reference`` does). ``memlab.belief.fast_filters`` holds
+the engines, ``lof``, ``log_belief`` and ``lof_parallel`` (probability space with a log-space rerun, the batch split
+over the CPU devices, the block-parallel form), tested equal to these: they are what ``memlab.belief`` exports
+under the plain names. The log-space arithmetic of the step (``log_matvec``, its matmul form ``log_matvec_fast``,
+``normalize_logits``) is the core module ``memlab.logspace``.
+
+Every filter returns a :class:`FilterResult`, as dynamax's filters return ``HMMPosteriorFiltered``: the logits
+and the marginal log-likelihood log p(y_1..y_K) = logsumexp(w_K) - logsumexp(w_0), the sum of the log
+normalisers of eq. (6).
 
 Zero probabilities give -inf logits, never NaN. The LOF is unnormalised, as in the paper, so its logits drift
-towards -inf over long runs (the cause of the PPO instability of section 6.2); use ``log_belief`` (or
+towards -inf over long runs (the cause of the PPO instability of section 6.2); use ``log_belief_reference`` (or
 ``normalize=True``) when only the belief matters.
 
-Shapes: ``ys`` (K,) int observations y_1..y_K, ``actions`` (K,) int a_0..a_{K-1}; outputs (K, N), row k-1 holding
+Shapes: ``ys`` (K,) int observations y_1..y_K, ``actions`` (K,) int a_0..a_{K-1}; logits (K, N), row k-1 holding
 w_k (or w_K alone with ``final_only``). Batch with ``vmap``, or call ``lof_step`` on (B, N) logits.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -31,6 +38,21 @@ from jax import Array
 from memlab.belief.hmm import HMM, ControlledHMM
 from memlab.checks import check_indices
 from memlab.logspace import log_matvec, log_matvec_fast, normalize_logits, safe_log
+
+
+class FilterResult(NamedTuple):
+    """What a belief filter returns for K observations and N states.
+
+    ``logits`` (K, N), row k-1 holding w_k, or (N,) holding w_K alone with ``final_only``: the LOF's logits of
+    eq. (7), log beliefs log alpha_k (eq. 8) where the filter normalises (``normalize=True``, ``log_belief``), or
+    an approximate filter's own logits (the ALF's, eq. 24 / 46).
+    ``marginal_loglik`` (): log p(y_1..y_K | a_0..a_{K-1}) when the hidden state starts from softmax(w_0) (with the
+    default w_0 = log pi0 the model's marginal log-likelihood of the observations); -inf for observations the model
+    cannot emit; None for a filter that has no likelihood (the ALF).
+    """
+
+    logits: Array
+    marginal_loglik: Array | None = None
 
 
 def lof_step(T: Array, log_E: Array, w: Array, y: Array, normalize: bool = False, fast: bool = False) -> Array:
@@ -63,28 +85,40 @@ def initial_logits(model, w0):
     return safe_log(model.pi0) if w0 is None else jnp.asarray(w0, dtype=model.T.dtype)
 
 
-def lof(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None, actions: Array | None = None,
-        normalize: bool = False, final_only: bool = False) -> Array:
-    """Logit optimal filter, eq. (7): w_1..w_K (K, N), or only w_K (N,) if ``final_only``; w0 defaults to
-    log pi0; ``normalize`` gives log beliefs (eq. 8) instead of the drifting logits."""
+def log_evidence(w_next: Array, w: Array) -> Array:
+    """log p(y_k | y_1..y_{k-1}) = logsumexp(w_k) - logsumexp(w_{k-1}) for unnormalised logits w_k of eq. (7),
+    over the last axis; -inf once the observations so far are impossible (w_{k-1} all -inf)."""
+    before = jax.nn.logsumexp(w, axis=-1)
+    return jnp.where(before > -jnp.inf, jax.nn.logsumexp(w_next, axis=-1) - before, -jnp.inf)
+
+
+def lof_reference(model: HMM | ControlledHMM, ys: Array, w0: Array | None = None, actions: Array | None = None,
+                  normalize: bool = False, final_only: bool = False) -> FilterResult:
+    """Logit optimal filter, eq. (7): logits w_1..w_K (K, N), or only w_K (N,) if ``final_only``, and the marginal
+    log-likelihood; w0 defaults to log pi0; ``normalize`` gives log beliefs (eq. 8) instead of the drifting logits."""
     ys = jnp.asarray(ys, jnp.int32)
     actions = check_sequence_inputs(model, ys, actions)
     T_all = model.T if isinstance(model, ControlledHMM) else model.T[None]
     log_E = safe_log(model.E)
 
-    def step(w, inputs):
+    def step(carry, inputs):
+        w, loglik = carry
         y, a = inputs
-        w = lof_step(T_all[a], log_E, w, y, normalize)  # eq. (7), and eq. (8) if normalize
-        return w, w
+        w_next = lof_step(T_all[a], log_E, w, y)  # eq. (7)
+        loglik = loglik + log_evidence(w_next, w)  # the log normaliser of eq. (6)
+        w_next = normalize_logits(w_next) if normalize else w_next  # eq. (8)
+        return (w_next, loglik), w_next
 
-    w_K, ws = jax.lax.scan(step, initial_logits(model, w0), (ys, actions))
-    return w_K if final_only else ws
+    w_start = initial_logits(model, w0)
+    (w_K, loglik), ws = jax.lax.scan(step, (w_start, jnp.zeros((), w_start.dtype)), (ys, actions))
+    return FilterResult(w_K if final_only else ws, loglik)
 
 
-def log_belief(model: HMM | ControlledHMM, ys: Array, actions: Array | None = None,
-               final_only: bool = False) -> Array:
-    """log alpha_k of the optimal filter eq. (6), shape (K, N) (or (N,) for k = K only)."""
-    return lof(model, ys, actions=actions, normalize=True, final_only=final_only)
+def log_belief_reference(model: HMM | ControlledHMM, ys: Array, actions: Array | None = None,
+                         final_only: bool = False) -> FilterResult:
+    """log alpha_k of the optimal filter eq. (6), shape (K, N) (or (N,) for k = K only), and the marginal
+    log-likelihood."""
+    return lof_reference(model, ys, actions=actions, normalize=True, final_only=final_only)
 
 
 def bayes_decode(w: Array) -> Array:

@@ -8,7 +8,7 @@
 Observations are one-hot vectors (S,); an episode's first observation is the null observation (all zeros), since the
 paper's first observation y_1 is emitted by x_1: at a start the memory returns its initial logits w_0 (log pi0 for the
 LOF, 0 for the ALF, Assumption 5.8) and ignores the observation and action. So the features of an episode are
-w_0, w_1, ..., exactly ``filters.lof`` / ``alf.alf_filter`` on the same (ys, actions) after w_0 (tested).
+w_0, w_1, ..., exactly ``filters.lof_reference`` / ``alf.alf_filter`` on the same (ys, actions) after w_0 (tested).
 """
 
 from __future__ import annotations

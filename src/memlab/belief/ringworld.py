@@ -7,7 +7,7 @@ of ``belief/hmm.py``. Choices the paper leaves open:
 
 - every action slips and overshoots around its target as CW1 does (the paper prints T for CW1 only);
 - the four beacons sit at paper states 1, 4, 7, 10;
-- an episode's first observation is NULL (all zeros), so a memory reproduces ``filters.lof`` / ``alf.alf_filter``.
+- an episode's first observation is NULL (all zeros), so a memory reproduces ``lof_reference`` / ``alf_filter``.
 
 The states, the auto-reset API and the references in full: docs/studies/belief.md, "RingWorld".
 """
@@ -95,7 +95,8 @@ class RingWorldParams(eqx.Module):
 
     @property
     def hmm(self) -> ControlledHMM:
-        """The action-controlled HMM (T, E, pi0) of eq. (3)-(4), for ``filters.lof`` and ``hmm.sample``."""
+        """The action-controlled HMM (T, E, pi0) of eq. (3)-(4), for the filters (``memlab.belief.lof``) and
+        ``hmm.sample``."""
         return ControlledHMM(self.T, self.E, self.pi0)
 
 

@@ -323,16 +323,17 @@ def evaluate(params: Params, config: PretrainConfig, key: Array, num_tasks: int,
     return Evaluation(jnp.mean(td), jnp.mean(ve))
 
 
-def make_train(config: PretrainConfig, callback=None):
+def make_train(config: PretrainConfig, callback=None, *, optimizer: optax.GradientTransformation | None = None):
     """Return ``train(key) -> TrainResult``, pure and jit-able; one run of Algorithm 1 with ``config``.
 
     ``callback(epoch, {"loss", "V_em", "A_em"})``: on the host after every epoch, with its last step's values
     (``jax.debug.callback``: see ``memlab.progress`` for what a callback costs). Default None: silent, and the
-    program is the one compiled without it.
+    program is the one compiled without it. ``optimizer``: the update of every step, default Algorithm 1's Adam at
+    ``config.learning_rate`` (its gradients and updates masked either way).
     """
     config.validate()
     mask = masks(config.d, config.a_mask)
-    optimizer = optax.adam(config.learning_rate)
+    optimizer = optax.adam(config.learning_rate) if optimizer is None else optimizer
     M, B = config.minibatches_per_epoch, config.batch_size
     grad_fn = jax.value_and_grad(td_loss, has_aux=True)
     d_t_fn = jax.vmap(kernel_diagonal_mean, in_axes=(0, None, None))

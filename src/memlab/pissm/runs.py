@@ -21,6 +21,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from memlab.checks import check_choice
 from memlab.layers import project_model_iss
@@ -176,11 +177,11 @@ def default_stability(name: str) -> str:
 _TRAINERS: dict = {}
 
 
-def compiled_train(config: TrainConfig, callback=None):
-    """One jitted ``train`` per config and callback (jit caches per model structure and data shape)."""
-    if (config, callback) not in _TRAINERS:
-        _TRAINERS[config, callback] = eqx.filter_jit(make_train(config, callback))
-    return _TRAINERS[config, callback]
+def compiled_train(config: TrainConfig, callback=None, optimizer: optax.GradientTransformation | None = None):
+    """One jitted ``train`` per config, callback and optimizer (jit caches per model structure and data shape)."""
+    if (config, callback, optimizer) not in _TRAINERS:
+        _TRAINERS[config, callback, optimizer] = eqx.filter_jit(make_train(config, callback, optimizer=optimizer))
+    return _TRAINERS[config, callback, optimizer]
 
 
 def training_masks(data: Dataset, missing: float, key) -> tuple[jax.Array, jax.Array]:
@@ -201,13 +202,15 @@ def estimator_options(estimator: str) -> tuple[str, str]:
 
 
 def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, missing: float = 0.0,
-        estimator: str = "reinforce", input_noise: float = 0.0, callback=None):
+        estimator: str = "reinforce", input_noise: float = 0.0, callback=None, *,
+        optimizer: optax.GradientTransformation | None = None):
     """Train model ``name`` on data.train with early stopping on data.validation (the batch shrinks so that an
     epoch has at least 8 minibatches); ``missing`` > 0 removes that fraction of the observations of both
     (``training_masks``); ``estimator`` (``ESTIMATORS``) sets the objective and the mode sampling; ``input_noise``
     > 0 adds App. F.1's AR(1) noise of that many observation-noise standard deviations to the training minibatches
     (``config.input_noise_corr``). ``key`` is split into the keys of the initialisation, the training run and the
     masks. ``callback(epoch, metrics)``: called after every epoch (``train.make_train``; default None: silent).
+    ``optimizer``: as for ``train.make_train`` (default App. F.1's Adam).
 
     Returns (model, record): record has best_val, best_epoch, failed, failed_epoch, and the per-epoch histories
     (the runner times every cell, so a record holds results only and runs on any executor compare equal).
@@ -220,10 +223,10 @@ def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, miss
                                  objective=objective, input_noise_std=noise_std)
     if not trains(name):
         return model, {"failed": False, "best_epoch": -1}
-    result = compiled_train(config, callback)(key_train, model, data.train.y, train_mask, data.validation.y,
-                                              validation_mask)
+    result = compiled_train(config, callback, optimizer)(key_train, model, data.train.y, train_mask,
+                                                         data.validation.y, validation_mask)
     record = {
-        "best_val": float(result.best_val),
+        "best_val": float(result.best_val_ll),
         "best_epoch": int(result.best_epoch),
         "failed": bool(result.failed),
         "failed_epoch": int(result.failed_epoch),  # the first non-finite epoch (training stopped there), or -1

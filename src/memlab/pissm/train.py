@@ -77,7 +77,7 @@ class TrainConfig:
 
 class TrainResult(NamedTuple):
     model: eqx.Module  # at the best validation epoch
-    best_val: Array  # () best validation log-likelihood per observed step
+    best_val_ll: Array  # () best validation log-likelihood per observed step
     best_epoch: Array  # () int, 0-based; -1 if no epoch was finite
     failed: Array  # () bool: non-finite values or divergence (module doc)
     train_loss: Array  # (epochs,) mean minibatch loss
@@ -209,13 +209,15 @@ def _epochs(epoch, carry, key, config: TrainConfig, callback=None):
     return jax.lax.while_loop(running, next_epoch, (jnp.asarray(0), carry, history))
 
 
-def make_train(config: TrainConfig, callback=None):
+def make_train(config: TrainConfig, callback=None, *, optimizer: optax.GradientTransformation | None = None):
     """Return ``train(key, model, train_y, train_mask, val_y, val_mask) -> TrainResult`` (module doc). Jittable with
     the model marked static by ``eqx.filter_jit``; the arrays may be vmapped over (e.g. seeds).
 
     ``callback(epoch, metrics)``: called on the host after every epoch (``jax.debug.callback``; once per seed when
     vmapped) with the epochs done and ``{"train loss", "val log-lik"}`` (see ``memlab.progress`` for what a callback
-    costs). Default None: silent, and the program is the one compiled without it."""
+    costs). Default None: silent, and the program is the one compiled without it. ``optimizer``: the
+    transformation each of the two optimisers runs (default App. F.1's Adam with its staircase decay, clipped first
+    with stability 'clip': ``_optimizer``)."""
 
     def train(key, model, train_y, train_mask, val_y, val_mask) -> TrainResult:
         _check_data("train", train_y, train_mask)
@@ -226,7 +228,7 @@ def make_train(config: TrainConfig, callback=None):
         cells = gated_cells(model)
         if config.stability == "iss" and not cells:
             raise ValueError(f"stability='iss' needs a GRU/LSTM cell; {type(model).__name__} has none")
-        optimizer = _optimizer(config, steps)  # one for phi, one for theta (module doc)
+        transformation = _optimizer(config, steps) if optimizer is None else optimizer  # for phi and theta
         if config.stability == "iss":
             model = project_model_iss(model, config.iss_eps)
         params, static = eqx.partition(model, eqx.is_inexact_array)
@@ -234,7 +236,7 @@ def make_train(config: TrainConfig, callback=None):
         theta = jax.tree_util.tree_map(lambda t, f: t and not f, frozen_mask(model, config.mode_params), fixed)
         phi = jax.tree_util.tree_map(lambda t, f: not (t or f), theta, fixed)
         # each optimiser sees zero gradients outside its own leaves, so its Adam updates there are exactly zero
-        opt_state = (optimizer.init(params), optimizer.init(params))
+        opt_state = (transformation.init(params), transformation.init(params))
 
         value_and_grad = value_and_grad_in_parts(_surrogate_loss(config, static),
                                                  gradient_parts(config.gradient_parts, batch))
@@ -254,7 +256,7 @@ def make_train(config: TrainConfig, callback=None):
                 y = y + correlated_noise(k_noise, y.shape, config.input_noise_std, config.input_noise_corr)
             (loss, ll), grads = value_and_grad(params, (y, mask, jax.random.split(k_paths, batch)), baseline,
                                                jnp.sum(mask))
-            updates, opt_state = two_optimiser_update(optimizer, grads, opt_state, params, phi, theta, warm)
+            updates, opt_state = two_optimiser_update(transformation, grads, opt_state, params, phi, theta, warm)
             params = eqx.apply_updates(params, updates)
             if config.stability == "iss":
                 params = eqx.filter(project_model_iss(eqx.combine(params, static), config.iss_eps),

@@ -106,7 +106,7 @@ def train_cell(task: RecallTask, n: int, kind: str, config: TrainConfig, val_set
         "mse_stderr": float(best.std(ddof=1) / np.sqrt(num_seeds)) if num_seeds > 1 else float("nan"),
         "best_epoch": np.asarray(result.best_epoch).tolist(),
         "val_curve": np.asarray(result.val_mse, dtype=float).mean(0).tolist(),
-        "train_curve": np.asarray(result.train_mse, dtype=float).mean(0).tolist(),
+        "train_curve": np.asarray(result.train_loss, dtype=float).mean(0).tolist(),
         "baseline_mean": baselines["mean"], "baseline_tag_only": baselines["tag_only"],
         "val_baseline_mean": on_val["mean"], "val_baseline_tag_only": on_val["tag_only"],
         "target": task.target, "step_budget": config.steps, "adam_steps": int(np.asarray(result.num_steps)[0]),

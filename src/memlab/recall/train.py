@@ -57,9 +57,9 @@ class TrainResult(NamedTuple):
     best_val_mse: Array  # ()
     best_epoch: Array  # () int, 0-based
     val_mse: Array  # (epochs,) after each epoch
-    train_mse: Array  # (epochs,) mean minibatch loss of each epoch
+    train_loss: Array  # (epochs,) mean minibatch loss (squared error) of each epoch
     model: eqx.Module  # the model at the best epoch
-    num_steps: Array  # () int: Adam updates applied (the optimiser's own count)
+    num_steps: Array  # () int: optimiser updates applied
 
 
 def default_chunk(context_length: int) -> int:
@@ -103,10 +103,15 @@ def mse(model: eqx.Module, data: Batch, chunk: int | None = None) -> Array:
     return jnp.mean((predictions(model, data, chunk) - data.y) ** 2)
 
 
-def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module], callback=None):
+def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module], callback=None, *,
+               optimizer: optax.GradientTransformation | None = None):
     """``train(key, train_set, val_set, num_train=None) -> TrainResult``; ``make_model(key)`` builds the student.
     ``callback(epoch, {"val mse", "train mse"})``: on the host after every epoch (``jax.debug.callback``; see
     ``memlab.progress`` for what a callback costs). Default None: silent, and the program compiled without it.
+    ``optimizer``: the direction of every step, which the epoch's learning rate ``config.learning_rate`` x
+    ``config.decay`` ** epoch scales (A.1's decay, so a transformation without a learning rate of its own, e.g.
+    ``optax.scale_by_lion()``, or ``optax.identity()`` for SGD); default A.1's global-norm clipping at
+    ``config.clip_norm`` then Adam's scaling.
 
     Only the first ``num_train`` examples of ``train_set`` are used (default: all). ``num_train`` may be traced,
     so one compiled ``train`` serves every n up to the size of ``train_set``: an epoch is a fixed scan over
@@ -127,7 +132,8 @@ def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module], c
         # pass p over the data is shuffled by pass_keys[p] (one pass per epoch without a step budget)
         pass_keys = jax.random.split(k_epochs, config.epochs if config.steps is None else config.steps)
         params, static = eqx.partition(make_model(k_model), eqx.is_inexact_array)
-        optimiser = optax.chain(optax.clip_by_global_norm(config.clip_norm), optax.scale_by_adam())
+        optimiser = optax.chain(optax.clip_by_global_norm(config.clip_norm), optax.scale_by_adam()) \
+            if optimizer is None else optimizer
 
         def loss(p, idx, weight):
             model = eqx.combine(p, static)
@@ -179,12 +185,11 @@ def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module], c
             train_mse = jnp.sum(losses) / jnp.sum(active)
             if callback is not None:
                 jax.debug.callback(callback, index + 1, {"val mse": val, "train mse": train_mse})
-            return carry, (val, train_mse)
+            return carry, (val, train_mse, jnp.sum(active))
 
         init = (params, optimiser.init(params), params, jnp.asarray(jnp.inf), jnp.asarray(0))
-        (_, opt_state, best_p, best_mse, best_epoch), (val_curve, train_curve) = jax.lax.scan(
+        (_, _, best_p, best_mse, best_epoch), (val_curve, train_curve, steps) = jax.lax.scan(
             epoch, init, jnp.arange(config.epochs))
-        return TrainResult(best_mse, best_epoch, val_curve, train_curve, eqx.combine(best_p, static),
-                           opt_state[1].count)  # the Adam state's step count
+        return TrainResult(best_mse, best_epoch, val_curve, train_curve, eqx.combine(best_p, static), jnp.sum(steps))
 
     return train

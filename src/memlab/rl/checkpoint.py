@@ -25,7 +25,7 @@ from memlab import progress as progress_lines
 from memlab.checks import check_int
 from memlab.rl.config import PPOConfig
 from memlab.rl.memory import Memory
-from memlab.rl.ppo import TrainState, make_train, raw_key_data
+from memlab.rl.ppo import TrainResult, TrainState, make_train, raw_key_data
 
 __all__ = ["load_checkpoint", "metrics_path", "save_checkpoint", "train_with_checkpoints"]
 
@@ -50,8 +50,7 @@ def _identity(config: PPOConfig, key: Array) -> str:
 
 def train_with_checkpoints(config: PPOConfig, env, env_params, make_memory: Callable[[Array], Memory], key: Array,
                            path: str | Path, chunk_updates: int,
-                           progress: Callable[[int, int, dict], None] | None = None
-                           ) -> tuple[TrainState, dict[str, np.ndarray]]:
+                           progress: Callable[[int, int, dict], None] | None = None) -> TrainResult:
     """All ``config.num_updates`` updates, ``chunk_updates`` per jitted call, checkpointing after each chunk;
     resumes from ``path`` when it exists.
 
@@ -60,7 +59,8 @@ def train_with_checkpoints(config: PPOConfig, env, env_params, make_memory: Call
     a line with the last update's episode return to memlab's progress channel, where a run opened one). Under
     a time limit (``memlab.deadline``) it stops with ``OutOfTime`` before a chunk that would not finish in time.
 
-    **Returns:** ``(state, metrics)``, metrics as NumPy arrays with the updates on the last axis.
+    **Returns:** a :class:`~memlab.rl.ppo.TrainResult` ``(state, metrics)``, metrics as NumPy arrays with the updates
+    on the last axis.
     """
     check_int("chunk_updates", chunk_updates)
     ppo = make_train(config, env, env_params, make_memory)
@@ -69,7 +69,7 @@ def train_with_checkpoints(config: PPOConfig, env, env_params, make_memory: Call
     init = jax.vmap(ppo.init) if batched else ppo.init
     identity = _identity(config, key)
     with checkpoints.owned(path) as path:
-        return _train_chunks(ppo, config, raw_key, batched, init, identity, path, chunk_updates, progress)
+        return TrainResult(*_train_chunks(ppo, config, raw_key, batched, init, identity, path, chunk_updates, progress))
 
 
 def _train_chunks(ppo, config, raw_key, batched, init, identity, path, chunk_updates, progress):

@@ -1,10 +1,11 @@
 """PPO with a recurrent memory (Schulman et al. 2017), in the PureJaxRL style (Lu et al. 2023, ``ppo_rnn.py``).
 
-``make_train(config, env, env_params, make_memory)`` returns a :class:`PPO` whose ``init(key) -> TrainState``,
-``update(state) -> (state, metrics)`` and ``update_chunk(state, n)`` are pure and jittable; they vmap over
-seeds (``jax.vmap(ppo.init)(keys)``, ``jax.vmap(partial(ppo.update_chunk, num_updates=n))(states)``). One update
-is a rollout, GAE and ``epochs`` passes of minibatches split along the environment axis, so a memory trains by
-BPTT over the whole unroll (:class:`PPO` says each step and every metric).
+``make_train(config, env, env_params, make_memory, optimizer=None)`` returns a :class:`PPO` whose
+``init(key) -> TrainState``, ``update(state) -> (state, metrics)``, ``update_chunk(state, n)`` and
+``train(key) -> TrainResult`` are pure and jittable; they vmap over seeds (``jax.vmap(ppo.init)(keys)``,
+``jax.vmap(partial(ppo.update_chunk, num_updates=n))(states)``). One update is a rollout, GAE and ``epochs`` passes
+of minibatches split along the environment axis, so a memory trains by BPTT over the whole unroll (:class:`PPO`
+says each step and every metric).
 """
 
 from __future__ import annotations
@@ -25,16 +26,25 @@ from memlab.rl.gae import gae
 from memlab.rl.memory import Memory
 from memlab.rl.rollout import Actors, Transition, bootstrap_value, rollout
 
-__all__ = ["PPO", "Batch", "TrainState", "evaluate", "make_train", "ppo_loss", "raw_key_data"]
+__all__ = ["PPO", "Batch", "TrainResult", "TrainState", "evaluate", "make_train", "ppo_loss", "raw_key_data"]
 
 
 class TrainState(NamedTuple):
     agent: Agent  # memory, actor, critic (all arrays, trained or not)
-    opt_state: Any  # Adam's state for the trained arrays
+    opt_state: Any  # the optimizer's state for the trained arrays
     actors: Actors  # environment states, observations, memory hidden states, running episode returns
     last_return: Array  # () the last reported mean episodic return (the placeholder when none finished)
     key: Array  # (2,) uint32 raw key data (serialisable)
     update: Array  # () int32 updates done
+
+
+class TrainResult(NamedTuple):
+    """What a whole training run returns (``PPO.train``, ``train_with_checkpoints``): the final ``state``
+    (``state.agent`` the trained agent) and ``metrics``, every metric of every update, arrays with the updates on the
+    last axis (:class:`PPO` names them)."""
+
+    state: TrainState
+    metrics: dict
 
 
 class Batch(NamedTuple):
@@ -94,7 +104,7 @@ def ppo_loss(params: Agent, static: Agent, batch: Batch, config: PPOConfig) -> t
 
 
 def _optimise(config: PPOConfig, optimiser, agent: Agent, opt_state, batch: Batch, key: Array):
-    """``epochs`` x ``minibatches`` Adam steps on ``batch`` -> (agent, opt_state, mean loss parts)."""
+    """``epochs`` x ``minibatches`` optimizer steps on ``batch`` -> (agent, opt_state, mean loss parts)."""
     params, static = eqx.partition(agent, trainable_spec(agent))
     n, m = config.num_envs, config.minibatches
 
@@ -167,7 +177,8 @@ class PPO:
        memory's arrays are not among the optimised parameters.
 
     Loss = clipped surrogate + value_coef * value loss - entropy_coef * entropy (PureJaxRL's, see
-    :mod:`memlab.rl.config`), global-norm clipping, Adam. Only inexact arrays are optimised (``eqx.partition``).
+    :mod:`memlab.rl.config`), global-norm clipping, Adam (or the ``optimizer`` given to :func:`make_train`). Only
+    inexact arrays are optimised (``eqx.partition``).
 
     Metrics of an update (scalars): ``episode_return`` (mean return of the episodes that finished during the
     unroll; when none finished it repeats the last reported mean, 0.0 before the first finished episode, so it is
@@ -186,18 +197,21 @@ class PPO:
         """``num_updates`` (static) updates in one scan; metrics stacked to (num_updates,)."""
         return jax.lax.scan(lambda s, _: self.update(s), state, None, length=num_updates)
 
-    def train(self, key: Array) -> tuple[TrainState, dict]:
+    def train(self, key: Array) -> TrainResult:
         """The whole run, ``config.num_updates`` updates, in one scan."""
-        return self.update_chunk(self.init(key), self.config.num_updates)
+        return TrainResult(*self.update_chunk(self.init(key), self.config.num_updates))
 
 
-def make_train(config: PPOConfig, env, env_params, make_memory: Callable[[Array], Memory]) -> PPO:
+def make_train(config: PPOConfig, env, env_params, make_memory: Callable[[Array], Memory], *,
+               optimizer: optax.GradientTransformation | None = None) -> PPO:
     """PPO for ``env`` (gymnax 1.0 API with auto-reset: ``reset(key, params)``, ``step(key, state, action,
     params)`` -> (obs, state, reward, terminated, truncated, info); ``num_actions``; float vector observations)
-    with the memory ``make_memory(key)``. Every leaf of the memory must be an array (or a static field)."""
+    with the memory ``make_memory(key)``. Every leaf of the memory must be an array (or a static field).
+    ``optimizer``: the update of every minibatch step; default Table 1's, global-norm clipping at
+    ``config.max_grad_norm`` then Adam at ``config.learning_rate`` with ``config.adam_eps``."""
     config.validate()
-    optimiser = optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
-                            optax.adam(config.learning_rate, eps=config.adam_eps))
+    optimiser = optimizer if optimizer is not None else optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate, eps=config.adam_eps))
     return PPO(config,
                init=lambda key: _init(config, env, env_params, make_memory, optimiser, key),
                update=lambda state: _update(config, env, env_params, optimiser, state))

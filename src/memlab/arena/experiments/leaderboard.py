@@ -16,7 +16,7 @@ import numpy as np
 
 from memlab import plots
 from memlab.arena.experiments.train_and_score import train_and_score
-from memlab.arena.layers import LAYERS
+from memlab.arena.layers import LAYERS, check_state_sizes
 from memlab.arena.task import reference_is_exact
 from memlab.arena.tasks import TASKS, make_task
 from memlab.arena.train import TrainConfig
@@ -57,6 +57,7 @@ class LeaderboardConfig:
         check_choices("layers", self.layers, LAYERS)
         for name in ("width", "depth", "seeds", "test_batch"):
             check_int(name, getattr(self, name))
+        check_state_sizes(self.layers, self.width)
         for multiple in self.longer:
             check_int("longer", multiple, low=2)
         self.train.validate()

@@ -67,7 +67,8 @@ class ScalingConfig:
         widths = check_increasing_ints("widths", self.widths)
         if len(widths) < 2:
             raise ValueError(f"widths must hold at least two widths (a curve), got {self.widths!r}")
-        self.board(widths[0]).validate()
+        for width in widths:  # a registered layer's state size is checked at every width
+            self.board(width).validate()
 
 
 def _profile(board: LeaderboardConfig, widths: tuple[int, ...], **changes) -> ScalingConfig:

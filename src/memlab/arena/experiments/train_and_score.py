@@ -71,7 +71,7 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
     reference, trivial = (float(masked_mean(x, test.mask)) for x in (base.reference, base.trivial))
     per_seed = {f"{n}_loss": np.nanmean(getattr(scores, n), -1) for n in ("model", "reference", "trivial", "distance")}
     return {"gap": np.asarray(scores.gap), **per_seed,
-            "eval_gap": (np.asarray(result.eval_loss) - reference) / (trivial - reference),
+            "eval_gap": (np.asarray(result.val_loss) - reference) / (trivial - reference),
             "compiled_distance": np.asarray(to_compiled.distance),
             "gradient_cosine": np.asarray(to_compiled.gradient_cosine),
             "longer_gap": np.asarray(longer_gaps).reshape(len(longer), len(keys)),

@@ -24,9 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from memlab import plots
+from memlab.belief import lof
 from memlab.belief.exact_linear import make_exact_linear_filter, make_exact_linear_filter_controlled
 from memlab.belief.examples import EXAMPLE1_BAD_E, EXAMPLE1_E, EXAMPLE1_P
-from memlab.belief.fast_filters import lof
 from memlab.belief.hmm import HMM, ControlledHMM, sample
 from memlab.belief.metrics import logit_agreement, merge_agreement
 from memlab.belief.random_models import random_columns, random_deterministic, random_permutation
@@ -97,8 +97,8 @@ def _filter_batch(filt, ys, actions=None):
 def _lof_batch(model, ys, actions=None):
     """LOF logits (B, K, N) from log pi0 — the optimal logits w^o_k, whatever w_0 the linear filter used."""
     if actions is None:
-        return jax.vmap(lambda y: lof(model, y))(ys)
-    return jax.vmap(lambda y, a: lof(model, y, actions=a))(ys, actions)
+        return jax.vmap(lambda y: lof(model, y).logits)(ys)
+    return jax.vmap(lambda y, a: lof(model, y, actions=a).logits)(ys, actions)
 
 
 @cell("belief.theorem-4.4")

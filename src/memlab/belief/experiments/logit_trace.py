@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from memlab import plots
+from memlab.belief import lof
 from memlab.belief.alf import ALF, alf_filter
 from memlab.belief.examples import two_state_example
-from memlab.belief.fast_filters import lof
 from memlab.belief.hmm import sample
 from memlab.belief.metrics import switch_lags
 from memlab.belief.montecarlo import decoding_error
@@ -61,8 +61,8 @@ def _traces_cell(eps: float, emission: float, deltas: tuple[float, ...], num_ste
     w0 = np.zeros(2, np.float32)
     alfs = [ALF.time_invariant(D, np.asarray(hmm.E), np.float32(d), w0=w0) for d in deltas]
     traj = sample(hmm, key, num_steps, batch=num_runs)
-    ws = [jax.vmap(lambda y: lof(hmm, y, w0=w0))(traj.observations)]
-    ws += [jax.vmap(lambda y, a=a: alf_filter(a, y))(traj.observations) for a in alfs]
+    ws = [jax.vmap(lambda y: lof(hmm, y, w0=w0).logits)(traj.observations)]
+    ws += [jax.vmap(lambda y, a=a: alf_filter(a, y).logits)(traj.observations) for a in alfs]
     x = np.asarray(traj.states[:, 1:])  # (B, K): x_1..x_K
     diffs = [np.asarray(w[..., 1] - w[..., 0]) for w in ws]  # (B, K) each
     onehot = jax.nn.one_hot(x, 2, dtype=bool)

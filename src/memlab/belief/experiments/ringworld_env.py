@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from memlab import plots
+from memlab.belief import lof
 from memlab.belief import ringworld as rw
 from memlab.belief.alf import ALF, alf_filter
-from memlab.belief.fast_filters import lof
 from memlab.belief.filters import bayes_decode
 from memlab.belief.hmm import sample
 from memlab.belief.memories import ALF_DELTA
@@ -65,8 +65,8 @@ def _reference_cell(epsilon: float, episode_length: int, num_episodes: int, key)
     traj = sample(params.hmm, key_decode, episode_length, batch=num_episodes,
                   policy=_uniform_action)
     alf = ALF.time_varying(np.asarray(params.P), params.E, ALF_DELTA)
-    logits = {"LOF": jax.vmap(lambda y, a: lof(params.hmm, y, actions=a))(traj.observations, traj.actions),
-              "ALF": jax.vmap(lambda y, a: alf_filter(alf, y, a))(traj.observations, traj.actions)}
+    logits = {"LOF": jax.vmap(lambda y, a: lof(params.hmm, y, actions=a).logits)(traj.observations, traj.actions),
+              "ALF": jax.vmap(lambda y, a: alf_filter(alf, y, a).logits)(traj.observations, traj.actions)}
     truth = traj.states[:, 1:]
     accuracy = {name: np.asarray(jnp.mean(bayes_decode(w) == truth, axis=0)) for name, w in logits.items()}
     return {"returns": returns, "accuracy": accuracy}
