@@ -1,0 +1,59 @@
+"""The arena's training step per layer on the CPU: the wall time of 10 Adam steps of the quick leaderboard's model
+(width 32, depth 1, batch 32 sequences of 64 steps of hmm-mess3; ``memlab.arena.train.make_training``, one jitted
+chunk of ``eval_every`` = 10 steps and its held-out loss on 8 sequences), for every layer of the quick
+leaderboard, beside Mamba's (the reference: a row's speed-up is Mamba's time over the row's, how many times
+slower Mamba's step is).
+
+Timed twice, each in a fresh process: with the XLA flags quick profiles compile with (optimisation level 1 and
+XLA:CPU's older elemental fusion emitter, ``memlab.compile_cache.QUICK_FLAGS``: what a quick leaderboard cell
+runs) and with XLA's defaults (what the paper profiles run). No output is compared between layers (they train
+different models): max_abs_diff is 0 by construction.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from timing import isolated, side_by_side  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
+
+from memlab.compile_cache import QUICK_FLAGS
+
+TASK, WIDTH, DEPTH, BATCH, LENGTH, STEPS = "hmm-mess3", 32, 1, 32, 64, 10
+LAYERS = ("mamba", "lru", "s5", "gru", "lstm", "attention", "linear-attention", "gated-deltanet", "lof")
+FLAGS = {"quick profile's XLA flags": " ".join(f"--{name}={value}" for name, value in QUICK_FLAGS.items()),
+         "XLA's default flags": ""}
+
+
+def arena_step_rows(flags_name: str) -> list[dict]:
+    """One side-by-side table: every layer's 10 training steps, in this process (its XLA flags already set)."""
+    from memlab.arena import TrainConfig, make_task
+    from memlab.arena.train import make_training
+
+    task = make_task(TASK)
+    config = TrainConfig(steps=STEPS, batch=BATCH, length=LENGTH, eval_every=STEPS)
+    held_out = task.sample(jax.random.key(1), 8, LENGTH)
+    implementations = []
+    for layer in LAYERS:
+        training = make_training(task, layer, WIDTH, DEPTH, config, held_out)
+        state, chunk_keys = training.init(jax.random.key(0))
+        run = jax.jit(training.run)
+
+        def ten_steps(run=run, state=state, chunk_keys=chunk_keys):
+            jax.block_until_ready(run(state, chunk_keys))
+            return jnp.zeros(())  # nothing to compare across layers (module docstring)
+
+        implementations.append((layer, ten_steps))
+    return side_by_side(f"arena: {STEPS} Adam steps ({flags_name})", implementations, reference="mamba",
+                        extra={"width": WIDTH, "depth": DEPTH, "batch": BATCH, "L": LENGTH})
+
+
+def run() -> list[dict]:
+    rows = []
+    for name, flags in FLAGS.items():
+        rows += isolated(arena_step_rows, name, env={"XLA_FLAGS": flags})
+    return rows
+
+
+if __name__ == "__main__":
+    for r in run():
+        print(r)
