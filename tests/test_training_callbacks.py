@@ -101,4 +101,4 @@ def test_arena_make_train():
                                                               callback=calls))(jax.random.key(0)))
     same_numbers(silent, reported)
     calls.check([2, 4], ["loss", "held-out loss"])
-    recorded(calls, "held-out loss", reported.eval_loss)
+    recorded(calls, "held-out loss", reported.val_loss)

@@ -304,6 +304,31 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list every experiment")
     p.add_argument("--names", action="store_true", help="print only the names, one per line")
     p.set_defaults(func=cmd_list)
+    _add_run_parser(sub)
+    p = sub.add_parser("reproduce", help="run every experiment's profile, several at once, then write the report")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help="experiments to run, in this order (default: every experiment that has the profile)")
+    p.add_argument("--profile", default="quick", help="config profile of every experiment (default quick)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="experiments at a time, each its own process (default: CPU count)")
+    p.add_argument("--out", type=folder, default="out", help="output root (default out)")
+    p.add_argument("--time-limit", type=parse_duration, default=None, metavar="DURATION",
+                   help="start nothing that would not finish within DURATION (2h30m, 90m, 45s); exits 0 saying "
+                        "how many experiments finished; the same command resumes")
+    p.set_defaults(func=cmd_reproduce)
+    p = sub.add_parser("report", help="gather every summary.md and claim under DIR into DIR/report.md")
+    p.add_argument("dir", nargs="?", type=folder, default="out", metavar="DIR",
+                   help="the folder of experiment folders, as memlab reproduce --out writes it (default out)")
+    p.add_argument("--paper-results", default=PAPER_RESULTS, metavar="DIR",
+                   help="show beside each claim the verdict of the paper-scale runs under DIR "
+                        f"(default {PAPER_RESULTS}; where it is absent, the claims of the paper-scale runs "
+                        "memlab ships)")
+    p.set_defaults(func=cmd_report)
+    return parser
+
+
+def _add_run_parser(sub) -> None:
+    """``memlab run``'s arguments."""
     p = sub.add_parser("run", help="run one experiment")
     p.add_argument("name")
     p.add_argument("--profile", default="quick", help="config profile (quick, paper, ...; default quick)")
@@ -339,26 +364,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="start no cell that would not finish within DURATION (2h30m, 90m, 45s); cells that "
                         "checkpoint stop at a checkpoint; exits 0 saying how many cells finished")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("reproduce", help="run every experiment's profile, several at once, then write the report")
-    p.add_argument("names", nargs="*", metavar="NAME",
-                   help="experiments to run, in this order (default: every experiment that has the profile)")
-    p.add_argument("--profile", default="quick", help="config profile of every experiment (default quick)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                   help="experiments at a time, each its own process (default: CPU count)")
-    p.add_argument("--out", type=folder, default="out", help="output root (default out)")
-    p.add_argument("--time-limit", type=parse_duration, default=None, metavar="DURATION",
-                   help="start nothing that would not finish within DURATION (2h30m, 90m, 45s); exits 0 saying "
-                        "how many experiments finished; the same command resumes")
-    p.set_defaults(func=cmd_reproduce)
-    p = sub.add_parser("report", help="gather every summary.md and claim under DIR into DIR/report.md")
-    p.add_argument("dir", nargs="?", type=folder, default="out", metavar="DIR",
-                   help="the folder of experiment folders, as memlab reproduce --out writes it (default out)")
-    p.add_argument("--paper-results", default=PAPER_RESULTS, metavar="DIR",
-                   help="show beside each claim the verdict of the paper-scale runs under DIR "
-                        f"(default {PAPER_RESULTS}; where it is absent, the claims of the paper-scale runs "
-                        "memlab ships)")
-    p.set_defaults(func=cmd_report)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
