@@ -218,6 +218,9 @@ def test_each_executor_gives_a_cell_the_cores_it_has_to_itself(monkeypatch):
     from memlab.executors import LocalExecutor, ProcessExecutor, RayExecutor
 
     monkeypatch.setattr("memlab.devices.available_cpus", lambda: 8)
+    monkeypatch.setattr("os.cpu_count", lambda: 8)  # a machine where 3.5 CPUs per Ray cell can start
+    if (ray := sys.modules.get("ray")) is not None:  # not a cluster another test of this process joined
+        monkeypatch.setattr(ray, "is_initialized", lambda: False)
     assert LocalExecutor().devices_per_cell() == 8
     assert ProcessExecutor(workers=3).devices_per_cell() == 2
     assert ProcessExecutor(workers=16).devices_per_cell() == 1

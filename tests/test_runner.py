@@ -216,9 +216,10 @@ def test_sweep_returns_cells_in_order_and_reads_finished_ones(fake_lab, tmp_path
     assert second == {"c1": first["c1"], "c2": first["c2"], "c3": first["c3"], "c4": {"i": 4, "blob": b"\x00\xff" * 4}}
     assert order == [3, 1, 2, 4] and (again.cells.resumed, again.cells.computed) == (3, 1)
     assert set(again.cells.seconds) == {"c1", "c2", "c3", "c4"}
-    (tmp_path / "cells" / "old.json").write_text('{"i": 7}')  # a cell file of memlab <= 0.1: the bare result
-    assert again.sweep({"old": partial(cell, 0)}, "old")["old"] == {"i": 7}
-    assert again.cells.peak_rss_mb["old"] is None and again.cells.peak_rss_mb["c4"] > 10
+    # a cell file of memlab <= 0.1 (the bare result) carries no checksum of its content: recomputed, not trusted
+    (tmp_path / "cells" / "old.json").write_text('{"i": 7}')
+    assert again.sweep({"old": partial(cell, 0)}, "old")["old"] == {"i": 0, "blob": b""}
+    assert again.cells.peak_rss_mb["c4"] > 10
 
 
 def _current_rss_mb() -> float:
@@ -338,7 +339,7 @@ def test_cells_record_their_software_and_a_resume_from_other_versions_is_flagged
     path = tmp_path / "cells" / "b.json"
     record = json.loads(path.read_text())
     record["software"] = {**here, "jax": "0.10.2", "jaxlib": "0.10.2"}
-    path.write_text(json.dumps(record))
+    path.write_text(json.dumps(record | {"sha256": files.content_digest(record)}))
     again = Run(tmp_path, fake_lab.FakeConfig(), "tiny", 0, progress=False)
     resumed = again.sweep({"a": lambda: {"x": 9.0}, "b": lambda: {"x": 9.0}}, "again")
     assert resumed == {"a": {"x": 1.0}, "b": {"x": 2.0}}  # kept (the warning says how to recompute)

@@ -17,7 +17,7 @@ from memlab.pissm import runs
 from memlab.pissm.baselines import ObservationOnly
 from memlab.pissm.data.nclt import NCLT_LAYOUT
 from memlab.pissm.train import TrainConfig
-from memlab.runner import run_experiment
+from memlab.runner import SetupError, run_experiment
 
 _spec = importlib.util.spec_from_file_location("pissm_nclt_files", Path(__file__).with_name("test_nclt.py"))
 _nclt_files = importlib.util.module_from_spec(_spec)
@@ -71,14 +71,13 @@ def _with_tiny(monkeypatch, name: str, **changes):
     return catalog.EXPERIMENTS[name]
 
 
-def test_table1_without_nclt_data_says_where_to_get_it(tmp_path, monkeypatch):
+def test_table1_asked_for_nclt_without_its_data_says_where_to_get_it_and_runs_nothing(tmp_path, monkeypatch):
+    """Data sets that name NCLT without --data-dir are refused before anything runs (all of Table 1's data sets, the
+    paper profile, skip NCLT with a note instead)."""
     exp = _with_tiny(monkeypatch, "pissm.table1", datasets=("nclt",))
-    out = run_experiment(exp, profile="tiny", out_dir=tmp_path / "n", progress=False)
-    results = json.loads((out / "results.json").read_text())
-    notes = results["results"]["notes"]
-    assert len(notes) == 1 and results["results"]["table"] == [] and results["claims"] == []
-    assert "--data-dir" in notes[0] and "robots.engin.umich.edu/nclt" in notes[0]
-    assert notes[0] in (out / "summary.md").read_text()
+    with pytest.raises(SetupError, match=r"pass --data-dir DIR holding .*gps.csv.*robots.engin.umich.edu/nclt"):
+        run_experiment(exp, profile="tiny", out_dir=tmp_path / "n", progress=False)
+    assert not (tmp_path / "n").exists()
 
 
 def test_table1_reads_nclt_from_data_dir(tmp_path, monkeypatch):
