@@ -6,6 +6,14 @@ start longest first, so that no core is left with a long one at the end: by the 
 results.json, else by the table ``reproduce_costs.json`` (written by ``benchmarks/reproduce_costs.py`` from a
 measured run), else in the order given. One that fails does not stop the others; the caller sees its exit code and
 log.
+
+An experiment is one process, so a long one could hold one core while the others sit idle at the end. When a job
+slot is free and no experiment is waiting, an experiment whose cells each keep one core busy (``splittable``: the
+profile is among its ``pool_profiles``) gets a helper run: the same ``memlab run`` with the same cell store and a
+scratch ``--out``. Runs sharing a store split its cells (each claims a cell as it starts it, ``memlab.cell_cache``),
+so the helper takes the cells the experiment's own run has not reached and that run reads them from the store; the
+helper's folder is deleted when it ends. A helper is stopped when the experiment's own run ends (every cell is then
+stored). Each run's CPU time (its process and the processes it waited for) is recorded beside its wall time.
 """
 
 from __future__ import annotations
@@ -14,30 +22,74 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from memlab.checks import check_int
 from memlab.devices import default_devices, host_devices_flags
 
-__all__ = ["COSTS", "Finished", "memlab_run", "reproduce"]
+__all__ = ["COSTS", "HELPER_MIN_S", "Finished", "memlab_run", "reproduce"]
 
 COSTS = Path(__file__).with_name("reproduce_costs.json")  # {profile: {"seconds": {name: wall seconds}, ...}}
+# a helper run first pays its own start (Python, JAX, the experiment's set-up and held-out data): one is started
+# only for an experiment expected to run at least this much longer per run of it
+HELPER_MIN_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Finished:
-    """One experiment's run: its name, exit code (None: not started, the time limit had come), wall time and log."""
+    """One experiment's run: its name, exit code (None: not started, the time limit had come), wall time and log;
+    ``cpu_seconds``: the CPU time of its process and of its ``helpers`` (helper runs) together (None: not known)."""
 
     name: str
     returncode: int | None
     seconds: float
     log: Path
+    cpu_seconds: float | None = None
+    helpers: int = 0
+
+
+@dataclasses.dataclass
+class _Job:
+    """A running ``memlab run``: an experiment's own run, or a helper of it (``scratch``: the helper's own folder,
+    deleted when it ends)."""
+
+    name: str
+    process: subprocess.Popen
+    start: float
+    log: Path
+    scratch: Path | None = None
+    cpu_seconds: float | None = None
+
+    def ended(self) -> bool:
+        """Whether the process has ended; if so it is reaped here with its CPU time (``os.wait4``: user + system
+        seconds of the process and of the children it waited for)."""
+        if self.process.returncode is not None:
+            return True
+        pid, status, usage = os.wait4(self.process.pid, os.WNOHANG)
+        if pid == 0:
+            return False
+        self.process.returncode = os.waitstatus_to_exitcode(status)
+        self.cpu_seconds = usage.ru_utime + usage.ru_stime
+        return True
+
+    def stop(self) -> None:
+        """SIGINT (the run's own Ctrl-C: its finished cells kept), SIGKILL after 30 s; reaped either way."""
+        self.process.send_signal(signal.SIGINT)
+        deadline = time.time() + 30
+        while not self.ended():
+            if time.time() > deadline:
+                self.process.kill()
+            time.sleep(0.05)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def _previous_seconds(out: Path, name: str, profile: str) -> float | None:
@@ -57,12 +109,13 @@ def expected_seconds(names: Sequence[str], profile: str, out: Path) -> dict[str,
     return {name: previous[name] if previous[name] is not None else float(table.get(name, 0.0)) for name in names}
 
 
-def memlab_run(name: str, profile: str, out: Path, time_limit: float | None = None) -> list[str]:
+def memlab_run(name: str, profile: str, out: Path, time_limit: float | None = None,
+               store: Path | None = None) -> list[str]:
     """The command that runs one experiment: ``memlab run NAME --profile PROFILE --out OUT --no-progress`` (and
-    ``--time-limit SECONDS``)."""
+    ``--time-limit SECONDS``, ``--store STORE``)."""
     limit = [] if time_limit is None else ["--time-limit", f"{time_limit:.0f}"]
     return [sys.executable, "-m", "memlab.cli", "run", name, "--profile", profile, "--out", str(out), "--no-progress",
-            *limit]
+            *limit, *([] if store is None else ["--store", str(store)])]
 
 
 @contextlib.contextmanager
@@ -91,51 +144,100 @@ def _heed_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _to_help(running: list[_Job], splittable: Collection[str], expected: dict[str, float]) -> str | None:
+    """The splittable experiment running with the most expected time left per run of it, if that is at least
+    :data:`HELPER_MIN_S`; else None."""
+    now, best, most = time.perf_counter(), None, HELPER_MIN_S
+    for job in running:
+        if job.scratch is None and job.name in splittable:
+            left = (expected.get(job.name, 0.0) - (now - job.start)) / sum(j.name == job.name for j in running)
+            if left >= most:
+                best, most = job.name, left
+    return best
+
+
 def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
               on_finish: Callable[[Finished], None] = lambda f: None,
-              command: Callable[..., list[str]] = memlab_run, time_limit: float | None = None) -> list[Finished]:
+              command: Callable[..., list[str]] = memlab_run, time_limit: float | None = None,
+              splittable: Collection[str] = ()) -> list[Finished]:
     """Run ``command(name, profile, out/name/profile, seconds_left)`` (default :func:`memlab_run`) for every name,
     at most ``jobs`` at a time; returns the runs in the order they finished. Ctrl-C, or SIGTERM (``kill``, a
     cluster's scheduler), stops every running experiment (their finished cells are kept; none is left running).
     ``time_limit`` (seconds): each run gets the time that is left as its own limit, and no run starts once it is up
-    (those are returned with returncode None)."""
+    (those are returned with returncode None). ``splittable``: the experiments that may get helper runs (module
+    docstring), each ``command(name, profile, scratch/name/profile, seconds_left, store=out/"cells")``, the store
+    of the runs in ``out/<name>/<profile>`` (``runner.default_store``)."""
     check_int("jobs", jobs)
     deadline = None if time_limit is None else time.time() + time_limit
     env = {**os.environ, "XLA_FLAGS": host_devices_flags(default_devices(jobs))}  # the cores shared among the jobs
     expected = expected_seconds(names, profile, out)
     queue = sorted(names, key=lambda name: -expected[name])  # stable: the order given where nothing is known
-    running: dict[str, tuple[subprocess.Popen, float, Path]] = {}
+    running: list[_Job] = []
+    helpers: dict[str, list[_Job]] = {}  # every helper started, by experiment
     finished: list[Finished] = []
+
+    def start(name: str, log: Path, folder: Path, left: float | None, **store) -> _Job:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w", encoding="utf-8") as f:
+            process = subprocess.Popen(command(name, profile, folder, left, **store), stdout=f,
+                                       stderr=subprocess.STDOUT, env=env, preexec_fn=_heed_sigint)
+        return _Job(name, process, time.perf_counter(), log)
+
     with _sigterm_as_interrupt():
         try:
             while queue or running:
-                while queue and len(running) < jobs:
+                while len(running) < jobs and (queue or (helped := _to_help(running, splittable, expected))):
+                    left = None if deadline is None else deadline - time.time()
+                    if not queue:  # a free slot and nothing waiting: a helper, in a folder of its own
+                        scratch = Path(tempfile.mkdtemp(prefix=f"memlab-{helped}-helper-"))
+                        log = out / helped / f"{profile}.helper-{len(helpers.setdefault(helped, [])) + 1}.log"
+                        job = start(helped, log, scratch / helped / profile, left, store=out / "cells")
+                        job.scratch = scratch
+                        running.append(job)
+                        helpers[helped].append(job)
+                        continue
                     name = queue.pop(0)
                     log = out / name / f"{profile}.log"
-                    left = None if deadline is None else deadline - time.time()
                     if left is not None and left < 1:
                         finished.append(Finished(name, None, 0.0, log))
                         on_finish(finished[-1])
                         continue
-                    log.parent.mkdir(parents=True, exist_ok=True)
-                    with log.open("w", encoding="utf-8") as f:
-                        process = subprocess.Popen(command(name, profile, out / name / profile, left), stdout=f,
-                                                   stderr=subprocess.STDOUT, env=env, preexec_fn=_heed_sigint)
-                        running[name] = (process, time.perf_counter(), log)
-                for name, (process, start, log) in list(running.items()):
-                    if process.poll() is not None:
-                        del running[name]
-                        finished.append(Finished(name, process.returncode, time.perf_counter() - start, log))
-                        on_finish(finished[-1])
+                    running.append(start(name, log, out / name / profile, left))
+                for job in [job for job in running if job.ended()]:
+                    running.remove(job)
+                    if job.scratch is not None:  # a helper that ended by itself
+                        shutil.rmtree(job.scratch, ignore_errors=True)
+                        continue
+                    finished.append(_end_of(job, helpers.get(job.name, []), running))
+                    on_finish(finished[-1])
                 time.sleep(0.2)
         except KeyboardInterrupt:  # each run stops as on its own Ctrl-C: finished cells kept
-            for process, _, _ in running.values():
-                process.send_signal(signal.SIGINT)
-            for process, _, _ in running.values():
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()  # reaped: no zombie outlives the driver
+            _stop_all(running)
             raise
     return finished
+
+
+def _stop_all(running: list[_Job]) -> None:
+    """SIGINT to every run at once, then each waited for (SIGKILL after 30 s): no zombie outlives the driver."""
+    for job in running:
+        job.process.send_signal(signal.SIGINT)
+    for job in running:
+        try:
+            job.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            job.process.kill()
+            job.process.wait()
+        if job.scratch is not None:
+            shutil.rmtree(job.scratch, ignore_errors=True)
+
+
+def _end_of(job: _Job, helpers: list[_Job], running: list[_Job]) -> Finished:
+    """An experiment's own run has ended: its helpers still running are stopped (every cell is stored by now) and
+    taken off ``running``; returns the run's :class:`Finished`, with their CPU time added to its own."""
+    for helper in helpers:
+        if helper in running:
+            helper.stop()
+            running.remove(helper)
+    times = [j.cpu_seconds for j in (job, *helpers)]
+    return Finished(job.name, job.process.returncode, time.perf_counter() - job.start, job.log,
+                    None if None in times else sum(times), len(helpers))
