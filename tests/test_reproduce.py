@@ -101,13 +101,15 @@ sum(range(10**6))  # some CPU time
 """
 
 
-@pytest.mark.parametrize("splittable", [True, False])
-def test_a_free_slot_gets_a_helper_of_a_long_splittable_experiment(tmp_path, splittable):
-    """With a slot free and nothing waiting, a splittable experiment expected to run long gets a helper run: the
-    same command with the experiment's cell store (out/cells) and a scratch folder outside ``out``, stopped (SIGINT)
-    when the experiment's own run ends and its folder deleted; the CPU time of both is the experiment's."""
+@pytest.mark.parametrize("splittable, expected", [(True, 10 * HELPER_MIN_S), (True, None), (False, 10 * HELPER_MIN_S)])
+def test_a_free_slot_gets_a_helper_of_a_long_splittable_experiment(tmp_path, splittable, expected):
+    """With a slot free and nothing waiting, a splittable experiment expected to run long (or whose time is not
+    known) gets a helper run: the same command with the experiment's cell store (out/cells) and a scratch folder
+    outside ``out``, stopped (SIGINT) when the experiment's own run ends and its folder deleted; the CPU time of both
+    is the experiment's."""
     (tmp_path / "long" / "quick").mkdir(parents=True)
-    (tmp_path / "long" / "quick" / "results.json").write_text(json.dumps({"elapsed_s": 10 * HELPER_MIN_S}))
+    if expected is not None:
+        (tmp_path / "long" / "quick" / "results.json").write_text(json.dumps({"elapsed_s": expected}))
 
     def command(name, profile, folder, time_limit=None, store=None):
         role = "own" if store is None else "helper"
@@ -131,8 +133,9 @@ def test_a_free_slot_gets_a_helper_of_a_long_splittable_experiment(tmp_path, spl
     assert (tmp_path / "long" / "quick.helper-1.log").exists()
 
 
-def test_no_helper_for_an_experiment_about_to_end(tmp_path):
-    """Expected to end within HELPER_MIN_S (or not known at all): no helper; it would cost more than it saves."""
+def test_no_helper_for_an_experiment_expected_to_end_soon_or_not_splittable(tmp_path):
+    """Expected to end within HELPER_MIN_S: no helper, it would cost more than it saves; nor for an experiment not
+    splittable, however long."""
     def command(name, profile, folder, time_limit=None, store=None):
         assert store is None, "no helper expected"
         return [sys.executable, "-c", "import time; time.sleep(0.5)"] if name == "long" else [sys.executable, "-c",

@@ -38,8 +38,9 @@ from memlab.devices import default_devices, host_devices_flags
 __all__ = ["COSTS", "HELPER_MIN_S", "Finished", "memlab_run", "reproduce"]
 
 COSTS = Path(__file__).with_name("reproduce_costs.json")  # {profile: {"seconds": {name: wall seconds}, ...}}
-# a helper run first pays its own start (Python, JAX, the experiment's set-up and held-out data): one is started
-# only for an experiment expected to run at least this much longer per run of it
+# a helper run first pays its own start (Python, JAX, the experiment's set-up and held-out data): none is started for
+# an experiment expected to end within this many seconds per run of it (one past its expected time gets one: a free
+# core costs nothing, and its own estimate was wrong)
 HELPER_MIN_S = 30.0
 
 
@@ -145,15 +146,17 @@ def _heed_sigint() -> None:
 
 
 def _to_help(running: list[_Job], splittable: Collection[str], expected: dict[str, float]) -> str | None:
-    """The splittable experiment running with the most expected time left per run of it, if that is at least
-    :data:`HELPER_MIN_S`; else None."""
-    now, best, most = time.perf_counter(), None, HELPER_MIN_S
+    """The splittable experiment a free slot should help, or None: one past its expected time (or with none known)
+    first, its time left unknown, fewest runs of it first; else the one with the most expected time left per run
+    of it, if that is at least :data:`HELPER_MIN_S`."""
+    now, candidates = time.perf_counter(), {}
     for job in running:
         if job.scratch is None and job.name in splittable:
-            left = (expected.get(job.name, 0.0) - (now - job.start)) / sum(j.name == job.name for j in running)
-            if left >= most:
-                best, most = job.name, left
-    return best
+            runs = sum(j.name == job.name for j in running)
+            left = expected.get(job.name, 0.0) - (now - job.start)
+            if left <= 0 or left / runs >= HELPER_MIN_S:
+                candidates[job.name] = (left <= 0, -runs if left <= 0 else left / runs)
+    return max(candidates, key=candidates.get) if candidates else None
 
 
 def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
