@@ -147,6 +147,19 @@ def test_no_helper_for_an_experiment_expected_to_end_soon_or_not_splittable(tmp_
     assert all(r.helpers == 0 and r.returncode == 0 for r in runs)
 
 
+def test_a_helper_that_ends_by_itself_is_not_started_again(tmp_path):
+    """A helper that ends on its own (its experiment's cells all taken, or it failed) gets no successor: a failing
+    one must not be restarted every poll."""
+    def command(name, profile, folder, time_limit=None, store=None):
+        if store is not None:
+            return [sys.executable, "-c", "import sys; sys.exit(1)"]
+        return [sys.executable, "-c", "import time; time.sleep(3)" if name == "long" else "pass"]
+
+    runs = reproduce(["long", "short"], "quick", 2, tmp_path, command=command, splittable=["long"])
+    assert {r.name: (r.returncode, r.helpers) for r in runs} == {"long": (0, 1), "short": (0, 0)}
+    assert sorted(p.name for p in (tmp_path / "long").glob("*.log")) == ["quick.helper-1.log", "quick.log"]
+
+
 def test_cli_checks_jobs(capsys):
     assert cli.main(["reproduce", "--jobs", "0"]) == 2
     assert capsys.readouterr().err == "memlab: error: --jobs must be >= 1, got 0\n"

@@ -145,10 +145,13 @@ def _heed_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _to_help(running: list[_Job], splittable: Collection[str], expected: dict[str, float]) -> str | None:
+def _to_help(running: list[_Job], splittable: Collection[str], expected: dict[str, float],
+             deadline: float | None) -> str | None:
     """The splittable experiment a free slot should help, or None: one past its expected time (or with none known)
     first, its time left unknown, fewest runs of it first; else the one with the most expected time left per run
-    of it, if that is at least :data:`HELPER_MIN_S`."""
+    of it, if that is at least :data:`HELPER_MIN_S`. None within HELPER_MIN_S of the ``deadline``."""
+    if deadline is not None and deadline - time.time() < HELPER_MIN_S:
+        return None
     now, candidates = time.perf_counter(), {}
     for job in running:
         if job.scratch is None and job.name in splittable:
@@ -177,27 +180,27 @@ def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
     queue = sorted(names, key=lambda name: -expected[name])  # stable: the order given where nothing is known
     running: list[_Job] = []
     helpers: dict[str, list[_Job]] = {}  # every helper started, by experiment
+    helpable = set(splittable)  # less those a helper ended by itself in (all cells done, or it failed): none again
     finished: list[Finished] = []
 
-    def start(name: str, log: Path, folder: Path, left: float | None, **store) -> _Job:
+    def start(name: str, log: Path, left: float | None, scratch: Path | None = None) -> _Job:  # a helper: scratch
         log.parent.mkdir(parents=True, exist_ok=True)
+        store = {} if scratch is None else {"store": out / "cells"}
         with log.open("w", encoding="utf-8") as f:
-            process = subprocess.Popen(command(name, profile, folder, left, **store), stdout=f,
-                                       stderr=subprocess.STDOUT, env=env, preexec_fn=_heed_sigint)
-        return _Job(name, process, time.perf_counter(), log)
+            process = subprocess.Popen(command(name, profile, (scratch or out) / name / profile, left, **store),
+                                       stdout=f, stderr=subprocess.STDOUT, env=env, preexec_fn=_heed_sigint)
+        return _Job(name, process, time.perf_counter(), log, scratch)
 
     with _sigterm_as_interrupt():
         try:
             while queue or running:
-                while len(running) < jobs and (queue or (helped := _to_help(running, splittable, expected))):
+                while len(running) < jobs and (queue or (helped := _to_help(running, helpable, expected, deadline))):
                     left = None if deadline is None else deadline - time.time()
                     if not queue:  # a free slot and nothing waiting: a helper, in a folder of its own
                         scratch = Path(tempfile.mkdtemp(prefix=f"memlab-{helped}-helper-"))
                         log = out / helped / f"{profile}.helper-{len(helpers.setdefault(helped, [])) + 1}.log"
-                        job = start(helped, log, scratch / helped / profile, left, store=out / "cells")
-                        job.scratch = scratch
-                        running.append(job)
-                        helpers[helped].append(job)
+                        running.append(start(helped, log, left, scratch))
+                        helpers[helped].append(running[-1])
                         continue
                     name = queue.pop(0)
                     log = out / name / f"{profile}.log"
@@ -205,11 +208,12 @@ def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
                         finished.append(Finished(name, None, 0.0, log))
                         on_finish(finished[-1])
                         continue
-                    running.append(start(name, log, out / name / profile, left))
+                    running.append(start(name, log, left))
                 for job in [job for job in running if job.ended()]:
                     running.remove(job)
                     if job.scratch is not None:  # a helper that ended by itself
                         shutil.rmtree(job.scratch, ignore_errors=True)
+                        helpable.discard(job.name)
                         continue
                     finished.append(_end_of(job, helpers.get(job.name, []), running))
                     on_finish(finished[-1])
