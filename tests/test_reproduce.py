@@ -7,13 +7,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from memlab import cli
 from memlab import reproduce as reproduce_module
 from memlab.catalog import EXPERIMENTS
-from memlab.reproduce import COSTS, expected_seconds, memlab_run, reproduce
+from memlab.reproduce import COSTS, HELPER_MIN_S, expected_seconds, memlab_run, reproduce
 
 SCRIPT = """
 import os, sys, time
@@ -83,6 +84,82 @@ def test_default_command_is_memlab_run(tmp_path):
                            str(tmp_path / "o"), "--no-progress"]
 
 
+HELPED = """
+import pathlib, sys, time
+role, folder, marks = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+if role == "helper":
+    try:
+        (marks / "helper.started").write_text(str(folder) + "\\n" + " ".join(sys.argv[4:]))
+        time.sleep(60)
+    except KeyboardInterrupt:  # memlab run's Ctrl-C: finished cells kept, exit 130
+        (marks / "helper.stopped").write_text("by SIGINT")
+        sys.exit(130)
+waited = time.time() + float(sys.argv[4])  # the experiment's own run: done once its helper has started
+while not (marks / "helper.started").exists() and time.time() < waited:
+    time.sleep(0.05)
+sum(range(10**6))  # some CPU time
+"""
+
+
+@pytest.mark.parametrize("splittable, expected", [(True, 10 * HELPER_MIN_S), (True, None), (False, 10 * HELPER_MIN_S)])
+def test_a_free_slot_gets_a_helper_of_a_long_splittable_experiment(tmp_path, splittable, expected):
+    """With a slot free and nothing waiting, a splittable experiment expected to run long (or whose time is not
+    known) gets a helper run: the same command with the experiment's cell store (out/cells) and a scratch folder
+    outside ``out``, stopped (SIGINT) when the experiment's own run ends and its folder deleted; the CPU time of both
+    is the experiment's."""
+    (tmp_path / "long" / "quick").mkdir(parents=True)
+    if expected is not None:
+        (tmp_path / "long" / "quick" / "results.json").write_text(json.dumps({"elapsed_s": expected}))
+
+    def command(name, profile, folder, time_limit=None, store=None):
+        role = "own" if store is None else "helper"
+        if name == "short":
+            return [sys.executable, "-c", "pass"]
+        return [sys.executable, "-c", HELPED, role, str(folder), str(tmp_path / "long"),
+                *([str(30 if splittable else 1)] if store is None else ["--store", str(store)])]
+
+    runs = reproduce(["long", "short"], "quick", 2, tmp_path, command=command,
+                     splittable=["long"] if splittable else [])
+    long = next(r for r in runs if r.name == "long")
+    assert long.returncode == 0 and long.cpu_seconds > 0
+    if not splittable:
+        assert long.helpers == 0 and not (tmp_path / "long" / "helper.started").exists()
+        return
+    folder, arguments = (tmp_path / "long" / "helper.started").read_text().split("\n")
+    assert long.helpers == 1 and arguments == f"--store {tmp_path / 'cells'}"
+    assert (tmp_path / "long" / "helper.stopped").read_text() == "by SIGINT"
+    assert tmp_path not in Path(folder).parents and Path(folder).parts[-2:] == ("long", "quick")
+    assert not Path(folder).parent.parent.exists()  # the scratch folder is gone
+    assert (tmp_path / "long" / "quick.helper-1.log").exists()
+
+
+def test_no_helper_for_an_experiment_expected_to_end_soon_or_not_splittable(tmp_path):
+    """Expected to end within HELPER_MIN_S: no helper, it would cost more than it saves; nor for an experiment not
+    splittable, however long."""
+    def command(name, profile, folder, time_limit=None, store=None):
+        assert store is None, "no helper expected"
+        return [sys.executable, "-c", "import time; time.sleep(0.5)"] if name == "long" else [sys.executable, "-c",
+                                                                                               "pass"]
+
+    (tmp_path / "long" / "quick").mkdir(parents=True)
+    (tmp_path / "long" / "quick" / "results.json").write_text(json.dumps({"elapsed_s": HELPER_MIN_S / 2}))
+    runs = reproduce(["long", "short", "unknown"], "quick", 2, tmp_path, command=command, splittable=["long"])
+    assert all(r.helpers == 0 and r.returncode == 0 for r in runs)
+
+
+def test_a_helper_that_ends_by_itself_is_not_started_again(tmp_path):
+    """A helper that ends on its own (its experiment's cells all taken, or it failed) gets no successor: a failing
+    one must not be restarted every poll."""
+    def command(name, profile, folder, time_limit=None, store=None):
+        if store is not None:
+            return [sys.executable, "-c", "import sys; sys.exit(1)"]
+        return [sys.executable, "-c", "import time; time.sleep(3)" if name == "long" else "pass"]
+
+    runs = reproduce(["long", "short"], "quick", 2, tmp_path, command=command, splittable=["long"])
+    assert {r.name: (r.returncode, r.helpers) for r in runs} == {"long": (0, 1), "short": (0, 0)}
+    assert sorted(p.name for p in (tmp_path / "long").glob("*.log")) == ["quick.helper-1.log", "quick.log"]
+
+
 def test_cli_checks_jobs(capsys):
     assert cli.main(["reproduce", "--jobs", "0"]) == 2
     assert capsys.readouterr().err == "memlab: error: --jobs must be >= 1, got 0\n"
@@ -116,6 +193,7 @@ def test_time_limit_passes_the_time_left_and_starts_nothing_after_it(tmp_path):
     assert 1.0 < limits[0] <= 1.5 and len(limits) == 1  # 'a' takes 0.6 s: 'b' would start with < 1 s left
     assert {r.name: r.returncode for r in runs} == {"a": 0, "b": None}
     assert memlab_run("x", "quick", tmp_path, 125.4)[-2:] == ["--time-limit", "125"]
+    assert memlab_run("x", "quick", tmp_path, store=tmp_path / "cells")[-2:] == ["--store", str(tmp_path / "cells")]
 
 
 def test_cli_names_experiments_and_keeps_to_those_with_the_profile(fake_lab, tmp_path, capsys, monkeypatch):
@@ -195,7 +273,7 @@ def test_a_whole_run_records_its_wall_time_and_a_partial_one_does_not(fake_lab, 
     saying whether the compile cache started empty."""
     from memlab.reproduce import Finished
 
-    def fake_reproduce(names, profile, jobs, out, on_finish=lambda f: None, time_limit=None):
+    def fake_reproduce(names, profile, jobs, out, on_finish=lambda f: None, time_limit=None, splittable=()):
         runs = []
         for name in names:
             (out / name / profile).mkdir(parents=True, exist_ok=True)

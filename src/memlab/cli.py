@@ -243,14 +243,19 @@ def cmd_reproduce(args) -> int:
             mark = "✓" if complete(run) else f"… stopped at the time limit, see {run.log}:"
         else:
             mark = f"✗ exit {run.returncode}, see {run.log}:"
-        print(f"{mark} {run.name} ({duration(run.seconds)})", flush=True)
+        cpu = "" if run.cpu_seconds is None else f", {run.cpu_seconds:.0f} CPU-s"
+        helpers = f", {run.helpers} helper run{'s' if run.helpers > 1 else ''}" if run.helpers else ""
+        print(f"{mark} {run.name} ({duration(run.seconds)}{cpu}{helpers})", flush=True)
 
     print(f"memlab: {len(names)} experiments, profile {args.profile}, {args.jobs} at a time", flush=True)
     start_time = time.time()
     cache = compile_cache_folder()
     cold = cache is None or not cache.is_dir() or not any(cache.iterdir())  # every program compiled afresh
     try:
-        runs = reproduce(names, args.profile, args.jobs, out, on_finish=show, time_limit=args.time_limit)
+        # an experiment whose cells spread over a process per core (pool_profiles) spreads them over free job slots
+        splittable = [name for name in names if args.profile in catalog.EXPERIMENTS[name].pool_profiles]
+        runs = reproduce(names, args.profile, args.jobs, out, on_finish=show, time_limit=args.time_limit,
+                         splittable=splittable)
     except KeyboardInterrupt:
         print(INTERRUPTED, file=sys.stderr)
         return 130
@@ -267,7 +272,9 @@ def cmd_reproduce(args) -> int:
     if not unfinished and not failed:  # the wall time of a whole run, for benchmarks/reproduce_costs.py
         atomic_write_text(out / f"reproduce-{args.profile}.json", json.dumps(
             {"profile": args.profile, "jobs": args.jobs, "experiments": names, "seconds": round(seconds, 1),
-             "empty_compile_cache": cold, "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())},
+             "empty_compile_cache": cold, "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+             "cpu_seconds": {r.name: None if r.cpu_seconds is None else round(r.cpu_seconds, 1) for r in runs},
+             "helper_runs": {r.name: r.helpers for r in runs if r.helpers}},
             indent=2) + "\n")
     print(f"{path}  ({duration(seconds)} in all)")
     print(timing, end="")

@@ -58,6 +58,26 @@ def test_analyse_averages_seeds_and_picks_the_closest_layer():
     assert board.closest == {"lgssm": "lru"} and board.steps == [10, 20]
 
 
+def test_a_task_whose_memory_margin_is_thin_is_flagged_beside_its_numbers():
+    """L_trivial - L_ref under 0.01 (hmm-random: 0.0026 nats): the task is named wherever its gaps are read;
+    a cell from before the losses were recorded has no margin and is not flagged."""
+    cfg = LeaderboardConfig(tasks=("hmm-random", "lgssm"), layers=("gru",), seeds=2,
+                            train=TrainConfig(steps=20, eval_every=10))
+
+    def cell(reference, trivial):
+        return {"gap": [0.5, 0.7], "eval_gap": [[0.9, 0.5], [0.9, 0.7]], "parameters": 1, "state": 1,
+                "compiled_distance": [0.0, 0.0], "gradient_cosine": [1.0, 1.0],
+                **({} if reference is None else {"reference_loss": [reference] * 2, "trivial_loss": [trivial] * 2})}
+
+    board = analyse(cfg, {"hmm-random.gru": cell(1.2000, 1.2024), "lgssm.gru": cell(0.3, 1.9)})
+    assert board.stats["hmm-random"]["gru"].margin == pytest.approx(0.0024)
+    assert board.stats["lgssm"]["gru"].margin == pytest.approx(1.6)
+    assert leaderboard.thin_margins(board) == ["hmm-random"]
+    assert leaderboard._noise_note(["hmm-random"]) == " (g is noise on hmm-random: L_trivial − L_ref < 0.01)"
+    old = analyse(cfg, {"hmm-random.gru": cell(None, None), "lgssm.gru": cell(0.3, 1.9)})
+    assert np.isnan(old.stats["hmm-random"]["gru"].margin) and leaderboard.thin_margins(old) == []
+
+
 def test_training_closes_most_of_the_gap_on_lgssm():
     """A GRU trained for 300 steps on the lgssm task predicts better than memorylessly: its held-out gap falls
     from about 1 or more towards the Kalman filter (fixed seeds; the bound is loose)."""
@@ -85,7 +105,9 @@ def test_registered_with_quick_and_paper_profiles():
     exp = EXPERIMENTS["arena.leaderboard"]
     assert {"tiny", "quick", "paper"} <= set(exp.profiles)
     quick, paper = exp.profiles["quick"], exp.profiles["paper"]
-    assert len(quick.layers) >= 8 and {t.split("-")[0] for t in quick.tasks} == {"hmm", "lgssm"}  # every family
+    # every family: hmm, linear-Gaussian and its switching model, policy evaluation, recall (recall-predict and MQAR)
+    assert len(quick.layers) >= 8 and set(quick.tasks) == set(leaderboard.FAMILIES) == {
+        "hmm-mess3", "lgssm", "switching", "policy-eval", "recall-predict", "mqar"}
     assert set(paper.tasks) == set(TASKS) and len(paper.layers) >= 8
 
 
