@@ -27,9 +27,9 @@ from memlab.store import CHECKPOINT
 
 FLOOR = 1e-4  # the smallest gap the figures resolve (paper-scale gaps reach 4e-4 on hmm-mess3)
 # a task whose memory margin L_trivial - L_ref is below this (nats on the symbol tasks) leaves g = excess / margin
-# mostly sampling noise: on 2048 sequences of 64 steps hmm-random's is 0.0026 nats and Mess3's at x = 0.15,
-# alpha = 0.6 0.0025, against hmm-mess3's 0.064 (the trivial predictor sees the current symbol: only what memory
-# adds beyond an order-1 Markov predictor counts)
+# mostly sampling noise (hmm-random and Mess3 at x = 0.15, alpha = 0.6 are such tasks; each run's table prints the
+# margins); the trivial predictor sees the current symbol, so only what memory adds beyond an order-1 Markov
+# predictor counts
 MARGIN_FLOOR = 0.01
 
 # the nine layers of the paper-core run (pinned below: a layer added to ALL_LAYERS must not add cells to a run in
@@ -203,7 +203,7 @@ def _claims(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: R
                                        _noise_note([t for t in thin if t in exact]))
     # Zoology (Arora et al. 2023, Fig. 2): two-layer attention solves MQAR at every model width it tried, gated
     # convolutions need more. One block cannot: its attention must match the queried key against the token *before*
-    # each stored value, a previous-token step a first layer makes (quick, depth 1: gap 0.67 after 200 steps)
+    # each stored value, a previous-token step a first layer makes
     if "mqar" in cfg.tasks and "attention" in cfg.layers and cfg.depth >= 2:
         s = board.stats["mqar"]["attention"]
         run.claim("attention-solves-mqar", f"softmax attention solves MQAR at width {cfg.width}: gap <= 0.05",
