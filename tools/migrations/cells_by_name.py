@@ -18,9 +18,10 @@ Run both steps at XLA's default flags (``XLA_FLAGS`` unset), as ``memlab.resolve
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
+
+from store_moves import move_cell, rewrite_results  # beside this script
 
 from memlab.cell_cache import CellCache
 from memlab.files import atomic_write_text
@@ -64,31 +65,13 @@ def apply(store: str, map_path: str) -> None:
     def migrating_find(self, name, compute, digest):
         old = old_digests.get(_key(self, name, compute))
         if digest is not None and old is not None and old != digest:
-            source, target = self.store.path(compute, old), self.store.path(compute, digest)
-            if source.exists() and not target.exists():
-                entry = json.loads(source.read_text(encoding="utf-8"))
-                entry["digest"] = digest
-                atomic_write_text(target, json.dumps(entry) + "\n")
-                source.unlink()
-                print(f"moved {target.parent.name}/{old} -> {digest}  ({entry['origin']})")
-            checkpoint = self.store.checkpoint_dir(old)  # an unfinished cell's progress: it has no record yet
-            if checkpoint.exists() and not self.store.checkpoint_dir(digest).exists():
-                shutil.move(checkpoint, self.store.checkpoint_dir(digest))
-                print(f"moved checkpoints/{old} -> {digest}")
+            move_cell(self.store.root, self.store.path(compute, digest).parent, old, digest)
             moved[old] = digest
         return original(self, name, compute, digest)
 
     CellCache._find = migrating_find
     _each_run(root)
-    for results in root.parent.glob("**/results.json"):  # text, not JSON: nothing else in the file changes
-        text = results.read_text(encoding="utf-8")
-        stored = json.loads(text).get("cells", {}).get("store", {})
-        if any(d in moved for d in stored.values()):
-            for d in stored.values():
-                text = text.replace(f'"{d}"', f'"{moved.get(d, d)}"')
-            atomic_write_text(results, text)
-            print(f"rewrote {results}")
-    print(f"{len(moved)} digests changed")
+    rewrite_results(root, moved)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,12 @@ the committed run folders' results.json ("cells" -> "store") get the new digests
 from __future__ import annotations
 
 import importlib.util
-import json
-import shutil
 import sys
 from pathlib import Path
 
+from store_moves import move_cell, rewrite_results  # beside this script
+
 import memlab.cell_cache as cell_cache
-from memlab.files import atomic_write_text
 from memlab.resolve import resolved_digests, stored_origins
 from memlab.store import CHECKPOINT
 
@@ -39,18 +38,7 @@ def main(old_store_py: str, store: str, *extra: str) -> None:
         before = old.cell_digest(cell)
         if new is None or before is None or before == new:
             return new
-        folder = root / old._function_name(cell.func).removeprefix("memlab.")
-        source, target = folder / f"{before}.json", folder / f"{new}.json"
-        if source.exists() and not target.exists():
-            entry = json.loads(source.read_text(encoding="utf-8"))
-            entry["digest"] = new
-            atomic_write_text(target, json.dumps(entry) + "\n")
-            source.unlink()
-            print(f"moved {folder.name}/{before} -> {new}  ({entry['origin']})")
-        checkpoint = root / "checkpoints" / before  # an unfinished cell's progress: it has no record yet
-        if checkpoint.exists() and not (root / "checkpoints" / new).exists():
-            shutil.move(checkpoint, root / "checkpoints" / new)
-            print(f"moved checkpoints/{before} -> {new}")
+        move_cell(root, root / old._function_name(cell.func).removeprefix("memlab."), before, new)
         moved[before] = new
         return new
 
@@ -64,15 +52,7 @@ def main(old_store_py: str, store: str, *extra: str) -> None:
             resolved_digests(experiment, profile, root)
         except (KeyError, ValueError) as e:  # an experiment or profile that no longer exists
             print(f"skipped {experiment}/{profile}: {e}", file=sys.stderr)
-    for results in root.parent.glob("**/results.json"):  # text, not JSON: nothing else in the file changes
-        text = results.read_text(encoding="utf-8")
-        stored = json.loads(text).get("cells", {}).get("store", {})
-        if any(d in moved for d in stored.values()):
-            for d in stored.values():
-                text = text.replace(f'"{d}"', f'"{moved.get(d, d)}"')
-            atomic_write_text(results, text)
-            print(f"rewrote {results}")
-    print(f"{len(moved)} digests changed")
+    rewrite_results(root, moved)
 
 
 if __name__ == "__main__":
