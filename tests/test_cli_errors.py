@@ -286,6 +286,18 @@ def test_ray_address_that_refuses_is_one_line(tmp_path):
     assert not out.exists()
 
 
+def _refused_in_one_line_in_bounded_time(tmp_path, address: str, timeout: str, message: str) -> None:
+    """`memlab run --executor ray --address ADDRESS` under MEMLAB_RAY_CONNECT_TIMEOUT=timeout: exit 2 with one line
+    starting with ``message``, within a minute, nothing written."""
+    env = {**os.environ, "MEMLAB_RAY_CONNECT_TIMEOUT": timeout}
+    start = time.perf_counter()
+    done = memlab("run", "belief.error-vs-epsilon", "--profile", "tiny", "--out", str(tmp_path / "o"),
+                  "--executor", "ray", "--address", address, env=env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"memlab: error: {message}"), done.stderr
+    assert time.perf_counter() - start < 60 and not (tmp_path / "o").exists()
+
+
 def test_ray_address_that_does_not_answer_times_out(tmp_path):
     pytest.importorskip("ray")
     with socket.socket() as server:  # a listener whose queue is full: a connection to it neither opens nor fails
@@ -296,15 +308,10 @@ def test_ray_address_that_does_not_answer_times_out(tmp_path):
         for client in queued:
             client.setblocking(False)
             client.connect_ex(("127.0.0.1", server.getsockname()[1]))
-        env = {**os.environ, "MEMLAB_RAY_CONNECT_TIMEOUT": "0.5"}
-        start = time.perf_counter()
-        done = memlab("run", "belief.error-vs-epsilon", "--profile", "tiny", "--out", str(tmp_path / "o"),
-                      "--executor", "ray", "--address", address, env=env)
+        _refused_in_one_line_in_bounded_time(tmp_path, address, "0.5",
+                                             f"no Ray cluster answered at {address} within 0.5 s")
         for client in queued:
             client.close()
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith(f"memlab: error: no Ray cluster answered at {address} within 0.5 s"), done.stderr
-    assert time.perf_counter() - start < 60 and not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("answer", [b"", b"HTTP/1.1 400 Bad Request\r\n\r\n"], ids=["silent", "http1"])
@@ -324,15 +331,10 @@ def test_an_address_that_accepts_but_is_no_ray_head_is_one_line_in_bounded_time(
 
         held: list = []
         threading.Thread(target=serve, daemon=True).start()
-        env = {**os.environ, "MEMLAB_RAY_CONNECT_TIMEOUT": "1"}
-        start = time.perf_counter()
-        done = memlab("run", "belief.error-vs-epsilon", "--profile", "tiny", "--out", str(tmp_path / "o"),
-                      "--executor", "ray", "--address", address, env=env)
+        _refused_in_one_line_in_bounded_time(tmp_path, address, "1",
+                                             f"{address} accepts connections but is no Ray head")
         for client in held:
             client.close()
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith(f"memlab: error: {address} accepts connections but is no Ray head"), done.stderr
-    assert time.perf_counter() - start < 60 and not (tmp_path / "o").exists()
 
 
 # ---------------------------------------------------------------- 11. list at 80 columns, report's help
