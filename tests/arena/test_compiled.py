@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memlab.arena.compiled import compiled_model, kalman_predictor, kalman_transient
-from memlab.arena.experiments.compiled import score_compiled
+from memlab.arena.compiled import THETA_STAR_MAX_LENGTH, compiled_model, kalman_predictor, kalman_transient
+from memlab.arena.experiments.compiled import CompiledConfig, score_compiled, scored_lengths
 from memlab.arena.lgssm import random_lgssm
 from memlab.arena.task import normalised_gap
 from memlab.arena.tasks import make_task
@@ -82,8 +82,21 @@ def test_arena_compiled_tiny_profile(tmp_path, check_tiny_run):
     check_tiny_run("arena.compiled", tmp_path)
     doc = json.loads((tmp_path / "arena.compiled" / "results.json").read_text())
     claims = {c["id"]: c["holds"] for c in doc["claims"]}
-    assert claims == {"exact-compiled-reach-the-optimum": True, "alf-uses-memory": True}
-    assert set(doc["results"]) == {"lgssm", "hmm-cycle", "hmm-two-state"}
+    assert claims == {"exact-compiled-reach-the-optimum": True, "alf-uses-memory": True,
+                      "theta-star-uses-memory": True}
+    assert set(doc["results"]) == {"lgssm", "hmm-cycle", "hmm-two-state", "policy-eval", "mqar"}
+
+
+def test_a_compiled_model_is_scored_only_up_to_its_longest_length():
+    """theta* reads every prefix (L^3 time, L^2 memory a sequence): the lengths past its max_length are left out (the
+    table shows nan there), and a profile that leaves none is one clear error."""
+    theta_star = compiled_model(make_task("policy-eval"))
+    assert theta_star.max_length == THETA_STAR_MAX_LENGTH
+    assert scored_lengths(theta_star, (64, THETA_STAR_MAX_LENGTH, 4 * THETA_STAR_MAX_LENGTH)) == (
+        64, THETA_STAR_MAX_LENGTH)
+    assert scored_lengths(compiled_model(make_task("mqar")), (64, 4096)) == (64, 4096)
+    with pytest.raises(ValueError, match=f"up to length {THETA_STAR_MAX_LENGTH}"):
+        CompiledConfig(tasks=("policy-eval",), lengths=(2 * THETA_STAR_MAX_LENGTH,)).validate()
 
 
 @pytest.mark.parametrize("name", ["hmm-two-state", "hmm-mess3"])

@@ -54,19 +54,26 @@ from memlab.ictd import feature_scores, kernel_weights, td_with_weights
 from memlab.layers import LRU, CausalSoftmaxAttention
 from memlab.logspace import log_matvec, normalize_logits
 
-__all__ = ["Compiled", "LookupAttention", "action_filter", "compiled_model", "kalman_predictor", "kalman_transient",
-           "logit_filter", "lookup_attention", "lookup_loss_bound", "softmax_ictd"]
+# theta* scored on sequences up to this long: at L = 1024 one batch of 512 needed 36 GB (every prefix's kernel)
+THETA_STAR_MAX_LENGTH = 256
+
+__all__ = ["THETA_STAR_MAX_LENGTH", "Compiled", "LookupAttention", "action_filter", "compiled_model",
+           "kalman_predictor", "kalman_transient", "logit_filter", "lookup_attention", "lookup_loss_bound",
+           "softmax_ictd"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Compiled:
     """A compiled model: ``model`` maps one input sequence (L, input_size) to outputs (L, output_size); ``exact``
-    says whether it computes the reference after ``transient`` steps (else it is a stated approximation)."""
+    says whether it computes the reference after ``transient`` steps (else it is a stated approximation);
+    ``max_length``: the longest sequence it is scored on (None: any), for a model whose cost grows faster than the
+    sequence (theta* reads every prefix: L^3 time, L^2 memory per sequence)."""
 
     model: Callable[[Array], Array]
     description: str
     exact: bool
     transient: int = 0
+    max_length: int | None = None
 
 
 def _steady_state(task: LGSSMTask) -> tuple[np.ndarray, np.ndarray]:
@@ -260,7 +267,8 @@ def compiled_model(task) -> Compiled | None:
         return Compiled(predict, "exact linear filter, paper 1 Thm 4.4" if exact else
                         "ALF (delta = sqrt(eps)), paper 1 eq. (24)", exact=exact)
     if isinstance(task, PolicyEvalTask):
-        return Compiled(softmax_ictd(task), "theta* (paper 2, eq. 15), 3 layers: weighted softmax TD", exact=False)
+        return Compiled(softmax_ictd(task), "theta* (paper 2, eq. 15), 3 layers: weighted softmax TD", exact=False,
+                        max_length=THETA_STAR_MAX_LENGTH)
     if isinstance(task, MQARTask):
         return Compiled(lookup_attention(task), "softmax attention as exact lookup (beta = 20, gamma = 30)",
                         exact=True)

@@ -15,7 +15,8 @@ import numpy as np
 from jax import Array
 
 from memlab import plots
-from memlab.arena.compiled import compiled_model
+from memlab.arena.compiled import THETA_STAR_MAX_LENGTH, Compiled, compiled_model
+from memlab.arena.hmm import HMMTask
 from memlab.arena.task import Batch, Task, normalised_gap, per_step_mean
 from memlab.arena.tasks import TASKS, make_task
 from memlab.arena.train import apply, baselines
@@ -33,7 +34,8 @@ DISTANCE_FLOOR = 1e-14
 @dataclasses.dataclass(frozen=True)
 class CompiledConfig:
     seed: int = 0
-    tasks: tuple[str, ...] = ("lgssm", "hmm-cycle", "hmm-two-state", "hmm-mess3", "hmm-ringworld")
+    tasks: tuple[str, ...] = ("lgssm", "hmm-cycle", "hmm-two-state", "hmm-mess3", "hmm-ringworld", "policy-eval",
+                              "mqar")
     lengths: tuple[int, ...] = (64, 256, 1024)
     batch: int = 512
 
@@ -45,6 +47,8 @@ class CompiledConfig:
         missing = [t for t in self.tasks if compiled_model(make_task(t)) is None]
         if missing:
             raise ValueError(f"no compiled solution for {', '.join(missing)}")
+        for t in self.tasks:
+            scored_lengths(compiled_model(make_task(t)), self.lengths)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,13 +76,24 @@ def prefix_gaps(task: Task, model, batch: Batch, lengths: tuple[int, ...], trans
     return gaps, per_step_mean(task.distance(outputs, base.reference_outputs), batch.mask)
 
 
+def scored_lengths(compiled: Compiled, lengths: tuple[int, ...]) -> tuple[int, ...]:
+    """The test ``lengths`` a compiled model is scored at: those up to its ``max_length``."""
+    usable = tuple(n for n in lengths if compiled.max_length is None or n <= compiled.max_length)
+    if not usable:
+        raise ValueError(f"{compiled.description}: scored only up to length {compiled.max_length}; got lengths "
+                         f"{', '.join(map(str, lengths))}")
+    return usable
+
+
 @cell("arena.score-compiled", version=2)
 def score_compiled(task: str, lengths: tuple[int, ...], batch: int, key) -> dict:
     """One batch of the longest length, scored once (one compiled program); the gap at a shorter length n is the
-    gap over its first n steps, after the compiled model's transient."""
+    gap over its first n steps, after the compiled model's transient. A model with a ``max_length`` is scored only
+    at the lengths up to it (``gaps`` is then shorter than ``lengths``)."""
     spec = make_task(task)
     compiled = compiled_model(spec)
-    gaps, distance = prefix_gaps(spec, compiled.model, spec.sample(key, batch, max(lengths)), tuple(lengths),
+    lengths = scored_lengths(compiled, lengths)
+    gaps, distance = prefix_gaps(spec, compiled.model, spec.sample(key, batch, max(lengths)), lengths,
                                  compiled.transient)
     return {"gaps": np.asarray(gaps).tolist(), "distance": np.asarray(distance), "description": compiled.description,
             "exact": compiled.exact, "transient": compiled.transient}
@@ -88,23 +103,26 @@ def analyse(cfg: CompiledConfig, cells: dict) -> dict[str, CompiledStats]:
     stats = {}
     for t in cfg.tasks:
         c = cells[t]
-        stats[t] = CompiledStats(c["description"], bool(c["exact"]), int(c["transient"]), [float(g) for g in c["gaps"]],
+        gaps = [float(g) for g in c["gaps"]] + [float("nan")] * (len(cfg.lengths) - len(c["gaps"]))  # past max_length
+        stats[t] = CompiledStats(c["description"], bool(c["exact"]), int(c["transient"]), gaps,
                                  np.asarray(c["distance"]).tolist())
     return stats
 
 
 def _figure(cfg: CompiledConfig, stats: dict[str, CompiledStats], run: Run) -> None:
-    fig, ax = plots.figure(width=6.4, height=4.6)
+    fig, ax = plots.figure(width=10.0, height=4.6)
     for t, s in stats.items():
-        # a distance of exactly 0 (the exact filters, to float32) is drawn at the floor of the log axis
-        line, = ax.plot(np.arange(1, len(s.distance) + 1), np.maximum(s.distance, DISTANCE_FLOOR),
-                        label=f"{t}: {s.description}")
+        # only the steps a task scores (MQAR its queries, policy-eval one step of each pair: NaN at the others); a
+        # distance of exactly 0 (the exact filters, to float32) is drawn at the floor of the log axis
+        distance = np.asarray(s.distance, float)
+        scored = np.flatnonzero(np.isfinite(distance))
+        line, = ax.plot(scored + 1, np.maximum(distance[scored], DISTANCE_FLOOR), label=f"{t}: {s.description}")
         if s.transient:
             ax.axvline(s.transient, color=line.get_color(), ls=":", lw=1.0, label=f"{t}: transient ({s.transient})")
     ax.set(xscale="log", yscale="log", xlabel="step t",
            ylabel=f"distance from the optimum\n(KL or squared error; 0 drawn at {DISTANCE_FLOOR:g})",
            title="compiled solutions against the task's optimal predictor")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     run.save_figure(fig, "distance.png")
 
 
@@ -119,21 +137,31 @@ def run_compiled(cfg: CompiledConfig, run: Run) -> dict[str, CompiledStats]:
               "transient, at every test length", "arena",
               f"largest: {worst} {max(exact[worst].gaps):.1e}" if worst else "no exact compiled model",
               bool(worst is None or max(exact[worst].gaps) <= 1e-3), by="memlab")
-    approximate = {t: s.gaps[-1] for t, s in stats.items() if not s.exact}
-    run.claim("alf-uses-memory", "the ALF predicts better than having no memory (gap below 1)",
-              "linear-recurrent-memory-pomdp", ", ".join(f"{t} {g:.3f}" for t, g in approximate.items()) or "none",
-              bool(all(g < 1.0 for g in approximate.values())), by="memlab")
+    # the approximations, each at the longest length it is scored at: (length, gap)
+    approximate = {t: max((n, g) for n, g in zip(cfg.lengths, s.gaps, strict=True) if np.isfinite(g))
+                   for t, s in stats.items() if not s.exact}
+    alf = {t: g for t, (_, g) in approximate.items() if isinstance(make_task(t), HMMTask)}
+    if alf:
+        run.claim("alf-uses-memory", "the ALF predicts better than having no memory (gap below 1)",
+                  "linear-recurrent-memory-pomdp", ", ".join(f"{t} {g:.3f}" for t, g in alf.items()),
+                  bool(all(g < 1.0 for g in alf.values())), by="memlab")
+    if "policy-eval" in approximate:
+        length, gap = approximate["policy-eval"]
+        run.claim("theta-star-uses-memory", "theta* (eq. 15, 3 layers of weighted softmax TD in context) predicts the "
+                  "query's value better than having no memory (gap below 1)", "softmax-transformers-in-context-td",
+                  f"gap {gap:.3f} at L = {length}", bool(gap < 1.0), by="memlab")
     rows = [(t, s.description, "yes" if s.exact else "no", s.transient, *s.gaps) for t, s in stats.items()]
     table = run.save_table("compiled.csv", ["task", "compiled model", "exact", "transient",
                                             *(f"gap at L = {n}" for n in cfg.lengths)], rows, ".3g")
-    run.write_summary(SUMMARY.format(batch=cfg.batch, table=table))
+    run.write_summary(SUMMARY.format(batch=cfg.batch, table=table, theta_star_max_length=THETA_STAR_MAX_LENGTH))
     return stats
 
 
 EXPERIMENTS = [
     Experiment(
         "arena.compiled", "arena", "arena", "compiled solutions (Kalman as an LRU, logit filters) against the optimum",
-        {"tiny": CompiledConfig(tasks=("lgssm", "hmm-cycle", "hmm-two-state"), lengths=(16, 32), batch=32),
+        {"tiny": CompiledConfig(tasks=("lgssm", "hmm-cycle", "hmm-two-state", "policy-eval", "mqar"), lengths=(16, 32),
+                                batch=32),
          "quick": CompiledConfig(),
          "paper": CompiledConfig(lengths=(64, 256, 1024, 4096), batch=2048)},
         run_compiled),
