@@ -30,6 +30,7 @@ from memlab.arena.train import (
     static_part,
 )
 from memlab.catalog import EXPERIMENTS
+from memlab.runner import Run
 
 
 def test_tiny_profile_runs_and_resumes(tmp_path, check_tiny_run):
@@ -76,6 +77,27 @@ def test_a_task_whose_memory_margin_is_thin_is_flagged_beside_its_numbers():
     assert leaderboard._noise_note(["hmm-random"]) == " (g is noise on hmm-random: L_trivial − L_ref < 0.01)"
     old = analyse(cfg, {"hmm-random.gru": cell(None, None), "lgssm.gru": cell(0.3, 1.9)})
     assert np.isnan(old.stats["hmm-random"]["gru"].margin) and leaderboard.thin_margins(old) == []
+
+
+def test_every_layer_uses_memory_is_claimed_on_the_tasks_the_profile_names(tmp_path):
+    """quick leaves the recall tasks out of the claim (200 steps are too few there) and says so; a layer at g >= 1
+    on a claimed task fails it."""
+    def cell(gap):
+        return {"gap": [gap, gap], "eval_gap": [[gap], [gap]], "parameters": 1, "state": 1,
+                "compiled_distance": [0.0, 0.0], "gradient_cosine": [1.0, 1.0]}
+
+    def memory_claim(claimed, gaps):
+        cfg = LeaderboardConfig(tasks=("lgssm", "mqar"), layers=("gru",), seeds=2, memory_claim_tasks=claimed,
+                                train=TrainConfig(steps=20, eval_every=20))
+        run = Run(tmp_path, cfg, "tiny", 0, progress=False)
+        leaderboard.claims(cfg, analyse(cfg, {f"{t}.gru": cell(g) for t, g in gaps.items()}), ["lgssm", "mqar"], run)
+        return next(c for c in run.claims if c["id"] == "every-layer-uses-memory")
+
+    left_out = memory_claim(("lgssm",), {"lgssm": 0.1, "mqar": 1.01})
+    assert left_out["holds"] and "not claimed on mqar: 20 training steps are too few" in left_out["claim"]
+    every = memory_claim(None, {"lgssm": 0.1, "mqar": 1.01})
+    assert not every["holds"] and every["ours"] == "not below 1: gru on mqar"
+    assert not memory_claim(("lgssm",), {"lgssm": 1.0, "mqar": 0.1})["holds"]
 
 
 def test_training_closes_most_of_the_gap_on_lgssm():
