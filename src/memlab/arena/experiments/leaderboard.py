@@ -15,7 +15,7 @@ import matplotlib.colors
 import numpy as np
 
 from memlab import plots
-from memlab.arena.experiments.train_and_score import train_and_score
+from memlab.arena.experiments.train_and_score import ScoredSeeds, train_and_score
 from memlab.arena.layers import LAYERS, check_state_sizes
 from memlab.arena.task import reference_is_exact
 from memlab.arena.tasks import TASKS, make_task
@@ -103,7 +103,7 @@ class Leaderboard:
     closest: dict[str, str]
 
 
-def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict:
+def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict[str, partial]:
     """Cell '<task>.<layer>': all seeds of one layer on one task (keys from ('train', task, layer)); every cell of
     a task is scored on the same held-out batch (key ('test', task)). A user's layer or task adds its file's
     fingerprint to the cell's arguments, so editing it recomputes the cells."""
@@ -125,17 +125,16 @@ def mean_and_se(values, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
     return values.mean(axis), se
 
 
-def gap_stats(c: dict, multiples: int) -> GapStats:
+def gap_stats(c: ScoredSeeds, multiples: int) -> GapStats:
     """The :class:`GapStats` of one :func:`train_and_score` cell ``c`` scored at ``multiples`` longer lengths."""
-    gaps = np.asarray(c["gap"], float)
+    gaps = np.asarray(c.gap, float)
     # (multiples, seeds); the store gives an empty one back as [] (shape lost)
-    longer = np.asarray(c.get("longer_gap", []), float).reshape(multiples, len(gaps))
+    longer = np.asarray(c.longer_gap, float).reshape(multiples, len(gaps))
     (gap, se), (longer_gap, longer_se) = mean_and_se(gaps), mean_and_se(longer)
-    return GapStats(float(gap), float(se), gaps.tolist(), np.asarray(c["eval_gap"]).mean(0).tolist(),
-                    int(c["parameters"]), int(c["state"]), float(np.mean(c["compiled_distance"])),
-                    float(np.mean(c["gradient_cosine"])), longer_gap.tolist(),
-                    float(np.mean(c.get("distance_loss", np.nan))), longer_se.tolist(),
-                    float(np.mean(np.subtract(c.get("trivial_loss", np.nan), c.get("reference_loss", np.nan)))))
+    return GapStats(float(gap), float(se), gaps.tolist(), np.asarray(c.eval_gap).mean(0).tolist(),
+                    int(c.parameters), int(c.state), float(np.mean(c.compiled_distance)),
+                    float(np.mean(c.gradient_cosine)), longer_gap.tolist(), float(np.mean(c.distance_loss)),
+                    longer_se.tolist(), float(np.mean(np.subtract(c.trivial_loss, c.reference_loss))))
 
 
 def thin_margins(board: Leaderboard) -> list[str]:
@@ -148,7 +147,7 @@ def _noise_note(tasks: list[str]) -> str:
     return f" (g is noise on {', '.join(tasks)}: L_trivial − L_ref < {MARGIN_FLOOR:g})" if tasks else ""
 
 
-def analyse(cfg: LeaderboardConfig, cells: dict) -> Leaderboard:
+def analyse(cfg: LeaderboardConfig, cells: dict[str, ScoredSeeds]) -> Leaderboard:
     stats = {t: {m: gap_stats(cells[f"{t}.{m}"], len(cfg.longer)) for m in cfg.layers} for t in cfg.tasks}
     steps = [cfg.train.eval_every * (i + 1) for i in range(cfg.train.steps // cfg.train.eval_every)]
     closest = {t: min(stats[t], key=lambda m: stats[t][m].gap) for t in cfg.tasks}
