@@ -24,6 +24,7 @@ import json
 import math
 import os
 import shutil
+import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -109,11 +110,19 @@ def result_types(cell: Callable) -> tuple[type, ...] | None:
 def typed_result(cell: Callable, result: Mapping) -> Any:
     """A stored result (a dict as read from its record) as the type ``cell`` declares, the first of its types
     whose fields hold every key of ``result`` and whose fields without a default are all among them (a field with
-    a default: a number that older records lack); ``result`` itself for a cell that declares no type.
-    :class:`ResultMismatch` naming the cell and the key if no type fits."""
+    a default: a number that older records lack); a field whose type is itself a result type (a frozen dataclass)
+    is made that type in turn. ``result`` itself for a cell that declares no type. :class:`ResultMismatch` naming
+    the cell and the key if no type fits."""
     kinds = result_types(cell)
     if kinds is None:
         return result
+    try:
+        return _as_one_of(kinds, result)
+    except ResultMismatch as e:
+        raise ResultMismatch(f"cell {_function_name(_cell_function(cell))}: {e}") from None
+
+
+def _as_one_of(kinds: tuple[type, ...], result: Mapping) -> Any:
     mismatches = []
     for kind in kinds:
         fields = dataclasses.fields(kind)
@@ -121,13 +130,15 @@ def typed_result(cell: Callable, result: Mapping) -> Any:
         missing = [f.name for f in fields if f.name not in result and f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING]
         if not unknown and not missing:
-            return kind(**result)
+            nested = {name: t for name, t in typing.get_type_hints(kind).items() if _is_result_type(t)}
+            return kind(**{k: _as_one_of((nested[k],), v) if k in nested and isinstance(v, Mapping) else v
+                           for k, v in result.items()})
         mismatches.append((len(unknown) + len(missing), kind, unknown, missing))
     _, kind, unknown, missing = min(mismatches, key=lambda m: m[0])
     key, what = (unknown[0], "has the key") if unknown else (missing[0], "lacks the key")
-    raise ResultMismatch(f"cell {_function_name(_cell_function(cell))}: a stored result {what} {key!r}, which "
-                         f"{kind.__module__}.{kind.__qualname__} does not allow (give the field a default for records "
-                         "from before it, or declare the record's shape as another result type)")
+    raise ResultMismatch(f"a stored result {what} {key!r}, which {kind.__module__}.{kind.__qualname__} does not "
+                         "allow (give the field a default for records from before it, or declare the record's shape as "
+                         "another result type)")
 
 
 def _cell_function(cell: Callable) -> Callable:
