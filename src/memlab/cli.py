@@ -304,6 +304,12 @@ def cmd_report(args) -> int:
 # ---------------------------------------------------------------- main
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The ``memlab`` command's arguments (``argv`` None: ``sys.argv``'s): what :func:`main` runs, its ``func`` the
+    subcommand; SystemExit after printing an argument error or --help."""
+    return _parser().parse_args(argv)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="memlab", description="Sequence models as memory, measured against the optimal inference.")
     parser.add_argument("--version", action="version", version=f"memlab {__version__}")
@@ -380,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     try:
         try:
-            args = _parser().parse_args(argv)
+            args = parse_args(argv)
         except SystemExit as e:  # --help, or an argument error already printed
             return e.code if isinstance(e.code, int) else 2
         return args.func(args)

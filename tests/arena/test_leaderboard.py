@@ -75,7 +75,7 @@ def test_a_task_whose_memory_margin_is_thin_is_flagged_beside_its_numbers():
     assert board.stats["hmm-random"]["gru"].margin == pytest.approx(0.0024)
     assert board.stats["lgssm"]["gru"].margin == pytest.approx(1.6)
     assert leaderboard.thin_margins(board) == ["hmm-random"]
-    assert leaderboard._noise_note(["hmm-random"]) == " (g is noise on hmm-random: L_trivial − L_ref < 0.01)"
+    assert leaderboard.noise_note(["hmm-random"]) == " (g is noise on hmm-random: L_trivial − L_ref < 0.01)"
     old = analyse(cfg, {"hmm-random.gru": cell(None, None), "lgssm.gru": cell(0.3, 1.9)})
     assert np.isnan(old.stats["hmm-random"]["gru"].margin) and leaderboard.thin_margins(old) == []
 

@@ -142,7 +142,7 @@ def thin_margins(board: Leaderboard) -> list[str]:
     return [t for t, layers in board.stats.items() if next(iter(layers.values())).margin < MARGIN_FLOOR]
 
 
-def _noise_note(tasks: list[str]) -> str:
+def noise_note(tasks: list[str]) -> str:
     """What a claim or the summary says beside numbers on the ``tasks`` of :func:`thin_margins` ("" for none)."""
     return f" (g is noise on {', '.join(tasks)}: L_trivial − L_ref < {MARGIN_FLOOR:g})" if tasks else ""
 
@@ -199,7 +199,7 @@ def _claims(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: R
     """``exact``: the tasks whose reference is the exact optimum (an approximate reference may be beaten)."""
     thin = thin_margins(board)
     claim_no_layer_beats_the_reference(run, {f"{m} on {t}": board.stats[t][m] for t in exact for m in cfg.layers},
-                                       _noise_note([t for t in thin if t in exact]))
+                                       noise_note([t for t in thin if t in exact]))
     # Zoology (Arora et al. 2023, Fig. 2): two-layer attention solves MQAR at every model width it tried, gated
     # convolutions need more. One block cannot: its attention must match the queried key against the token *before*
     # each stored value, a previous-token step a first layer makes
@@ -211,7 +211,7 @@ def _claims(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: R
     memoryless = [(t, m) for t in cfg.tasks for m in cfg.layers if board.stats[t][m].gap >= 1.0]
     run.claim("every-layer-uses-memory", "every layer beats the best predictor without memory on every task",
               "arena", ("all below 1" if not memoryless else "not below 1: " + ", ".join(
-                  f"{m} on {t}" for t, m in memoryless)) + _noise_note(thin), not memoryless, by="memlab")
+                  f"{m} on {t}" for t, m in memoryless)) + noise_note(thin), not memoryless, by="memlab")
 
 
 def _table(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Run) -> str:
@@ -241,7 +241,7 @@ def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
     exact = [t for t in cfg.tasks if reference_is_exact(make_task(t))]
     _claims(cfg, board, exact, run)
     closest = "Closest to the optimum: " + "; ".join(f"{t}: {m} ({board.stats[t][m].gap:.3g})"
-                                                     for t, m in board.closest.items()) + "." + _noise_note(
+                                                     for t, m in board.closest.items()) + "." + noise_note(
         thin_margins(board))
     tc = cfg.train
     run.write_summary(SUMMARY.format(depth=cfg.depth, width=cfg.width, steps=tc.steps, batch=tc.batch,
