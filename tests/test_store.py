@@ -355,6 +355,10 @@ def test_a_stored_result_whose_keys_are_not_its_types_fields_is_one_clear_error(
     with pytest.raises(ResultMismatch, match=r"cell test\.draws: a stored result lacks the key 'label'"):
         typed_result(stored, {"values": []})
     assert typed_result(partial(add, 1), {"x": 3}) == {"x": 3}  # a cell without a declared type: its dict
+    two_shapes = cell("test.two-shapes", result=(Draws, Sizes))(lambda: None)  # the first type that fits
+    assert typed_result(two_shapes, {"n": 2, "lr": 0.5}) == Sizes(2, 0.5)
+    with pytest.raises(ResultMismatch, match=r"lacks the key 'lr'.*Sizes"):  # the nearest type is named
+        typed_result(two_shapes, {"n": 2})
     # through a sweep: a record in the store without a field the type requires stops the run, naming both
     exp = _draws_experiment()
     CellStore(tmp_path / "cells").put(stored, cell_digest(stored), files.cell_text({"values": [1.0]}, 0.1),
