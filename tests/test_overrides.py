@@ -107,11 +107,11 @@ def test_editing_a_plugin_layer_changes_its_cells_keys(tmp_path, monkeypatch):
 
 
 def test_layers_is_set_layers_in_the_order_given():
-    args = cli._parser().parse_args(["run", "arena.leaderboard", "--set", "tasks=lgssm", "--layers", "gru,lru",
+    args = cli.parser().parse_args(["run", "arena.leaderboard", "--set", "tasks=lgssm", "--layers", "gru,lru",
                                      "--set", "seeds=1"])
     assert args.overrides == ["tasks=lgssm", "layers=gru,lru", "seeds=1"]
-    via_set = cli._parser().parse_args(["run", "arena.leaderboard", "--set", "layers=gru,lru"])
-    assert via_set.overrides == cli._parser().parse_args(["run", "arena.leaderboard", "--layers", "gru,lru"]).overrides
+    via_set = cli.parser().parse_args(["run", "arena.leaderboard", "--set", "layers=gru,lru"])
+    assert via_set.overrides == cli.parser().parse_args(["run", "arena.leaderboard", "--layers", "gru,lru"]).overrides
 
 
 def test_layers_names_an_unknown_layer_in_one_line(tmp_path, capsys):

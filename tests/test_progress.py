@@ -30,7 +30,7 @@ def test_off_a_terminal_every_finished_cell_is_one_line_on_stdout(fake_lab, tmp_
 def test_the_bar_shows_the_time_remaining_and_counts_only_finished_cells(fake_lab, tmp_path, capsys):
     shown = progress.SweepDisplay("e/p", "cells", 3, enabled=True, terminal=True)
     with shown:
-        columns = [type(c).__name__ for c in shown._bar.columns]
+        columns = shown.columns
         shown.advance("a", 1.0)
     assert "TimeRemainingColumn" in columns and shown.done == 1
     assert capsys.readouterr().out == ""  # on a terminal: the bar only

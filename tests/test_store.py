@@ -14,7 +14,17 @@ import pytest
 from memlab import cell_cache, cli, deadline, files
 from memlab.keys import key_for
 from memlab.runner import Experiment, TimeLimitReached, run_experiment
-from memlab.store import CHECKPOINT, CellStore, cell, cell_digest, describe, takes_checkpoint, with_checkpoint
+from memlab.store import (
+    CHECKPOINT,
+    CellStore,
+    ResultMismatch,
+    cell,
+    cell_digest,
+    describe,
+    takes_checkpoint,
+    typed_result,
+    with_checkpoint,
+)
 
 
 def add(a, b=2, scale=1.0):
@@ -65,14 +75,14 @@ def test_a_named_cell_keeps_its_digest_when_it_moves_and_a_new_version_is_a_new_
         return {"a": a}
 
     assert cell_digest(partial(named, 1)) is None  # a local function: not describable
-    cell("fake.named")(named)
+    cell("fake.named", result=Draws)(named)
     before = cell_digest(partial(named, 1))
     named.__module__, named.__qualname__ = "somewhere.else", "moved"  # e.g. a file moved by a refactor
     assert cell_digest(partial(named, 1)) == before and describe(partial(named, 1))["function"] == "fake.named"
-    cell("fake.named", version=2)(named)
+    cell("fake.named", version=2, result=Draws)(named)
     assert cell_digest(partial(named, 1)) != before
     with pytest.raises(ValueError, match="cell name"):
-        cell("a/b")
+        cell("a/b", result=Draws)
 
 
 def test_a_cell_keeps_its_digest_when_its_config_class_is_renamed_or_moved():
@@ -293,6 +303,78 @@ class StepsConfig:
     seed: int = 0
     total: int = 6
     step_seconds: float = 0.25
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Draws:
+    """A typed cell result: a field with a default is one that older records lack."""
+
+    values: list[float]
+    label: str
+    note: str = "none"
+
+
+@cell("test.draws", result=Draws)
+def draws_cell(n: int) -> Draws:
+    return Draws(values=np.arange(n, dtype=np.float32), label=f"n={n}")
+
+
+@cell("test.draws-untyped", result=Draws)
+def untyped_cell(n: int) -> Draws:
+    return {"values": list(range(n)), "label": "a dict"}
+
+
+def _draws_run(config, run):
+    return run.sweep({"draws": partial(draws_cell, config.total)}, "draws")["draws"]
+
+
+def _draws_experiment() -> Experiment:
+    profiles = {"quick": StepsConfig(total=3), "paper": StepsConfig(total=3)}
+    return Experiment("fake.draws", "Fig. 0", "fake-paper", "draws", profiles, _draws_run)
+
+
+def test_a_sweep_gives_a_cell_result_back_as_its_declared_type_stored_as_todays_dict(tmp_path):
+    exp = _draws_experiment()
+    runs = []
+    for out in ("computed", "from-the-store"):
+        run_experiment(exp, "quick", out_dir=tmp_path / out, progress=False)
+        runs.append(json.loads((tmp_path / out / "results.json").read_text()))
+    assert (runs[0]["cells"]["computed"], runs[1]["cells"]["computed"]) == (1, 0)
+    assert runs[0]["results"] == runs[1]["results"] == {"values": [0.0, 1.0, 2.0], "label": "n=3", "note": "none"}
+    entry = json.loads(next((tmp_path / "cells" / "test.draws").glob("*.json")).read_text())
+    assert list(entry["record"]["result"]) == ["values", "label", "note"]  # the fields, in order: the stored dict
+    stored = partial(draws_cell, 3)
+    assert typed_result(stored, entry["record"]["result"]) == Draws(values=[0.0, 1.0, 2.0], label="n=3")
+
+
+def test_a_stored_result_whose_keys_are_not_its_types_fields_is_one_clear_error(tmp_path):
+    stored = partial(draws_cell, 3)
+    assert typed_result(stored, {"values": [], "label": "x"}).note == "none"  # an older record: the default
+    with pytest.raises(ResultMismatch, match=r"cell test\.draws: a stored result has the key 'extra'.*Draws"):
+        typed_result(stored, {"values": [], "label": "x", "extra": 1})
+    with pytest.raises(ResultMismatch, match=r"cell test\.draws: a stored result lacks the key 'label'"):
+        typed_result(stored, {"values": []})
+    assert typed_result(partial(add, 1), {"x": 3}) == {"x": 3}  # a cell without a declared type: its dict
+    two_shapes = cell("test.two-shapes", result=(Draws, Sizes))(lambda: None)  # the first type that fits
+    assert typed_result(two_shapes, {"n": 2, "lr": 0.5}) == Sizes(2, 0.5)
+    with pytest.raises(ResultMismatch, match=r"lacks the key 'lr'.*Sizes"):  # the nearest type is named
+        typed_result(two_shapes, {"n": 2})
+    # through a sweep: a record in the store without a field the type requires stops the run, naming both
+    exp = _draws_experiment()
+    CellStore(tmp_path / "cells").put(stored, cell_digest(stored), files.cell_text({"values": [1.0]}, 0.1),
+                                      "fake.draws/quick/draws")
+    with pytest.raises(ValueError, match=r"cell test\.draws: a stored result lacks the key 'label'"):
+        run_experiment(exp, "quick", out_dir=tmp_path / "o", progress=False)
+
+
+def test_a_cell_declares_its_result_type_and_returns_it():
+    from memlab.worker import Settings, compute_cell
+
+    text, error = compute_cell(partial(untyped_cell, 2), Settings.of_driver(), "u")
+    assert text is None and "returned a dict; its cell function declares Draws" in error
+    for result in (dict, Draws(values=[], label="x"), (Draws, dict)):
+        with pytest.raises(ValueError, match="frozen dataclass"):
+            cell("test.bad", result=result)
 
 
 def test_a_checkpointing_cell_stops_at_the_time_limit_and_resumes_from_its_checkpoint(tmp_path):

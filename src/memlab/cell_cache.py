@@ -15,12 +15,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from memlab import progress
 from memlab.executors import Executor
 from memlab.files import CellRecord, atomic_write_text, check_name, read_cell, software_versions
 from memlab.interrupt import StickyInterrupt
-from memlab.store import CellStore, DamagedRecord, cell_digest, takes_checkpoint, with_checkpoint
+from memlab.store import CellStore, DamagedRecord, cell_digest, takes_checkpoint, typed_result, with_checkpoint
 from memlab.worker import Scheduled, Settings
 
 __all__ = ["CLAIM_POLL_S", "CellCache", "CellsFailed", "TimeLimitReached"]
@@ -79,7 +80,7 @@ class CellCache:
                 "reused_from": self.reused_from, "store": self.stored, "seconds": self.seconds,
                 "compile_seconds": self.compile_seconds, "peak_rss_mb": self.peak_rss_mb, "software": self.software}
 
-    def compute(self, cells: Mapping[str, Callable[[], Mapping]], label: str) -> dict[str, dict]:
+    def compute(self, cells: Mapping[str, Callable[[], Any]], label: str) -> dict[str, Any]:
         """:meth:`memlab.runner.Run.sweep`: ``{name: result}`` in the order of ``cells``, the finished ones read
         (:meth:`_find`: the store, else the run folder), the rest computed by the executor and saved as each
         arrives; :class:`CellsFailed` or :class:`TimeLimitReached` once every other cell has ended."""
@@ -126,7 +127,7 @@ class CellCache:
             display.advance(outcome.name, verb="failed")
         else:
             self._save(outcome.name, pending[outcome.name], digests[outcome.name], outcome.text)
-            results[outcome.name] = self._keep(outcome.name, read_cell(outcome.text))
+            results[outcome.name] = self._keep(outcome.name, pending[outcome.name], read_cell(outcome.text))
             seconds.append(self.seconds[outcome.name])
             self.computed += 1
             display.advance(outcome.name, self.seconds[outcome.name])
@@ -146,7 +147,7 @@ class CellCache:
             digest = digests[name] = cell_digest(compute) if self.store is not None else None
             found = self._find(name, compute, digest)
             if found is not None:
-                results[name] = self._keep(name, found)
+                results[name] = self._keep(name, compute, found)
             else:
                 todo[name] = compute
         return results, todo, digests
@@ -167,7 +168,7 @@ class CellCache:
                 if self._stored_since(compute, digest):
                     found = self._find(name, compute, digest)
                     claim.release()
-                    results[name] = self._keep(name, found)
+                    results[name] = self._keep(name, compute, found)
                     display.advance(name, verb="found in the store")
                     continue
                 claims[name] = claim
@@ -198,7 +199,7 @@ class CellCache:
                 return {}
             for name, compute in list(theirs.items()):
                 if self._stored_since(compute, digests[name]):
-                    results[name] = self._keep(name, self._find(name, compute, digests[name]))
+                    results[name] = self._keep(name, compute, self._find(name, compute, digests[name]))
                     del theirs[name]
                     display.advance(name, verb="found in the store")
             free = {n: c for n, c in theirs.items() if self.store.is_free(digests[n])}
@@ -299,12 +300,13 @@ class CellCache:
             self.store.put(compute, digest, text, self._origin(name))
             self.stored[name] = digest
 
-    def _keep(self, name: str, record: CellRecord) -> dict:
-        """Note a finished cell's time, memory and software; return its result."""
+    def _keep(self, name: str, compute: Callable, record: CellRecord) -> Any:
+        """Note a finished cell's time, memory and software; return its result as the type its cell declares
+        (``store.typed_result``; a dict for a cell that declares none)."""
         self.seconds[name], self.peak_rss_mb[name] = record.seconds, record.peak_rss_mb
         self.software[name] = record.software
         self.compile_seconds[name] = record.compile_seconds
-        return record.result
+        return typed_result(compute, record.result)
 
     def _warn_other_software(self, label: str, names: list[str]) -> None:
         """A warning on stderr when cells of this sweep were computed by other library versions than this process

@@ -304,10 +304,11 @@ def cmd_report(args) -> int:
 # ---------------------------------------------------------------- main
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="memlab", description="Sequence models as memory, measured against the optimal inference.")
-    parser.add_argument("--version", action="version", version=f"memlab {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+def parser() -> argparse.ArgumentParser:
+    """The ``memlab`` command's argument parser: ``parser().parse_args(argv).func`` is the subcommand main runs."""
+    command = _Parser(prog="memlab", description="Sequence models as memory, measured against the optimal inference.")
+    command.add_argument("--version", action="version", version=f"memlab {__version__}")
+    sub = command.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("list", help="list every experiment")
     p.add_argument("--names", action="store_true", help="print only the names, one per line")
     p.set_defaults(func=cmd_list)
@@ -331,7 +332,7 @@ def _parser() -> argparse.ArgumentParser:
                         f"(default {PAPER_RESULTS}; where it is absent, the claims of the paper-scale runs "
                         "memlab ships)")
     p.set_defaults(func=cmd_report)
-    return parser
+    return command
 
 
 def _add_run_parser(sub) -> None:
@@ -380,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     try:
         try:
-            args = _parser().parse_args(argv)
+            args = parser().parse_args(argv)
         except SystemExit as e:  # --help, or an argument error already printed
             return e.code if isinstance(e.code, int) else 2
         return args.func(args)

@@ -165,13 +165,14 @@ def software_versions() -> dict[str, str]:
     return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "numpy": np.__version__}
 
 
-def cell_text(result: Mapping, seconds: float, peak_rss_mb: float | None = None,
+def cell_text(result: Any, seconds: float, peak_rss_mb: float | None = None,
               compile_seconds: float | None = None) -> str:
-    """The record of one finished cell: its result (exact floats, bytes as base64), compute time, peak RSS, this
-    process's ``software_versions``, the part of the compute time spent compiling, and when (UTC) and on which
-    machine (:func:`machine_description`) it finished."""
-    if not isinstance(result, Mapping):
-        raise TypeError(f"a cell must return a dict, got {type(result).__name__}")
+    """The record of one finished cell: its result (a dict, or a dataclass written as the dict of its fields in
+    order; exact floats, bytes as base64), compute time, peak RSS, this process's ``software_versions``, the part of
+    the compute time spent compiling, and when (UTC) and on which machine (:func:`machine_description`) it
+    finished."""
+    if not isinstance(result, Mapping) and not (dataclasses.is_dataclass(result) and not isinstance(result, type)):
+        raise TypeError(f"a cell must return a dict or a dataclass, got {type(result).__name__}")
     record = {"memlab_cell": CELL_FORMAT, "seconds": round(float(seconds), 3), "software": software_versions(),
               "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine_description(),
               "result": result}

@@ -149,6 +149,11 @@ class SweepDisplay:
             self._bar.__exit__(*exc)
             self._bar = None
 
+    @property
+    def columns(self) -> list[str]:
+        """The kinds of the bar's columns while it shows (rich's column classes by name); [] without a bar."""
+        return [] if self._bar is None else [type(c).__name__ for c in self._bar.columns]
+
     def advance(self, name: str, seconds: float | None = None, verb: str = "finished") -> None:
         """A cell ended (``verb``: finished, failed, found in the store): one more on the bar and, off a terminal,
         a line."""

@@ -146,14 +146,16 @@ class Run:
         """The cell store the run's cells go to (None: only the run folder)."""
         return self.cells.store
 
-    def sweep(self, cells: Mapping[str, Callable[[], Mapping]], label: str) -> dict[str, dict]:
+    def sweep(self, cells: Mapping[str, Callable[[], Any]], label: str) -> dict[str, Any]:
         """Compute a grid of independent cells; returns ``{name: result}`` in the order of ``cells``.
 
         ``cells`` maps a cell name (letters, digits, ``. _ = + , -``; unique within the run) to a zero-argument
         function returning a dict of arrays, numbers, strings, lists, dicts or ``bytes`` -- a pure function of
         the config and a named key, since it may run in another process or on another machine. Build it as
         ``functools.partial(f, *args)`` of a module-level ``f`` (declared with ``memlab.store.cell``) and it also
-        goes to the cell store, where any experiment asking for the same function and arguments finds it. Finished
+        goes to the cell store, where any experiment asking for the same function and arguments finds it; ``f``
+        returns the result type it declares, a frozen dataclass of those values, and the sweep gives each result
+        back as that type (``store.typed_result``). Finished
         cells are read, the rest computed by the run's executor and written as each arrives
         (:class:`~memlab.cell_cache.CellCache`). Results are JSON round-tripped (arrays come back as lists), so
         fresh and resumed runs see the same values. Ctrl-C stops the sweep and keeps the finished cells; cells

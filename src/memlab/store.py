@@ -24,6 +24,7 @@ import json
 import math
 import os
 import shutil
+import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,8 @@ import numpy as np
 from memlab import compile_cache
 from memlab.files import atomic_write_text, read_cell
 
-__all__ = ["CHECKPOINT", "CellClaim", "CellStore", "DamagedRecord", "NotDescribable", "StoreError", "cell",
-           "cell_digest", "describe", "with_checkpoint"]
+__all__ = ["CHECKPOINT", "CellClaim", "CellStore", "DamagedRecord", "NotDescribable", "ResultMismatch", "StoreError",
+           "cell", "cell_digest", "describe", "result_types", "typed_result", "with_checkpoint"]
 
 
 class _Checkpoint:
@@ -63,23 +64,86 @@ class DamagedRecord(StoreError):
         super().__init__(f"cell file {path} is damaged ({why})")
 
 
+class ResultMismatch(StoreError):
+    """A stored result's keys are not the fields of the type its cell declares (:func:`typed_result`)."""
+
+
 class NotDescribable(TypeError):
     """The cell is not a partial of a module-level function of describable arguments."""
 
 
-def cell(name: str, version: int = 0, unkeyed: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+def cell(name: str, version: int = 0, unkeyed: tuple[str, ...] = (), *, result: type | tuple[type, ...] | None = None
+         ) -> Callable[[Callable], Callable]:
     """Decorator of a cell function: its stable ``name`` in the store (kept when the function moves to another
     module, so stored cells stay found) and its ``version`` (bump it when the cell's numbers change: older records
     are then not reused). ``unkeyed``: parameters that do not change the result and stay out of the digest (a
-    checkpoint path added to a cell whose stored records must stay found)."""
+    checkpoint path added to a cell whose stored records must stay found).
+
+    ``result``: the type the cell returns, a frozen dataclass whose fields, in order, are the stored result's keys
+    (``files.cell_text`` writes its fields as a JSON object); a sweep gives the result back as this type
+    (:func:`typed_result`). A cell whose results come in several shapes (a run that failed stores fewer numbers)
+    declares a tuple of types, one per shape. The result is not part of the digest."""
     if not isinstance(name, str) or not name or "/" in name:
         raise ValueError(f"a cell name is a non-empty string without '/', got {name!r}")
+    kinds = result if isinstance(result, tuple) or result is None else (result,)
+    if kinds is not None and not (kinds and all(_is_result_type(k) for k in kinds)):
+        raise ValueError(f"cell {name}: its result is declared as a frozen dataclass (or a tuple of them), "
+                         f"got {result!r}")
 
     def mark(f):
-        f.cell_name, f.cell_version, f.cell_unkeyed = name, int(version), tuple(unkeyed)
+        f.cell_name, f.cell_version, f.cell_unkeyed, f.cell_result = name, int(version), tuple(unkeyed), kinds
         return f
 
     return mark
+
+
+def _is_result_type(kind) -> bool:
+    return isinstance(kind, type) and dataclasses.is_dataclass(kind) and kind.__dataclass_params__.frozen
+
+
+def result_types(cell: Callable) -> tuple[type, ...] | None:
+    """The result types a cell declares (:func:`cell`; a partial of a cell function too); None for a function
+    without a declaration (a test's lambda, a plain function), whose results stay dicts."""
+    return getattr(_cell_function(cell), "cell_result", None)
+
+
+def typed_result(cell: Callable, result: Mapping) -> Any:
+    """A stored result (a dict as read from its record) as the type ``cell`` declares, the first of its types
+    whose fields hold every key of ``result`` and whose fields without a default are all among them (a field with
+    a default: a number that older records lack); a field whose type is itself a result type (a frozen dataclass)
+    is made that type in turn. ``result`` itself for a cell that declares no type. :class:`ResultMismatch` naming
+    the cell and the key if no type fits."""
+    kinds = result_types(cell)
+    if kinds is None:
+        return result
+    try:
+        return _as_one_of(kinds, result)
+    except ResultMismatch as e:
+        raise ResultMismatch(f"cell {_function_name(_cell_function(cell))}: {e}") from None
+
+
+def _as_one_of(kinds: tuple[type, ...], result: Mapping) -> Any:
+    mismatches = []
+    for kind in kinds:
+        fields = dataclasses.fields(kind)
+        unknown = [k for k in result if k not in {f.name for f in fields}]
+        missing = [f.name for f in fields if f.name not in result and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if not unknown and not missing:
+            nested = {name: t for name, t in typing.get_type_hints(kind).items() if _is_result_type(t)}
+            return kind(**{k: _as_one_of((nested[k],), v) if k in nested and isinstance(v, Mapping) else v
+                           for k, v in result.items()})
+        mismatches.append((len(unknown) + len(missing), kind, unknown, missing))
+    _, kind, unknown, missing = min(mismatches, key=lambda m: m[0])
+    key, what = (unknown[0], "has the key") if unknown else (missing[0], "lacks the key")
+    raise ResultMismatch(f"a stored result {what} {key!r}, which {kind.__module__}.{kind.__qualname__} does not "
+                         "allow (give the field a default for records from before it, or declare the record's shape as "
+                         "another result type)")
+
+
+def _cell_function(cell: Callable) -> Callable:
+    """The function of ``cell`` (a partial of it, or itself)."""
+    return cell.func if isinstance(cell, functools.partial) else cell
 
 
 def _array(a) -> dict:

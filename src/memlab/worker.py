@@ -20,6 +20,7 @@ import numpy as np
 
 from memlab import compile_cache, deadline, progress
 from memlab.files import cell_text
+from memlab.store import result_types
 
 __all__ = ["Cells", "OUT_OF_TIME", "Outcome", "Scheduled", "Settings", "compute_cell", "named_cells", "peak_rss_mb",
            "pickled", "compute_pickled", "start_pool_worker"]
@@ -115,6 +116,10 @@ def compute_cell(cell: Callable[[], Mapping], settings: Settings, name: str = "?
     try:
         with jax.enable_x64(settings.x64), deadline.until(settings.deadline), progress.cell_running(name):
             result = cell()
+        declared = result_types(getattr(cell, "compute", cell))  # a Scheduled cell, or the cell itself
+        if declared is not None and not isinstance(result, declared):
+            raise TypeError(f"cell {name!r} returned a {type(result).__name__}; its cell function declares "
+                            f"{' or '.join(k.__name__ for k in declared)} (store.cell's result)")
         return cell_text(result, time.perf_counter() - start, peak_rss_mb(),
                          compile_cache.seconds_compiling() - compiled_before), None
     except deadline.OutOfTime:

@@ -138,7 +138,7 @@ def test_the_gap_at_a_shorter_length_is_the_gap_of_the_truncated_sequences(name)
     compiled = compiled_model(spec)
     cell = score_compiled(name, (12, 40), 16, key)
     test = spec.sample(key, 16, 40)
-    for n, gap in zip((12, 40), cell["gaps"], strict=True):
+    for n, gap in zip((12, 40), cell.gaps, strict=True):
         cut = jax.tree.map(lambda x, n=n: x[:, :n], test)  # every field of these tasks' batches has the time axis 1
         base = baselines(spec, cut)
         scored = cut.mask & (jnp.arange(n) >= compiled.transient)

@@ -13,8 +13,9 @@ import pytest
 from memlab import deadline, progress, store
 from memlab.arena import train as train_module
 from memlab.arena.compiled import compiled_model
-from memlab.arena.experiments import leaderboard, train_and_score
+from memlab.arena.experiments import leaderboard, leaderboard_analysis, train_and_score
 from memlab.arena.experiments.leaderboard import LeaderboardConfig, analyse
+from memlab.arena.experiments.train_and_score import ScoredSeeds
 from memlab.arena.task import normalised_gap, per_step_mean
 from memlab.arena.tasks import TASKS, make_task
 from memlab.arena.train import (
@@ -47,11 +48,11 @@ def test_tiny_profile_runs_and_resumes(tmp_path, check_tiny_run):
 def test_analyse_averages_seeds_and_picks_the_closest_layer():
     cfg = LeaderboardConfig(tasks=("lgssm",), layers=("gru", "lru"), seeds=2,
                             train=TrainConfig(steps=20, eval_every=10))
-    cells = {"lgssm.gru": {"gap": [0.2, 0.4], "eval_gap": [[0.9, 0.2], [0.7, 0.4]], "parameters": 10, "state": 8,
-                           "compiled_distance": [0.1, 0.3], "gradient_cosine": [0.5, 0.7]},
-             "lgssm.lru": {"gap": [0.1, 0.1], "eval_gap": [[0.5, 0.1], [0.5, 0.1]], "parameters": 12, "state": 16,
-                           "compiled_distance": [0.0, 0.0], "gradient_cosine": [1.0, 1.0],
-                           "longer_gap": []}}  # a (0, seeds) array as the cell store gives it back
+    cells = {"lgssm.gru": ScoredSeeds(gap=[0.2, 0.4], eval_gap=[[0.9, 0.2], [0.7, 0.4]], parameters=10, state=8,
+                                      compiled_distance=[0.1, 0.3], gradient_cosine=[0.5, 0.7]),
+             "lgssm.lru": ScoredSeeds(gap=[0.1, 0.1], eval_gap=[[0.5, 0.1], [0.5, 0.1]], parameters=12, state=16,
+                                      compiled_distance=[0.0, 0.0], gradient_cosine=[1.0, 1.0],
+                                      longer_gap=[])}  # a (0, seeds) array as the cell store gives it back
     board = analyse(cfg, cells)
     gru = board.stats["lgssm"]["gru"]
     assert gru.gap == pytest.approx(0.3) and gru.se == pytest.approx(0.1) and gru.budget == pytest.approx([0.8, 0.3])
@@ -66,25 +67,26 @@ def test_a_task_whose_memory_margin_is_thin_is_flagged_beside_its_numbers():
                             train=TrainConfig(steps=20, eval_every=10))
 
     def cell(reference, trivial):
-        return {"gap": [0.5, 0.7], "eval_gap": [[0.9, 0.5], [0.9, 0.7]], "parameters": 1, "state": 1,
-                "compiled_distance": [0.0, 0.0], "gradient_cosine": [1.0, 1.0],
-                **({} if reference is None else {"reference_loss": [reference] * 2, "trivial_loss": [trivial] * 2})}
+        return ScoredSeeds(gap=[0.5, 0.7], eval_gap=[[0.9, 0.5], [0.9, 0.7]], parameters=1, state=1,
+                           compiled_distance=[0.0, 0.0], gradient_cosine=[1.0, 1.0],
+                           **({} if reference is None else {"reference_loss": [reference] * 2,
+                                                            "trivial_loss": [trivial] * 2}))
 
     board = analyse(cfg, {"hmm-random.gru": cell(1.2000, 1.2024), "lgssm.gru": cell(0.3, 1.9)})
     assert board.stats["hmm-random"]["gru"].margin == pytest.approx(0.0024)
     assert board.stats["lgssm"]["gru"].margin == pytest.approx(1.6)
-    assert leaderboard.thin_margins(board) == ["hmm-random"]
-    assert leaderboard._noise_note(["hmm-random"]) == " (g is noise on hmm-random: L_trivial − L_ref < 0.01)"
+    assert leaderboard_analysis.thin_margins(board) == ["hmm-random"]
+    assert leaderboard_analysis.noise_note(["hmm-random"]) == " (g is noise on hmm-random: L_trivial − L_ref < 0.01)"
     old = analyse(cfg, {"hmm-random.gru": cell(None, None), "lgssm.gru": cell(0.3, 1.9)})
-    assert np.isnan(old.stats["hmm-random"]["gru"].margin) and leaderboard.thin_margins(old) == []
+    assert np.isnan(old.stats["hmm-random"]["gru"].margin) and leaderboard_analysis.thin_margins(old) == []
 
 
 def test_every_layer_uses_memory_is_claimed_on_the_tasks_the_profile_names(tmp_path):
     """quick leaves the recall tasks out of the claim (200 steps are too few there) and says so; a layer at g >= 1
     on a claimed task fails it."""
     def cell(gap):
-        return {"gap": [gap, gap], "eval_gap": [[gap], [gap]], "parameters": 1, "state": 1,
-                "compiled_distance": [0.0, 0.0], "gradient_cosine": [1.0, 1.0]}
+        return ScoredSeeds(gap=[gap, gap], eval_gap=[[gap], [gap]], parameters=1, state=1,
+                           compiled_distance=[0.0, 0.0], gradient_cosine=[1.0, 1.0])
 
     def memory_claim(claimed, gaps):
         cfg = LeaderboardConfig(tasks=("lgssm", "mqar"), layers=("gru",), seeds=2, memory_claim_tasks=claimed,
@@ -232,7 +234,7 @@ def test_a_cell_stopped_at_the_time_limit_resumes_from_its_checkpoint_to_the_sam
         resumed = _tiny_cell(str(path))
     assert len(lines) == 1 and lines[0].startswith("cell gru: step 12/12, loss ")
     for name in ("gap", "eval_gap", "model_loss", "gradient_cosine"):
-        np.testing.assert_allclose(resumed[name], whole[name], rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(getattr(resumed, name), getattr(whole, name), rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 def test_the_checkpoint_argument_leaves_the_cell_key_as_it_was():

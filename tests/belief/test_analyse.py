@@ -4,18 +4,21 @@ import numpy as np
 import pytest
 
 from memlab.belief import ringworld as rw
+from memlab.belief.experiments.error import FilterErrors
 from memlab.belief.experiments.error_epsilon import ErrorVsEpsilonConfig, analyse_epsilon
 from memlab.belief.experiments.error_time import ErrorVsTimeConfig, analyse_time
+from memlab.belief.experiments.exact_linear import FilterCheck
 from memlab.belief.experiments.exact_linear import analyse as analyse_exact
-from memlab.belief.experiments.logit_trace import LogitTraceConfig
+from memlab.belief.experiments.logit_trace import LogitTraceConfig, LogitTraces
 from memlab.belief.experiments.logit_trace import analyse as analyse_trace
-from memlab.belief.experiments.ringworld_env import RingWorldEnvConfig
+from memlab.belief.experiments.ringworld_env import ReferenceRuns, RingWorldEnvConfig
 from memlab.belief.experiments.ringworld_env import analyse as analyse_env
 from memlab.belief.experiments.ringworld_ppo_stats import analyse as analyse_returns
-from memlab.belief.experiments.ringworld_ppo_sweep import RingWorldPPOConfig
-from memlab.belief.experiments.ringworld_trajectory import TrajectoryConfig
+from memlab.belief.experiments.ringworld_ppo_sweep import QMDPReturns, RingWorldPPOConfig
+from memlab.belief.experiments.ringworld_trajectory import PlayedEpisodes, TrajectoryConfig
 from memlab.belief.experiments.ringworld_trajectory import analyse as analyse_trajectory
 from memlab.belief.metrics import trend
+from memlab.belief.runs import TrainedAgent
 from memlab.files import to_jsonable
 
 NAMES = ["LOF", "ALF δ = √ε", "ALF δ = 0.7/log(1/ε)", "ALF δ = ε²", "ALF δ = 0", "ALF δ = 1"]
@@ -27,7 +30,7 @@ def test_error_vs_epsilon_analysis():
                   [0.015, 0.06, 0.05, 0.43, 0.5, 0.10],
                   [0.012, 0.05, 0.055, 0.42, 0.5, 0.09],
                   [0.010, 0.04, 0.03, 0.40, 0.5, 0.10]])
-    cells = [{"names": NAMES, "p": list(row)} for row in p]  # lists, as cells come back from JSON
+    cells = [FilterErrors(names=NAMES, p=list(row)) for row in p]  # lists, as cells come back from JSON
     stats = analyse_epsilon(cfg, cells)
     np.testing.assert_allclose(stats.inv_eps, [50, 100, 150, 200])
     np.testing.assert_array_equal(stats.p, p)
@@ -42,7 +45,7 @@ def test_error_vs_epsilon_analysis():
 
 def test_error_vs_epsilon_analysis_without_both_valid_schedules():
     cfg = ErrorVsEpsilonConfig(num_eps=2, schedules=("sqrt", "one"))
-    stats = analyse_epsilon(cfg, [{"names": NAMES[:2] + NAMES[-1:], "p": [0.1, 0.2, 0.3]}] * 2)
+    stats = analyse_epsilon(cfg, [FilterErrors(names=NAMES[:2] + NAMES[-1:], p=[0.1, 0.2, 0.3])] * 2)
     assert stats.log_wins is None and stats.column == {"sqrt": 1, "one": 2}
 
 
@@ -54,7 +57,7 @@ def test_error_vs_time_analysis():
                          0.1 + 0.003 * k,  # still rising: not flat
                          np.full(K, 0.5), np.full(K, 0.1)])
     p[0] = [0.1, 0.1, 0.1, 0.1, 0.5, 0.1]
-    stats = analyse_time(cfg, {"names": NAMES, "p": p.tolist()})
+    stats = analyse_time(cfg, FilterErrors(names=NAMES, p=p.tolist()))
     np.testing.assert_array_equal(stats.k, k)
     assert stats.tail == 10
     np.testing.assert_array_equal(stats.start, [0.1] * 5)  # every filter but δ = 0
@@ -67,19 +70,19 @@ def test_error_vs_time_analysis():
 def test_logit_trace_analysis():
     cfg = LogitTraceConfig(num_steps=8)
     states = [0, 0, 1, 1, 1, 0, 0, 1]
-    cell = {"states": states, "diffs": [[0.0] * 8, [1.0] * 8, [2.0] * 8], "error": [0.03, 0.04, 0.035],
-            "roughness": [0.1, 0.05, 0.2], "mean_lag": [1.0, 7.0, 2.0], "num_switches": 3}
+    cell = LogitTraces(states=states, diffs=[[0.0] * 8, [1.0] * 8, [2.0] * 8], error=[0.03, 0.04, 0.035],
+                       roughness=[0.1, 0.05, 0.2], mean_lag=[1.0, 7.0, 2.0], num_switches=3)
     stats = analyse_trace(cfg, cell)
     assert stats.filters == ["LOF", "ALF δ = 0.07", "ALF δ = 0.19"]
     np.testing.assert_array_equal(stats.k, np.arange(1, 9))
     np.testing.assert_array_equal(stats.switches, [3, 6, 8])  # k of x_k != x_{k-1}
-    assert [d.tolist() for d in stats.diffs] == cell["diffs"]
+    assert [d.tolist() for d in stats.diffs] == cell.diffs
     assert stats.mean_lag == [1.0, 7.0, 2.0] and stats.num_switches == 3
 
 
 def _row(family, N, r, ell, error, mismatches=0, flagged=0):
-    return {"family": family, "N": N, "r": r, "ell": ell, "max_abs_error": error,
-            "pattern_mismatches": mismatches, "neg_inf_entries": 5, "flagged_rows": flagged, "rows": 100}
+    return FilterCheck(family=family, N=N, r=r, ell=ell, max_abs_error=error, pattern_mismatches=mismatches,
+                       neg_inf_entries=5, flagged_rows=flagged, rows=100)
 
 
 def test_exact_linear_analysis():
@@ -100,9 +103,12 @@ def test_ringworld_returns_analysis():
                              episode_length=20)
     env = rw.RingWorld(cfg.epsilon, cfg.episode_length)
     f, c = rw.random_return(env, env.default_params), rw.optimal_return(env, env.default_params)
-    cells = {"alf-0": {"metrics": {"episode_return": [f, f, c, c - 0.2], "memory_delta": [0.5, 0.1]}},
-             "alf-1": {"metrics": {"episode_return": [f, c + 0.1 * (c - f), c, c], "memory_delta": [0.5, 0.3]}},
-             "s5-12-0": {"metrics": {"episode_return": [f, f, f, f]}}, "qmdp": {"returns": [0.4, 0.6]}}
+    cells = {"alf-0": TrainedAgent(metrics={"episode_return": [f, f, c, c - 0.2], "memory_delta": [0.5, 0.1]},
+                                   agent=b""),
+             "alf-1": TrainedAgent(metrics={"episode_return": [f, c + 0.1 * (c - f), c, c], "memory_delta": [0.5, 0.3]},
+                                   agent=b""),
+             "s5-12-0": TrainedAgent(metrics={"episode_return": [f, f, f, f]}, agent=b""),
+             "qmdp": QMDPReturns(returns=[0.4, 0.6])}
     analysis = analyse_returns(cfg, cells)
     assert (analysis.ceiling, analysis.floor, analysis.qmdp) == (c, f, 0.5)
     assert analysis.curves["alf"].shape == (2, 4) and analysis.curves["s5-12"].shape == (1, 4)
@@ -123,8 +129,8 @@ def test_ringworld_trajectory_analysis():
     obs[0, 0] = (obs[0, 0] + 1) % 4  # k = 0 is the null observation: never off-peak
     obs[0, 2] = (obs[0, 2] + 1) % 4  # off-peak at k = 2
     cw1, cw2, ccw1 = (rw.ACTION_NAMES.index(a) for a in ("CW1", "CW2", "CCW1"))
-    played = {"state": state, "action": [[cw1, ccw1, cw1, cw2]], "next_state": [[2, 2, 3, 5]],  # slip at k = 1
-              "obs": obs, "reward": [[0.0, 0.05, 0.05, 0.0]], "alf_decoded": [[0, 2, 1, 3]], "lof_decoded": state}
+    played = PlayedEpisodes(state=state, action=[[cw1, ccw1, cw1, cw2]], next_state=[[2, 2, 3, 5]],  # slip at k = 1
+                            obs=obs, reward=[[0.0, 0.05, 0.05, 0.0]], alf_decoded=[[0, 2, 1, 3]], lof_decoded=state)
     stats = analyse_trajectory(TrajectoryConfig(), {"episode_return": list(range(12))}, played)
     np.testing.assert_array_equal(stats.irregular_mask, [[False, True, False, False]])
     np.testing.assert_array_equal(stats.off_peak_mask, [[False, False, True, False]])
@@ -139,8 +145,8 @@ def test_ringworld_trajectory_analysis():
 
 def test_ringworld_env_analysis():
     cfg = RingWorldEnvConfig(episode_length=4)
-    cell = {"returns": {"optimal": [0.1, 0.3], "random": [-0.2, 0.0, 0.2], "qmdp": [0.1, 0.1]},
-            "accuracy": {"LOF": [0.5, 0.7, 0.9, 1.0], "ALF": [0.5, 0.6, 0.7, 0.8]}}
+    cell = ReferenceRuns(returns={"optimal": [0.1, 0.3], "random": [-0.2, 0.0, 0.2], "qmdp": [0.1, 0.1]},
+                         accuracy={"LOF": [0.5, 0.7, 0.9, 1.0], "ALF": [0.5, 0.6, 0.7, 0.8]})
     stats = analyse_env(cfg, cell)
     env = rw.RingWorld(cfg.epsilon, cfg.episode_length)
     assert stats.optimal_return == rw.optimal_return(env, env.default_params)

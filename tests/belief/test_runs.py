@@ -35,8 +35,8 @@ def test_bad_memory_name_raises():
 
 def test_saved_agent_round_trip_and_play(tmp_path):
     out = train_agent(TINY, "alf", jax.random.key(0), tmp_path / "alf.eqx", 1, episode_length=10)
-    assert out["metrics"]["episode_return"].shape == (2,)
-    agent = load_agent(TINY, "alf", out["agent"], episode_length=10)
+    assert out.metrics["episode_return"].shape == (2,)
+    agent = load_agent(TINY, "alf", out.agent, episode_length=10)
     env = rw.RingWorld(episode_length=10)
     episodes = play(agent, env, env.default_params, jax.random.key(2), 3)
     assert episodes["state"].shape == (3, 10) and episodes["features"].shape == (3, 10, 12)
@@ -46,7 +46,7 @@ def test_saved_agent_round_trip_and_play(tmp_path):
     returns = np.asarray(episodes["reward"]).sum(axis=1)
     assert np.all(np.abs(returns) <= 1 + 1e-6)
     again = train_agent(TINY, "alf", jax.random.key(0), tmp_path / "alf.eqx", 1, episode_length=10)  # resumed
-    assert again["agent"] == out["agent"]
+    assert again.agent == out.agent
 
 
 @pytest.mark.slow
@@ -57,5 +57,5 @@ def test_ppo_with_the_true_state_approaches_the_fully_informed_optimum(tmp_path)
     out = train_agent(config, "true-state", jax.random.key(0), tmp_path / "true.eqx", 50)
     env = rw.RingWorld()
     ceiling = rw.optimal_return(env, env.default_params)
-    final = float(np.mean(out["metrics"]["episode_return"][-20:]))
+    final = float(np.mean(out.metrics["episode_return"][-20:]))
     assert final > ceiling - 0.1, (final, ceiling)

@@ -125,15 +125,14 @@ def test_step_budget_and_well_posed_profiles():
     assert all(c.args[0].target == "linear" for c in tiny_compare.values())
 
 
-def test_report_lines_give_mean_and_standard_error_and_the_first_n_below_tag_only():
+def test_report_lines_give_mean_and_standard_error_and_the_first_n_below_tag_only(training_record):
     from memlab.recall.band import AchievableBand
     from memlab.recall.experiments.cells import CurveConfig
     from memlab.recall.experiments.report import band_rows, budget_line, tag_only_lines
     from memlab.recall.metrics import learning_curves, tag_only_comparison
 
-    rs = [_record("mamba-1", 1.0, 100, n, m, stderr=e, val_tag_only=0.3) | {"step_budget": b}
-          for b in (None, 120) for n, m, e in ((4, 0.5, 0.01), (16, 0.25, 0.01))]
-    rs[3]["mse"] = 0.35  # the budget curve never beats 0.3
+    rs = [training_record("mamba-1", 1.0, 100, n, m, stderr=e, val_tag_only=0.3, budget=b)  # the budget curve never
+          for b in (None, 120) for n, m, e in ((4, 0.5, 0.01), (16, 0.35 if b else 0.25, 0.01))]  # beats 0.3
     comparisons = tag_only_comparison(rs)
     keys = list(comparisons)
     lines = tag_only_lines(comparisons, keys, lambda k: k[0]).splitlines()
@@ -148,18 +147,12 @@ def test_report_lines_give_mean_and_standard_error_and_the_first_n_below_tag_onl
     assert band_rows(band, rs) == [[1.0, 100, "0.31", "0.3", "0.28 ± 0.003", "0.17 ± 0.002", "0.077"]]
 
 
-def _record(student, alpha, T, n, mse, mean=1.0, tag_only=0.5, stderr=float("nan"), val_tag_only=None):
-    return {"student": student, "alpha": alpha, "T": T, "n": n, "mse": mse, "mse_stderr": stderr,
-            "baseline_mean": mean, "baseline_tag_only": tag_only,
-            "val_baseline_tag_only": tag_only if val_tag_only is None else val_tag_only}
-
-
-def test_rate_analysis():
+def test_rate_analysis(training_record):
     from memlab.recall.experiments.rate import RateConfig, analyse
 
     cfg = RateConfig(context_lengths=(100,), sample_sizes=(4, 16, 64))
     mse = {0.75: [0.8, 0.6, 0.62], 1.0: [0.5, 0.55, 0.4]}  # 0.6 -> 0.62 is +3.3 %; 0.5 -> 0.55 is +10 %
-    cells = {f"{a}-{n}": _record("mamba-1", a, 100, n, m, mean=2.0 if a == 0.75 else 0.9)
+    cells = {f"{a}-{n}": training_record("mamba-1", a, 100, n, m, mean=2.0 if a == 0.75 else 0.9)
              for a in (0.75, 1.0) for n, m in zip((4, 16, 64), mse[a])}
     stats = analyse(cfg, cells)
     assert stats.keys == [("mamba-1", 0.75, 100), ("mamba-1", 1.0, 100)]
@@ -172,11 +165,11 @@ def test_rate_analysis():
     assert stats.tag_only[("mamba-1", 0.75, 100)].first_n is None
 
 
-def test_rate_analysis_with_two_students_keeps_their_curves_apart():
+def test_rate_analysis_with_two_students_keeps_their_curves_apart(training_record):
     from memlab.recall.experiments.rate import RateConfig, analyse
 
     cfg = RateConfig(context_lengths=(100,), sample_sizes=(4, 16), students=("mamba-1", "mamba-1-residual"))
-    cells = {f"{s}-{a}-{n}": _record(s, a, 100, n, m * (1 if s == "mamba-1" else 2) * (1 if a == 1.0 else 1.5))
+    cells = {f"{s}-{a}-{n}": training_record(s, a, 100, n, m * (1 if s == "mamba-1" else 2) * (1 if a == 1.0 else 1.5))
              for s in cfg.students for a in cfg.alphas for n, m in zip((4, 16), (0.6, 0.4))}
     stats = analyse(cfg, cells)
     assert stats.keys == [(s, a, 100) for s in cfg.students for a in (0.75, 1.0)]
@@ -184,7 +177,7 @@ def test_rate_analysis_with_two_students_keeps_their_curves_apart():
     assert set(stats.smoother) == set(cfg.students) and all(b.raw.all() for b in stats.smoother.values())
 
 
-def test_sweep_analysis():
+def test_sweep_analysis(training_record):
     from memlab.recall.experiments.sweep import SweepConfig, analyse
 
     cfg = SweepConfig(alphas=(0.5, 2.0), context_lengths=(25, 50), sample_sizes=(4, 16, 64))
@@ -192,7 +185,7 @@ def test_sweep_analysis():
     C = {(0.5, 25): 2.0, (0.5, 50): 2.3, (2.0, 25): 0.5, (2.0, 50): 0.52}
     A = {0.5: 1.0, 2.0: -0.7}  # log risk A - C (log n)^(alpha/(alpha+1)), eq. (1)
     risk = {(a, T): np.exp(A[a] - C[a, T] * np.log(n) ** (a / (a + 1))) for a, T in C}
-    cells = {f"{a}-{T}-{k}": _record("mamba-2", a, T, int(k), float(m)) for a in (0.5, 2.0) for T in (25, 50)
+    cells = {f"{a}-{T}-{k}": training_record("mamba-2", a, T, int(k), float(m)) for a in (0.5, 2.0) for T in (25, 50)
              for k, m in zip(n, risk[a, T])}
     stats = analyse(cfg, cells)
     np.testing.assert_allclose(stats.C, [[2.0, 2.3], [0.5, 0.52]])
@@ -204,30 +197,31 @@ def test_sweep_analysis():
     np.testing.assert_array_equal(stats.ordered, [[True, False, False], [False, False, False]])
 
 
-def test_compare_analysis():
+def test_compare_analysis(training_record):
     from memlab.recall.experiments.compare import CompareConfig, analyse
 
     cfg = CompareConfig(context_lengths=(100,), sample_sizes=(4, 16, 64))
     mse = {"mamba-1": [0.6, 0.5, 0.45], "attention": [0.6, 0.45, 0.3]}
-    cells = {f"{s}-{n}": _record(s, 1.0, 100, n, m, tag_only=0.4) for s in mse for n, m in zip((4, 16, 64), mse[s])}
+    cells = {f"{s}-{n}": training_record(s, 1.0, 100, n, m, tag_only=0.4)
+             for s in mse for n, m in zip((4, 16, 64), mse[s])}
     stats = analyse(cfg, cells)
     assert stats.learns == [False, True]  # mamba-1 ends above the tag-only risk 0.4
     assert stats.ratio == pytest.approx(1.5)
 
 
-def test_context_limit_analysis():
+def test_context_limit_analysis(training_record):
     from types import SimpleNamespace
 
-    from memlab.recall.experiments.context import ContextLimitConfig, analyse
+    from memlab.recall.experiments.context import ContextLimitConfig, Coupling, FiniteContext, StepBounds, analyse
 
     cfg = ContextLimitConfig(eval_lengths=(10, 100, 1000), num_pairs=2)
-    cells = {"T=10": {"mean": [1.0, 2.0], "stderr": [0.1, 0.1]},
-             "T=100": {"mean": [1.04, 2.5], "stderr": [0.01, 0.1]},
-             "T=1000": {"mean": [1.02, 2.0], "stderr": [0.01, 0.1]},
-             "coupling": {"distance": (0.5 * 0.9 ** np.arange(1, 101)).tolist()},
-             "per-step-bound": {"r": [0.99, 0.995]}}
+    cells = {"T=10": FiniteContext(mean=[1.0, 2.0], stderr=[0.1, 0.1]),
+             "T=100": FiniteContext(mean=[1.04, 2.5], stderr=[0.01, 0.1]),
+             "T=1000": FiniteContext(mean=[1.02, 2.0], stderr=[0.01, 0.1]),
+             "coupling": Coupling(distance=(0.5 * 0.9 ** np.arange(1, 101)).tolist()),
+             "per-step-bound": StepBounds(r=[0.99, 0.995])}
     pairs = SimpleNamespace(y_clean=np.array([1.0, 2.1]), query=np.array([[1.0], [-1.0]]))
-    stats = analyse(cfg, {"mse": 0.3}, cells, pairs)
+    stats = analyse(cfg, training_record("mamba-2", 1.0, 5000, 64, 0.3), cells, pairs)
     np.testing.assert_allclose(stats.dev, [[0.02, 0.0], [0.02, 0.5], [0.0, 0.0]], atol=1e-12)
     # at T = 100: pair 0 deviates 0.02 <= 2 sqrt(0.01² + 0.01²) = 0.028; pair 1 deviates 0.5 > 2 sqrt(2) 0.1
     np.testing.assert_array_equal(stats.converged, [True, False])

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from memlab.recall.metrics import coupling_rate, curve_label, is_monotone, learning_curves, tag_only_comparison
+from memlab.recall.runs import curve_cell
+from memlab.store import typed_result
 
 
-def record(student, alpha, T, n, mse, mean=1.0, tag_only=0.5, stderr=float("nan"), val_tag_only=None, budget=None):
-    return {"student": student, "alpha": alpha, "T": T, "n": n, "mse": mse, "mse_stderr": stderr,
-            "baseline_mean": mean, "baseline_tag_only": tag_only,
-            "val_baseline_tag_only": tag_only if val_tag_only is None else val_tag_only, "step_budget": budget}
+def _from_before(record, field: str):
+    """``record`` as the cell store gives back a record written before memlab kept ``field``."""
+    stored = {k: v for k, v in dataclasses.asdict(record).items() if k != field}
+    return typed_result(curve_cell, stored)
 
 
-def test_learning_curves_group_in_first_seen_order_and_fit_eq_1():
+def test_learning_curves_group_in_first_seen_order_and_fit_eq_1(training_record):
     n = np.array([4, 16, 64])
     exact = {a: np.exp(0.2 - C * np.log(n) ** (a / (a + 1))) for a, C in ((0.5, 2.0), (2.0, 0.5))}
-    records = [record("mamba-2", a, T, int(k), float(m), mean=3.0 - a, tag_only=1.0 - a / 4)
+    records = [training_record("mamba-2", a, T, int(k), float(m), mean=3.0 - a, tag_only=1.0 - a / 4)
                for T in (25, 50) for a in (0.5, 2.0) for k, m in zip(n, exact[a])]
     curves = learning_curves(records)
     assert list(curves) == [("mamba-2", 0.5, 25), ("mamba-2", 2.0, 25), ("mamba-2", 0.5, 50), ("mamba-2", 2.0, 50)]
@@ -44,11 +48,11 @@ def test_coupling_rate_recovers_a_geometric_decay_above_the_noise_floor():
     assert np.isnan(coupling_rate(distance[:9])[0])  # fewer than ten usable steps
 
 
-def test_tag_only_comparison_needs_two_standard_errors_and_the_validation_baseline():
-    rs = [record("mamba-1", 1.0, 100, 4, 0.50, stderr=0.01, val_tag_only=0.49),  # above
-          record("mamba-1", 1.0, 100, 16, 0.47, stderr=0.02, val_tag_only=0.49),  # below, but by 1 s.e. only
-          record("mamba-1", 1.0, 100, 64, 0.40, stderr=0.02, val_tag_only=0.49),  # below by 4.5 s.e.
-          record("attention", 1.0, 100, 4, 0.48, val_tag_only=0.49)]  # one seed: any margin
+def test_tag_only_comparison_needs_two_standard_errors_and_the_validation_baseline(training_record):
+    rs = [training_record("mamba-1", 1.0, 100, 4, 0.50, stderr=0.01, val_tag_only=0.49),  # above
+          training_record("mamba-1", 1.0, 100, 16, 0.47, stderr=0.02, val_tag_only=0.49),  # below, but by 1 s.e. only
+          training_record("mamba-1", 1.0, 100, 64, 0.40, stderr=0.02, val_tag_only=0.49),  # below by 4.5 s.e.
+          training_record("attention", 1.0, 100, 4, 0.48, val_tag_only=0.49)]  # one seed: any margin
     out = tag_only_comparison(rs)
     c = out[("mamba-1", 1.0, 100)]
     np.testing.assert_array_equal(c.below, [False, False, True])
@@ -59,17 +63,17 @@ def test_tag_only_comparison_needs_two_standard_errors_and_the_validation_baseli
     assert np.isnan(out[("attention", 1.0, 100)].stderr[0])  # one seed: no standard error
     assert out[("attention", 1.0, 100)].first_n == 4
     assert tag_only_comparison(rs[:2])[("mamba-1", 1.0, 100)].first_n is None
-    old = {k: v for k, v in rs[0].items() if k != "val_baseline_tag_only"}
+    old = _from_before(rs[0], "val_baseline_tag_only")
     with pytest.raises(ValueError, match="older memlab"):
         tag_only_comparison([old])
 
 
-def test_step_budget_records_form_their_own_curves():
+def test_step_budget_records_form_their_own_curves(training_record):
     """A student trained on a step budget is a curve of its own beside the same student on A.1's epochs; records
     from before the budget existed (no ``step_budget`` key) count as A.1's schedule."""
-    old = {k: v for k, v in record("mamba-1", 1.0, 100, 4, 0.6).items() if k != "step_budget"}
-    rs = [old, record("mamba-1", 1.0, 100, 16, 0.5), record("mamba-1", 1.0, 100, 4, 0.6, budget=120),
-          record("mamba-1", 1.0, 100, 16, 0.3, budget=120)]
+    rs = [_from_before(training_record("mamba-1", 1.0, 100, 4, 0.6), "step_budget"),
+          training_record("mamba-1", 1.0, 100, 16, 0.5), training_record("mamba-1", 1.0, 100, 4, 0.6, budget=120),
+          training_record("mamba-1", 1.0, 100, 16, 0.3, budget=120)]
     curves = learning_curves(rs)
     assert list(curves) == [("mamba-1", 1.0, 100), ("mamba-1/steps=120", 1.0, 100)]
     assert curves[("mamba-1/steps=120", 1.0, 100)].mse.tolist() == [0.6, 0.3]

@@ -11,7 +11,7 @@ import pytest
 
 from memlab.keys import key_for
 from memlab.recall.encoding import encode, token_dim
-from memlab.recall.runs import compiled_train, deserialise, first_seed, make_student, serialise, train_cell
+from memlab.recall.runs import compiled_train, deserialise, first_seed, make_student, serialise, train_students
 from memlab.recall.students import AttentionStudent, MambaStudent, num_params
 from memlab.recall.task import RecallTask, baseline_mse, sample
 from memlab.recall.train import TrainConfig, make_train, mse, predictions
@@ -158,7 +158,7 @@ def trained():
     task = RecallTask(alpha=1.0, context_length=16)
     config = TrainConfig(epochs=12)
     val = sample(key_for(0, "validation"), 256, task)
-    record, models = train_cell(task, 64, "mamba-1", config, val, num_seeds=2, pool_key=key_for(0, "training-pool"),
+    record, models = train_students(task, 64, "mamba-1", config, val, num_seeds=2, pool_key=key_for(0, "training-pool"),
                                 init_key=key_for(0, "init", 64))
     return task, val, record, models
 
@@ -166,17 +166,17 @@ def trained():
 def test_trained_student_beats_the_mean_predictor(trained):
     task, _, record, _ = trained
     # the mean predictor's exact risk is ~0.65; learning the sign of the query alone gets ~0.31 (tag-only)
-    assert all(m < 0.8 * baseline_mse(task)["mean"] for m in record["best_val_mse"]), record["best_val_mse"]
-    assert record["baseline_mean"] == pytest.approx(baseline_mse(task)["mean"])
+    assert all(m < 0.8 * baseline_mse(task)["mean"] for m in record.best_val_mse), record.best_val_mse
+    assert record.baseline_mean == pytest.approx(baseline_mse(task)["mean"])
 
 
 def test_best_model_is_the_one_with_the_best_validation_mse(trained):
     task, val, record, models = trained
     for s in range(2):
         model = jax.tree.map(lambda x, s=s: x[s] if eqx.is_array(x) else x, models)
-        assert float(mse(model, val)) == pytest.approx(record["best_val_mse"][s], rel=1e-4)
-    assert record["mse"] == pytest.approx(min(record["val_curve"]), rel=0.5)  # val_curve is the seed mean
-    assert len(record["val_curve"]) == 12 and len(record["train_curve"]) == 12
+        assert float(mse(model, val)) == pytest.approx(record.best_val_mse[s], rel=1e-4)
+    assert record.mse == pytest.approx(min(record.val_curve), rel=0.5)  # val_curve is the seed mean
+    assert len(record.val_curve) == 12 and len(record.train_curve) == 12
 
 
 def test_a_trained_model_survives_serialisation_bit_for_bit(trained):
@@ -190,13 +190,14 @@ def test_a_trained_model_survives_serialisation_bit_for_bit(trained):
     assert float(mse(restored, val)) == float(mse(model, val))
 
 
-def test_train_cell_rejects_bad_sizes():
+def test_train_students_rejects_bad_sizes():
     task = RecallTask(context_length=4)
     val = sample(jax.random.key(0), 4, task)
     with pytest.raises(ValueError, match="num_seeds"):
-        train_cell(task, 4, "mamba-1", TrainConfig(epochs=1), val, 0, jax.random.key(1), jax.random.key(2))
+        train_students(task, 4, "mamba-1", TrainConfig(epochs=1), val, 0, jax.random.key(1), jax.random.key(2))
     with pytest.raises(ValueError, match="capacity"):
-        train_cell(task, 8, "mamba-1", TrainConfig(epochs=1), val, 1, jax.random.key(1), jax.random.key(2), capacity=4)
+        train_students(task, 8, "mamba-1", TrainConfig(epochs=1), val, 1, jax.random.key(1), jax.random.key(2),
+                       capacity=4)
 
 
 class MeanReadout(eqx.Module):

@@ -13,6 +13,7 @@ a memoryless agent on the fully observed ring, whose return approaches the fully
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 
@@ -63,18 +64,27 @@ def make_memory(name: str, key: jax.Array, env: RingWorld, params: RingWorldPara
     return ObservationMemory(env.obs_size)
 
 
-@cell("belief.ppo-agent")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainedAgent:
+    """One PPO agent trained on RingWorld: ``metrics``, metric name -> (num_updates,) its value after every update
+    (``episode_return``, the losses, the memory's own ``memory_*`` diagnostics), and the ``agent`` as bytes
+    (``eqx.tree_serialise_leaves``; rebuild with :func:`load_agent`)."""
+
+    metrics: dict[str, list[float]]
+    agent: bytes
+
+
+@cell("belief.ppo-agent", result=TrainedAgent)
 def train_agent(config: PPOConfig, memory: str, key: jax.Array, checkpoint: str | Path, chunk_updates: int = 10,
-                epsilon: float = 0.05, episode_length: int = 100, progress=None) -> dict:
+                epsilon: float = 0.05, episode_length: int = 100, progress=None) -> TrainedAgent:
     """Train one PPO agent with ``memory`` on RingWorld (a cell of the return figures); resumes from
-    ``checkpoint``. Returns the per-update metrics (NumPy, (num_updates,)) and the trained agent as bytes
-    (``eqx.tree_serialise_leaves``; rebuild with ``load_agent``)."""
+    ``checkpoint``."""
     env = ringworld_for(memory, epsilon, episode_length)
     params = env.default_params
     Path(checkpoint).parent.mkdir(parents=True, exist_ok=True)
     state, metrics = train_with_checkpoints(config, env, params, lambda k: make_memory(memory, k, env, params), key,
                                             checkpoint, chunk_updates, progress)
-    return {"metrics": metrics, "agent": agent_bytes(state.agent)}
+    return TrainedAgent(metrics=metrics, agent=agent_bytes(state.agent))
 
 
 def agent_bytes(agent) -> bytes:

@@ -19,7 +19,15 @@ from memlab.recall.encoding import encode, token_dim
 from memlab.recall.limit import coupling_distance, finite_context_values, per_step_bound
 from memlab.recall.metrics import LearningCurve, coupling_rate, is_monotone, learning_curves
 from memlab.recall.rate import RateFit, fit_rate, rate_axis
-from memlab.recall.runs import STUDENTS, deserialise, make_student, serialise, train_cell, training_pools
+from memlab.recall.runs import (
+    STUDENTS,
+    TrainingRecord,
+    deserialise,
+    make_student,
+    serialise,
+    train_students,
+    training_pools,
+)
 from memlab.recall.students import AttentionStudent, MambaStudent, num_params
 from memlab.recall.task import (
     Batch,
@@ -46,6 +54,7 @@ __all__ = [
     "RecallTask",
     "TrainConfig",
     "TrainResult",
+    "TrainingRecord",
     "achievable_band",
     "baseline_mse",
     "baseline_predictions",
@@ -73,7 +82,7 @@ __all__ = [
     "scale_floor_mse",
     "serialise",
     "token_dim",
-    "train_cell",
+    "train_students",
     "training_pools",
     "value_moments",
 ]

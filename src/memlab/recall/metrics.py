@@ -5,12 +5,13 @@ the monotonicity rule, and the coupling rate of Prop. 4.2's proof. Measurements 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import numpy as np
 
 from memlab.recall.rate import RateFit, fit_rate
+from memlab.recall.runs import TrainingRecord
 
 __all__ = ["LearningCurve", "TagOnlyComparison", "coupling_rate", "curve_label", "is_monotone", "learning_curves",
            "tag_only_comparison"]
@@ -32,24 +33,24 @@ def curve_label(student: str, step_budget: int | None = None) -> str:
     return student if step_budget is None else f"{student}/steps={step_budget}"
 
 
-def _by_curve(records: Iterable[Mapping]) -> dict[tuple[str, float, int], list[Mapping]]:
+def _by_curve(records: Iterable[TrainingRecord]) -> dict[tuple[str, float, int], list[TrainingRecord]]:
     """Training records grouped by (curve label, alpha, T), in first-seen order."""
-    groups: dict[tuple, list[Mapping]] = {}
+    groups: dict[tuple, list[TrainingRecord]] = {}
     for r in records:
-        key = (curve_label(r["student"], r.get("step_budget")), float(r["alpha"]), int(r["T"]))
+        key = (curve_label(r.student, r.step_budget), float(r.alpha), int(r.T))
         groups.setdefault(key, []).append(r)
     return groups
 
 
-def learning_curves(records: Iterable[Mapping]) -> dict[tuple[str, float, int], LearningCurve]:
-    """Group training records (``runs.train_cell``) by (``curve_label``, alpha, T), in first-seen order, and fit eq. (1)
-    to each group's (n, mse) in record order."""
+def learning_curves(records: Iterable[TrainingRecord]) -> dict[tuple[str, float, int], LearningCurve]:
+    """Group training records (``runs.train_students``) by (``curve_label``, alpha, T), in first-seen order, and fit
+    eq. (1) to each group's (n, mse) in record order."""
     curves = {}
     for key, rs in _by_curve(records).items():
-        n = np.array([r["n"] for r in rs], float)
-        mse = np.array([r["mse"] for r in rs], float)
-        curves[key] = LearningCurve(n, mse, fit_rate(n, mse, key[1]), float(rs[0]["baseline_mean"]),
-                                    float(rs[0]["baseline_tag_only"]))
+        n = np.array([r.n for r in rs], float)
+        mse = np.array([r.mse for r in rs], float)
+        curves[key] = LearningCurve(n, mse, fit_rate(n, mse, key[1]), float(rs[0].baseline_mean),
+                                    float(rs[0].baseline_tag_only))
     return curves
 
 
@@ -68,21 +69,21 @@ class TagOnlyComparison(NamedTuple):
     tag_only: np.ndarray
 
 
-def tag_only_comparison(records: Iterable[Mapping]) -> dict[tuple[str, float, int], TagOnlyComparison]:
+def tag_only_comparison(records: Iterable[TrainingRecord]) -> dict[tuple[str, float, int], TagOnlyComparison]:
     """Per (curve label, alpha, T) as in ``learning_curves``: does the student beat E[Y | q], i.e. recall content?
 
     Uses each record's ``val_baseline_tag_only`` (the tag-only risk on the cell's own validation set, so the
     comparison is paired); records written before memlab scored it raise a ValueError.
     """
     records = list(records)
-    if any("val_baseline_tag_only" not in r for r in records):
+    if any(r.val_baseline_tag_only is None for r in records):
         raise ValueError("cell records without val_baseline_tag_only come from an older memlab (before the literal "
                          "A.1 student); delete the output folder and run again")
     out = {}
     for key, rs in _by_curve(records).items():
-        n = np.array([r["n"] for r in rs], float)
-        mse, tag_only = (np.array([r[name] for r in rs], float) for name in ("mse", "val_baseline_tag_only"))
-        stderr = np.array([r["mse_stderr"] for r in rs], float)  # nan with one seed
+        n = np.array([r.n for r in rs], float)
+        mse, tag_only = (np.array([getattr(r, name) for r in rs], float) for name in ("mse", "val_baseline_tag_only"))
+        stderr = np.array([r.mse_stderr for r in rs], float)  # nan with one seed
         below = mse + 2 * np.nan_to_num(stderr) < tag_only
         out[key] = TagOnlyComparison(n, mse / tag_only, below, int(n[below.argmax()]) if below.any() else None, mse,
                                      stderr, tag_only)

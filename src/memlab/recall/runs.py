@@ -16,6 +16,7 @@ Keys come from the caller (an experiment passes its named streams, ``run.key_for
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 
@@ -32,8 +33,8 @@ from memlab.recall.task import Batch, RecallTask, baseline_mse, baseline_predict
 from memlab.recall.train import TrainConfig, make_train
 from memlab.store import cell
 
-__all__ = ["STUDENTS", "compiled_train", "curve_cell", "deserialise", "first_seed", "make_student", "serialise",
-           "train_cell", "training_pools"]
+__all__ = ["STUDENTS", "TrainingRecord", "compiled_train", "curve_cell", "deserialise", "first_seed", "make_student",
+           "serialise", "train_students", "training_pools"]
 
 STUDENTS = {
     "mamba-1": "MLP -> S6 -> MLP (App. A.1)",
@@ -84,11 +85,48 @@ def training_pools(task: RecallTask, capacity: int, num_seeds: int, pool_key: Ar
     return jax.tree.map(lambda *xs: jnp.stack(xs), *pools)
 
 
-@cell("recall.train")
-def train_cell(task: RecallTask, n: int, kind: str, config: TrainConfig, val_set: Batch, num_seeds: int,
-               pool_key: Array, init_key: Array, capacity: int | None = None) -> tuple[dict, eqx.Module]:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainingRecord:
+    """``num_seeds`` students trained on n examples of a task (:func:`train_students`; the ``recall.curve`` cell's
+    result). Lists are stored, and read back, as lists.
+
+    alpha, T, target: the task's (``RecallTask``); n: training examples per seed; student: a key of ``STUDENTS``;
+        num_val: validation examples.
+    best_val_mse: (seeds,) each seed's best validation MSE; mse, mse_stderr: their mean and standard error over
+        seeds (NaN with one seed); best_epoch: (seeds,) the epoch of each seed's best.
+    val_curve, train_curve: (epochs,) validation MSE and training loss per epoch, mean over seeds.
+    baseline_mean, baseline_tag_only: the exact risks of the mean and the tag-only predictor E[Y | q];
+        val_baseline_mean, val_baseline_tag_only: the same predictors on the validation set.
+    step_budget: the Adam steps the student was given (None: A.1's epochs); adam_steps: the steps it took.
+    Records from before memlab kept the last four lack them: None.
+    """
+
+    alpha: float
+    T: int
+    n: int
+    student: str
+    num_val: int
+    best_val_mse: list[float]
+    mse: float
+    mse_stderr: float
+    best_epoch: list[int]
+    val_curve: list[float]
+    train_curve: list[float]
+    baseline_mean: float
+    baseline_tag_only: float
+    val_baseline_mean: float | None = None
+    val_baseline_tag_only: float | None = None
+    target: str
+    step_budget: int | None = None
+    adam_steps: int | None = None
+
+
+def train_students(task: RecallTask, n: int, kind: str, config: TrainConfig, val_set: Batch, num_seeds: int,
+                   pool_key: Array, init_key: Array, capacity: int | None = None
+                   ) -> tuple[TrainingRecord, eqx.Module]:
     """Train ``num_seeds`` students ``kind`` on the first n examples of each seed's pool of ``capacity`` (>= n,
-    default n); returns (JSON-able record, the trained models with a leading seed axis)."""
+    default n); returns (their record, the trained models with a leading seed axis). Not a cell itself: the
+    models are no JSON; the cells that call it store the record (:func:`curve_cell`) or a model's bytes too."""
     check_int("num_seeds", num_seeds)
     capacity = n if capacity is None else capacity
     if not 1 <= n <= capacity:
@@ -100,30 +138,29 @@ def train_cell(task: RecallTask, n: int, kind: str, config: TrainConfig, val_set
     baselines = baseline_mse(task)
     on_val = {name: float(jnp.mean((val_set.y - predicted) ** 2))  # the same references on the validation set
               for name, predicted in baseline_predictions(val_set, task).items()}
-    record = {
-        "alpha": task.alpha, "T": task.context_length, "n": n, "student": kind, "num_val": int(val_set.y.shape[0]),
-        "best_val_mse": best.tolist(), "mse": float(best.mean()),
-        "mse_stderr": float(best.std(ddof=1) / np.sqrt(num_seeds)) if num_seeds > 1 else float("nan"),
-        "best_epoch": np.asarray(result.best_epoch).tolist(),
-        "val_curve": np.asarray(result.val_mse, dtype=float).mean(0).tolist(),
-        "train_curve": np.asarray(result.train_loss, dtype=float).mean(0).tolist(),
-        "baseline_mean": baselines["mean"], "baseline_tag_only": baselines["tag_only"],
-        "val_baseline_mean": on_val["mean"], "val_baseline_tag_only": on_val["tag_only"],
-        "target": task.target, "step_budget": config.steps, "adam_steps": int(np.asarray(result.num_steps)[0]),
-    }
+    record = TrainingRecord(
+        alpha=task.alpha, T=task.context_length, n=n, student=kind, num_val=int(val_set.y.shape[0]),
+        best_val_mse=best.tolist(), mse=float(best.mean()),
+        mse_stderr=float(best.std(ddof=1) / np.sqrt(num_seeds)) if num_seeds > 1 else float("nan"),
+        best_epoch=np.asarray(result.best_epoch).tolist(),
+        val_curve=np.asarray(result.val_mse, dtype=float).mean(0).tolist(),
+        train_curve=np.asarray(result.train_loss, dtype=float).mean(0).tolist(),
+        baseline_mean=baselines["mean"], baseline_tag_only=baselines["tag_only"],
+        val_baseline_mean=on_val["mean"], val_baseline_tag_only=on_val["tag_only"],
+        target=task.target, step_budget=config.steps, adam_steps=int(np.asarray(result.num_steps)[0]))
     return record, result.model
 
 
-@cell("recall.curve")
+@cell("recall.curve", result=TrainingRecord)
 def curve_cell(task: RecallTask, n: int, kind: str, config: TrainConfig, num_val: int, num_seeds: int,
-               capacity: int, val_key: Array, pool_key: Array, init_key: Array) -> dict:
+               capacity: int, val_key: Array, pool_key: Array, init_key: Array) -> TrainingRecord:
     """One point of a learning curve, as a sweep cell: draws the validation set, trains, returns the record."""
     val_set = sample(val_key, num_val, task)
-    return train_cell(task, n, kind, config, val_set, num_seeds, pool_key, init_key, capacity)[0]
+    return train_students(task, n, kind, config, val_set, num_seeds, pool_key, init_key, capacity)[0]
 
 
 def first_seed(models: eqx.Module) -> eqx.Module:
-    """The model of seed 0 from models with a leading seed axis (what ``train_cell`` returns)."""
+    """The model of seed 0 from models with a leading seed axis (what ``train_students`` returns)."""
     return jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, models)
 
 

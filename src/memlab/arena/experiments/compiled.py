@@ -85,8 +85,25 @@ def scored_lengths(compiled: Compiled, lengths: tuple[int, ...]) -> tuple[int, .
     return usable
 
 
-@cell("arena.score-compiled", version=2)
-def score_compiled(task: str, lengths: tuple[int, ...], batch: int, key) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CompiledScores:
+    """A task's compiled model scored on one batch of the longest test length (the result of
+    :func:`score_compiled`; arrays are stored, and read back, as lists).
+
+    gaps: (lengths,) the normalised gap over each test length's prefix, after the transient.
+    distance: (longest length,) the per-step mean distance from the reference's predictions.
+    description, exact, transient: the compiled model's (``memlab.arena.compiled``).
+    """
+
+    gaps: list[float]
+    distance: list[float]
+    description: str
+    exact: bool
+    transient: int
+
+
+@cell("arena.score-compiled", version=2, result=CompiledScores)
+def score_compiled(task: str, lengths: tuple[int, ...], batch: int, key) -> CompiledScores:
     """One batch of the longest length, scored once (one compiled program); the gap at a shorter length n is the
     gap over its first n steps, after the compiled model's transient. A model with a ``max_length`` is scored only
     at the lengths up to it (``gaps`` is then shorter than ``lengths``)."""
@@ -95,17 +112,16 @@ def score_compiled(task: str, lengths: tuple[int, ...], batch: int, key) -> dict
     lengths = scored_lengths(compiled, lengths)
     gaps, distance = prefix_gaps(spec, compiled.model, spec.sample(key, batch, max(lengths)), lengths,
                                  compiled.transient)
-    return {"gaps": np.asarray(gaps).tolist(), "distance": np.asarray(distance), "description": compiled.description,
-            "exact": compiled.exact, "transient": compiled.transient}
+    return CompiledScores(gaps=np.asarray(gaps).tolist(), distance=np.asarray(distance),
+                          description=compiled.description, exact=compiled.exact, transient=compiled.transient)
 
 
-def analyse(cfg: CompiledConfig, cells: dict) -> dict[str, CompiledStats]:
+def analyse(cfg: CompiledConfig, cells: dict[str, CompiledScores]) -> dict[str, CompiledStats]:
     stats = {}
     for t in cfg.tasks:
         c = cells[t]
-        gaps = [float(g) for g in c["gaps"]] + [float("nan")] * (len(cfg.lengths) - len(c["gaps"]))  # past max_length
-        stats[t] = CompiledStats(c["description"], bool(c["exact"]), int(c["transient"]), gaps,
-                                 np.asarray(c["distance"]).tolist())
+        gaps = [float(g) for g in c.gaps] + [float("nan")] * (len(cfg.lengths) - len(c.gaps))  # past max_length
+        stats[t] = CompiledStats(c.description, bool(c.exact), int(c.transient), gaps, np.asarray(c.distance).tolist())
     return stats
 
 

@@ -15,7 +15,15 @@ import matplotlib.colors
 import numpy as np
 
 from memlab import plots
-from memlab.arena.experiments.train_and_score import train_and_score
+from memlab.arena.experiments.leaderboard_analysis import (
+    MARGIN_FLOOR,
+    GapStats,
+    Leaderboard,
+    gap_stats,
+    noise_note,
+    thin_margins,
+)
+from memlab.arena.experiments.train_and_score import ScoredSeeds, train_and_score
 from memlab.arena.layers import LAYERS, check_state_sizes
 from memlab.arena.task import reference_is_exact
 from memlab.arena.tasks import TASKS, make_task
@@ -26,11 +34,6 @@ from memlab.runner import Experiment, Run
 from memlab.store import CHECKPOINT
 
 FLOOR = 1e-4  # the smallest gap the figures resolve (paper-scale gaps reach 4e-4 on hmm-mess3)
-# a task whose memory margin L_trivial - L_ref is below this (nats on the symbol tasks) leaves g = excess / margin
-# mostly sampling noise (hmm-random and Mess3 at x = 0.15, alpha = 0.6 are such tasks; each run's table prints the
-# margins); the trivial predictor sees the current symbol, so only what memory adds beyond an order-1 Markov
-# predictor counts
-MARGIN_FLOOR = 0.01
 
 # the nine layers of the paper-core run (pinned below: a layer added to ALL_LAYERS must not add cells to a run in
 # progress), then the ones added since
@@ -74,42 +77,7 @@ class LeaderboardConfig:
         self.train.validate()
 
 
-@dataclasses.dataclass(frozen=True)
-class GapStats:
-    """One (task, layer): ``gap`` mean and ``se`` (standard error over seeds) of the held-out normalised gap,
-    ``per_seed`` (seeds,), ``budget`` (evaluations,) the mean gap after every ``eval_every`` steps, ``parameters``
-    and ``state`` (numbers carried per step at the training length); ``compiled_distance`` and ``gradient_cosine``:
-    the mean over seeds of :func:`memlab.arena.train.compare` with the task's compiled model (NaN without one);
-    ``longer``, ``longer_se``: the mean gap and its standard error on sequences ``cfg.longer`` times the training
-    length; ``reference_distance``: the mean per-step distance of the model's predictions from the reference's
-    (KL(reference || model) for symbols, squared error for vectors); ``margin``: the task's memory margin
-    L_trivial - L_ref on the held-out batch (the gap's denominator; NaN where the cell does not record it)."""
-
-    gap: float
-    se: float
-    per_seed: list[float]
-    budget: list[float]
-    parameters: int
-    state: int
-    compiled_distance: float
-    gradient_cosine: float
-    longer: list[float]
-    reference_distance: float
-    longer_se: list[float]
-    margin: float = float("nan")
-
-
-@dataclasses.dataclass(frozen=True)
-class Leaderboard:
-    """``stats[task][layer]``: :class:`GapStats`; ``steps`` (evaluations,): training steps of the budget curves;
-    ``closest[task]``: the layer with the smallest mean gap."""
-
-    stats: dict[str, dict[str, GapStats]]
-    steps: list[int]
-    closest: dict[str, str]
-
-
-def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict:
+def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict[str, partial]:
     """Cell '<task>.<layer>': all seeds of one layer on one task (keys from ('train', task, layer)); every cell of
     a task is scored on the same held-out batch (key ('test', task)). A user's layer or task adds its file's
     fingerprint to the cell's arguments, so editing it recomputes the cells."""
@@ -123,38 +91,7 @@ def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict:
     return {f"{t}.{m}": cell(t, m) for t in cfg.tasks for m in cfg.layers}
 
 
-def mean_and_se(values, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and standard error (NaN from one value) of ``values`` along ``axis`` (seeds)."""
-    values = np.asarray(values, float)
-    n = values.shape[axis]
-    se = values.std(axis, ddof=1) / np.sqrt(n) if n > 1 else np.full(np.delete(values.shape, axis), np.nan)
-    return values.mean(axis), se
-
-
-def gap_stats(c: dict, multiples: int) -> GapStats:
-    """The :class:`GapStats` of one :func:`train_and_score` cell ``c`` scored at ``multiples`` longer lengths."""
-    gaps = np.asarray(c["gap"], float)
-    # (multiples, seeds); the store gives an empty one back as [] (shape lost)
-    longer = np.asarray(c.get("longer_gap", []), float).reshape(multiples, len(gaps))
-    (gap, se), (longer_gap, longer_se) = mean_and_se(gaps), mean_and_se(longer)
-    return GapStats(float(gap), float(se), gaps.tolist(), np.asarray(c["eval_gap"]).mean(0).tolist(),
-                    int(c["parameters"]), int(c["state"]), float(np.mean(c["compiled_distance"])),
-                    float(np.mean(c["gradient_cosine"])), longer_gap.tolist(),
-                    float(np.mean(c.get("distance_loss", np.nan))), longer_se.tolist(),
-                    float(np.mean(np.subtract(c.get("trivial_loss", np.nan), c.get("reference_loss", np.nan)))))
-
-
-def thin_margins(board: Leaderboard) -> list[str]:
-    """The tasks whose memory margin L_trivial - L_ref is below :data:`MARGIN_FLOOR` (their g is mostly noise)."""
-    return [t for t, layers in board.stats.items() if next(iter(layers.values())).margin < MARGIN_FLOOR]
-
-
-def _noise_note(tasks: list[str]) -> str:
-    """What a claim or the summary says beside numbers on the ``tasks`` of :func:`thin_margins` ("" for none)."""
-    return f" (g is noise on {', '.join(tasks)}: L_trivial − L_ref < {MARGIN_FLOOR:g})" if tasks else ""
-
-
-def analyse(cfg: LeaderboardConfig, cells: dict) -> Leaderboard:
+def analyse(cfg: LeaderboardConfig, cells: dict[str, ScoredSeeds]) -> Leaderboard:
     stats = {t: {m: gap_stats(cells[f"{t}.{m}"], len(cfg.longer)) for m in cfg.layers} for t in cfg.tasks}
     steps = [cfg.train.eval_every * (i + 1) for i in range(cfg.train.steps // cfg.train.eval_every)]
     closest = {t: min(stats[t], key=lambda m: stats[t][m].gap) for t in cfg.tasks}
@@ -207,7 +144,7 @@ def claims(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Ru
     (an approximate reference may be beaten)."""
     thin = thin_margins(board)
     claim_no_layer_beats_the_reference(run, {f"{m} on {t}": board.stats[t][m] for t in exact for m in cfg.layers},
-                                       _noise_note([t for t in thin if t in exact]))
+                                       noise_note([t for t in thin if t in exact]))
     # Zoology (Arora et al. 2023, Fig. 2): two-layer attention solves MQAR at every model width it tried, gated
     # convolutions need more. One block cannot: its attention must match the queried key against the token *before*
     # each stored value, a previous-token step a first layer makes
@@ -225,7 +162,7 @@ def claims(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Ru
               + (f" of {', '.join(claimed)} (not claimed on {', '.join(unclaimed)}: {cfg.train.steps} training "
                  "steps are too few there)" if unclaimed else ""),
               "arena", ("all below 1" if not memoryless else "not below 1: " + ", ".join(
-                  f"{m} on {t}" for t, m in memoryless)) + _noise_note([t for t in thin if t in claimed]),
+                  f"{m} on {t}" for t, m in memoryless)) + noise_note([t for t in thin if t in claimed]),
               not memoryless, by="memlab")
 
 
@@ -256,7 +193,7 @@ def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
     exact = [t for t in cfg.tasks if reference_is_exact(make_task(t))]
     claims(cfg, board, exact, run)
     closest = "Closest to the optimum: " + "; ".join(f"{t}: {m} ({board.stats[t][m].gap:.3g})"
-                                                     for t, m in board.closest.items()) + "." + _noise_note(
+                                                     for t, m in board.closest.items()) + "." + noise_note(
         thin_margins(board))
     tc = cfg.train
     run.write_summary(SUMMARY.format(depth=cfg.depth, width=cfg.width, steps=tc.steps, batch=tc.batch,

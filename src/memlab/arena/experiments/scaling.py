@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from functools import partial
 
 import matplotlib.ticker
 import numpy as np
@@ -27,11 +28,12 @@ from memlab.arena.experiments.leaderboard import (
     ALL_LAYERS,
     FLOOR,
     PAPER_CORE_LAYERS,
-    GapStats,
     LeaderboardConfig,
     claim_no_layer_beats_the_reference,
     task_notes,
 )
+from memlab.arena.experiments.leaderboard_analysis import GapStats
+from memlab.arena.experiments.train_and_score import ScoredSeeds
 from memlab.arena.task import reference_is_exact
 from memlab.arena.tasks import make_task
 from memlab.arena.train import TrainConfig
@@ -80,7 +82,7 @@ def _profile(board: LeaderboardConfig, widths: tuple[int, ...], **changes) -> Sc
 
 @dataclasses.dataclass(frozen=True)
 class Scaling:
-    """``stats[task][layer]``: one :class:`~memlab.arena.experiments.leaderboard.GapStats` per width of ``widths``
+    """``stats[task][layer]``: one :class:`GapStats` per width of ``widths``
     (its ``state``: the x axis); ``closest[task]``: the layer with the smallest mean gap at each width;
     ``smallest_near[task]``: (layer, width, state) of the smallest state at which a layer's mean gap is at most
     ``NEAR``, None if none gets there."""
@@ -95,14 +97,14 @@ def _name(task: str, layer: str, width: int) -> str:
     return f"{task}.{layer}.width={width}"
 
 
-def sweep_cells(cfg: ScalingConfig, run: Run) -> dict:
+def sweep_cells(cfg: ScalingConfig, run: Run) -> dict[str, partial]:
     """Cell '<task>.<layer>.width=<w>': the leaderboard's cell '<task>.<layer>' of ``cfg.board(w)`` (the same
     function, arguments and keys: ``leaderboard.sweep_cells``)."""
     boards = {w: leaderboard.sweep_cells(cfg.board(w), run) for w in cfg.widths}
     return {_name(t, m, w): boards[w][f"{t}.{m}"] for w in cfg.widths for t in cfg.tasks for m in cfg.layers}
 
 
-def analyse(cfg: ScalingConfig, cells: dict) -> Scaling:
+def analyse(cfg: ScalingConfig, cells: dict[str, ScoredSeeds]) -> Scaling:
     boards = [leaderboard.analyse(cfg.board(w), {f"{t}.{m}": cells[_name(t, m, w)]
                                                  for t in cfg.tasks for m in cfg.layers}) for w in cfg.widths]
     stats = {t: {m: [b.stats[t][m] for b in boards] for m in cfg.layers} for t in cfg.tasks}

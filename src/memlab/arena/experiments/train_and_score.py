@@ -42,13 +42,43 @@ from memlab.arena.train import (
 from memlab.progress import training_step
 from memlab.store import cell
 
-__all__ = ["held_out_side", "score_seeds", "train_and_score"]
+__all__ = ["ScoredSeeds", "held_out_side", "score_seeds", "train_and_score"]
+
+NAN = float("nan")
 
 
-@cell("arena.train-and-score", unkeyed=("checkpoint",))
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScoredSeeds:
+    """One layer trained on one task, every seed scored on the held-out batch (the result of
+    :func:`train_and_score`; arrays are stored, and read back, as lists). The losses are means over the held-out
+    steps; NaN where a record from before they were kept lacks them.
+
+    gap: (seeds,) the normalised gap g = (L_model - L_ref) / (L_trivial - L_ref).
+    model_loss, reference_loss, trivial_loss, distance_loss: (seeds,) L_model, L_ref, L_trivial and the mean distance
+        from the reference's predictions (KL or squared error).
+    eval_gap: (seeds, evaluations) the gap on the held-out batch during training, every ``eval_every`` steps.
+    compiled_distance, gradient_cosine: (seeds,) against the task's compiled model (NaN without one).
+    longer_gap: (multiples, seeds) the gap on sequences ``longer`` times as long (absent in older records).
+    parameters: the model's number of parameters; state: its recurrent state size, all blocks.
+    """
+
+    gap: list[float]
+    model_loss: list[float] | float = NAN
+    reference_loss: list[float] | float = NAN
+    trivial_loss: list[float] | float = NAN
+    distance_loss: list[float] | float = NAN
+    eval_gap: list[list[float]]
+    compiled_distance: list[float]
+    gradient_cosine: list[float]
+    longer_gap: list[list[float]] = ()
+    parameters: int
+    state: int
+
+
+@cell("arena.train-and-score", unkeyed=("checkpoint",), result=ScoredSeeds)
 def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainConfig, keys, test_key,
                     test_batch: int, longer: tuple[int, ...] = (), code: str = "", checkpoint: str | None = None
-                    ) -> dict:
+                    ) -> ScoredSeeds:
     """Train one model per key and score each on one held-out batch (and on batches ``longer`` times as long).
     ``code``: the fingerprints of a user's layer and task files (part of the cell's key only); ``checkpoint``: a
     path to save the training state to after every ``eval_every`` steps and resume from (not part of the key)."""
@@ -70,13 +100,13 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
         longer_gaps.append(score_seeds(spec, static, result.params, long_test, long_base)[0].gap)
     reference, trivial = (float(masked_mean(x, test.mask)) for x in (base.reference, base.trivial))
     per_seed = {f"{n}_loss": np.nanmean(getattr(scores, n), -1) for n in ("model", "reference", "trivial", "distance")}
-    return {"gap": np.asarray(scores.gap), **per_seed,
-            "eval_gap": (np.asarray(result.val_loss) - reference) / (trivial - reference),
-            "compiled_distance": np.asarray(to_compiled.distance),
-            "gradient_cosine": np.asarray(to_compiled.gradient_cosine),
-            "longer_gap": np.asarray(longer_gaps).reshape(len(longer), len(keys)),
-            "parameters": parameter_count(eqx.combine(jax.tree.map(lambda a: a[0], result.params), static)),
-            "state": state_size(layer, width, train.length) * depth}
+    return ScoredSeeds(gap=np.asarray(scores.gap), **per_seed,
+                       eval_gap=(np.asarray(result.val_loss) - reference) / (trivial - reference),
+                       compiled_distance=np.asarray(to_compiled.distance),
+                       gradient_cosine=np.asarray(to_compiled.gradient_cosine),
+                       longer_gap=np.asarray(longer_gaps).reshape(len(longer), len(keys)),
+                       parameters=parameter_count(eqx.combine(jax.tree.map(lambda a: a[0], result.params), static)),
+                       state=state_size(layer, width, train.length) * depth)
 
 
 class _Progress(NamedTuple):

@@ -59,6 +59,15 @@ class ExampleRuns(NamedTuple):
         return cls(cfg.num_runs, cfg.num_steps, cfg.emission, cfg.lam, cfg.schedules)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FilterErrors:
+    """The cells of the error figures: ``names`` (F,) of the filters, the LOF then every ALF, and their error
+    probabilities ``p`` (eq. (19)): (K, F) p_k for k = 1..K (``belief.p-curves``), or (F,) p_K (``belief.p-final``)."""
+
+    names: list[str]
+    p: list
+
+
 def example_p_curves(runs: ExampleRuns, eps: float, key) -> tuple[list[str], np.ndarray]:
     """The filters' names and p_k, k = 1..K (eq. (19)), (K, F): the LOF, then every ALF, at ``eps``."""
     hmm, D = two_state_example(eps, runs.emission, flip=True)

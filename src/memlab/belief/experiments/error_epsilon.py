@@ -11,7 +11,7 @@ import numpy as np
 from memlab import plots
 from memlab.belief.alf import delta_is_valid
 from memlab.belief.examples import SWAP
-from memlab.belief.experiments.error import PAPER, ExampleConfig, ExampleRuns, example_p_curves
+from memlab.belief.experiments.error import PAPER, ExampleConfig, ExampleRuns, FilterErrors, example_p_curves
 from memlab.belief.metrics import trend
 from memlab.belief.theory import xi
 from memlab.checks import check_int, check_real
@@ -41,11 +41,11 @@ class ErrorVsEpsilonConfig(ExampleConfig):
 EPSILON_SUMMARY = summary_text(__package__, "error_epsilon")
 
 
-@cell("belief.p-final")
-def _p_final_cell(runs: ExampleRuns, eps: float, key) -> dict:
+@cell("belief.p-final", result=FilterErrors)
+def _p_final_cell(runs: ExampleRuns, eps: float, key) -> FilterErrors:
     """p_K (eq. (19), K = runs.num_steps) of the LOF and every ALF at one eps, from runs.num_runs trajectories."""
     names, p = example_p_curves(runs, eps, key)
-    return {"names": names, "p": p[-1]}
+    return FilterErrors(names=names, p=p[-1])
 
 
 def _inv_eps_grid(cfg: ErrorVsEpsilonConfig) -> np.ndarray:
@@ -94,11 +94,11 @@ class EpsilonStats:
     xi: float
 
 
-def analyse_epsilon(cfg: ErrorVsEpsilonConfig, cells: list[dict]) -> EpsilonStats:
+def analyse_epsilon(cfg: ErrorVsEpsilonConfig, cells: list[FilterErrors]) -> EpsilonStats:
     """Cells (one per 1/eps, in grid order) -> p (E, F), binomial stderr, trend per filter, xi of eq. (47)."""
     inv_eps = _inv_eps_grid(cfg)
-    names = cells[0]["names"]
-    p = np.array([c["p"] for c in cells])  # (num_eps, F)
+    names = cells[0].names
+    p = np.array([c.p for c in cells])  # (num_eps, F)
     column = {s: f for f, s in enumerate(cfg.schedules, start=1)}
     log_wins = float(np.mean(p[:, column["log"]] < p[:, column["sqrt"]])) if {"log", "sqrt"} <= set(column) else None
     return EpsilonStats(inv_eps=inv_eps, filters=names, p=p, stderr=np.sqrt(p * (1 - p) / cfg.num_runs),

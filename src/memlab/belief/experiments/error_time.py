@@ -10,7 +10,7 @@ import numpy as np
 
 from memlab import plots
 from memlab.belief.alf import delta_is_valid
-from memlab.belief.experiments.error import PAPER, ExampleConfig, ExampleRuns, example_p_curves
+from memlab.belief.experiments.error import PAPER, ExampleConfig, ExampleRuns, FilterErrors, example_p_curves
 from memlab.checks import check_real
 from memlab.files import summary_text
 from memlab.runner import Experiment
@@ -29,11 +29,11 @@ class ErrorVsTimeConfig(ExampleConfig):
 TIME_SUMMARY = summary_text(__package__, "error_time")
 
 
-@cell("belief.p-curves")
-def _p_curves_cell(runs: ExampleRuns, eps: float, key) -> dict:
-    """p_k, k = 1..K (eq. (19)), of the LOF and every ALF at ``eps``: "p" (K, F)."""
+@cell("belief.p-curves", result=FilterErrors)
+def _p_curves_cell(runs: ExampleRuns, eps: float, key) -> FilterErrors:
+    """p_k, k = 1..K (eq. (19)), of the LOF and every ALF at ``eps``: ``p`` (K, F)."""
     names, p = example_p_curves(runs, eps, key)
-    return {"names": names, "p": p}
+    return FilterErrors(names=names, p=p)
 
 
 def run_error_vs_time(cfg: ErrorVsTimeConfig, run) -> dict:
@@ -84,10 +84,10 @@ class TimeStats:
     valid: list[int]
 
 
-def analyse_time(cfg: ErrorVsTimeConfig, cell: dict) -> TimeStats:
+def analyse_time(cfg: ErrorVsTimeConfig, cell: FilterErrors) -> TimeStats:
     """The error curves -> p_1 of the informative filters (delta > 0) and, per filter, whether p_k is flat
     (:class:`Flatness`)."""
-    names, p = cell["names"], np.array(cell["p"])  # (K, F)
+    names, p = cell.names, np.array(cell.p)  # (K, F)
     kinds = ["lof", *cfg.schedules]
     tail = max(cfg.num_steps // 10, 10)
     flatness = []

@@ -38,7 +38,6 @@ from memlab.store import cell
 
 PAPER = "linear-recurrent-memory-pomdp"
 TOLERANCE = 1e-10  # float64: what "exact" allows
-HEADER = ["family", "N", "r", "ell", "max_abs_error", "pattern_mismatches", "neg_inf_entries", "flagged_rows", "rows"]
 FAMILIES = {"positive": "Thm 4.4, π0 > 0, E > 0", "zeros": "Thm 4.4, π0 and E with zeros", "controlled": "Cor 4.5"}
 
 
@@ -101,8 +100,30 @@ def _lof_batch(model, ys, actions=None):
     return jax.vmap(lambda y, a: lof(model, y, actions=a).logits)(ys, actions)
 
 
-@cell("belief.theorem-4.4")
-def _theorem44_cell(models: RandomModels, N: int, r: int, chain: int, zeros: bool, key) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FilterCheck:
+    """An exact linear filter against the LOF on one family's random systems (a row of exact_linear.csv): the
+    ``family`` (``FAMILIES``), N states, r transient states, the nilpotent index ``ell`` ('lowest–highest' over the
+    systems); ``metrics.logit_agreement`` over every system's sequences: the largest |w - w_LOF| over finite entries
+    (``max_abs_error``), entries finite in one and not the other (``pattern_mismatches``), -inf entries of the LOF
+    (``neg_inf_entries``), the rows the filter flags as not exactly linear (``flagged_rows``) of all ``rows``."""
+
+    family: str
+    N: int
+    r: int
+    ell: str
+    max_abs_error: float
+    pattern_mismatches: int
+    neg_inf_entries: int
+    flagged_rows: int
+    rows: int
+
+
+HEADER = [f.name for f in dataclasses.fields(FilterCheck)]  # exact_linear.csv: a column per field
+
+
+@cell("belief.theorem-4.4", result=FilterCheck)
+def _theorem44_cell(models: RandomModels, N: int, r: int, chain: int, zeros: bool, key) -> FilterCheck:
     """Theorem 4.4 on ``models.num_models`` random systems (N states, r transient, a chain of ``chain``)."""
     key_models, key_obs = jax.random.split(key)
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key_models)).ravel())  # T, E, pi0, w0
@@ -119,12 +140,12 @@ def _theorem44_cell(models: RandomModels, N: int, r: int, chain: int, zeros: boo
         out = _filter_batch(filt, ys)
         stats.append(logit_agreement(np.asarray(out.w), np.asarray(_lof_batch(hmm, ys)), np.asarray(out.inexact)))
         ells.append(filt.ell)
-    return {"family": FAMILIES["zeros" if zeros else "positive"], "N": N, "r": r, "ell": f"{min(ells)}–{max(ells)}",
-            **merge_agreement(stats)}
+    return FilterCheck(family=FAMILIES["zeros" if zeros else "positive"], N=N, r=r, ell=f"{min(ells)}–{max(ells)}",
+                       **merge_agreement(stats))
 
 
-@cell("belief.corollary-4.5")
-def _corollary45_cell(models: RandomModels, N: int, A: int, key) -> dict:
+@cell("belief.corollary-4.5", result=FilterCheck)
+def _corollary45_cell(models: RandomModels, N: int, A: int, key) -> FilterCheck:
     """Corollary 4.5 on ``models.num_models`` random controlled systems (N states, A permutations), random actions."""
     key_models, key_obs = jax.random.split(key)
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key_models)).ravel())  # T(a), E, pi0, w0
@@ -142,7 +163,7 @@ def _corollary45_cell(models: RandomModels, N: int, A: int, key) -> dict:
         out = _filter_batch(filt, ys, actions)
         stats.append(logit_agreement(np.asarray(out.w), np.asarray(_lof_batch(model, ys, actions)),
                                      np.asarray(out.inexact)))
-    return {"family": f"{FAMILIES['controlled']}, {A} actions", "N": N, "r": 0, "ell": "1", **merge_agreement(stats)}
+    return FilterCheck(family=f"{FAMILIES['controlled']}, {A} actions", N=N, r=0, ell="1", **merge_agreement(stats))
 
 
 def sweep_cells(cfg: ExactLinearConfig, run) -> dict:
@@ -170,7 +191,7 @@ class FamilyStats:
     """The cells of one family of systems (``FAMILIES``) taken together.
 
     **Fields:**
-    - ``rows``: list of its cell records (dicts with the keys of ``HEADER``).
+    - ``rows``: its cell records.
     - ``max_error``: float, the largest |w - w_LOF| over finite entries (0 without rows).
     - ``mismatches``: int, the entries whose -inf pattern differs from the LOF's.
     - ``flagged``: int, the rows the filter flags as not exactly linear.
@@ -178,7 +199,7 @@ class FamilyStats:
     - ``exact``: bool, every row within ``TOLERANCE`` and without mismatches.
     """
 
-    rows: list[dict]
+    rows: list[FilterCheck]
     max_error: float
     mismatches: int
     flagged: int
@@ -199,7 +220,7 @@ class ExactLinearStats:
     - ``x1_x3_alike``: bool, whether x1 and x3 of Example 1 have identical emission columns.
     """
 
-    rows: list[dict]
+    rows: list[FilterCheck]
     positive: FamilyStats
     zeros: FamilyStats
     controlled: FamilyStats
@@ -208,17 +229,17 @@ class ExactLinearStats:
     x1_x3_alike: bool
 
 
-def _family(rows: list[dict], name: str) -> FamilyStats:
+def _family(rows: list[FilterCheck], name: str) -> FamilyStats:
     """The rows of the family whose description (``FAMILIES``) is ``name`` -> their :class:`FamilyStats`."""
-    sel = [row for row in rows if row["family"].startswith(name)]
+    sel = [row for row in rows if row.family.startswith(name)]
     return FamilyStats(
-        rows=sel, max_error=max((row["max_abs_error"] for row in sel), default=0.0),
-        mismatches=sum(row["pattern_mismatches"] for row in sel), flagged=sum(row["flagged_rows"] for row in sel),
-        max_ell=max((int(row["ell"].split("–")[-1]) for row in sel), default=0),
-        exact=all(row["max_abs_error"] <= TOLERANCE and row["pattern_mismatches"] == 0 for row in sel))
+        rows=sel, max_error=max((row.max_abs_error for row in sel), default=0.0),
+        mismatches=sum(row.pattern_mismatches for row in sel), flagged=sum(row.flagged_rows for row in sel),
+        max_ell=max((int(row.ell.split("–")[-1]) for row in sel), default=0),
+        exact=all(row.max_abs_error <= TOLERANCE and row.pattern_mismatches == 0 for row in sel))
 
 
-def analyse(rows: list[dict]) -> ExactLinearStats:
+def analyse(rows: list[FilterCheck]) -> ExactLinearStats:
     """Rows (one cell record each) -> per family (``FAMILIES``) its :class:`FamilyStats`; Example 1 and its
     failing variant checked against Assumption 5.6."""
     families = {kind: _family(rows, name) for kind, name in FAMILIES.items()}  # FAMILIES' keys are field names
@@ -231,11 +252,11 @@ def analyse(rows: list[dict]) -> ExactLinearStats:
 def _figures(stats: ExactLinearStats, run) -> None:
     rows = stats.rows
     color = {FAMILIES["positive"]: "tab:blue", FAMILIES["zeros"]: "tab:orange"}
-    labels = [f"{row['family'].split(',')[0]} N={row['N']} r={row['r']}"
-              + (" (zeros)" if row["family"] == FAMILIES["zeros"] else "") for row in rows]
+    labels = [f"{row.family.split(',')[0]} N={row.N} r={row.r}"
+              + (" (zeros)" if row.family == FAMILIES["zeros"] else "") for row in rows]
     fig, ax = plots.figure(width=7.0, height=3.4)
-    ax.bar(range(len(rows)), [max(row["max_abs_error"], 1e-18) for row in rows],
-           color=[color.get(row["family"], "tab:green") for row in rows])
+    ax.bar(range(len(rows)), [max(row.max_abs_error, 1e-18) for row in rows],
+           color=[color.get(row.family, "tab:green") for row in rows])
     ax.axhline(TOLERANCE, color="r", ls="--", lw=1, label=f"tolerance {TOLERANCE:g}")
     ax.set(yscale="log", ylabel="max |w − w_LOF| (finite entries)", ylim=(1e-18, 1e-6),
            title="Exact linear filters vs LOF, float64 (blue: π0, E > 0; orange: with zeros; green: Cor. 4.5)")
@@ -257,7 +278,7 @@ def _claims(stats: ExactLinearStats, run) -> None:
 
 
 def _summary(cfg: ExactLinearConfig, stats: ExactLinearStats, run) -> str:
-    table = run.save_table("exact_linear.csv", HEADER, [[row[h] for h in HEADER] for row in stats.rows],
+    table = run.save_table("exact_linear.csv", HEADER, [[getattr(row, h) for h in HEADER] for row in stats.rows],
                            {"max_abs_error": ".1e"})
     return SUMMARY.format(**dataclasses.asdict(cfg), table=table, zeros_exact=("NO", "yes")[stats.zeros.exact],
                           example1_holds=stats.example1.holds, example1_M=stats.example1.M,

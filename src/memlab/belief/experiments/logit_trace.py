@@ -52,9 +52,24 @@ class LogitTraceConfig:
 SUMMARY = summary_text(__package__, "logit_trace")
 
 
-@cell("belief.logit-traces")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LogitTraces:
+    """The filters' logits on eq. (54)'s trajectories, the LOF then one ALF per delta (F filters): ``states`` (K,)
+    x_1..x_K and ``diffs`` (F, K) the logit differences w_k(x2) - w_k(x1) of the first trajectory; over every
+    trajectory, per filter, the decoding ``error``, the ``roughness`` (mean |step| of the difference) and the
+    ``mean_lag`` after a switch (F,) each, and the first filter's ``num_switches``."""
+
+    states: list[int]
+    diffs: list[list[float]]
+    error: list[float]
+    roughness: list[float]
+    mean_lag: list[float]
+    num_switches: int
+
+
+@cell("belief.logit-traces", result=LogitTraces)
 def _traces_cell(eps: float, emission: float, deltas: tuple[float, ...], num_steps: int, num_runs: int,
-                 key) -> dict:
+                 key) -> LogitTraces:
     """LOF and ALF (one per delta) logits on ``num_runs`` trajectories of eq. (54): the first trajectory's states
     and logit differences (K,), and per filter the decoding error, the roughness and the mean lag after a switch."""
     hmm, D = two_state_example(eps, emission, flip=False)  # eq. (54): D = I
@@ -69,9 +84,9 @@ def _traces_cell(eps: float, emission: float, deltas: tuple[float, ...], num_ste
     err = [float(jnp.mean(decoding_error(w.reshape(-1, 2), onehot.reshape(-1, 2)))) for w in ws]
     rough = [float(np.mean(np.abs(np.diff(d, axis=1)))) for d in diffs]
     lags = [switch_lags((d > 0).astype(int), x) for d in diffs]
-    return {"states": x[0], "diffs": [d[0] for d in diffs], "error": err, "roughness": rough,
-            "mean_lag": [float(lg.mean()) if lg.size else float("nan") for lg in lags],
-            "num_switches": int(lags[0].size)}
+    return LogitTraces(states=x[0], diffs=[d[0] for d in diffs], error=err, roughness=rough,
+                       mean_lag=[float(lg.mean()) if lg.size else float("nan") for lg in lags],
+                       num_switches=int(lags[0].size))
 
 
 def run_logit_trace(cfg: LogitTraceConfig, run) -> dict:
@@ -116,15 +131,15 @@ class TraceStats:
     num_switches: int
 
 
-def analyse(cfg: LogitTraceConfig, cell: dict) -> TraceStats:
+def analyse(cfg: LogitTraceConfig, cell: LogitTraces) -> TraceStats:
     """The cell -> the plotted trajectory (states, one logit difference per filter, switch steps) and the
     statistics per filter (LOF first)."""
-    x = np.array(cell["states"])
+    x = np.array(cell.states)
     k = np.arange(1, cfg.num_steps + 1)
     return TraceStats(filters=["LOF"] + [f"ALF δ = {d}" for d in cfg.deltas], k=k, states=x,
-                         diffs=[np.array(d) for d in cell["diffs"]], switches=k[np.flatnonzero(np.diff(x)) + 1],
-                         error=cell["error"], roughness=cell["roughness"], mean_lag=cell["mean_lag"],
-                         num_switches=cell["num_switches"])
+                         diffs=[np.array(d) for d in cell.diffs], switches=k[np.flatnonzero(np.diff(x)) + 1],
+                         error=cell.error, roughness=cell.roughness, mean_lag=cell.mean_lag,
+                         num_switches=cell.num_switches)
 
 
 def _figures(cfg: LogitTraceConfig, stats: TraceStats, run) -> None:

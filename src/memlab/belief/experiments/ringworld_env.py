@@ -49,8 +49,17 @@ class RingWorldEnvConfig:
 SUMMARY = summary_text(__package__, "ringworld_env")
 
 
-@cell("belief.ringworld-references")
-def _reference_cell(epsilon: float, episode_length: int, num_episodes: int, key) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReferenceRuns:
+    """``returns``: policy ("optimal", "random", "qmdp") -> (episodes,) Monte-Carlo episode returns; ``accuracy``:
+    filter ("LOF", "ALF") -> (K,) Bayes-decoding accuracy per step k under uniformly random actions."""
+
+    returns: dict[str, list[float]]
+    accuracy: dict[str, list[float]]
+
+
+@cell("belief.ringworld-references", result=ReferenceRuns)
+def _reference_cell(epsilon: float, episode_length: int, num_episodes: int, key) -> ReferenceRuns:
     """Monte-Carlo returns of the DP-optimal, the QMDP and the random policy, and LOF/ALF decoding accuracy per k."""
     env = rw.RingWorld(epsilon, episode_length)
     params = env.default_params
@@ -69,7 +78,7 @@ def _reference_cell(epsilon: float, episode_length: int, num_episodes: int, key)
               "ALF": jax.vmap(lambda y, a: alf_filter(alf, y, a).logits)(traj.observations, traj.actions)}
     truth = traj.states[:, 1:]
     accuracy = {name: np.asarray(jnp.mean(bayes_decode(w) == truth, axis=0)) for name, w in logits.items()}
-    return {"returns": returns, "accuracy": accuracy}
+    return ReferenceRuns(returns=returns, accuracy=accuracy)
 
 
 def _uniform_action(key, y, k):
@@ -121,15 +130,15 @@ class EnvStats:
     assumption_5_8: bool
 
 
-def analyse(cfg: RingWorldEnvConfig, cell: dict) -> EnvStats:
+def analyse(cfg: RingWorldEnvConfig, cell: ReferenceRuns) -> EnvStats:
     """Exact references (DP) beside their Monte-Carlo estimates, the observation model, and the decoding accuracy
     curves."""
     env = rw.RingWorld(cfg.epsilon, cfg.episode_length)
     params = env.default_params
     mc = {name: SimulatedReturn(float(np.mean(r)), float(np.std(r, ddof=1) / np.sqrt(len(r))), float(np.min(r)),
                                 float(np.max(r)))
-          for name, r in cell["returns"].items()}
-    accuracy = {name: np.asarray(a) for name, a in cell["accuracy"].items()}
+          for name, r in cell.returns.items()}
+    accuracy = {name: np.asarray(a) for name, a in cell.accuracy.items()}
     E = np.asarray(params.E)
     return EnvStats(optimal_return=rw.optimal_return(env, params), random_return=rw.random_return(env, params),
                        mc=mc, E=E, accuracy=accuracy,

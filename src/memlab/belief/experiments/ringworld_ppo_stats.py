@@ -66,7 +66,7 @@ def analyse(cfg: RingWorldPPOConfig, cells: dict) -> ReturnsStats:
     ceiling, floor = rw.optimal_return(env, env.default_params), rw.random_return(env, env.default_params)
     curves, stats = {}, {}
     for m in cfg.memories:
-        runs = [cells[f"{m}-{s}"]["metrics"] for s in range(cfg.seeds_of(m))]
+        runs = [cells[f"{m}-{s}"].metrics for s in range(cfg.seeds_of(m))]
         R = np.array([r["episode_return"] for r in runs], dtype=float)  # (seeds, updates)
         tail = R[:, -min(cfg.tail, R.shape[1]):].mean(axis=1)
         half = np.flatnonzero(R.mean(axis=0) >= floor + 0.5 * (ceiling - floor))
@@ -78,4 +78,4 @@ def analyse(cfg: RingWorldPPOConfig, cells: dict) -> ReturnsStats:
                                tail_per_seed=tail.tolist(),
                                half_ceiling_update=int(half[0]) + 1 if half.size else None, diagnostics=diag,
                                learning_std=float(learning.std(axis=0).mean()))
-    return ReturnsStats(curves, stats, ceiling, floor, float(np.mean(cells["qmdp"]["returns"])))
+    return ReturnsStats(curves, stats, ceiling, floor, float(np.mean(cells["qmdp"].returns)))

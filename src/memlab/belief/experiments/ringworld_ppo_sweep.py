@@ -71,7 +71,14 @@ def sweep_cells(cfg: RingWorldPPOConfig, run) -> dict:
     return {**cells, "qmdp": qmdp}
 
 
-@cell("belief.qmdp")
-def _qmdp_cell(epsilon: float, episode_length: int, episodes: int, key) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class QMDPReturns:
+    """``returns``: (episodes,) Monte-Carlo episode returns of the QMDP policy."""
+
+    returns: list[float]
+
+
+@cell("belief.qmdp", result=QMDPReturns)
+def _qmdp_cell(epsilon: float, episode_length: int, episodes: int, key) -> QMDPReturns:
     env = rw.RingWorld(epsilon, episode_length)
-    return {"returns": np.asarray(rw.qmdp_returns(env, env.default_params, key, episodes))}
+    return QMDPReturns(returns=np.asarray(rw.qmdp_returns(env, env.default_params, key, episodes)))

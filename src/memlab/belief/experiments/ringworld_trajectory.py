@@ -52,8 +52,23 @@ SUMMARY = summary_text(__package__, "ringworld_trajectory")
 
 
 
-@cell("belief.trajectory-play")
-def _play_cell(ppo: PPOConfig, episode_length: int, num_episodes: int, agent_bytes: bytes, key) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlayedEpisodes:
+    """Episodes of the trained ALF agent, (episodes, K) each: the ring position ``state``, the ``action``, the
+    ``next_state``, the observation ``obs`` (its index), the ``reward``, and the position the ALF agent's memory
+    (``alf_decoded``) and the LOF on the same observations (``lof_decoded``) decode."""
+
+    state: list[list[int]]
+    action: list[list[int]]
+    next_state: list[list[int]]
+    obs: list[list[int]]
+    reward: list[list[float]]
+    alf_decoded: list[list[int]]
+    lof_decoded: list[list[int]]
+
+
+@cell("belief.trajectory-play", result=PlayedEpisodes)
+def _play_cell(ppo: PPOConfig, episode_length: int, num_episodes: int, agent_bytes: bytes, key) -> PlayedEpisodes:
     """``num_episodes`` episodes of the trained ALF agent with the LOF's logits on the same stream beside its own."""
     env = rw.RingWorld(episode_length=episode_length)
     params = env.default_params
@@ -62,10 +77,10 @@ def _play_cell(ppo: PPOConfig, episode_length: int, num_episodes: int, agent_byt
     lof = LogitFilterMemory.lof(params.hmm)
     _, lof_w = jax.vmap(lambda o, a, s: lof.sequence(lof.init_state(), o, a, s))(
         out["obs"], out["prev_action"], out["start"])
-    return {"state": np.asarray(out["state"]), "action": np.asarray(out["action"]),
-            "next_state": np.asarray(out["next_state"]), "obs": np.asarray(out["obs"]).argmax(-1),
-            "reward": np.asarray(out["reward"]), "alf_decoded": np.asarray(out["features"]).argmax(-1),
-            "lof_decoded": np.asarray(lof_w).argmax(-1)}
+    return PlayedEpisodes(state=np.asarray(out["state"]), action=np.asarray(out["action"]),
+                          next_state=np.asarray(out["next_state"]), obs=np.asarray(out["obs"]).argmax(-1),
+                          reward=np.asarray(out["reward"]), alf_decoded=np.asarray(out["features"]).argmax(-1),
+                          lof_decoded=np.asarray(lof_w).argmax(-1))
 
 
 def run_ringworld_trajectory(cfg: TrajectoryConfig, run) -> dict:
@@ -74,9 +89,9 @@ def run_ringworld_trajectory(cfg: TrajectoryConfig, run) -> dict:
                     episode_length=cfg.episode_length)
     trained = run.sweep({"train": train},
                         "train the ALF agent")["train"]
-    played = run.sweep({"play": partial(_play_cell, cfg.ppo, cfg.episode_length, cfg.num_episodes, trained["agent"],
+    played = run.sweep({"play": partial(_play_cell, cfg.ppo, cfg.episode_length, cfg.num_episodes, trained.agent,
                                        run.key_for("play"))}, "play")["play"]
-    stats = analyse(cfg, trained["metrics"], played)
+    stats = analyse(cfg, trained.metrics, played)
     _figure(stats, run)
     _claims(stats, run)
     run.write_summary(_summary(cfg, stats, run))
@@ -123,13 +138,13 @@ class TrajectoryStats:
     policy: dict[str, dict[str, float]]
 
 
-def analyse(cfg: TrajectoryConfig, metrics: dict, played: dict) -> TrajectoryStats:
+def analyse(cfg: TrajectoryConfig, metrics: dict[str, list[float]], played: PlayedEpisodes) -> TrajectoryStats:
     """The training metrics and the 'play' cell -> event masks and their rates: irregular transitions, off-peak
     observations, ALF/LOF decoding errors overall and at off-peak observations, the action frequencies in states
     2 and 3."""
-    state, next_state, action, reward, obs = (np.asarray(played[k]) for k in ("state", "next_state", "action",
-                                                                             "reward", "obs"))
-    decoded = {name: np.asarray(played[f"{name}_decoded"]) for name in ("alf", "lof")}
+    state, next_state, action, reward, obs = (np.asarray(x) for x in (played.state, played.next_state, played.action,
+                                                                      played.reward, played.obs))
+    decoded = {"alf": np.asarray(played.alf_decoded), "lof": np.asarray(played.lof_decoded)}
     shifts = np.asarray(rw.ACTION_SHIFTS)
     irregular = next_state != (state + shifts[action]) % rw.NUM_STATES
     seen = np.ones_like(state, bool)

@@ -18,7 +18,7 @@ from jax import Array
 from memlab.checks import check_choice, check_choices, check_increasing_ints, check_int, check_real
 from memlab.recall.band import AchievableBand, achievable_band
 from memlab.recall.metrics import LearningCurve, TagOnlyComparison, curve_label
-from memlab.recall.runs import STUDENTS, curve_cell
+from memlab.recall.runs import STUDENTS, TrainingRecord, curve_cell
 from memlab.recall.task import TARGETS, RecallTask
 from memlab.recall.train import TrainConfig
 
@@ -74,14 +74,14 @@ class CurveStats:
     """What every risk-vs-n analysis returns (the typed results of ``rate``, ``sweep`` and ``compare`` extend it);
     a curve's key is (``metrics.curve_label``, alpha, T).
 
-    records: the cell records (``runs.curve_cell``, JSON as stored), in sweep order.
+    records: the cell records (``runs.curve_cell``), in sweep order.
     curves: key -> ``LearningCurve``: sizes n (k,), best validation MSE (k,) (mean over seeds), its eq. (1) fit and
         the exact mean and tag-only risks.
     tag_only: key -> ``TagOnlyComparison``: the MSE against the tag-only risk of the same validation set per n (k,)
         and the first n where it is below by more than 2 s.e. (None: never).
     """
 
-    records: list[dict]
+    records: list[TrainingRecord]
     curves: dict[tuple[str, float, int], LearningCurve]
     tag_only: dict[tuple[str, float, int], TagOnlyComparison]
 

@@ -17,6 +17,7 @@ from memlab.files import summary_text
 from memlab.recall.experiments.cells import CurveConfig, CurveStats, bands, curve_cells, schedule
 from memlab.recall.experiments.report import beats_tag_only, plot_curves, recall_claims, report
 from memlab.recall.metrics import learning_curves, tag_only_comparison
+from memlab.recall.runs import TrainingRecord
 from memlab.runner import Experiment, Run
 
 SUMMARY = summary_text(__package__, "compare")
@@ -62,7 +63,7 @@ def run_compare(cfg: CompareConfig, run: Run) -> dict:
     return _results(stats)
 
 
-def analyse(cfg: CompareConfig, cells: dict) -> CompareStats:
+def analyse(cfg: CompareConfig, cells: dict[str, TrainingRecord]) -> CompareStats:
     """Cell records -> one curve per student; whether each learns (C > 0 and the MSE at the largest n below the
     tag-only risk); the MSE ratio of the first S6 student to attention at the largest n."""
     records = list(cells.values())

@@ -20,7 +20,7 @@ from memlab.files import summary_text
 from memlab.recall.experiments.report import CHOICES
 from memlab.recall.limit import coupling_distance, finite_context_values, per_step_bound
 from memlab.recall.metrics import coupling_rate
-from memlab.recall.runs import STUDENTS, deserialise, first_seed, serialise, train_cell
+from memlab.recall.runs import STUDENTS, TrainingRecord, deserialise, first_seed, serialise, train_students
 from memlab.recall.task import RecallTask, sample
 from memlab.recall.train import TrainConfig
 from memlab.runner import Experiment, Run, atomic_write_bytes
@@ -63,53 +63,83 @@ def run_context_limit(cfg: ContextLimitConfig, run: Run) -> dict:
     keys = run.key_for("validation"), run.key_for("training-pool"), run.key_for("init", cfg.num_train)
     train = partial(_train_cell, task, cfg.student, cfg.num_train, cfg.num_val, cfg.epochs, *keys)
     trained = run.sweep({"train": train}, "train the student")["train"]
-    atomic_write_bytes(run.out_dir / "student.eqx", trained["model"])
-    model = deserialise(trained["model"], cfg.student, task.tag_array.shape[1])
+    atomic_write_bytes(run.out_dir / "student.eqx", trained.model)
+    model = deserialise(trained.model, cfg.student, task.tag_array.shape[1])
     pairs = sample(run.key_for("test-pairs"), cfg.num_pairs, task)
     cells = {f"T={T}": partial(_monte_carlo_cell, model, pairs, task, T, cfg.num_mc, run.key_for("monte-carlo", T))
              for T in cfg.eval_lengths}
     cells["coupling"] = partial(_coupling_cell, model, pairs, task, cfg.coupling_length, cfg.num_couplings,
                                 run.key_for("coupling"))
     cells["per-step-bound"] = partial(_bound_cell, model, pairs, task, run.key_for("per-step-bound"))
-    stats = analyse(cfg, trained["record"], run.sweep(cells, "evaluate the student"), pairs)
+    stats = analyse(cfg, trained.record, run.sweep(cells, "evaluate the student"), pairs)
     _figures(cfg, stats, run)
     _claims(cfg, stats, run)
     run.write_summary(_summary(cfg, stats, run))
     return _results(cfg, stats)
 
 
-@cell("recall.context-train")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainedStudent:
+    """The student the context limit is measured on: its training ``record`` and its ``model``'s leaves
+    (``runs.serialise``)."""
+
+    record: TrainingRecord
+    model: bytes
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FiniteContext:
+    """F^(T)(nu, q) at one context length T by Monte Carlo: ``mean`` and ``stderr``, (P,) one per test pair."""
+
+    mean: list[float]
+    stderr: list[float]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Coupling:
+    """``distance``: (t,) the mean distance of two chains' features after 1..t shared tokens."""
+
+    distance: list[float]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepBounds:
+    """``r``: (layers,) the per-step contraction bound max exp(Delta A) of each S6 layer."""
+
+    r: list[float]
+
+
+@cell("recall.context-train", result=TrainedStudent)
 def _train_cell(task: RecallTask, student: str, num_train: int, num_val: int, epochs: int, val_key, pool_key,
-                init_key) -> dict:
-    """Train one ``student`` on ``num_train`` contexts (``num_val`` to validate on); its record and its serialised
-    leaves (``runs.serialise``)."""
+                init_key) -> TrainedStudent:
+    """Train one ``student`` on ``num_train`` contexts (``num_val`` to validate on)."""
     val_set = sample(val_key, num_val, task)
-    record, models = train_cell(task, num_train, student, TrainConfig(epochs=epochs), val_set, 1, pool_key,
-                                init_key)
-    return {"record": record, "model": serialise(first_seed(models))}
+    record, models = train_students(task, num_train, student, TrainConfig(epochs=epochs), val_set, 1, pool_key,
+                                    init_key)
+    return TrainedStudent(record=record, model=serialise(first_seed(models)))
 
 
-@cell("recall.context-monte-carlo")
-def _monte_carlo_cell(model, pairs, task: RecallTask, length: int, num_mc: int, key) -> dict:
+@cell("recall.context-monte-carlo", result=FiniteContext)
+def _monte_carlo_cell(model, pairs, task: RecallTask, length: int, num_mc: int, key) -> FiniteContext:
     mean, stderr = finite_context_values(model, pairs, task, length, num_mc, key)
-    return {"mean": mean, "stderr": stderr}
+    return FiniteContext(mean=mean, stderr=stderr)
 
 
-@cell("recall.context-coupling")
-def _coupling_cell(model, pairs, task: RecallTask, length: int, num: int, key) -> dict:
-    return {"distance": coupling_distance(model, pairs, task, length, num, key)}
+@cell("recall.context-coupling", result=Coupling)
+def _coupling_cell(model, pairs, task: RecallTask, length: int, num: int, key) -> Coupling:
+    return Coupling(distance=coupling_distance(model, pairs, task, length, num, key))
 
 
-@cell("recall.context-bound")
-def _bound_cell(model, pairs, task: RecallTask, key) -> dict:
-    return {"r": per_step_bound(model, pairs, task, key)}
+@cell("recall.context-bound", result=StepBounds)
+def _bound_cell(model, pairs, task: RecallTask, key) -> StepBounds:
+    return StepBounds(r=per_step_bound(model, pairs, task, key))
 
 
 @dataclasses.dataclass(frozen=True)
 class ContextLimitStats:
     """The context-limit analysis; ``len`` context lengths T (``eval_lengths``), P test pairs (nu, q).
 
-    record: the training cell's record (``runs.train_cell``, JSON as stored): best validation MSE, baselines, curves.
+    record: the training cell's record (``runs.TrainingRecord``): best validation MSE, baselines, curves.
     mean, stderr: (len, P), the Monte-Carlo F^(T)(nu, q) and its standard error.
     dev: (len, P), |F^(T) - F^(T_max)|.
     converged: (P,) bool, dev at the second-largest T within 2 combined standard errors of the last two T.
@@ -120,7 +150,7 @@ class ContextLimitStats:
     bounds: (layers,), the per-step contraction bound max exp(Delta A) of each S6 layer.
     """
 
-    record: dict
+    record: TrainingRecord
     mean: np.ndarray
     stderr: np.ndarray
     dev: np.ndarray
@@ -133,18 +163,18 @@ class ContextLimitStats:
     bounds: list[float]
 
 
-def analyse(cfg: ContextLimitConfig, record: dict, cells: dict, pairs) -> ContextLimitStats:
+def analyse(cfg: ContextLimitConfig, record: TrainingRecord, cells: dict, pairs) -> ContextLimitStats:
     """Cell results -> F^(T) mean and s.e. (len, P), |F^(T) - F^(T_max)|, which pairs converged at the second-largest
     T (within 2 combined standard errors), the coupling distance and its rate, the per-step bounds."""
-    mean = np.array([cells[f"T={T}"]["mean"] for T in cfg.eval_lengths])  # (len, P)
-    stderr = np.array([cells[f"T={T}"]["stderr"] for T in cfg.eval_lengths])
-    distance = np.array(cells["coupling"]["distance"])
+    mean = np.array([cells[f"T={T}"].mean for T in cfg.eval_lengths])  # (len, P)
+    stderr = np.array([cells[f"T={T}"].stderr for T in cfg.eval_lengths])
+    distance = np.array(cells["coupling"].distance)
     r_eff, intercept = coupling_rate(distance)
     dev = np.abs(mean - mean[-1])  # |F^(T) - F^(T_max)|
     return ContextLimitStats(record, mean, stderr, dev,
                              converged=dev[-2] <= 2 * np.sqrt(stderr[-2] ** 2 + stderr[-1] ** 2),
                              target=np.asarray(pairs.y_clean, float), query_tag=np.asarray(pairs.query[:, 0], float),
-                             distance=distance, r_eff=r_eff, intercept=intercept, bounds=cells["per-step-bound"]["r"])
+                             distance=distance, r_eff=r_eff, intercept=intercept, bounds=cells["per-step-bound"].r)
 
 
 def _results(cfg: ContextLimitConfig, stats: ContextLimitStats) -> dict:
@@ -211,8 +241,8 @@ def _summary(cfg: ContextLimitConfig, stats: ContextLimitStats, run: Run) -> str
     table = run.save_table("convergence.csv", header, zip(lengths, stats.dev.mean(1), stderr.mean(1)),
                            {header[1]: ".3g", header[2]: ".2g"})
     return SUMMARY.format(student=STUDENTS[cfg.student], num_train=cfg.num_train, train_T=cfg.train_context_length,
-                          alpha=cfg.alpha, epochs=cfg.epochs, mse=stats.record["mse"],
-                          tag_only=stats.record["baseline_tag_only"], num_pairs=cfg.num_pairs, num_mc=cfg.num_mc,
+                          alpha=cfg.alpha, epochs=cfg.epochs, mse=stats.record.mse,
+                          tag_only=stats.record.baseline_tag_only, num_pairs=cfg.num_pairs, num_mc=cfg.num_mc,
                           table=table, bounds=", ".join(f"{b:.6f}" for b in stats.bounds), r_eff=stats.r_eff,
                           choices=CHOICES)
 

@@ -20,7 +20,7 @@ from memlab.files import summary_text
 from memlab.recall.experiments.cells import CurveConfig, CurveStats, bands, curve_cells, schedule
 from memlab.recall.experiments.report import beats_tag_only, curve_color, n_ticks, plot_curves, recall_claims, report
 from memlab.recall.metrics import is_monotone, learning_curves, tag_only_comparison
-from memlab.recall.runs import STUDENTS
+from memlab.recall.runs import STUDENTS, TrainingRecord
 from memlab.runner import Experiment, Run
 
 PAPER_C = {0.75: 1.81, 1.0: 1.28}  # App. A.2, Fig. 1 (T = 5000, one-block student)
@@ -71,7 +71,7 @@ def run_rate(cfg: RateConfig, run: Run) -> dict:
     return _results(stats)
 
 
-def analyse(cfg: RateConfig, cells: dict) -> RateStats:
+def analyse(cfg: RateConfig, cells: dict[str, TrainingRecord]) -> RateStats:
     """Cell records -> one learning curve per (student, alpha), the monotonicity rule and the tag-only comparison
     per curve and, per student with two or more alphas, where the smoothest curve lies below the roughest (raw and
     relative to the mean predictor)."""

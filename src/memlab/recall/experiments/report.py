@@ -16,6 +16,7 @@ from memlab.recall.band import AchievableBand
 from memlab.recall.experiments.cells import CurveConfig, CurveStats, bands
 from memlab.recall.metrics import LearningCurve, TagOnlyComparison, curve_label
 from memlab.recall.rate import rate_axis
+from memlab.recall.runs import TrainingRecord
 
 __all__ = ["BAND", "BAND_HEADER", "CHOICES", "FIT_FORMAT", "FIT_HEADER", "RISK_HEADER", "CurveHandles", "band_rows",
            "beats_tag_only", "budget_line", "curve_color", "fit_rows", "n_ticks", "plot_curves", "recall_claims",
@@ -32,11 +33,11 @@ FIT_FORMAT = {"α": "g", "fitted C (ours)": ".2f", "R²": ".2f"}
 BAND_HEADER = ["α", "T", "tag-only", "tag-only (validation set)", "context (T)", "measure (T = ∞)", "floor"]
 
 
-def risk_rows(records: Sequence[Mapping]) -> list[list]:
+def risk_rows(records: Sequence[TrainingRecord]) -> list[list]:
     """Rows of risk.csv (``RISK_HEADER``), one per cell record."""
-    return [[curve_label(r["student"], r.get("step_budget")), r["student"], r["alpha"], r["T"], r["n"], r["mse"],
-             r["mse_stderr"], int(np.mean(r["best_epoch"])), r.get("adam_steps", ""), r["mse"] / r["baseline_mean"],
-             r["baseline_mean"], r["baseline_tag_only"], r["val_baseline_tag_only"]] for r in records]
+    return [[curve_label(r.student, r.step_budget), r.student, r.alpha, r.T, r.n, r.mse, r.mse_stderr,
+             int(np.mean(r.best_epoch)), "" if r.adam_steps is None else r.adam_steps, r.mse / r.baseline_mean,
+             r.baseline_mean, r.baseline_tag_only, r.val_baseline_tag_only] for r in records]
 
 
 def _pm(mean: float, stderr: float) -> str:
@@ -68,9 +69,9 @@ def fit_rows(curves: Mapping[tuple, LearningCurve], comparisons: Mapping[tuple, 
              curves[k].fit.C, paper_c(k), curves[k].fit.r_squared, beats_tag_only(comparisons[k])] for k in keys]
 
 
-def band_rows(band: Mapping[tuple, AchievableBand], records: Sequence[Mapping]) -> list:
+def band_rows(band: Mapping[tuple, AchievableBand], records: Sequence[TrainingRecord]) -> list:
     """Rows of band.csv (``BAND_HEADER``), one per (alpha, T); the validation-set tag-only risk from the records."""
-    on_val = {(float(r["alpha"]), int(r["T"])): r["val_baseline_tag_only"] for r in records}
+    on_val = {(float(r.alpha), int(r.T)): r.val_baseline_tag_only for r in records}
     return [[a, T, f"{b.tag_only:.4g}", f"{on_val[a, T]:.4g}", _pm(b.context, b.context_stderr),
              _pm(b.measure, b.measure_stderr), f"{b.floor:.4g}"] for (a, T), b in band.items()]
 

@@ -18,7 +18,7 @@ from memlab.files import summary_text
 from memlab.recall.experiments.cells import CurveConfig, CurveStats, bands, curve_cells, schedule
 from memlab.recall.experiments.report import beats_tag_only, plot_curves, recall_claims, report
 from memlab.recall.metrics import is_monotone, learning_curves, tag_only_comparison
-from memlab.recall.runs import STUDENTS
+from memlab.recall.runs import STUDENTS, TrainingRecord
 from memlab.runner import Experiment, Run
 
 PAPER_SWEEP_C = {0.5: "3.3-3.4", 0.75: "2.1-2.2", 1.0: "1.1-1.2", 2.0: "0.4-0.6"}  # App. A.4
@@ -71,7 +71,7 @@ def run_sweep(cfg: SweepConfig, run: Run) -> dict:
     return _results(cfg, stats)
 
 
-def analyse(cfg: SweepConfig, cells: dict) -> SweepStats:
+def analyse(cfg: SweepConfig, cells: dict[str, TrainingRecord]) -> SweepStats:
     """Cell records -> curves; which are monotone in n; at how many (T, n) the risk strictly falls with alpha;
     C (alphas, Ts); and the spread of C over T against its allowance max(10 % of mean |C|, 0.05) per alpha."""
     records = list(cells.values())
