@@ -503,6 +503,22 @@ ARENA = [
           _ABLATION_CELLS),
 ]
 
+RECALL_BUDGET = "paper-results/arena.leaderboard/quick-recall-budget/results.json"
+ARENA += [
+    Quote(ARENA_DOC, "On `recall-predict` Mamba comes closest ({mamba}), while LRU ({lru}), S5 ({s5}) and LOF ({lof}) "
+          "learn least; on `mqar` the gated and attention layers level off together (GRU {gru}, softmax attention "
+          "{att}, gated DeltaNet {gdn}: one block cannot form the previous-token key, see below), S5 stays at {s5_m} "
+          "and LOF at {lof_m} ± {lof_se}", RECALL_BUDGET,
+          {"mamba": _stat("recall-predict", "mamba"), "lru": _stat("recall-predict", "lru"),
+           "s5": _stat("recall-predict", "s5"), "lof": _stat("recall-predict", "lof"), "gru": _stat("mqar", "gru"),
+           "att": _stat("mqar", "attention"), "gdn": _stat("mqar", "gated-deltanet"), "s5_m": _stat("mqar", "s5"),
+           "lof_m": _stat("mqar", "lof", digits=3), "lof_se": _stat("mqar", "lof", "se")}),
+    Quote(ARENA_DOC, "at {steps} steps {which} layer ends below 1 on both", RECALL_BUDGET,
+          {"steps": lambda d: f"{d['config']['train']['steps']:,}",
+           "which": lambda d: "every" if max(s["gap"] for t in d["results"]["stats"].values()
+                                              for s in t.values()) < 1 else "not every"}),
+]
+
 # the folder table's claim counts of the runs added last
 HOLDING = [Quote(RESULTS_README, "{n} (" + name + ")", path, {"n": _holding})
            for name, path in (("rate", RATE_BOTH), ("attention-vs-s6", ATTENTION), ("trajectory", TRAJECTORY),
