@@ -54,7 +54,8 @@ from memlab.ictd import feature_scores, kernel_weights, td_with_weights
 from memlab.layers import LRU, CausalSoftmaxAttention
 from memlab.logspace import log_matvec, normalize_logits
 
-# theta* scored on sequences up to this long: at L = 1024 one batch of 512 needed 36 GB (every prefix's kernel)
+# theta* is scored on sequences up to this long: it reads every prefix (L^3 time, L^2 memory a sequence), and a quick
+# batch at L = 1024 does not fit in a 24 GB machine
 THETA_STAR_MAX_LENGTH = 256
 
 __all__ = ["THETA_STAR_MAX_LENGTH", "Compiled", "LookupAttention", "action_filter", "compiled_model",
