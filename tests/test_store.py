@@ -377,6 +377,23 @@ def test_a_cell_declares_its_result_type_and_returns_it():
             cell("test.bad", result=result)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Modes:
+    """A field stored under a key that is no Python name (``stored_as``)."""
+
+    rule: float
+    free_flight: float = dataclasses.field(metadata={"stored_as": "free-flight"})
+
+
+def test_a_field_stored_under_another_key_is_written_and_read_under_that_key():
+    stored = cell("test.modes", result=Modes)(lambda: None)
+    record = files.read_cell(files.cell_text(Modes(rule=0.5, free_flight=0.25), 0.1))
+    assert list(record.result) == ["rule", "free-flight"]
+    assert typed_result(stored, record.result) == Modes(rule=0.5, free_flight=0.25)
+    with pytest.raises(ResultMismatch, match="has the key 'free_flight'"):  # the field's name is not its key
+        typed_result(stored, {"rule": 0.5, "free_flight": 0.25})
+
+
 def test_a_checkpointing_cell_stops_at_the_time_limit_and_resumes_from_its_checkpoint(tmp_path):
     exp = Experiment("fake.steps", "Fig. 0", "fake-paper", "steps", {"quick": StepsConfig(), "paper": StepsConfig()},
                      _steps_run)
