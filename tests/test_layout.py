@@ -259,22 +259,12 @@ def _cells_without_their_result_type(cells: list) -> list[str]:
     return untyped
 
 
-# the cells still returning dicts (issue 48): this list only shrinks; a new cell declares its result type
-NOT_YET_TYPED = {
-    "memlab.pissm.experiments.cells.train_and_score", "memlab.pissm.experiments.cells.particle_cell",
-    "memlab.pissm.experiments.cells.stability_cell", "memlab.pissm.experiments.cells.start_survival_cell",
-    "memlab.pissm.experiments.imputation.imputation_train_cell",
-    "memlab.pissm.experiments.imputation.imputation_score_cell", "memlab.pissm.experiments.modes.modes_train_cell",
-    "memlab.pissm.experiments.modes.modes_rules_cell", "memlab.pissm.experiments.modes.modes_evaluate_cell",
-}
-
-
 def test_every_cell_returns_the_result_type_it_declares():
     """A cell's result is a declared type (a frozen dataclass its sweep gives back), not a dict read by string keys:
     a typo in a field's name is an error where it is made and the fields are documented in one place."""
     cells = _cell_functions()
     assert len(cells) > 30
-    assert set(_cells_without_their_result_type(cells)) == NOT_YET_TYPED
+    assert _cells_without_their_result_type(cells) == []
 
 
 def test_a_cell_without_its_result_type_is_found():

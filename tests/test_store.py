@@ -372,9 +372,16 @@ def test_a_cell_declares_its_result_type_and_returns_it():
 
     text, error = compute_cell(partial(untyped_cell, 2), Settings.of_driver(), "u")
     assert text is None and "returned a dict; its cell function declares Draws" in error
-    for result in (dict, Draws(values=[], label="x"), (Draws, dict)):
+    for result in (dict, Draws(values=[], label="x"), (Draws, dict), None):
         with pytest.raises(ValueError, match="frozen dataclass"):
             cell("test.bad", result=result)
+
+
+def test_a_cell_without_a_result_type_is_refused_where_it_is_declared():
+    with pytest.raises(TypeError, match="result"):
+        @cell("test.no-result")
+        def no_result(n: int) -> dict:
+            return {"n": n}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

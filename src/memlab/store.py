@@ -72,7 +72,7 @@ class NotDescribable(TypeError):
     """The cell is not a partial of a module-level function of describable arguments."""
 
 
-def cell(name: str, version: int = 0, unkeyed: tuple[str, ...] = (), *, result: type | tuple[type, ...] | None = None
+def cell(name: str, version: int = 0, unkeyed: tuple[str, ...] = (), *, result: type | tuple[type, ...]
          ) -> Callable[[Callable], Callable]:
     """Decorator of a cell function: its stable ``name`` in the store (kept when the function moves to another
     module, so stored cells stay found) and its ``version`` (bump it when the cell's numbers change: older records
@@ -87,8 +87,8 @@ def cell(name: str, version: int = 0, unkeyed: tuple[str, ...] = (), *, result: 
     digest."""
     if not isinstance(name, str) or not name or "/" in name:
         raise ValueError(f"a cell name is a non-empty string without '/', got {name!r}")
-    kinds = result if isinstance(result, tuple) or result is None else (result,)
-    if kinds is not None and not (kinds and all(_is_result_type(k) for k in kinds)):
+    kinds = result if isinstance(result, tuple) else (result,)
+    if not (kinds and all(_is_result_type(k) for k in kinds)):
         raise ValueError(f"cell {name}: its result is declared as a frozen dataclass (or a tuple of them), "
                          f"got {result!r}")
 
