@@ -17,5 +17,7 @@ class RunningMean(eqx.Module):
         return jnp.cumsum(jax.vmap(self.proj)(x), 0) / jnp.arange(1, x.shape[0] + 1)[:, None]
 
 
+# no state_size method and no init_state / step: the layer cannot tell its state, so the registry is told (a layer
+# that can tell is registered without it)
 register_layer("running-mean", lambda width, key: RunningMean(eqx.nn.Linear(width, width, key=key)),
                state_size=lambda width, length: width)

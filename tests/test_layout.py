@@ -229,9 +229,15 @@ def test_cells_take_the_values_they_read_not_an_experiments_whole_config():
 
 
 def test_a_cell_given_a_whole_config_is_found():
+    import dataclasses
+
     from memlab.store import cell
 
-    @cell("test.whole-config")
+    @dataclasses.dataclass(frozen=True)
+    class Nothing:
+        pass
+
+    @cell("test.whole-config", result=Nothing)
     def whole(cfg: "VerifyConfig", kind: str) -> dict:  # noqa: F821 -- the annotation as a string, as modules have
         return {}
 
@@ -253,26 +259,12 @@ def _cells_without_their_result_type(cells: list) -> list[str]:
     return untyped
 
 
-# the cells still returning dicts (issue 48): this list only shrinks; a new cell declares its result type
-NOT_YET_TYPED = {
-    "memlab.ictd.experiments.cells.train_seed", "memlab.ictd.experiments.cells.evaluate_references",
-    "memlab.ictd.experiments.depth_cells.tasks_cell", "memlab.ictd.experiments.depth_cells.crosscheck_cell",
-    "memlab.ictd.experiments.depth_cells.context_cell", "memlab.ictd.experiments.msve_cells.msve_cell",
-    "memlab.ictd.experiments.neu.neu_cell", "memlab.ictd.experiments.verify.verify_cell",
-    "memlab.pissm.experiments.cells.train_and_score", "memlab.pissm.experiments.cells.particle_cell",
-    "memlab.pissm.experiments.cells.stability_cell", "memlab.pissm.experiments.cells.start_survival_cell",
-    "memlab.pissm.experiments.imputation.imputation_train_cell",
-    "memlab.pissm.experiments.imputation.imputation_score_cell", "memlab.pissm.experiments.modes.modes_train_cell",
-    "memlab.pissm.experiments.modes.modes_rules_cell", "memlab.pissm.experiments.modes.modes_evaluate_cell",
-}
-
-
 def test_every_cell_returns_the_result_type_it_declares():
     """A cell's result is a declared type (a frozen dataclass its sweep gives back), not a dict read by string keys:
     a typo in a field's name is an error where it is made and the fields are documented in one place."""
     cells = _cell_functions()
     assert len(cells) > 30
-    assert set(_cells_without_their_result_type(cells)) == NOT_YET_TYPED
+    assert _cells_without_their_result_type(cells) == []
 
 
 def test_a_cell_without_its_result_type_is_found():
@@ -288,13 +280,8 @@ def test_a_cell_without_its_result_type_is_found():
     def as_dict(n: int) -> dict:
         return {"x": n}
 
-    @cell("test.undeclared")
-    def undeclared(n: int) -> "Numbers":
-        return Numbers(n)
-
     @cell("test.typed", result=Numbers)
     def typed(n: int) -> "Numbers":
         return Numbers(n)
 
-    assert _cells_without_their_result_type([as_dict, undeclared, typed]) == [
-        f"{__name__}.as_dict", f"{__name__}.undeclared"]
+    assert _cells_without_their_result_type([as_dict, typed]) == [f"{__name__}.as_dict"]

@@ -372,9 +372,33 @@ def test_a_cell_declares_its_result_type_and_returns_it():
 
     text, error = compute_cell(partial(untyped_cell, 2), Settings.of_driver(), "u")
     assert text is None and "returned a dict; its cell function declares Draws" in error
-    for result in (dict, Draws(values=[], label="x"), (Draws, dict)):
+    for result in (dict, Draws(values=[], label="x"), (Draws, dict), None):
         with pytest.raises(ValueError, match="frozen dataclass"):
             cell("test.bad", result=result)
+
+
+def test_a_cell_without_a_result_type_is_refused_where_it_is_declared():
+    with pytest.raises(TypeError, match="result"):
+        @cell("test.no-result")
+        def no_result(n: int) -> dict:
+            return {"n": n}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Modes:
+    """A field stored under a key that is no Python name (``stored_as``)."""
+
+    rule: float
+    free_flight: float = dataclasses.field(metadata={"stored_as": "free-flight"})
+
+
+def test_a_field_stored_under_another_key_is_written_and_read_under_that_key():
+    stored = cell("test.modes", result=Modes)(lambda: None)
+    record = files.read_cell(files.cell_text(Modes(rule=0.5, free_flight=0.25), 0.1))
+    assert list(record.result) == ["rule", "free-flight"]
+    assert typed_result(stored, record.result) == Modes(rule=0.5, free_flight=0.25)
+    with pytest.raises(ResultMismatch, match="has the key 'free_flight'"):  # the field's name is not its key
+        typed_result(stored, {"rule": 0.5, "free_flight": 0.25})
 
 
 def test_a_checkpointing_cell_stops_at_the_time_limit_and_resumes_from_its_checkpoint(tmp_path):

@@ -37,6 +37,32 @@ def test_every_committed_cell_is_found_by_the_current_code():
     assert done.returncode == 0, done.stdout[:2000] + done.stderr[-2000:]
 
 
+@pytest.mark.skipif(not STORE.is_dir(), reason="no committed cell store in this checkout")
+def test_every_committed_result_is_read_back_as_its_cells_declared_type():
+    """A record's result is the type its cell declares (``store.typed_result``; a ``ResultMismatch`` otherwise):
+    a change to a result type that older records do not fit fails here, not in the middle of a paper run."""
+    import importlib
+
+    from memlab.files import read_cell
+    from memlab.store import result_types, typed_result
+
+    src = ROOT / "src" / "memlab"
+    cells = {}
+    for path in sorted(src.rglob("*.py")):
+        module = importlib.import_module(".".join(("memlab", *path.relative_to(src).with_suffix("").parts))
+                                         .removesuffix(".__init__"))
+        cells |= {f.cell_name: f for f in vars(module).values() if callable(f)
+                  and isinstance(getattr(f, "cell_name", None), str)}
+    read = 0
+    for path in sorted(STORE.glob("*/*.json")):
+        entry = json.loads(path.read_text())
+        if entry.get("function") in cells:
+            result = typed_result(cells[entry["function"]], read_cell(json.dumps(entry["record"])).result)
+            assert isinstance(result, result_types(cells[entry["function"]])), path
+            read += 1
+    assert read > 600
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not STORE.is_dir(), reason="no committed cell store in this checkout")
 def test_every_committed_cell_is_found_including_the_slow_runs():

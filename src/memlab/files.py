@@ -4,7 +4,8 @@ Every file goes through :func:`atomic_write_bytes` (temporary file in the same f
 so a killed run never leaves a half-written file.
 
 JSON conversion (:func:`to_jsonable`): NumPy/JAX arrays become (nested) lists, NumPy scalars become Python
-numbers, tuples become lists, dataclasses become dicts. In the public files (config.json, results.json,
+numbers, tuples become lists, dataclasses become dicts
+(of their fields in order, each under :func:`stored_key`). In the public files (config.json, results.json,
 ``Run.save_json``) non-finite floats are written as the *strings* ``"NaN"``, ``"Infinity"`` and
 ``"-Infinity"`` (so the files are strict JSON and ``float(s)`` reads them back). Cell records are private to
 the runner: they keep non-finite floats exactly (Python's ``NaN`` tokens) and ``bytes`` (e.g. a trained
@@ -44,6 +45,7 @@ __all__ = [
     "markdown_table",
     "read_cell",
     "software_versions",
+    "stored_key",
     "summary_text",
     "to_jsonable",
 ]
@@ -92,7 +94,7 @@ def to_jsonable(obj: Any, strict: bool = True) -> Any:
     """Convert ``obj`` to plain JSON types. ``strict``: non-finite floats become "NaN"/"Infinity"/"-Infinity"
     and ``bytes`` are refused; otherwise floats stay as they are and bytes become ``{"__bytes__": base64}``."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        obj = {stored_key(f): getattr(obj, f.name) for f in dataclasses.fields(obj)}
     if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v, strict) for k, v in obj.items()}
     if isinstance(obj, (jax.Array, np.ndarray)):
@@ -111,6 +113,12 @@ def to_jsonable(obj: Any, strict: bool = True) -> Any:
         return {_BYTES: base64.b64encode(obj).decode("ascii")}
     raise TypeError(f"cannot convert {type(obj).__name__} to JSON; expected arrays, numbers, str, lists or dicts"
                     + ("" if strict else " (or bytes)"))
+
+
+def stored_key(field: dataclasses.Field) -> str:
+    """The key a dataclass field is written under: its name, or ``metadata["stored_as"]`` where the key is no Python
+    name (``pissm.modes-rules``' "free-flight"); :func:`to_jsonable` writes it, ``store.typed_result`` reads it."""
+    return field.metadata.get("stored_as", field.name)
 
 
 def dumps(obj: Any) -> str:

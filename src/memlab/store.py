@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from memlab import compile_cache
-from memlab.files import atomic_write_text, read_cell
+from memlab.files import atomic_write_text, read_cell, stored_key
 
 __all__ = ["CHECKPOINT", "CellClaim", "CellStore", "DamagedRecord", "NotDescribable", "ResultMismatch", "StoreError",
            "cell", "cell_digest", "describe", "result_types", "typed_result", "with_checkpoint"]
@@ -72,21 +72,23 @@ class NotDescribable(TypeError):
     """The cell is not a partial of a module-level function of describable arguments."""
 
 
-def cell(name: str, version: int = 0, unkeyed: tuple[str, ...] = (), *, result: type | tuple[type, ...] | None = None
+def cell(name: str, version: int = 0, unkeyed: tuple[str, ...] = (), *, result: type | tuple[type, ...]
          ) -> Callable[[Callable], Callable]:
     """Decorator of a cell function: its stable ``name`` in the store (kept when the function moves to another
     module, so stored cells stay found) and its ``version`` (bump it when the cell's numbers change: older records
     are then not reused). ``unkeyed``: parameters that do not change the result and stay out of the digest (a
     checkpoint path added to a cell whose stored records must stay found).
 
-    ``result``: the type the cell returns, a frozen dataclass whose fields, in order, are the stored result's keys
-    (``files.cell_text`` writes its fields as a JSON object); a sweep gives the result back as this type
-    (:func:`typed_result`). A cell whose results come in several shapes (a run that failed stores fewer numbers)
-    declares a tuple of types, one per shape. The result is not part of the digest."""
+    ``result`` (required: a cell without it is a TypeError): the type the cell returns, a frozen dataclass whose
+    fields, in order, are the stored result's keys (``files.cell_text`` writes its fields as a JSON object; a field
+    declared with ``metadata={"stored_as": key}`` is stored under ``key``, for a key that is no Python name); a sweep
+    gives the result back as this type (:func:`typed_result`). A cell whose results come in several shapes (a model
+    that does not train stores fewer numbers) declares a tuple of types, one per shape. The result is not part of the
+    digest."""
     if not isinstance(name, str) or not name or "/" in name:
         raise ValueError(f"a cell name is a non-empty string without '/', got {name!r}")
-    kinds = result if isinstance(result, tuple) or result is None else (result,)
-    if kinds is not None and not (kinds and all(_is_result_type(k) for k in kinds)):
+    kinds = result if isinstance(result, tuple) else (result,)
+    if not (kinds and all(_is_result_type(k) for k in kinds)):
         raise ValueError(f"cell {name}: its result is declared as a frozen dataclass (or a tuple of them), "
                          f"got {result!r}")
 
@@ -125,14 +127,14 @@ def typed_result(cell: Callable, result: Mapping) -> Any:
 def _as_one_of(kinds: tuple[type, ...], result: Mapping) -> Any:
     mismatches = []
     for kind in kinds:
-        fields = dataclasses.fields(kind)
-        unknown = [k for k in result if k not in {f.name for f in fields}]
-        missing = [f.name for f in fields if f.name not in result and f.default is dataclasses.MISSING
+        fields = {stored_key(f): f for f in dataclasses.fields(kind)}
+        unknown = [k for k in result if k not in fields]
+        missing = [k for k, f in fields.items() if k not in result and f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING]
         if not unknown and not missing:
             nested = {name: t for name, t in typing.get_type_hints(kind).items() if _is_result_type(t)}
-            return kind(**{k: _as_one_of((nested[k],), v) if k in nested and isinstance(v, Mapping) else v
-                           for k, v in result.items()})
+            return kind(**{fields[k].name: _as_one_of((nested[fields[k].name],), v)
+                           if fields[k].name in nested and isinstance(v, Mapping) else v for k, v in result.items()})
         mismatches.append((len(unknown) + len(missing), kind, unknown, missing))
     _, kind, unknown, missing = min(mismatches, key=lambda m: m[0])
     key, what = (unknown[0], "has the key") if unknown else (missing[0], "lacks the key")

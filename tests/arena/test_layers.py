@@ -77,3 +77,57 @@ def test_the_recurrent_form_equals_the_layer_and_holds_the_state_it_is_counted_w
     np.testing.assert_allclose(y, layer(x), rtol=1e-10, atol=1e-10)
     numbers = sum(a.size * (2 if jnp.iscomplexobj(a) else 1) for a in jax.tree.leaves(state))
     assert numbers == state_size(name, width, length)
+
+
+# the registry's state sizes before the layers told their own (arena cells stored with them): the same numbers
+REGISTERED_STATE_SIZES = {
+    "lru": lambda d, L: 2 * d, "s5": lambda d, L: 2 * (d // 2 + d % 2), "mamba": lambda d, L: 2 * d * (16 + 3),
+    "gru": lambda d, L: d, "lstm": lambda d, L: 2 * d, "attention": lambda d, L: 2 * d * L,
+    "linear-attention": lambda d, L: d * d + d, "lof": lambda d, L: d, "alf": lambda d, L: d,
+    "gated-deltanet": lambda d, L: d * d, "unnormalised-linear-attention": lambda d, L: d * d,
+    "deltanet": lambda d, L: d * d, "gated-linear-attention": lambda d, L: d * d,
+    "l2-linear-attention": lambda d, L: d * d, "beta-linear-attention": lambda d, L: d * d,
+}
+
+
+def test_every_layer_tells_its_state_size_as_the_registry_counted_it():
+    """memlab's layers say their state themselves (a ``state_size(length)`` method or ``init_state()``), and say
+    what the registry's callables said, at several widths and lengths: the ``state`` of stored arena cells holds."""
+    from memlab.arena.layers import MEMLAB_LAYERS
+
+    assert set(REGISTERED_STATE_SIZES) == set(MEMLAB_LAYERS)
+    assert all(LAYERS[name].state_size is None for name in MEMLAB_LAYERS)
+    for name, registered in REGISTERED_STATE_SIZES.items():
+        for width in (1, 3, 8, 17, 64):
+            for length in (1, 32, 256):
+                assert state_size(name, width, length) == registered(width, length), (name, width, length)
+
+
+def test_a_registered_layer_tells_its_state_or_is_told_it(monkeypatch):
+    """A layer with a recurrent form needs no state_size: its init_state() is counted; a layer that cannot tell
+    takes the registry's callable, and without one its state size is a ValueError naming the way out."""
+    from memlab.arena.layers import register_layer
+
+    class Mean(eqx.Module):
+        proj: eqx.nn.Linear
+
+        def init_state(self):
+            return jnp.zeros(()), jnp.zeros(self.proj.out_features)
+
+        def step(self, state, x):
+            count, total = state[0] + 1, state[1] + self.proj(x)
+            return (count, total), total / count
+
+        def __call__(self, x):
+            return jax.lax.scan(self.step, self.init_state(), x)[1]
+
+    for name in ("test-mean", "test-cumsum", "test-untold"):
+        monkeypatch.delitem(LAYERS, name, raising=False)
+    register_layer("test-mean", lambda width, key: Mean(eqx.nn.Linear(width, width, key=key)))
+    assert state_size("test-mean", 4, 100) == 5
+    cumsum = lambda width, key: lambda x: jnp.cumsum(x, 0)  # noqa: E731 -- no state_size, no recurrent form
+    register_layer("test-cumsum", cumsum, state_size=lambda width, length: width)
+    assert state_size("test-cumsum", 4, 100) == 4
+    register_layer("test-untold", cumsum)
+    with pytest.raises(ValueError, match="cannot tell its state size.*state_size=lambda width, length"):
+        state_size("test-untold", 4, 100)

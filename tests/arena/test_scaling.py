@@ -11,9 +11,11 @@ import pytest
 from memlab import cli
 from memlab.arena.experiments.leaderboard import LeaderboardConfig
 from memlab.arena.experiments.scaling import NEAR, ScalingConfig, analyse
+from memlab.arena.experiments.train_and_score import train_and_score
 from memlab.arena.layers import state_size
 from memlab.arena.train import TrainConfig
 from memlab.catalog import EXPERIMENTS
+from memlab.store import typed_result
 
 
 def test_tiny_profile_runs_resumes_and_adopts_the_leaderboards_cells(tmp_path, check_tiny_run):
@@ -48,8 +50,10 @@ def test_tiny_profile_runs_resumes_and_adopts_the_leaderboards_cells(tmp_path, c
 
 
 def _cell(gaps, state, longer=()):
-    return {"gap": gaps, "eval_gap": [[g] for g in gaps], "parameters": 10, "state": state,
-            "compiled_distance": [0.0] * len(gaps), "gradient_cosine": [1.0] * len(gaps), "longer_gap": list(longer)}
+    """An ``arena.train-and-score`` result as a sweep gives it back (``store.typed_result``)."""
+    return typed_result(train_and_score, {
+        "gap": gaps, "eval_gap": [[g] for g in gaps], "parameters": 10, "state": state,
+        "compiled_distance": [0.0] * len(gaps), "gradient_cosine": [1.0] * len(gaps), "longer_gap": list(longer)})
 
 
 def test_analyse_lines_widths_up_and_finds_the_smallest_state_near_the_optimum():
@@ -66,7 +70,7 @@ def test_analyse_lines_widths_up_and_finds_the_smallest_state_near_the_optimum()
     assert result.closest == {"lgssm": ["lru", "lru"]}
     # gru at width 8 and lru at width 8 are both within NEAR; gru's state (8) is the smaller
     assert NEAR >= 0.04 and result.smallest_near == {"lgssm": ("gru", 8, 8)}
-    far = {n: {**c, "gap": [0.5, 0.5]} for n, c in cells.items()}
+    far = {n: dataclasses.replace(c, gap=[0.5, 0.5]) for n, c in cells.items()}
     assert analyse(cfg, far).smallest_near == {"lgssm": None}
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from memlab.belief.metrics import logit_agreement, merge_agreement, switch_lags, trend
+from memlab.belief.metrics import LogitAgreement, logit_agreement, merge_agreement, switch_lags, trend
 
 # ------------------------------------------------------------------ trend
 
@@ -82,19 +82,19 @@ def test_logit_agreement_over_the_extended_reals():
     w[1, 1, 1] = 99.0  # ... which is skipped entirely
     flagged = np.array([[False, False], [False, True]])
     out = logit_agreement(w, w_ref, flagged)
-    assert out["max_abs_error"] == pytest.approx(1e-3)
-    assert out["pattern_mismatches"] == 1
-    assert out["neg_inf_entries"] == 3  # -inf entries of w_ref on the three unflagged rows
-    assert (out["flagged_rows"], out["rows"]) == (1, 4)
+    assert out.max_abs_error == pytest.approx(1e-3)
+    assert out.pattern_mismatches == 1
+    assert out.neg_inf_entries == 3  # -inf entries of w_ref on the three unflagged rows
+    assert (out.flagged_rows, out.rows) == (1, 4)
     exact = logit_agreement(w_ref, w_ref, np.zeros((2, 2), bool))
-    assert exact["max_abs_error"] == 0.0 and exact["pattern_mismatches"] == 0
+    assert exact.max_abs_error == 0.0 and exact.pattern_mismatches == 0
 
 
 def test_merge_agreement_takes_the_worst_error_and_sums_counts():
-    a = {"max_abs_error": 1e-14, "pattern_mismatches": 0, "neg_inf_entries": 3, "flagged_rows": 1, "rows": 10}
-    b = {"max_abs_error": 3e-14, "pattern_mismatches": 2, "neg_inf_entries": 0, "flagged_rows": 0, "rows": 5}
-    assert merge_agreement([a, b]) == {"max_abs_error": 3e-14, "pattern_mismatches": 2, "neg_inf_entries": 3,
-                                       "flagged_rows": 1, "rows": 15}
+    a = LogitAgreement(max_abs_error=1e-14, pattern_mismatches=0, neg_inf_entries=3, flagged_rows=1, rows=10)
+    b = LogitAgreement(max_abs_error=3e-14, pattern_mismatches=2, neg_inf_entries=0, flagged_rows=0, rows=5)
+    assert merge_agreement([a, b]) == LogitAgreement(max_abs_error=3e-14, pattern_mismatches=2, neg_inf_entries=3,
+                                                     flagged_rows=1, rows=15)
     with pytest.raises(ValueError, match="at least one"):
         merge_agreement([])
 

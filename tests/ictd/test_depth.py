@@ -13,9 +13,10 @@ from memlab.ictd import depth as dp
 from memlab.ictd import softmax_td as st
 from memlab.ictd import transformer as tf
 from memlab.ictd.experiments.depth_analysis import Margins, analyse
-from memlab.ictd.experiments.depth_cells import DepthConfig
+from memlab.ictd.experiments.depth_cells import DepthConfig, context_cell, crosscheck_cell, tasks_cell
 from memlab.ictd.random_tasks import random_task_batch
 from memlab.runner import run_experiment
+from memlab.store import typed_result
 
 # the helpers run on the tiny profile's shapes, so the tiny end-to-end run below reuses their compilations
 EXP = EXPERIMENTS["ictd.depth-convergence"]
@@ -82,7 +83,7 @@ def test_operator_iteration_is_the_transformer(x64, batch):
     np.testing.assert_allclose(Zs[:, -1, :], vs[:, np.asarray(states)], rtol=0, atol=1e-12)
     assert np.abs(vs[-1]).max() > 0.1
     check = dp.transformer_crosscheck(task, states, D, L)
-    assert check["transformer_vs_operator"] <= 1e-12 and check["eq49_vs_eq24"] <= 1e-13
+    assert check.transformer_vs_operator <= 1e-12 and check.eq49_vs_eq24 <= 1e-13
 
 
 def test_task_depth_curves_quantities(x64, batch):
@@ -202,18 +203,20 @@ def test_tiny_rerun_resumes_from_cells(tiny_run):
 
 def _synthetic_cell(floor, covered, rate, excess, rho_bounded):
     """A context cell as it comes back from a sweep (lists): two tasks, L = 2."""
-    return {"covered": covered, "draws": [1, 3], "rate": rate, "rho_bounded": rho_bounded, "bound70_excess": excess,
-            "floor": floor, "T2": [0.5 * f for f in floor], "M_dev": [0.1 * f for f in floor], "rho_hat": [0.9, 0.95],
-            "spectral_radius": [0.9, 0.9], "C_hat": [0.01, 0.02],
-            "err_q": [[1.0, 0.5, floor[0]], [1.0, 0.6, floor[0]], [1.0, 0.7, floor[0]]]}
+    return typed_result(context_cell, {
+        "covered": covered, "draws": [1, 3], "rate": rate, "rho_bounded": rho_bounded, "bound70_excess": excess,
+        "floor": floor, "T2": [0.5 * f for f in floor], "M_dev": [0.1 * f for f in floor], "rho_hat": [0.9, 0.95],
+        "spectral_radius": [0.9, 0.9], "C_hat": [0.01, 0.02],
+        "err_q": [[1.0, 0.5, floor[0]], [1.0, 0.6, floor[0]], [1.0, 0.7, floor[0]]]})
 
 
 def test_analyse_uses_only_covered_tasks():
     """The second task is uncovered at n = 30: its (huge) floor, NaN rate and positive excess must not count."""
     cfg = DepthConfig(context_lengths=(30, 120), num_layers=2, state_counts=(5,), tasks_per_m=2, d=5)
-    cells = {"tasks": {"margin": [0.05, 0.04], "err0": [1.0, 2.0]},
-             "crosscheck": {"transformer_vs_operator": 1e-15, "readout_vs_operator": 1e-15, "eq49_vs_eq24": 1e-16,
-                            "max_abs_value": 1.5, "n": 30, "m": 5},
+    crosscheck = {"transformer_vs_operator": 1e-15, "readout_vs_operator": 1e-15, "eq49_vs_eq24": 1e-16,
+                  "max_abs_value": 1.5, "n": 30, "m": 5}
+    cells = {"tasks": typed_result(tasks_cell, {"margin": [0.05, 0.04], "err0": [1.0, 2.0]}),
+             "crosscheck": typed_result(crosscheck_cell, crosscheck),
              "n=30": _synthetic_cell([0.4, 9.0], [True, False], [0.9, float("nan")], [-0.1, 5.0], [True, True]),
              "n=120": _synthetic_cell([0.2, 0.1], [True, True], [0.9, 0.91], [-0.2, -0.3], [True, False])}
     s = analyse(cfg, cells)

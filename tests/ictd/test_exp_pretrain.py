@@ -12,7 +12,7 @@ import pytest
 
 from memlab.catalog import EXPERIMENTS
 from memlab.files import read_cell
-from memlab.ictd.experiments.cells import setting_from_cells
+from memlab.ictd.experiments.cells import evaluate_references, setting_from_cells, train_seed
 from memlab.ictd.experiments.mask import MaskRelaxationConfig
 from memlab.ictd.experiments.mask import analyse as analyse_mask
 from memlab.ictd.experiments.pretrain import PretrainExperimentConfig
@@ -23,6 +23,7 @@ from memlab.ictd.experiments.setting_tables import setting_results, setting_tabl
 from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config
 from memlab.ictd.transformer import theta_star
 from memlab.runner import Experiment, run_experiment
+from memlab.store import typed_result
 
 BY_NAME = {name: EXPERIMENTS[name] for name in ("ictd.pretrain", "ictd.mask-relaxation")}
 
@@ -80,8 +81,10 @@ REFERENCES = {"theta*": {"abs_td_error": 0.5, "abs_value_error": 1.0},
 
 
 def sweep_cells(slug: str, config: PretrainConfig, sign: float = -1.0) -> dict:
-    cells = {f"{slug}-seed={s}": _record(sign, config.num_steps, 0.8 + 0.1 * s, s) for s in range(config.num_seeds)}
-    return cells | {f"{slug}-references": REFERENCES}
+    """The cells' results as a sweep gives them back (``store.typed_result`` of the stored dicts)."""
+    cells = {f"{slug}-seed={s}": typed_result(train_seed, _record(sign, config.num_steps, 0.8 + 0.1 * s, s))
+             for s in range(config.num_seeds)}
+    return cells | {f"{slug}-references": typed_result(evaluate_references, REFERENCES)}
 
 
 def test_setting_claims_of_the_mirror_image():

@@ -17,11 +17,10 @@ import pytest
 
 from memlab.catalog import EXPERIMENTS
 from memlab.ictd import transformer
-from memlab.ictd.experiments.neu import NEUConfig, analyse
+from memlab.ictd.experiments.neu import NEUConfig, analyse, neu_cell
 from memlab.ictd.mrp import sample_trajectory
 from memlab.ictd.neu import (
     POINT_LABELS,
-    STAT_FIELDS,
     comparison_points,
     estimator_statistics,
     flatten_theta,
@@ -37,6 +36,7 @@ from memlab.ictd.neu import (
 )
 from memlab.ictd.random_tasks import random_task
 from memlab.runner import run_experiment
+from memlab.store import typed_result
 
 
 def reference_value(theta: np.ndarray, feats: np.ndarray, rewards: np.ndarray, gamma: float, L: int) -> float:
@@ -325,20 +325,22 @@ def test_estimator_statistics_summarise_the_samples():
     L, n = tiny.num_layers, tiny.contexts[0]
     stats = estimator_statistics(u, B, tasks, keys, L, n, tiny.batch_size)
     tower, plain = (np.asarray(a, np.float64) for a in update_samples(u, B, tasks, keys, L, n, tiny.batch_size))
-    np.testing.assert_allclose(stats["tower"]["J"], summarize(tower).J)
-    np.testing.assert_allclose(stats["plain"]["noise_floor"], summarize(plain).noise_floor)
-    assert set(stats["tower"]) == set(STAT_FIELDS) and stats["depths"] == [1, 2, 3] and stats["num_samples"] == 8
-    assert stats["tower_vs_plain_max_z"].shape == stats["variance_ratio"].shape == (L,)
-    assert 0 < stats["margin_min"] <= stats["margin_median"] < 0.25  # c = 3: Assumption 5.1, at most (1 - 0.5)/2
+    np.testing.assert_allclose(stats.tower.J, summarize(tower).J)
+    np.testing.assert_allclose(stats.plain.noise_floor, summarize(plain).noise_floor)
+    assert stats.depths == [1, 2, 3] and stats.num_samples == 8
+    assert stats.tower_vs_plain_max_z.shape == stats.variance_ratio.shape == (L,)
+    assert 0 < stats.margin_min <= stats.margin_median < 0.25  # c = 3: Assumption 5.1, at most (1 - 0.5)/2
 
 
 def _cell(J, floor=None, margin=0.2, depths=(1, 2, 3)):
+    """A stored ``ictd.neu`` result as the sweep gives it back (``store.typed_result``)."""
     J = list(J)
     floor = [0.01] * len(J) if floor is None else list(floor)
     tower = {"J": J, "J_se": [0.001] * len(J), "noise_floor": floor, "J_split": J, "abs_mean": [2 * j for j in J],
              "abs_se": [0.0] * len(J)}
-    return {"tower": tower, "plain": tower, "tower_vs_plain_max_z": [1.0] * len(J), "variance_ratio": [2.0] * len(J),
-            "num_samples": 8, "depths": list(depths), "margin_min": margin, "margin_median": margin + 0.01}
+    return typed_result(neu_cell, {
+        "tower": tower, "plain": tower, "tower_vs_plain_max_z": [1.0] * len(J), "variance_ratio": [2.0] * len(J),
+        "num_samples": 8, "depths": list(depths), "margin_min": margin, "margin_median": margin + 0.01})
 
 
 def test_analyse_on_synthetic_cells():

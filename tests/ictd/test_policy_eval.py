@@ -13,7 +13,7 @@ import pytest
 
 from memlab.catalog import EXPERIMENTS
 from memlab.ictd.experiments.msve_analysis import MarginRange, TaskNumbers, analyse
-from memlab.ictd.experiments.msve_cells import MsveConfig
+from memlab.ictd.experiments.msve_cells import MsveConfig, msve_cell
 from memlab.ictd.policy_eval import (
     METHODS,
     depth_floor_values,
@@ -26,6 +26,7 @@ from memlab.ictd.random_tasks import random_task, task_margin
 from memlab.ictd.softmax_td import weighted_softmax_td
 from memlab.ictd.transformer import theta_star
 from memlab.runner import run_experiment
+from memlab.store import typed_result
 
 EXP = EXPERIMENTS["ictd.msve-vs-context"]
 
@@ -155,8 +156,8 @@ def test_analyse_on_synthetic_cells():
     cells = {}
     for j, t in enumerate(contexts):
         msve = {name: [0.5 ** j, 2 * 0.25 ** j] for name in METHODS}
-        cells[f"gamma=0.9,t={t}"] = {"msve": msve, "max_abs_diff": 1e-7 * (j + 1), "max_abs_value": 2.0,
-                                     "depth_limit_change": 0.1 * j}
+        cells[f"gamma=0.9,t={t}"] = typed_result(msve_cell, {"msve": msve, "max_abs_diff": 1e-7 * (j + 1),
+                                                             "max_abs_value": 2.0, "depth_limit_change": 0.1 * j})
     tasks = TaskNumbers(m=np.array([2, 2]), v=np.array([[[1.0, 1.0], [-1.0, -1.0]]]), mu=np.full((2, 2), 0.5),
                         margin=np.array([[0.01, 0.03]]), floor=np.array([[0.2, 0.4]]), dtype="float32")
     s = analyse(cfg, tasks, cells)

@@ -12,9 +12,10 @@ import pytest
 from memlab.catalog import EXPERIMENTS
 from memlab.ictd import softmax_td as st
 from memlab.ictd import transformer as tf
-from memlab.ictd.experiments.verify import VerifyConfig, analyse
+from memlab.ictd.experiments.verify import VerifyConfig, analyse, verify_cell
 from memlab.ictd.verify import ZERO_FLOOR, log_discrepancy, trial_prompts, verify_trials
 from memlab.runner import run_experiment
+from memlab.store import typed_result
 
 EXP = EXPERIMENTS["ictd.verify"]
 TINY = EXP.profiles["tiny"]  # the helpers run on the tiny profile's shapes: the end-to-end run reuses compilations
@@ -50,10 +51,11 @@ def test_analyse_takes_the_worst_trial_and_both_forms():
 
     def cell(scale):
         abs_tsm = np.array([[0.0, 1e-16, 1e-15], [0.0, 1e-14, 1e-13]]) * scale
-        return {"abs_tsm": abs_tsm.tolist(), "abs_dual": (2 * abs_tsm).tolist(), "rel_tsm": abs_tsm.tolist(),
-                "rel_dual": (3 * abs_tsm).tolist(), "row_tsm": abs_tsm.tolist(), "lemma1": zeros.tolist(),
-                "lemma1_rel": zeros.tolist(), "y_max": [1.0, 2.0 * scale], "unscaled_rel": [0.0, 1e-20],
-                "unscaled_y_max": [5.0, 6.0]}
+        return typed_result(verify_cell, {
+            "abs_tsm": abs_tsm.tolist(), "abs_dual": (2 * abs_tsm).tolist(), "rel_tsm": abs_tsm.tolist(),
+            "rel_dual": (3 * abs_tsm).tolist(), "row_tsm": abs_tsm.tolist(), "lemma1": zeros.tolist(),
+            "lemma1_rel": zeros.tolist(), "y_max": [1.0, 2.0 * scale], "unscaled_rel": [0.0, 1e-20],
+            "unscaled_y_max": [5.0, 6.0]})
 
     s = analyse(cfg, {"kernel=softmax": cell(1.0), "kernel=relu": cell(10.0)})
     assert s.kinds == ["softmax", "relu"]

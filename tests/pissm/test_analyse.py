@@ -7,10 +7,20 @@ import dataclasses
 import numpy as np
 import pytest
 
-from memlab.pissm.experiments.cells import EstimatorStats, OracleScores, RuleScores, SelectionScores
-from memlab.pissm.experiments.imputation import ImputationConfig, ImputationRow
+from memlab.files import stored_key
+from memlab.pissm.experiments.cells import (
+    EstimatorStats,
+    OracleScores,
+    RuleScores,
+    SelectionScores,
+    particle_cell,
+    stability_cell,
+    start_survival_cell,
+    train_and_score,
+)
+from memlab.pissm.experiments.imputation import ImputationConfig, ImputationRow, imputation_score_cell
 from memlab.pissm.experiments.imputation import analyse as analyse_imputation
-from memlab.pissm.experiments.modes import ModesConfig
+from memlab.pissm.experiments.modes import ModesConfig, modes_evaluate_cell, modes_rules_cell, modes_train_cell
 from memlab.pissm.experiments.modes import analyse as analyse_modes
 from memlab.pissm.experiments.modes_reading import oracle_reading
 from memlab.pissm.experiments.stability_claims import kept_within_bound
@@ -19,17 +29,35 @@ from memlab.pissm.experiments.stability_sweep import StabilityConfig
 from memlab.pissm.experiments.table1 import Table1Config, ll_ceiling
 from memlab.pissm.experiments.table1 import analyse as analyse_table1
 from memlab.pissm.experiments.table1_claims import add_claims as claims_table1
+from memlab.store import result_types, typed_result
+
+# what a hand-made cell leaves out: a training record's histories, the figure's arrays (neutral values)
+_NEUTRAL = {"best_val": np.nan, "best_epoch": 0, "failed": False, "failed_epoch": -1, "train_loss": [], "val_ll": [],
+            "recurrent_norm": [], "radius": [], "ll": np.nan, "filtered_mse": np.nan, "predicted_mse": np.nan,
+            "model": b"", "sizes": [], "finite": [], "shares": [], "b": 0, "modes": [], "obs_means": [],
+            "obs_covs": [], "eigenvalues": [], "pf_obs_means": [], "pf_obs_covs": [], "path": []}
+
+
+def _typed(cell, numbers: dict):
+    """A hand-made result of ``cell`` as a sweep gives it back (``store.typed_result``): the numbers a test sets,
+    neutral values for the other fields of the cell's result types."""
+    keys = {stored_key(f) for kind in result_types(cell) for f in dataclasses.fields(kind)}
+    return typed_result(cell, {k: v for k, v in _NEUTRAL.items() if k in keys and k not in numbers} | numbers)
+
+
+def _all(cell, results: dict) -> dict:
+    return {name: _typed(cell, numbers) for name, numbers in results.items()}
 
 
 def _cell(ll, mse=0.01, failed=False):
-    return {"ll": ll, "filtered_mse": mse, "predicted_mse": 2 * mse, "failed": failed}
+    return _typed(train_and_score, {"ll": ll, "filtered_mse": mse, "predicted_mse": 2 * mse, "failed": failed})
 
 
 def test_table1_rows_are_means_over_seeds_beside_the_paper():
     cfg = Table1Config(datasets=("pong", "lorenz"), models=("pissm-gru", "lg", "gru"), seeds=2)
+    pf = _typed(particle_cell, {"ll": 4.0, "filtered_mse": 0.001, "predicted_mse": 0.002})
     cells = {"pong-pissm-gru-0": _cell(2.0, 0.01), "pong-pissm-gru-1": _cell(3.0, 0.03, failed=True),
-             "pong-lg-0": _cell(1.0), "pong-lg-1": _cell(1.0), "pong-pf": {"ll": 4.0, "filtered_mse": 0.001,
-                                                                          "predicted_mse": 0.002},
+             "pong-lg-0": _cell(1.0), "pong-lg-1": _cell(1.0), "pong-pf": pf,
              "pong-gru-0": _cell(1.5, 0.02), "pong-gru-1": _cell(1.5, 0.02),
              "lorenz-pissm-gru-0": _cell(-4.0), "lorenz-pissm-gru-1": _cell(-4.0), "lorenz-lg-0": _cell(-3.0),
              "lorenz-lg-1": _cell(-5.0), "lorenz-gru-0": _cell(-6.0), "lorenz-gru-1": _cell(-6.0)}
@@ -68,7 +96,7 @@ def test_stability_success_rate_and_objective_over_the_successful_runs():
              "pissm-gru-iss-0.1-2": {"ll": 6.0, "failed": False},
              "pissm-gru-clip-20-0": {"ll": 4.0, "failed": False}, "pissm-gru-clip-20-1": {"ll": np.nan, "failed": True},
              "pissm-gru-clip-20-2": {"ll": np.nan, "failed": False}}  # finite training, NaN test: not a success
-    table = analyse_stability(cfg, cells, _STARTS).table
+    table = analyse_stability(cfg, _all(stability_cell, cells), _all(start_survival_cell, _STARTS)).table
     iss, clip = table
     assert (iss.scheme, iss.value, iss.runs, iss.success) == ("iss", 0.1, 3, 1.0)
     assert iss.objective_mean == 6.0 and iss.objective_std == pytest.approx(np.std([5.0, 7.0, 6.0]))
@@ -80,7 +108,7 @@ def test_stability_success_rate_and_objective_over_the_successful_runs():
 def test_stability_with_no_successful_run_reports_nan():
     cfg = StabilityConfig(models=("pissm-gru",), iss_eps=(0.1,), clip_norms=(5.0,), seeds=1)
     cells = {"pissm-gru-iss-0.1-0": {"ll": 1.0, "failed": False}, "pissm-gru-clip-5-0": {"ll": np.nan, "failed": True}}
-    clip = analyse_stability(cfg, cells, _STARTS).table[1]
+    clip = analyse_stability(cfg, _all(stability_cell, cells), _all(start_survival_cell, _STARTS)).table[1]
     assert clip.success == 0.0 and np.isnan(clip.objective_mean) and np.isnan(clip.objective_std)
 
 
@@ -95,7 +123,7 @@ def test_failed_iss_runs_are_counted_by_what_their_projection_saw():
              "pissm-gru-tracking-iss-0.1-2": {**run, "recurrent_norm": [0.5, 1.5, nan]},  # left the bound
              **{f"pissm-gru-tracking-clip-5-{s}": {"ll": 1.0, "failed": False} for s in range(3)}}
     starts = {f"pissm-gru-tracking-start-{s}": {"finite": [[1.0]]} for s in range(3)}
-    stats = analyse_stability(cfg, cells, starts)
+    stats = analyse_stability(cfg, _all(stability_cell, cells), _all(start_survival_cell, starts))
     assert (stats.iss_failures, stats.iss_failures_within_bound, stats.iss_failures_at_first_step) == (3, 1, 1)
     assert kept_within_bound(stats) == ""
     kept = kept_within_bound(dataclasses.replace(stats, iss_failures=2))
@@ -110,7 +138,8 @@ def test_modes_statistics_come_from_the_evaluation_and_the_training_record():
                   "reflecting_next_to_bounces": 0.7, "reflecting_elsewhere": 0.05, "shares": [0.3, 0.7], "b": 3}
     trained = {"train-reinforce": {"best_val": 2.6, "model": b"..."}, "train-mixture": {"best_val": 2.7}}
     cfg = ModesConfig(oracle_epochs=0)
-    stats = analyse_modes(cfg, trained, {"reinforce": evaluation, "mixture": {**evaluation, "test_ll": 2.8}})
+    evaluations = _all(modes_evaluate_cell, {"reinforce": evaluation, "mixture": {**evaluation, "test_ll": 2.8}})
+    stats = analyse_modes(cfg, _all(modes_train_cell, trained), evaluations)
     assert stats.estimators["reinforce"] == EstimatorStats(
         modes_in_use=4, persistence=0.9, agreement=0.7, test_ll=2.5, best_val=2.6, dominant_share=0.3,
         eigenvalue_at_bounces=-0.8, eigenvalue_elsewhere=0.99, reflecting_at_bounces=0.6,
@@ -122,8 +151,9 @@ def test_modes_statistics_come_from_the_evaluation_and_the_training_record():
                for e, hits in (("reinforce", 0.6), ("mixture", 0.1))}
     rules = {"rule": {"at_hits": 0.8, "in_flight": 0.99, "test_ll": 3.0, "process_var": 1e-4},
              "free-flight": {"at_hits": 0.0, "in_flight": 1.0, "test_ll": 2.0, "process_var": 1e-3}}
-    stats = analyse_modes(ModesConfig(), {**trained, **oracles},
-                          {"reinforce": evaluation, "mixture": evaluation, "rules": rules})
+    stats = analyse_modes(ModesConfig(), {**_all(modes_train_cell, trained), **oracles},
+                          {**_all(modes_evaluate_cell, {"reinforce": evaluation, "mixture": evaluation}),
+                           "rules": _typed(modes_rules_cell, rules)})
     assert stats.oracles == {"reinforce": OracleScores(**oracles["oracle-reinforce"]),
                              "mixture": OracleScores(**oracles["oracle-mixture"])}
     assert stats.rule == RuleScores(**rules["rule"]) and stats.free_flight == RuleScores(**rules["free-flight"])
@@ -134,7 +164,7 @@ def test_imputation_rows_follow_the_config_and_keep_the_figure_paths():
     cfg = ImputationConfig(models=("observation", "pissm-gru"))
     scored = {"score-pissm-gru": {"imputation_mse": 0.01, "filtered_mse": 0.002, "ll": 2.0, "path": [[0.1, 0.2]]},
               "score-observation": {"imputation_mse": 0.02, "filtered_mse": 0.003, "ll": 1.5, "path": [[0.3, 0.4]]}}
-    stats = analyse_imputation(cfg, scored)
+    stats = analyse_imputation(cfg, _all(imputation_score_cell, scored))
     assert stats.table == [ImputationRow("observation", 0.02, 0.003, 1.5), ImputationRow("pissm-gru", 0.01, 0.002, 2.0)]
     assert list(stats.paths) == ["observation", "pissm-gru"]
     np.testing.assert_array_equal(stats.paths["observation"], [[0.3, 0.4]])
@@ -203,7 +233,7 @@ def test_stability_start_survival_is_read_per_model_over_starts_and_directions()
               "pissm-gru-tracking-start-1": {"finite": [[1.0, 0.9], [0.25, 1.0]]},
               "pissm-gru-bounded-start-0": {"finite": [[1.0, 1.0], [1.0, 1.0]]},
               "pissm-gru-bounded-start-1": {"finite": [[1.0, 1.0], [1.0, 1.0]]}}
-    survival = analyse_stability(cfg, cells, starts).start_survival
+    survival = analyse_stability(cfg, _all(stability_cell, cells), _all(start_survival_cell, starts)).start_survival
     assert survival["pissm-gru-tracking"] == [(1.0, 0.9, 1.0), (0.375, 0.0, 1.0)]
     assert survival["pissm-gru-bounded"] == [(1.0, 1.0, 1.0), (1.0, 1.0, 1.0)]
 
@@ -227,13 +257,15 @@ def test_modes_reading_says_whether_the_full_model_learned_reflections():
 def test_stability_rows_say_when_failing_runs_went_non_finite_and_how_far_they_got():
     from memlab.pissm.experiments.stability_rows import nonfinite_step, stability_row
 
-    good = {"ll": 2.0, "failed": False, "best_val": 2.1, "recurrent_norm": [0.5, 0.6, 0.7]}
-    late = {"ll": np.nan, "failed": True, "best_val": 1.0, "recurrent_norm": [0.5, 0.6, np.nan, np.nan]}
-    early = {"ll": np.nan, "failed": True, "best_val": -np.inf, "recurrent_norm": [0.5, np.nan]}
+    good = _typed(stability_cell, {"ll": 2.0, "failed": False, "best_val": 2.1, "recurrent_norm": [0.5, 0.6, 0.7]})
+    late = _typed(stability_cell, {"ll": np.nan, "failed": True, "best_val": 1.0,
+                                   "recurrent_norm": [0.5, 0.6, np.nan, np.nan]})
+    early = _typed(stability_cell, {"ll": np.nan, "failed": True, "best_val": -np.inf,
+                                    "recurrent_norm": [0.5, np.nan]})
     assert (nonfinite_step(good), nonfinite_step(late), nonfinite_step(early)) == (None, 3, 2)
     # failed on a validation value with finite parameters: the NaN padding of the epochs never run is not a step
-    padded = {"failed": True, "failed_epoch": 0, "train_loss": [1.0, np.nan],
-              "recurrent_norm": [0.5, 0.6, np.nan, np.nan]}
+    padded = _typed(stability_cell, {"failed": True, "failed_epoch": 0, "train_loss": [1.0, np.nan],
+                                     "recurrent_norm": [0.5, 0.6, np.nan, np.nan]})
     assert nonfinite_step(padded) is None
     row = stability_row("pissm-gru", "iss", 0.1, [good, late, early])
     assert (row.success, row.nonfinite_step_min, row.nonfinite_step_max) == (1 / 3, 2.0, 3.0)

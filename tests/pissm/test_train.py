@@ -391,15 +391,14 @@ def test_a_failed_run_stops_at_its_first_non_finite_epoch_with_the_result_of_tra
     key = jax.random.key(0)
     stopped_model, stopped = fit("pissm-gru", "pong", pong, config, key)
     full_model, full = fit("pissm-gru", "pong", pong, dataclasses.replace(config, stop_on_failure=False), key)
-    assert stopped["failed"] and 0 <= stopped["failed_epoch"] < config.epochs - 1, "the run must fail early to test"
-    assert full["failed_epoch"] == stopped["failed_epoch"]
-    assert {k: stopped[k] for k in ("failed", "best_epoch", "best_val")} == \
-        {k: full[k] for k in ("failed", "best_epoch", "best_val")}
+    assert stopped.failed and 0 <= stopped.failed_epoch < config.epochs - 1, "the run must fail early to test"
+    assert full.failed_epoch == stopped.failed_epoch
+    assert (stopped.failed, stopped.best_epoch, stopped.best_val) == (full.failed, full.best_epoch, full.best_val)
     assert same(stopped_model, full_model)
-    e = stopped["failed_epoch"]
-    for name in ("train_loss", "val_ll"):
-        np.testing.assert_array_equal(stopped[name][: e + 1], full[name][: e + 1])
-        assert np.all(np.isnan(stopped[name][e + 1:]))
+    e = stopped.failed_epoch
+    for before, after in ((stopped.train_loss, full.train_loss), (stopped.val_ll, full.val_ll)):
+        np.testing.assert_array_equal(before[: e + 1], after[: e + 1])
+        assert np.all(np.isnan(before[e + 1:]))
 
 
 def test_the_optimizer_is_an_argument_whose_default_is_app_f1s_adam(exact_run, data, optimizer_is_used):

@@ -1,18 +1,22 @@
 """The arena's sequence layers by name: one interface, ``layer(x)`` with x (L, width) -> (L, width), causal.
 
-Every entry makes a layer of a given width and says how many numbers it carries from one step to the next after
-L steps (its recurrent state; attention's is its key-value cache, which grows with L), so results can be compared
-at equal state. Every layer with a fixed-size state (all but softmax attention) also has its recurrent form,
-``layer.init_state()`` and ``layer.step(state, x_t) -> (state, y_t)``: scanned over x from ``init_state()`` it gives
-``layer(x)``, and its state holds exactly the numbers ``state_size`` counts (tested), e.g. for running a trained
-model one observation at a time. A registered layer with ``init_state`` and ``step`` is held to the same count: a
-``state_size`` that disagrees with its ``init_state()`` is a ValueError when the layer is made (and when a config
-naming it is validated). A researcher's own layer joins with :func:`register_layer`::
+Every entry makes a layer of a given width. How many numbers a layer carries from one step to the next after L
+steps (its recurrent state; attention's is its key-value cache, which grows with L), so that results can be compared
+at equal state, is :func:`state_size`, and it has one meaning: what the layer itself says. A layer tells it by its
+own ``state_size(length)`` method (LRU, the attention layers, gated DeltaNet), else by its recurrent form:
+``layer.init_state()`` and ``layer.step(state, x_t) -> (state, y_t)``, scanned over x from ``init_state()``, give
+``layer(x)`` (tested; e.g. for running a trained model one observation at a time), and its state is what
+``init_state()`` holds (counted on shapes, nothing computed). Only a layer that can tell neither way (a plugin's
+layer without a recurrent form) is registered with a ``state_size=lambda width, length: ...`` of its own; one that
+can tell and is given one anyway is held to it: a callable that disagrees with the layer is a ValueError when the
+layer is made (and when a config naming it is validated). A researcher's own layer joins with
+:func:`register_layer`::
 
     def make_mine(width, key):
         return MyLayer(width, key=key)           # any callable module: (L, width) -> (L, width)
 
-    register_layer("mine", make_mine, state_size=lambda width, length: width)
+    register_layer("mine", make_mine)            # MyLayer has init_state / step, or a state_size(length) method
+    register_layer("other", make_other, state_size=lambda width, length: width)  # a layer that cannot tell
 
 and then runs in every arena experiment by name:
 ``memlab run arena.leaderboard --plugin mine.py --set layers=mine,gru --out out/mine``.
@@ -55,10 +59,11 @@ MAMBA_STATE = 16  # d_state of the Mamba block (expand 2, d_conv 4): its state i
 
 class LayerSpec(NamedTuple):
     """``make(width, key)`` -> a causal module (L, width) -> (L, width); ``state_size(width, length)`` -> numbers
-    carried from step to step after ``length`` steps."""
+    carried from step to step after ``length`` steps, only for a layer that cannot tell (module docstring; None:
+    the layer's own ``state_size(length)`` or ``init_state()``)."""
 
     make: Callable[[int, Array], Callable[[Array], Array]]
-    state_size: Callable[[int, int], int]
+    state_size: Callable[[int, int], int] | None = None
     description: str = ""
     source: str = ""  # a fingerprint of a registered layer's code ("" for memlab's own): see source_fingerprint
 
@@ -95,51 +100,51 @@ class S5(eqx.Module):
 
 
 LAYERS: dict[str, LayerSpec] = {
-    "lru": LayerSpec(lambda d, key: LRU(d, d, key=key), lambda d, L: 2 * d, "LRU, width complex modes"),
-    "s5": LayerSpec(lambda d, key: S5(S5Layer(d, 2 * (d // 2 + d % 2), key=key)), lambda d, L: 2 * (d // 2 + d % 2),
-                    "S5, state size = width (rounded up to even)"),
-    "mamba": LayerSpec(lambda d, key: MambaBlock(d, MAMBA_STATE, key=key), lambda d, L: 2 * d * (MAMBA_STATE + 3),
-                       "Mamba block (S6), d_state 16, expand 2"),
-    "gru": LayerSpec(lambda d, key: GatedRNN(GRUCell(d, d, key=key)), lambda d, L: d, "GRU, hidden = width"),
-    "lstm": LayerSpec(lambda d, key: GatedRNN(LSTMCell(d, d, key=key)), lambda d, L: 2 * d, "LSTM, hidden = width"),
-    "attention": LayerSpec(lambda d, key: CausalSoftmaxAttention(d, 1, key=key), lambda d, L: 2 * d * L,
-                           "causal softmax attention, one head, rotary position embeddings"),
-    "linear-attention": LayerSpec(lambda d, key: CausalLinearAttention(d, 1, key=key), lambda d, L: d * d + d,
-                                  "causal linear attention (elu + 1), one head"),
-    "lof": LayerSpec(lambda d, key: LogitFilter(d, d, key=key), lambda d, L: d,
-                     "trainable logit optimal filter (paper 1, eq. 7), hidden states = width"),
-    "alf": LayerSpec(lambda d, key: AdaptiveLogitFilter(d, d, key=key), lambda d, L: d,
-                     "trainable adaptive logit filter (paper 1, eq. 24): (1 - delta) T w + delta l, T and delta "
-                     "learned, hidden states = width"),
-    "gated-deltanet": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key), lambda d, L: d * d,
-                                "gated DeltaNet, one head"),
+    "lru": LayerSpec(lambda d, key: LRU(d, d, key=key), description="LRU, width complex modes"),
+    "s5": LayerSpec(lambda d, key: S5(S5Layer(d, 2 * (d // 2 + d % 2), key=key)),
+                    description="S5, state size = width (rounded up to even)"),
+    "mamba": LayerSpec(lambda d, key: MambaBlock(d, MAMBA_STATE, key=key),
+                       description="Mamba block (S6), d_state 16, expand 2"),
+    "gru": LayerSpec(lambda d, key: GatedRNN(GRUCell(d, d, key=key)), description="GRU, hidden = width"),
+    "lstm": LayerSpec(lambda d, key: GatedRNN(LSTMCell(d, d, key=key)), description="LSTM, hidden = width"),
+    "attention": LayerSpec(lambda d, key: CausalSoftmaxAttention(d, 1, key=key),
+                           description="causal softmax attention, one head, rotary position embeddings"),
+    "linear-attention": LayerSpec(lambda d, key: CausalLinearAttention(d, 1, key=key),
+                                  description="causal linear attention (elu + 1), one head"),
+    "lof": LayerSpec(lambda d, key: LogitFilter(d, d, key=key),
+                     description="trainable logit optimal filter (paper 1, eq. 7), hidden states = width"),
+    "alf": LayerSpec(lambda d, key: AdaptiveLogitFilter(d, d, key=key),
+                     description="trainable adaptive logit filter (paper 1, eq. 24): (1 - delta) T w + delta l, T and "
+                                 "delta learned, hidden states = width"),
+    "gated-deltanet": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key), description="gated DeltaNet, one head"),
     # gated DeltaNet without one or both of its parts, and linear attention without its normaliser: the ablation
     # between linear attention and gated DeltaNet
     "unnormalised-linear-attention": LayerSpec(
-        lambda d, key: CausalLinearAttention(d, 1, key=key, normalise=False), lambda d, L: d * d,
-        "causal linear attention (elu + 1) without the normaliser z_t . phi(q_t), one head"),
-    "deltanet": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key, decay=False), lambda d, L: d * d,
-                          "DeltaNet: gated DeltaNet without the decay (alpha = 1), one head"),
+        lambda d, key: CausalLinearAttention(d, 1, key=key, normalise=False),
+        description="causal linear attention (elu + 1) without the normaliser z_t . phi(q_t), one head"),
+    "deltanet": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key, decay=False),
+                          description="DeltaNet: gated DeltaNet without the decay (alpha = 1), one head"),
     "gated-linear-attention": LayerSpec(
-        lambda d, key: GatedDeltaNet(d, 1, key=key, delta=False), lambda d, L: d * d,
-        "gated linear attention with a scalar decay per head (Mamba-2's gate, not GLA's per-dimension one) and write "
-        "strength beta: gated DeltaNet without the delta rule, one head"),
+        lambda d, key: GatedDeltaNet(d, 1, key=key, delta=False),
+        description="gated linear attention with a scalar decay per head (Mamba-2's gate, not GLA's per-dimension "
+                    "one) and write strength beta: gated DeltaNet without the delta rule, one head"),
     "l2-linear-attention": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key, decay=False, delta=False),
-                                     lambda d, L: d * d,
-                                     "linear attention as gated DeltaNet writes it (L2-normalised q and k, write "
-                                     "strength beta, no normaliser), without decay or delta rule, one head"),
+                                     description="linear attention as gated DeltaNet writes it (L2-normalised q and "
+                                                 "k, write strength beta, no normaliser), without decay or delta "
+                                                 "rule, one head"),
     # between the two above: elu + 1 features as in linear attention, write strength beta as in gated DeltaNet
     "beta-linear-attention": LayerSpec(
-        lambda d, key: GatedDeltaNet(d, 1, key=key, decay=False, delta=False, features="elu+1"), lambda d, L: d * d,
-        "causal linear attention (elu + 1) without the normaliser, with gated DeltaNet's write strength beta, one "
-        "head"),
+        lambda d, key: GatedDeltaNet(d, 1, key=key, decay=False, delta=False, features="elu+1"),
+        description="causal linear attention (elu + 1) without the normaliser, with gated DeltaNet's write strength "
+                    "beta, one head"),
 }
 MEMLAB_LAYERS = frozenset(LAYERS)  # memlab's own; register_layer adds others
 
 
 def register_layer(name: str, make: Callable[[int, Array], Callable[[Array], Array]],
-                   state_size: Callable[[int, int], int], description: str = "") -> None:
-    """Add a layer to :data:`LAYERS` (ValueError if the name is taken or not a plain lower-case word)."""
+                   state_size: Callable[[int, int], int] | None = None, description: str = "") -> None:
+    """Add a layer to :data:`LAYERS` (ValueError if the name is taken or not a plain lower-case word).
+    ``state_size(width, length)``: only for a layer that cannot tell its state itself (module docstring)."""
     if not name or not all(c.isalnum() or c in "-_" for c in name) or name != name.lower():
         raise ValueError(f"layer name must be lower-case letters, digits, '-' or '_', got {name!r}")
     if name in LAYERS:
@@ -166,18 +171,28 @@ def _spec(name: str) -> LayerSpec:
 
 
 def make_layer(name: str, width: int, key: Array) -> Callable[[Array], Array]:
-    """The layer ``name`` of ``width`` channels, initialised from ``key``. ValueError if it has a recurrent form
-    (``init_state`` and ``step``) whose state is not the ``state_size`` it was registered with."""
+    """The layer ``name`` of ``width`` channels, initialised from ``key``. ValueError if it was registered with a
+    ``state_size`` callable that disagrees with what the layer tells itself (:func:`state_size`)."""
     spec = _spec(name)
     layer = spec.make(width, key)
-    if callable(getattr(layer, "init_state", None)) and callable(getattr(layer, "step", None)):
-        held = state_numbers(eqx.filter_eval_shape(lambda module: module.init_state(), layer))
+    if spec.state_size is not None:
+        told = _told_state_size(layer, 1)
         declared = int(spec.state_size(width, 1))
-        if held != declared:
+        if told is not None and told[0] != declared:
             raise ValueError(f"layer {name!r}: its state_size(width={width}, length=1) is {declared}, but its "
-                             f"init_state() holds {held} numbers; the state_size given to register_layer must count "
-                             "the numbers its step carries")
+                             f"{told[1]} {told[0]} numbers; the state_size given to register_layer must count "
+                             "the numbers its step carries (or leave it out: the layer tells it)")
     return layer
+
+
+def _told_state_size(layer, length: int) -> tuple[int, str] | None:
+    """What ``layer`` (a module, or its shapes) says it carries after ``length`` steps, and how it says it: its own
+    ``state_size(length)`` method, else the numbers its ``init_state()`` holds (on shapes); None if it cannot tell."""
+    if callable(getattr(layer, "state_size", None)):
+        return int(layer.state_size(length)), "state_size(length) method says"
+    if callable(getattr(layer, "init_state", None)) and callable(getattr(layer, "step", None)):
+        return state_numbers(eqx.filter_eval_shape(lambda module: module.init_state(), layer)), "init_state() holds"
+    return None
 
 
 def check_state_sizes(names: Iterable[str], width: int) -> None:
@@ -196,5 +211,14 @@ def state_numbers(state) -> int:
 
 
 def state_size(name: str, width: int, length: int) -> int:
-    """Numbers the layer ``name`` of ``width`` channels carries to the next step after ``length`` steps."""
-    return int(_spec(name).state_size(width, length))
+    """Numbers the layer ``name`` of ``width`` channels carries to the next step after ``length`` steps: what the
+    layer tells (its ``state_size(length)`` method, else its ``init_state()``; on the layer's shapes, nothing is
+    computed), else its registered ``state_size(width, length)``; ValueError if neither says."""
+    spec = _spec(name)
+    told = eqx.filter_eval_shape(lambda key: _told_state_size(spec.make(width, key), length), jax.random.PRNGKey(0))
+    if told is not None:
+        return told[0]
+    if spec.state_size is None:
+        raise ValueError(f"layer {name!r} cannot tell its state size (no state_size(length) method, no init_state "
+                         "and step): register it with state_size=lambda width, length: ...")
+    return int(spec.state_size(width, length))

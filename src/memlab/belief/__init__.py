@@ -36,7 +36,7 @@ from memlab.belief.fast_filters import lof, lof_parallel, log_belief
 from memlab.belief.filters import LOF, FilterResult, bayes_decode, lof_reference, lof_step, log_belief_reference
 from memlab.belief.hmm import HMM, ControlledHMM, Trajectory, sample
 from memlab.belief.memories import ALF_DELTA, LogitFilterMemory
-from memlab.belief.metrics import logit_agreement, merge_agreement, switch_lags, trend
+from memlab.belief.metrics import LogitAgreement, logit_agreement, merge_agreement, switch_lags, trend
 from memlab.belief.montecarlo import ErrorCurves, decoding_error, error_curves
 from memlab.belief.random_models import random_columns, random_deterministic, random_permutation, simulate_observations
 from memlab.belief.ringworld import (
@@ -111,7 +111,8 @@ __all__ = [
     "check_assumption_5_6", "log_mgf", "gamma_set", "kl_drift", "xi_pair", "xi_of", "xi", "logit_bound_W",
     "delta_upper_bound", "lambda_is_valid", "q_min", "irregular_jump_bound",
     # montecarlo, metrics
-    "ErrorCurves", "error_curves", "decoding_error", "trend", "switch_lags", "logit_agreement", "merge_agreement",
+    "ErrorCurves", "error_curves", "decoding_error", "trend", "switch_lags", "LogitAgreement", "logit_agreement",
+    "merge_agreement",
     # ringworld
     "RingWorld", "RingWorldParams", "RingWorldState", "ring_permutations", "ring_transitions", "beacon_emissions",
     "ring_rewards", "ring_diagonalisation", "episode_inputs", "optimal_policy", "optimal_return", "random_return",

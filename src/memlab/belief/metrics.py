@@ -10,6 +10,8 @@ NumPy, on concrete arrays (results of a Monte-Carlo run), float64.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 
@@ -55,13 +57,22 @@ def switch_lags(decoded: np.ndarray, states: np.ndarray) -> np.ndarray:
     return np.array(lags, float)
 
 
-def logit_agreement(w: np.ndarray, w_ref: np.ndarray, flagged: np.ndarray) -> dict:
-    """Compare logits w with reference logits w_ref (both (..., N), entries in [-inf, inf)), skipping the rows
-    ``flagged`` (...,) bool (a filter's own "inexact" rows).
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LogitAgreement:
+    """How far logits are from reference logits (``logit_agreement``): ``max_abs_error`` over the entries finite in
+    both, ``pattern_mismatches`` (entries finite in one and -inf in the other), ``neg_inf_entries`` (-inf entries of
+    the reference checked), the rows skipped as flagged (``flagged_rows``) of all ``rows``."""
 
-    Returns ``max_abs_error`` over entries finite in both, ``pattern_mismatches`` (entries finite in one and -inf
-    in the other), ``neg_inf_entries`` (-inf entries of w_ref checked), ``flagged_rows`` and ``rows``.
-    """
+    max_abs_error: float
+    pattern_mismatches: int
+    neg_inf_entries: int
+    flagged_rows: int
+    rows: int
+
+
+def logit_agreement(w: np.ndarray, w_ref: np.ndarray, flagged: np.ndarray) -> LogitAgreement:
+    """Compare logits w with reference logits w_ref (both (..., N), entries in [-inf, inf)), skipping the rows
+    ``flagged`` (...,) bool (a filter's own "inexact" rows): :class:`LogitAgreement`."""
     w, w_ref, flagged = np.asarray(w), np.asarray(w_ref), np.asarray(flagged, bool)
     if w.shape != w_ref.shape or flagged.shape != w.shape[:-1]:
         raise ValueError(f"w, w_ref must share a shape (..., N) and flagged be (...,); got {w.shape}, "
@@ -69,15 +80,16 @@ def logit_agreement(w: np.ndarray, w_ref: np.ndarray, flagged: np.ndarray) -> di
     keep = ~flagged[..., None] & np.ones_like(w, bool)
     finite = np.isfinite(w_ref) & np.isfinite(w) & keep
     diff = np.subtract(w, w_ref, where=finite, out=np.zeros_like(w))
-    return {"max_abs_error": float(np.max(np.abs(diff))),
-            "pattern_mismatches": int(np.sum((np.isfinite(w) != np.isfinite(w_ref)) & keep)),
-            "neg_inf_entries": int(np.sum(np.isneginf(w_ref) & keep)),
-            "flagged_rows": int(flagged.sum()), "rows": int(flagged.size)}
+    return LogitAgreement(max_abs_error=float(np.max(np.abs(diff))),
+                          pattern_mismatches=int(np.sum((np.isfinite(w) != np.isfinite(w_ref)) & keep)),
+                          neg_inf_entries=int(np.sum(np.isneginf(w_ref) & keep)),
+                          flagged_rows=int(flagged.sum()), rows=int(flagged.size))
 
 
-def merge_agreement(stats: list[dict]) -> dict:
+def merge_agreement(stats: list[LogitAgreement]) -> LogitAgreement:
     """Several ``logit_agreement`` results as one: the largest error, the counts summed."""
     if not stats:
         raise ValueError("give at least one logit_agreement result")
-    return {"max_abs_error": max(s["max_abs_error"] for s in stats),
-            **{k: sum(s[k] for s in stats) for k in ("pattern_mismatches", "neg_inf_entries", "flagged_rows", "rows")}}
+    return LogitAgreement(max_abs_error=max(s.max_abs_error for s in stats),
+                          **{k: sum(getattr(s, k) for s in stats)
+                             for k in ("pattern_mismatches", "neg_inf_entries", "flagged_rows", "rows")})

@@ -18,6 +18,7 @@ Assumption 5.1. This module measures every term of that bound for a batch of tas
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -29,9 +30,9 @@ from memlab.ictd import transformer as tf
 from memlab.ictd.mrp import sample_trajectory, stationary_distribution
 from memlab.ictd.random_tasks import task_margin
 
-__all__ = ["covering_crosscheck", "covering_trajectories", "depth_curves", "fitted_rate", "loglog_slope",
-           "margins_and_err0", "task_depth_curves", "theorem2_at", "theorem2_statistics", "transformer_crosscheck",
-           "visits_every_state"]
+__all__ = ["Crosscheck", "Theorem2Numbers", "covering_crosscheck", "covering_trajectories", "depth_curves",
+           "fitted_rate", "loglog_slope", "margins_and_err0", "task_depth_curves", "theorem2_at", "theorem2_statistics",
+           "transformer_crosscheck", "visits_every_state"]
 
 
 def visits_every_state(states, m: int, n=None):
@@ -121,7 +122,50 @@ def loglog_slope(n, y) -> float:
     return float(np.polyfit(np.log(np.asarray(n, float)), np.log(np.asarray(y, float)), 1)[0])
 
 
-def theorem2_statistics(curves: dict, covered, draws, margin, err0) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Theorem2Numbers:
+    """Theorem 2 at one context length n, per task (N,) (``theorem2_statistics``; arrays, or lists as a stored
+    ``ictd.depth-context`` record gives them back: :meth:`as_arrays`): C_hat (empirical margin, eq. 54), M_dev
+    ||M_hat - M_pi||_inf (Lemma 4), T2 (bias of eq. 67), floor ||v_inf - v_pi||_inf, rho_hat = ||I - M_hat +
+    gamma P_hat||_inf (eq. 57), spectral_radius of that matrix, covered (bool: the context visits every state; only
+    these tasks count), draws (contexts drawn), rate (fitted decay rate of ||v_L - v_inf||; NaN if unfitted),
+    rho_bounded (rho_hat <= 1 - C, the Lemma 5 event), bound70_excess (max over L of the error above eq. (70)); and
+    err_q (3, L+1): the 25/50/75 % quantiles over the covered tasks of ||v_L - v_pi||_inf."""
+
+    C_hat: np.ndarray
+    M_dev: np.ndarray
+    T2: np.ndarray
+    floor: np.ndarray
+    rho_hat: np.ndarray
+    spectral_radius: np.ndarray
+    covered: np.ndarray
+    draws: np.ndarray
+    rate: np.ndarray
+    rho_bounded: np.ndarray
+    bound70_excess: np.ndarray
+    err_q: np.ndarray
+
+    def as_arrays(self) -> Theorem2Numbers:
+        """Every field as an array (covered and rho_bounded as bools)."""
+        numbers = {f.name: np.asarray(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return Theorem2Numbers(**numbers | {k: numbers[k].astype(bool) for k in ("covered", "rho_bounded")})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Crosscheck:
+    """``transformer_crosscheck``: max |Z_l[d+2, j] - v_l(S_j)| (transformer_vs_operator) and |readout - v_l(S_n)|
+    (readout_vs_operator) over layers and columns, max |eq. (49) - eq. (24)| over M_hat and P_hat, the largest |v_l|
+    (max_abs_value), on one task with m states and a covering context of n transitions."""
+
+    transformer_vs_operator: float
+    readout_vs_operator: float
+    eq49_vs_eq24: float
+    max_abs_value: float
+    n: int
+    m: int
+
+
+def theorem2_statistics(curves: dict, covered, draws, margin, err0) -> Theorem2Numbers:
     """Per-task numbers of Theorem 2 at one context length, from ``depth_curves`` of T tasks.
 
     margin (T,): each task's population margin C (eq. 28); err0 (T,): ||v_0 - v_pi||_inf. Adds the fitted rate of
@@ -139,10 +183,10 @@ def theorem2_statistics(curves: dict, covered, draws, margin, err0) -> dict:
     excess = cat["err"] - bound_curve - (cat["T2"] / margin)[:, None]  # eq. (70)
     cat["bound70_excess"] = excess.max(axis=1)
     cat["err_q"] = np.quantile(cat.pop("err")[ok], [0.25, 0.5, 0.75], axis=0)
-    return cat
+    return Theorem2Numbers(**cat)
 
 
-def transformer_crosscheck(task, states, d: int, num_layers: int) -> dict:
+def transformer_crosscheck(task, states, d: int, num_layers: int) -> Crosscheck:
     """Theorem 1 + section 5 on one small case: the theta* transformer's values Z_l[d+2, j] equal the operator
     iterates v_l(S_j) at every column j and layer l; and eq. (49) equals ``operator_form`` (eq. 24)."""
     gamma = task.mrp.gamma
@@ -153,10 +197,10 @@ def transformer_crosscheck(task, states, d: int, num_layers: int) -> dict:
     M24, P24 = st.operator_form(states, st.kernel_weights(st.feature_scores(X), "softmax"), m)
     M49, P49 = st.operator_from_counts(states, task.features, m)
     vs = st.iterate_operator(M24, P24, task.mrp.r, gamma, num_layers)  # (L+1, m)
-    return {"transformer_vs_operator": float(jnp.abs(Zs[:, -1, :] - vs[:, states]).max()),
-            "readout_vs_operator": float(jnp.abs(tf.readout(Zs) - vs[:, states[-1]]).max()),
-            "eq49_vs_eq24": float(max(jnp.abs(M24 - M49).max(), jnp.abs(P24 - P49).max())),
-            "max_abs_value": float(jnp.abs(vs).max()), "n": int(states.shape[0] - 1), "m": int(m)}
+    return Crosscheck(transformer_vs_operator=float(jnp.abs(Zs[:, -1, :] - vs[:, states]).max()),
+                      readout_vs_operator=float(jnp.abs(tf.readout(Zs) - vs[:, states[-1]]).max()),
+                      eq49_vs_eq24=float(max(jnp.abs(M24 - M49).max(), jnp.abs(P24 - P49).max())),
+                      max_abs_value=float(jnp.abs(vs).max()), n=int(states.shape[0] - 1), m=int(m))
 
 
 def margins_and_err0(tasks_by_m: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -166,7 +210,8 @@ def margins_and_err0(tasks_by_m: dict) -> tuple[np.ndarray, np.ndarray]:
     return margin, err0
 
 
-def theorem2_at(tasks_by_m: dict, key, n: int, num_layers: int, max_resamples: int, length: int) -> dict:
+def theorem2_at(tasks_by_m: dict, key, n: int, num_layers: int, max_resamples: int, length: int
+                ) -> Theorem2Numbers:
     """``theorem2_statistics`` of every task of {m: batched Task} at context length n; the contexts of the tasks with
     m states are ``covering_trajectories`` drawn from fold_in(key, m), ``length`` transitions each."""
     parts = []
@@ -178,7 +223,7 @@ def theorem2_at(tasks_by_m: dict, key, n: int, num_layers: int, max_resamples: i
     return theorem2_statistics(cat, covered, draws, *margins_and_err0(tasks_by_m))
 
 
-def covering_crosscheck(tasks, key, n: int, num_layers: int, max_resamples: int, length: int) -> dict:
+def covering_crosscheck(tasks, key, n: int, num_layers: int, max_resamples: int, length: int) -> Crosscheck:
     """``transformer_crosscheck`` on the first task of a batch whose context of n transitions (drawn from ``key``)
     visits every state; RuntimeError if none does."""
     states, covered, _ = covering_trajectories(tasks, key, n, max_resamples, length=length)

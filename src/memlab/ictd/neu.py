@@ -27,6 +27,7 @@ from memlab.ictd.transformer import forward, make_prompt, readout
 NUM_U = 3  # u = (coefficient of R, of gamma v', of v)
 
 __all__ = [
+    "EstimatorStatistics",
     "NEUEstimate",
     "POINT_LABELS",
     "DepthStatistics",
@@ -337,14 +338,37 @@ def sample_tasks(key, count: int, m: int, d: int, gamma, feature_scale, num_acti
     return tasks, jax.random.split(k_traj, count)
 
 
-def estimator_statistics(u, B, tasks: Task, keys, num_layers: int, n: int, batch_size: int = 8, depths=None) -> dict:
-    """J statistics of the tower and the plain estimator at ``depths`` (default 1..num_layers), how well they agree,
-    and the tasks' Assumption 5.1 margins (eq. 28).
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EstimatorStatistics:
+    """``estimator_statistics`` at one point and one n (an ``ictd.neu`` cell; arrays, or lists as a stored record
+    gives them back: :meth:`as_arrays`): tower, plain: the :class:`DepthStatistics` (L',) of the two estimators;
+    tower_vs_plain_max_z (L',): max over the d^2 + 3 parameters of |mean(plain - tower)| / se (the difference has
+    mean 0 by the tower property); variance_ratio (L',): total variance plain / tower; num_samples; depths (L',);
+    margin_min, margin_median: the tasks' Assumption 5.1 margins (eq. 28)."""
 
-    Returns tower, plain: {STAT_FIELDS -> (L',)}; tower_vs_plain_max_z (L',): max over the d^2 + 3 parameters of
-    |mean(plain - tower)| / se (the difference has mean 0 by the tower property); variance_ratio (L',): total
-    variance plain / tower; num_samples; depths; margin_min, margin_median. FloatingPointError if the block overflowed.
-    """
+    tower: DepthStatistics
+    plain: DepthStatistics
+    tower_vs_plain_max_z: np.ndarray
+    variance_ratio: np.ndarray
+    num_samples: int
+    depths: np.ndarray
+    margin_min: float
+    margin_median: float
+
+    def as_arrays(self) -> EstimatorStatistics:
+        """Every per-depth number as a float64 / int array."""
+        tower, plain = (DepthStatistics(**{f: np.asarray(getattr(e, f), np.float64) for f in STAT_FIELDS})
+                        for e in (self.tower, self.plain))
+        return dataclasses.replace(self, tower=tower, plain=plain,
+                                   tower_vs_plain_max_z=np.asarray(self.tower_vs_plain_max_z),
+                                   variance_ratio=np.asarray(self.variance_ratio), depths=np.asarray(self.depths))
+
+
+def estimator_statistics(u, B, tasks: Task, keys, num_layers: int, n: int, batch_size: int = 8, depths=None
+                         ) -> EstimatorStatistics:
+    """J statistics of the tower and the plain estimator at ``depths`` (default 1..num_layers), how well they agree,
+    and the tasks' Assumption 5.1 margins (eq. 28): :class:`EstimatorStatistics`. FloatingPointError if the block
+    overflowed."""
     tower, plain = update_samples(u, B, tasks, keys, num_layers, n, batch_size, depths)
     tower, plain = np.asarray(tower, np.float64), np.asarray(plain, np.float64)
     if not (np.all(np.isfinite(tower)) and np.all(np.isfinite(plain))):
@@ -356,13 +380,13 @@ def estimator_statistics(u, B, tasks: Task, keys, num_layers: int, n: int, batch
     var_t = tower.var(axis=0, ddof=1).sum(axis=1)
     var_p = plain.var(axis=0, ddof=1).sum(axis=1)
     margins = np.asarray(jax.vmap(task_margin)(tasks), np.float64)
-    return {
-        "tower": {f: getattr(est_t, f) for f in STAT_FIELDS},
-        "plain": {f: getattr(est_p, f) for f in STAT_FIELDS},
-        "tower_vs_plain_max_z": z.max(axis=1),
-        "variance_ratio": var_p / np.where(var_t > 0, var_t, np.nan),
-        "num_samples": diff.shape[0],
-        "depths": list(range(1, num_layers + 1)) if depths is None else list(depths),
-        "margin_min": float(margins.min()),
-        "margin_median": float(np.median(margins)),
-    }
+    return EstimatorStatistics(
+        tower=DepthStatistics(**{f: getattr(est_t, f) for f in STAT_FIELDS}),
+        plain=DepthStatistics(**{f: getattr(est_p, f) for f in STAT_FIELDS}),
+        tower_vs_plain_max_z=z.max(axis=1),
+        variance_ratio=var_p / np.where(var_t > 0, var_t, np.nan),
+        num_samples=diff.shape[0],
+        depths=list(range(1, num_layers + 1)) if depths is None else list(depths),
+        margin_min=float(margins.min()),
+        margin_median=float(np.median(margins)),
+    )

@@ -15,6 +15,7 @@ The reading of TF(tau_t, s), the references and the cost: docs/studies/ictd.md, 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -34,7 +35,7 @@ from memlab.ictd.softmax_td import (
 )
 from memlab.ictd.transformer import forward, make_prompt, readout, theta_star
 
-__all__ = ["METHODS", "TaskSet", "context_msve", "depth_floor_values", "make_task_set", "method_label",
+__all__ = ["METHODS", "ContextMSVE", "TaskSet", "context_msve", "depth_floor_values", "make_task_set", "method_label",
            "operator_values", "query_trajectory", "transformer_value"]
 
 METHODS = ("transformer", "weighted_softmax_td", "depth_limit", "true_successor", "tabular_td")
@@ -189,7 +190,20 @@ def _msve(values, v, mu):
     return np.sum(np.asarray(mu) * (np.asarray(values) - np.asarray(v)) ** 2, axis=1)
 
 
-def context_msve(tasks: TaskSet, g: int, gamma: float, t: int, num_layers: int, depth_limit_layers: int) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContextMSVE:
+    """``context_msve`` at one (gamma, t): msve, {method in ``METHODS``: (N,) MSVE per task}; max_abs_diff, max |TF -
+    WSTD| and max_abs_value, max |WSTD| over every (task, query) prompt; depth_limit_change, the largest change of the
+    depth limit from ``depth_limit_layers`` to twice as many iterations. Arrays, or lists from a stored record."""
+
+    msve: dict[str, np.ndarray]
+    max_abs_diff: float
+    max_abs_value: float
+    depth_limit_change: float
+
+
+def context_msve(tasks: TaskSet, g: int, gamma: float, t: int, num_layers: int, depth_limit_layers: int
+                 ) -> ContextMSVE:
     """MSVE (N,) of every method in ``METHODS`` for every task at discount ``gamma`` (= gammas[g] of the TaskSet) and
     context length t; max |TF - WSTD| and max |WSTD| over all (task, query) prompts; the change of the depth limit
     from ``depth_limit_layers`` to twice as many iterations."""
@@ -204,6 +218,6 @@ def context_msve(tasks: TaskSet, g: int, gamma: float, t: int, num_layers: int, 
     tf_v[pair_task, pair_state], ref_v[pair_task, pair_state] = tf, ref
     real = np.arange(tasks.mu.shape[1]) < tasks.m[:, None]  # padded states have mu = 0 and do not count
     msve = {name: _msve(x, tasks.v[g], tasks.mu) for name, x in zip(METHODS, (tf_v, ref_v, limit, true_succ, tabular))}
-    return {"msve": msve, "max_abs_diff": float(np.max(np.abs(tf - ref))),
-            "max_abs_value": float(np.max(np.abs(ref))),
-            "depth_limit_change": float(np.max(np.where(real, np.abs(np.asarray(limit) - np.asarray(limit2)), 0.0)))}
+    limit_change = np.where(real, np.abs(np.asarray(limit) - np.asarray(limit2)), 0.0)
+    return ContextMSVE(msve=msve, max_abs_diff=float(np.max(np.abs(tf - ref))),
+                       max_abs_value=float(np.max(np.abs(ref))), depth_limit_change=float(np.max(limit_change)))

@@ -201,6 +201,48 @@ def estimator_options(estimator: str) -> tuple[str, str]:
     return ESTIMATORS[estimator]
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FitRecord:
+    """The training record of a model that trains (``fit``): best_val, the best validation log-likelihood per step,
+    at best_epoch; failed: training hit a non-finite value, at failed_epoch (training stopped there; -1 if it did not
+    fail); per epoch train_loss and val_ll; recurrent_norm and radius after every optimiser step."""
+
+    best_val: float
+    best_epoch: int
+    failed: bool
+    failed_epoch: int
+    train_loss: list[float]
+    val_ll: list[float]
+    recurrent_norm: list[float]
+    radius: list[float]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NotTrained:
+    """The record of a model ``fit`` does not train (``trains(name)`` is False: nothing to learn)."""
+
+    failed: bool = False
+    best_epoch: int = -1
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeanScores:
+    """``mean_scores``: the means over the test sequences of ``score``'s metrics: ll, the predictive log-likelihood
+    per step; filtered_mse, predicted_mse, the squared position error of the filtered and the predicted means."""
+
+    ll: float
+    filtered_mse: float
+    predicted_mse: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MaskedScores(MeanScores):
+    """``mean_scores`` on a split with removed steps: also imputation_mse, the squared position error of the filtered
+    mean at the removed steps."""
+
+    imputation_mse: float
+
+
 def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, missing: float = 0.0,
         estimator: str = "reinforce", input_noise: float = 0.0, callback=None, *,
         optimizer: optax.GradientTransformation | None = None):
@@ -212,7 +254,7 @@ def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, miss
     masks. ``callback(epoch, metrics)``: called after every epoch (``train.make_train``; default None: silent).
     ``optimizer``: as for ``train.make_train`` (default App. F.1's Adam).
 
-    Returns (model, record): record has best_val, best_epoch, failed, failed_epoch, and the per-epoch histories
+    Returns (model, record): a :class:`FitRecord`, or :class:`NotTrained` for a model without trained parameters
     (the runner times every cell, so a record holds results only and runs on any executor compare equal).
     """
     model, (train_mask, validation_mask), key_train = _start(name, data_name, data, config, key, missing, estimator)
@@ -222,19 +264,19 @@ def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, miss
     config = dataclasses.replace(config, batch_size=max(1, min(config.batch_size, data.train.y.shape[0] // 8)),
                                  objective=objective, input_noise_std=noise_std)
     if not trains(name):
-        return model, {"failed": False, "best_epoch": -1}
+        return model, NotTrained()
     result = compiled_train(config, callback, optimizer)(key_train, model, data.train.y, train_mask,
                                                          data.validation.y, validation_mask)
-    record = {
-        "best_val": float(result.best_val_ll),
-        "best_epoch": int(result.best_epoch),
-        "failed": bool(result.failed),
-        "failed_epoch": int(result.failed_epoch),  # the first non-finite epoch (training stopped there), or -1
-        "train_loss": np.asarray(result.train_loss).tolist(),
-        "val_ll": np.asarray(result.val_ll).tolist(),
-        "recurrent_norm": np.asarray(result.recurrent_norm).ravel().tolist(),  # after every optimiser step
-        "radius": np.asarray(result.radius).ravel().tolist(),
-    }
+    record = FitRecord(
+        best_val=float(result.best_val_ll),
+        best_epoch=int(result.best_epoch),
+        failed=bool(result.failed),
+        failed_epoch=int(result.failed_epoch),  # the first non-finite epoch (training stopped there), or -1
+        train_loss=np.asarray(result.train_loss).tolist(),
+        val_ll=np.asarray(result.val_ll).tolist(),
+        recurrent_norm=np.asarray(result.recurrent_norm).ravel().tolist(),  # after every optimiser step
+        radius=np.asarray(result.radius).ravel().tolist(),
+    )
     return result.model, record
 
 
@@ -291,9 +333,11 @@ def score(log_likelihoods, filtered, predicted, truth, mask) -> dict:
     return {k: np.asarray(v).tolist() for k, v in out.items()}
 
 
-def mean_scores(scores: dict) -> dict:
-    """Per-sequence metric lists (``evaluate`` / ``score``) -> their means over the sequences, as floats."""
-    return {k: float(np.mean(v)) for k, v in scores.items()}
+def mean_scores(scores: dict) -> MeanScores | MaskedScores:
+    """Per-sequence metric lists (``evaluate`` / ``score``) -> their means over the sequences, as floats
+    (:class:`MaskedScores` where ``score`` also measured the removed steps)."""
+    kind = MaskedScores if "imputation_mse" in scores else MeanScores
+    return kind(**{k: float(np.mean(v)) for k, v in scores.items()})
 
 
 def model_bytes(model) -> bytes:

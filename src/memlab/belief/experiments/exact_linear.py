@@ -28,7 +28,7 @@ from memlab.belief import lof
 from memlab.belief.exact_linear import make_exact_linear_filter, make_exact_linear_filter_controlled
 from memlab.belief.examples import EXAMPLE1_BAD_E, EXAMPLE1_E, EXAMPLE1_P
 from memlab.belief.hmm import HMM, ControlledHMM, sample
-from memlab.belief.metrics import logit_agreement, merge_agreement
+from memlab.belief.metrics import LogitAgreement, logit_agreement, merge_agreement
 from memlab.belief.random_models import random_columns, random_deterministic, random_permutation
 from memlab.belief.structure import ObservabilityReport, check_observability
 from memlab.checks import check_int, check_real
@@ -101,22 +101,21 @@ def _lof_batch(model, ys, actions=None):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FilterCheck:
-    """An exact linear filter against the LOF on one family's random systems (a row of exact_linear.csv): the
-    ``family`` (``FAMILIES``), N states, r transient states, the nilpotent index ``ell`` ('lowest–highest' over the
-    systems); ``metrics.logit_agreement`` over every system's sequences: the largest |w - w_LOF| over finite entries
-    (``max_abs_error``), entries finite in one and not the other (``pattern_mismatches``), -inf entries of the LOF
-    (``neg_inf_entries``), the rows the filter flags as not exactly linear (``flagged_rows``) of all ``rows``."""
+class Systems:
+    """One family's random systems: the ``family`` (``FAMILIES``), N states, r transient states, the nilpotent index
+    ``ell`` ('lowest–highest' over the systems)."""
 
     family: str
     N: int
     r: int
     ell: str
-    max_abs_error: float
-    pattern_mismatches: int
-    neg_inf_entries: int
-    flagged_rows: int
-    rows: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FilterCheck(LogitAgreement, Systems):
+    """An exact linear filter against the LOF on one family's random systems (a row of exact_linear.csv): the
+    :class:`Systems`, then the ``metrics.LogitAgreement`` over every system's sequences, LOF as the reference and the
+    rows the filter flags as not exactly linear skipped (fields are collected from the last base to the first)."""
 
 
 HEADER = [f.name for f in dataclasses.fields(FilterCheck)]  # exact_linear.csv: a column per field
@@ -141,7 +140,7 @@ def _theorem44_cell(models: RandomModels, N: int, r: int, chain: int, zeros: boo
         stats.append(logit_agreement(np.asarray(out.w), np.asarray(_lof_batch(hmm, ys)), np.asarray(out.inexact)))
         ells.append(filt.ell)
     return FilterCheck(family=FAMILIES["zeros" if zeros else "positive"], N=N, r=r, ell=f"{min(ells)}–{max(ells)}",
-                       **merge_agreement(stats))
+                       **dataclasses.asdict(merge_agreement(stats)))
 
 
 @cell("belief.corollary-4.5", result=FilterCheck)
@@ -163,7 +162,8 @@ def _corollary45_cell(models: RandomModels, N: int, A: int, key) -> FilterCheck:
         out = _filter_batch(filt, ys, actions)
         stats.append(logit_agreement(np.asarray(out.w), np.asarray(_lof_batch(model, ys, actions)),
                                      np.asarray(out.inexact)))
-    return FilterCheck(family=f"{FAMILIES['controlled']}, {A} actions", N=N, r=0, ell="1", **merge_agreement(stats))
+    return FilterCheck(family=f"{FAMILIES['controlled']}, {A} actions", N=N, r=0, ell="1",
+                       **dataclasses.asdict(merge_agreement(stats)))
 
 
 def sweep_cells(cfg: ExactLinearConfig, run) -> dict:

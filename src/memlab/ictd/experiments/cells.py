@@ -1,8 +1,9 @@
 """Runs of Algorithm 1 as ``ictd.pretrain`` and ``ictd.mask-relaxation`` both use them: the sweep cells and the
 :class:`~.setting.Setting` stacked from them.
 
-``train_seed`` is one run of ``pretrain.make_train`` plus its two checkpoints and held-out errors, as a JSON-able dict
-(a sweep cell); ``evaluate_references`` the held-out errors of theta*, -theta* and the zero block.
+``train_seed`` is one run of ``pretrain.make_train`` plus its two checkpoints and held-out errors (a sweep cell,
+:class:`SeedRun`); ``evaluate_references`` the held-out errors of theta*, -theta* and the zero block
+(:class:`References`).
 ``setting_cells`` names the cells of one training config and ``setting_from_cells`` stacks their records into a
 ``Setting`` (arrays with a leading seed axis).
 
@@ -15,6 +16,7 @@ for every parameter set) at the rho the training ends with.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 
@@ -22,12 +24,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from memlab.ictd.experiments.setting import TRACE_FIELDS, Setting, stack_setting
+from memlab.ictd.experiments.setting import TRACE_FIELDS, HeldOut, Setting, Traces, stack_setting
 from memlab.ictd.pretrain import Params, PretrainConfig, evaluate, make_train, rho_schedule
 from memlab.ictd.transformer import theta_star
 from memlab.store import cell
 
-__all__ = ["TINY_TRAIN", "evaluate_references", "setting_cells", "setting_from_cells", "train_seed"]
+__all__ = ["TINY_TRAIN", "Block", "Blocks", "HeldOuts", "References", "SeedRun", "evaluate_references",
+           "setting_cells", "setting_from_cells", "train_seed"]
 
 TINY_TRAIN = dict(m=16, n=5, batch_size=16, minibatches_per_epoch=2, num_epochs=30, num_seeds=2)  # tiny profiles
 
@@ -42,19 +45,70 @@ def _jitted_evaluate(config: PretrainConfig, num_tasks: int):
     return jax.jit(lambda params, key, rho: evaluate(params, config, key, num_tasks, rho=rho))
 
 
-def _errors(config: PretrainConfig, params: Params, eval_key, eval_tasks: int) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Block:
+    """One parameter set of the block: V, A (d+3, d+3) (arrays; nested lists from a stored record)."""
+
+    V: np.ndarray
+    A: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Blocks:
+    """The block at the end of training (final) and at the two checkpoints (best: the paper's rule; mirror)."""
+
+    final: Block
+    best: Block
+    mirror: Block
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HeldOuts:
+    """The held-out errors (``setting.HeldOut``, floats) of the three parameter sets of :class:`Blocks`."""
+
+    final: HeldOut
+    best: HeldOut
+    mirror: HeldOut
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SeedRun:
+    """One run of Algorithm 1 (``train_seed``): trace (``setting.Traces``, (T,) each); best_step / best_score and
+    mirror_step / mirror_score after the stand-in of the module docstring; scan_best_step (make_train's own pick);
+    params: :class:`Blocks`; eval: :class:`HeldOuts` at the rho training ends with."""
+
+    trace: Traces
+    best_step: int
+    best_score: float
+    scan_best_step: int
+    mirror_step: int
+    mirror_score: float
+    params: Blocks
+    eval: HeldOuts
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class References:
+    """Held-out errors (``setting.HeldOut``) of theta* (eq. 15), its mirror -theta* and the zero block, stored under
+    "theta*", "-theta*" and "zero"."""
+
+    theta_star: HeldOut = dataclasses.field(metadata={"stored_as": "theta*"})
+    minus_theta_star: HeldOut = dataclasses.field(metadata={"stored_as": "-theta*"})
+    zero: HeldOut
+
+    def by_name(self) -> dict[str, HeldOut]:
+        """{"theta*", "-theta*", "zero"} -> its held-out errors."""
+        return {"theta*": self.theta_star, "-theta*": self.minus_theta_star, "zero": self.zero}
+
+
+def _errors(config: PretrainConfig, params: Params, eval_key, eval_tasks: int) -> HeldOut:
     e = _jitted_evaluate(config, eval_tasks)(params, eval_key, rho_schedule(config, config.num_steps - 1))
-    return {"abs_td_error": float(e.abs_td_error), "abs_value_error": float(e.abs_value_error)}
+    return HeldOut(float(e.abs_td_error), float(e.abs_value_error))
 
 
-@cell("ictd.pretrain-seed")
-def train_seed(config: PretrainConfig, key, eval_key, eval_tasks: int) -> dict:
-    """One run of Algorithm 1 (``make_train``) with its two checkpoints and held-out errors, as a JSON-able dict.
-
-    Keys: trace (TRACE_FIELDS -> (T,)); best_step/best_score and mirror_step/mirror_score after the stand-in of the
-    module docstring; scan_best_step (make_train's own pick); params {final, best, mirror} -> {V, A} (d+3, d+3);
-    eval {same names} -> {abs_td_error, abs_value_error} at the rho training ends with.
-    """
+@cell("ictd.pretrain-seed", result=SeedRun)
+def train_seed(config: PretrainConfig, key, eval_key, eval_tasks: int) -> SeedRun:
+    """One run of Algorithm 1 (``make_train``) with its two checkpoints and held-out errors (:class:`SeedRun`)."""
     result = jax.block_until_ready(_jitted_train(config)(key))
     last = config.num_steps - 1
 
@@ -65,21 +119,22 @@ def train_seed(config: PretrainConfig, key, eval_key, eval_tasks: int) -> dict:
     best_step, best_score, best = pick(result.best)
     mirror_step, mirror_score, mirror = pick(result.best_mirrored)
     params = {"final": result.params, "best": best, "mirror": mirror}
-    return {
-        "trace": {name: np.asarray(getattr(result.trace, name)) for name in TRACE_FIELDS},
-        "best_step": best_step, "best_score": best_score, "scan_best_step": int(result.best.step),
-        "mirror_step": mirror_step, "mirror_score": mirror_score,
-        "params": {name: {"V": np.asarray(p.V), "A": np.asarray(p.A)} for name, p in params.items()},
-        "eval": {name: _errors(config, p, eval_key, eval_tasks) for name, p in params.items()},
-    }
+    return SeedRun(
+        trace=Traces(**{name: np.asarray(getattr(result.trace, name)) for name in TRACE_FIELDS}),
+        best_step=best_step, best_score=best_score, scan_best_step=int(result.best.step),
+        mirror_step=mirror_step, mirror_score=mirror_score,
+        params=Blocks(**{name: Block(V=np.asarray(p.V), A=np.asarray(p.A)) for name, p in params.items()}),
+        eval=HeldOuts(**{name: _errors(config, p, eval_key, eval_tasks) for name, p in params.items()}),
+    )
 
 
-@cell("ictd.pretrain-references")
-def evaluate_references(config: PretrainConfig, eval_key, eval_tasks: int) -> dict:
+@cell("ictd.pretrain-references", result=References)
+def evaluate_references(config: PretrainConfig, eval_key, eval_tasks: int) -> References:
     """Held-out errors of theta* (eq. 15), its mirror -theta* and the zero block, on the learned runs' tasks."""
     V, A = theta_star(config.d)
-    points = {"theta*": Params(V, A), "-theta*": Params(-V, -A), "zero": Params(jnp.zeros_like(V), jnp.zeros_like(A))}
-    return {name: _errors(config, p, eval_key, eval_tasks) for name, p in points.items()}
+    return References(theta_star=_errors(config, Params(V, A), eval_key, eval_tasks),
+                      minus_theta_star=_errors(config, Params(-V, -A), eval_key, eval_tasks),
+                      zero=_errors(config, Params(jnp.zeros_like(V), jnp.zeros_like(A)), eval_key, eval_tasks))
 
 
 def setting_cells(config: PretrainConfig, slug: str, seed_keys, eval_key, eval_tasks: int) -> dict:
@@ -97,5 +152,5 @@ def setting_from_cells(label: str, config: PretrainConfig, slug: str, results: M
     compute time of each cell by name, e.g. ``Run.cells.seconds``; missing ones count as NaN)."""
     names = [f"{slug}-seed={s}" for s in range(config.num_seeds)]
     times = [(seconds or {}).get(name) for name in names]
-    return stack_setting(label, config, [results[name] for name in names], results[f"{slug}-references"],
+    return stack_setting(label, config, [results[name] for name in names], results[f"{slug}-references"].by_name(),
                          [np.nan if t is None else t for t in times])

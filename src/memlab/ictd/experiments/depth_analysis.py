@@ -1,5 +1,5 @@
-"""The analysis of ``ictd.depth-convergence``: the cells' records as typed numbers (:class:`ContextNumbers` per context
-length, :class:`Crosscheck`, :class:`Margins`) and ``analyse`` -> :class:`DepthStats`, the medians over the covered
+"""The analysis of ``ictd.depth-convergence``: ``analyse`` -> :class:`DepthStats` from the cells' typed results
+(``depth.Theorem2Numbers`` per context length, ``depth.Crosscheck``, ``TaskMargins``): the medians over the covered
 tasks, the log-log slopes in n, the Lemma 5 fraction and the eq. (70) excess."""
 
 from __future__ import annotations
@@ -9,51 +9,10 @@ import dataclasses
 import numpy as np
 
 from memlab.ictd import depth
+from memlab.ictd.depth import Crosscheck, Theorem2Numbers
 from memlab.ictd.experiments.depth_cells import DepthConfig
 
-__all__ = ["ContextNumbers", "Crosscheck", "DepthStats", "Margins", "analyse", "covered_quantile"]
-
-
-@dataclasses.dataclass(frozen=True)
-class ContextNumbers:
-    """Theorem 2 at one context length n (a ``context_cell`` record as arrays), per task (N,): covered (bool: the
-    context visits every state; only these tasks count), draws (contexts drawn), rate (fitted decay rate of
-    ||v_L - v_inf||; NaN if unfitted), rho_hat = ||I - M_hat + gamma P_hat||_inf, spectral_radius of that matrix,
-    C_hat (empirical margin), rho_bounded (rho_hat <= 1 - C, the Lemma 5 event), bound70_excess (max over L of the
-    error above eq. (70)), floor ||v_inf - v_pi||_inf, T2 (bias of eq. 67), M_dev ||M_hat - M_pi||_inf; and err_q
-    (3, L+1): the 25/50/75 % quantiles over the covered tasks of ||v_L - v_pi||_inf."""
-
-    covered: np.ndarray
-    draws: np.ndarray
-    rate: np.ndarray
-    rho_hat: np.ndarray
-    spectral_radius: np.ndarray
-    C_hat: np.ndarray
-    rho_bounded: np.ndarray
-    bound70_excess: np.ndarray
-    floor: np.ndarray
-    T2: np.ndarray
-    M_dev: np.ndarray
-    err_q: np.ndarray
-
-    @classmethod
-    def from_record(cls, record: dict) -> ContextNumbers:
-        numbers = {f.name: np.asarray(record[f.name]) for f in dataclasses.fields(cls)}
-        return cls(**numbers | {k: numbers[k].astype(bool) for k in ("covered", "rho_bounded")})
-
-
-@dataclasses.dataclass(frozen=True)
-class Crosscheck:
-    """The ``crosscheck_cell`` record: max |Z_l[d+2, j] - v_l(S_j)| (transformer_vs_operator) and |readout - v_l(S_n)|
-    (readout_vs_operator) over layers and columns, max |eq. (49) - eq. (24)| over M_hat and P_hat, the largest |v_l|
-    (max_abs_value), on one task with m states and a covering context of n transitions."""
-
-    transformer_vs_operator: float
-    readout_vs_operator: float
-    eq49_vs_eq24: float
-    max_abs_value: float
-    n: int
-    m: int
+__all__ = ["DepthStats", "Margins", "analyse", "covered_quantile"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +34,8 @@ class DepthStats:
     rate_minus_bound_max (K,): max of rate - (1 - C); rate_nan: unfitted rates of covered tasks; bound70_max_excess
     (K,): max eq. (70) excess on the Lemma 5 event (-inf if empty); floor_bound_ratio_median (K,): median T2 / C /
     floor; tail_gap: max over n of |median error at L / median floor - 1|; dropped, draws_max: n -> uncovered tasks
-    and the most contexts drawn; crosscheck: ``Crosscheck``; per_n: n -> ``ContextNumbers``; bound_curve (N, L+1):
-    (1 - C)^L ||v_0 - v_pi||.
+    and the most contexts drawn; crosscheck: ``depth.Crosscheck``; per_n: n -> ``depth.Theorem2Numbers`` (arrays);
+    bound_curve (N, L+1): (1 - C)^L ||v_0 - v_pi||.
     """
 
     context_lengths: np.ndarray
@@ -101,20 +60,20 @@ class DepthStats:
     dropped: dict[int, int]
     draws_max: dict[int, int]
     crosscheck: Crosscheck
-    per_n: dict[int, ContextNumbers]
+    per_n: dict[int, Theorem2Numbers]
     bound_curve: np.ndarray
 
 
 def covered_quantile(per_n: dict, field: str, p: float = 0.5) -> np.ndarray:
-    """The p-quantile over the covered tasks of the per-task ``field`` of ``ContextNumbers`` at every n: (K,)."""
+    """The p-quantile over the covered tasks of the per-task ``field`` of ``Theorem2Numbers`` at every n: (K,)."""
     return np.array([np.quantile(getattr(c, field)[c.covered], p) for c in per_n.values()])
 
 
 def analyse(cfg: DepthConfig, cells: dict) -> DepthStats:
     """Cells -> per-n medians over the covered tasks, slopes, the Lemma 5 fraction, the eq. (70) excess."""
     ns = np.array(cfg.context_lengths)
-    margin, err0 = np.asarray(cells["tasks"]["margin"]), np.asarray(cells["tasks"]["err0"])
-    per_n = {int(n): ContextNumbers.from_record(cells[f"n={n}"]) for n in ns}
+    margin, err0 = np.asarray(cells["tasks"].margin), np.asarray(cells["tasks"].err0)
+    per_n = {int(n): cells[f"n={n}"].as_arrays() for n in ns}
     cs = per_n.values()
     floor, T2, M_dev = (covered_quantile(per_n, field) for field in ("floor", "T2", "M_dev"))
     layers = np.arange(cfg.num_layers + 1)
@@ -135,6 +94,6 @@ def analyse(cfg: DepthConfig, cells: dict) -> DepthStats:
         tail_gap=np.max(np.abs(np.array([c.err_q[1, -1] for c in cs]) / floor - 1.0)),
         dropped={n: int((~c.covered).sum()) for n, c in per_n.items()},
         draws_max={n: int(c.draws.max()) for n, c in per_n.items()},
-        crosscheck=Crosscheck(**cells["crosscheck"]), per_n=per_n,
+        crosscheck=cells["crosscheck"], per_n=per_n,
         bound_curve=(1.0 - margin)[:, None] ** layers * err0[:, None],  # (1 - C)^L ||v_0 - v_pi||, v_0 = 0
     )

@@ -8,13 +8,15 @@ import dataclasses
 from typing import NamedTuple
 
 import jax
+import numpy as np
 
 from memlab.checks import check_gamma, check_increasing_ints, check_int, check_real
 from memlab.ictd import depth
+from memlab.ictd.depth import Crosscheck, Theorem2Numbers
 from memlab.ictd.random_tasks import random_task_batch
 from memlab.store import cell
 
-__all__ = ["DepthConfig", "DepthTasks", "context_cell", "crosscheck_cell", "make_tasks", "tasks_cell"]
+__all__ = ["DepthConfig", "DepthTasks", "TaskMargins", "context_cell", "crosscheck_cell", "make_tasks", "tasks_cell"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,23 +77,32 @@ def make_tasks(tasks: DepthTasks, key) -> dict:
                                  tasks.num_actions, tasks.feature_scale) for m in tasks.state_counts}
 
 
-@cell("ictd.depth-tasks")
-def tasks_cell(tasks: DepthTasks, tasks_key) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TaskMargins:
+    """Per task (N,), in ``make_tasks`` order: margin, the population margin C of eq. (28); err0, ||v_0 - v_pi||_inf
+    (v_0 = 0). Arrays, or lists as a stored record gives them back."""
+
+    margin: np.ndarray
+    err0: np.ndarray
+
+
+@cell("ictd.depth-tasks", result=TaskMargins)
+def tasks_cell(tasks: DepthTasks, tasks_key) -> TaskMargins:
     margin, err0 = depth.margins_and_err0(make_tasks(tasks, tasks_key))
-    return {"margin": margin, "err0": err0}
+    return TaskMargins(margin=margin, err0=err0)
 
 
-@cell("ictd.depth-crosscheck")
+@cell("ictd.depth-crosscheck", result=Crosscheck)
 def crosscheck_cell(tasks: DepthTasks, tasks_key, key, n: int, num_layers: int, max_resamples: int,
-                    longest: int) -> dict:
+                    longest: int) -> Crosscheck:
     """Theorem 1 + eq. (24)-(26) on the first task (smallest m) with a covering context at n (the shortest);
     ``longest``: the longest context of the sweep (``depth.covering_crosscheck``)."""
     first = make_tasks(tasks, tasks_key)[tasks.state_counts[0]]
     return depth.covering_crosscheck(first, key, n, num_layers, max_resamples, longest)
 
 
-@cell("ictd.depth-context")
+@cell("ictd.depth-context", result=Theorem2Numbers)
 def context_cell(tasks: DepthTasks, n: int, tasks_key, key, num_layers: int, max_resamples: int,
-                 longest: int) -> dict:
+                 longest: int) -> Theorem2Numbers:
     """Theorem 2 numbers of every task at context length n (``depth.theorem2_at``)."""
     return depth.theorem2_at(make_tasks(tasks, tasks_key), key, n, num_layers, max_resamples, longest)

@@ -102,9 +102,10 @@ def analyse(cfg: MsveConfig, tasks: TaskNumbers, cells: dict) -> MsveStats:
     """Task numbers and cells -> MSVE (G, T, N) per method, means, s.e., slopes, the constant predictor, margins."""
     contexts, gammas, N = cfg.contexts(), cfg.gammas, len(tasks.m)
     grid = [[cells[f"gamma={gamma:g},t={t}"] for t in contexts] for gamma in gammas]
-    msve = {name: np.array([[c["msve"][name] for c in row] for row in grid], float) for name in METHODS}
-    max_diff, max_value = (np.array([[c[k] for c in row] for row in grid]) for k in ("max_abs_diff", "max_abs_value"))
-    limit_change = np.array([[c["depth_limit_change"] for c in row] for row in grid])
+    msve = {name: np.array([[c.msve[name] for c in row] for row in grid], float) for name in METHODS}
+    max_diff = np.array([[c.max_abs_diff for c in row] for row in grid])
+    max_value = np.array([[c.max_abs_value for c in row] for row in grid])
+    limit_change = np.array([[c.depth_limit_change for c in row] for row in grid])
     log_t = np.log(np.asarray(contexts, float))
     trend, slope_se, const_msve, improved = {}, [], [], []
     for g, gamma in enumerate(gammas):

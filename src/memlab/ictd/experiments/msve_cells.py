@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from memlab.checks import check_int, check_real
-from memlab.ictd.policy_eval import TaskSet, context_msve, make_task_set
+from memlab.ictd.policy_eval import ContextMSVE, TaskSet, context_msve, make_task_set
 from memlab.store import cell
 
 __all__ = ["MsveConfig", "make_tasks", "msve_cell"]
@@ -56,7 +56,7 @@ def make_tasks(cfg: MsveConfig, tasks_key, trajectories_key) -> TaskSet:
                          cfg.feature_scale, cfg.num_actions, cfg.t_max, cfg.num_layers)
 
 
-@cell("ictd.msve")
-def msve_cell(tasks: TaskSet, g: int, gamma: float, t: int, num_layers: int, depth_limit_layers: int) -> dict:
+@cell("ictd.msve", result=ContextMSVE)
+def msve_cell(tasks: TaskSet, g: int, gamma: float, t: int, num_layers: int, depth_limit_layers: int) -> ContextMSVE:
     """MSVE of every method for every task at discount ``gamma`` (the task set's g-th) and context length t."""
     return context_msve(tasks, g, gamma, t, num_layers, depth_limit_layers)

@@ -22,7 +22,6 @@ from memlab.checks import check_increasing_ints, check_int, check_real
 from memlab.files import summary_text
 from memlab.ictd.experiments.neu_figures import (
     CSV_HEADER,
-    NEUCell,
     NEUStats,
     SlowRun,
     csv_rows,
@@ -33,7 +32,13 @@ from memlab.ictd.experiments.neu_figures import (
     plot_slow,
     point_table,
 )
-from memlab.ictd.neu import POINT_LABELS, comparison_points, estimator_statistics, sample_tasks
+from memlab.ictd.neu import (
+    POINT_LABELS,
+    EstimatorStatistics,
+    comparison_points,
+    estimator_statistics,
+    sample_tasks,
+)
 from memlab.runner import Experiment, Run
 from memlab.store import cell
 
@@ -102,9 +107,9 @@ class TaskShape(NamedTuple):
     num_actions: int
 
 
-@cell("ictd.neu")
+@cell("ictd.neu", result=EstimatorStatistics)
 def neu_cell(u, B, key, gamma: float, n: int, drawn: int, used: int, num_layers: int, tasks: TaskShape,
-             batch_size: int, depths=None) -> dict:
+             batch_size: int, depths=None) -> EstimatorStatistics:
     """``estimator_statistics`` at (u, B) on the first ``used`` of ``drawn`` tasks of shape ``tasks`` from ``key``
     (common numbers)."""
     sampled, keys = sample_tasks(key, drawn, tasks.m, tasks.d, gamma, tasks.feature_scale, tasks.num_actions)
@@ -136,13 +141,13 @@ def run_neu(cfg: NEUConfig, run: Run) -> dict:
 def analyse(cfg: NEUConfig, cells: dict) -> NEUStats:
     """Cells -> J(theta*) by n, the points at the largest n, the slow run, and the numbers behind the claims."""
     L, n_max = cfg.num_layers, cfg.contexts[-1]
-    main = {n: NEUCell.from_record(cells[f"theta-star_n={n}"]) for n in cfg.contexts}
-    points = {p: main[n_max] if p == "theta-star" else NEUCell.from_record(cells[f"{p}_n={n_max}"])
+    main = {n: cells[f"theta-star_n={n}"].as_arrays() for n in cfg.contexts}
+    points = {p: main[n_max] if p == "theta-star" else cells[f"{p}_n={n_max}"].as_arrays()
               for p in POINT_LABELS}  # theta* first
     J_star, J_last = main[n_max].tower.J, {p: c.tower.J[-1] for p, c in points.items()}
     peak = int(np.argmax(J_star))
     slow_cell = cells.get(SLOW_CELL.format(cfg))
-    slow_cell = None if slow_cell is None else NEUCell.from_record(slow_cell)
+    slow_cell = None if slow_cell is None else slow_cell.as_arrays()
     return NEUStats(
         depths=np.arange(1, L + 1), contexts=list(cfg.contexts), gamma=cfg.gamma, theta_star=main, points=points,
         slow_cell=slow_cell, slow=None if slow_cell is None else _slow_run(cfg, slow_cell),
@@ -156,7 +161,7 @@ def analyse(cfg: NEUConfig, cells: dict) -> NEUStats:
         figures=["neu_vs_depth.png", "neu_vs_context.png"] + ["neu_slow_discount.png"] * (cfg.slow_layers > 0))
 
 
-def _slow_run(cfg: NEUConfig, c: NEUCell) -> SlowRun:
+def _slow_run(cfg: NEUConfig, c: EstimatorStatistics) -> SlowRun:
     J, floor = c.tower.J, c.tower.noise_floor
     peak = int(np.argmax(J))
     last = max(J[-1], floor[-1])  # J-hat at the last depth, or its noise floor if that is larger

@@ -1,8 +1,8 @@
-"""The typed results of ``ictd.neu`` (Theorem 3) and its figures and tables, pure functions of them: ``NEUCell``
-(one cell's record as arrays), ``NEUStats`` (the analysis), J(theta*) against depth and context length, the
-comparison points of Theta^Looped, the slow-discount run, the Markdown tables of summary.md and the rows of neu.csv.
-Kept apart from ``neu.py`` for length (the experiment module stays under 400 lines); ``neu.py`` imports this module,
-never the other way round."""
+"""The analysis of ``ictd.neu`` (Theorem 3) and its figures and tables, pure functions of it: ``NEUStats`` (of the
+cells' ``neu.EstimatorStatistics``), J(theta*) against depth and context length, the comparison points of
+Theta^Looped, the slow-discount run, the Markdown tables of summary.md and the rows of neu.csv. Kept apart from
+``neu.py`` for length (the experiment module stays under 300 lines); ``neu.py`` imports this module, never the other
+way round."""
 
 from __future__ import annotations
 
@@ -13,38 +13,13 @@ from matplotlib.ticker import MaxNLocator
 
 from memlab import plots
 from memlab.files import markdown_table
-from memlab.ictd.neu import POINT_LABELS, STAT_FIELDS, DepthStatistics
+from memlab.ictd.neu import POINT_LABELS, STAT_FIELDS, EstimatorStatistics
 
-__all__ = ["CSV_HEADER", "NEUCell", "NEUStats", "SlowRun", "csv_rows", "depth_table", "fmt", "plot_context",
+__all__ = ["CSV_HEADER", "NEUStats", "SlowRun", "csv_rows", "depth_table", "fmt", "plot_context",
            "plot_depth", "plot_slow", "point_table"]
 
 CSV_HEADER = ["family", "gamma", "point", "n", "L", "num_samples", *STAT_FIELDS, "J_plain", "noise_floor_plain",
               "tower_vs_plain_max_z", "variance_ratio"]
-
-
-@dataclasses.dataclass(frozen=True)
-class NEUCell:
-    """One ``neu.neu_cell`` record (one point, one n) as arrays: tower, plain: the ``neu.DepthStatistics`` of the two
-    estimators; tower_vs_plain_max_z, variance_ratio (L',): max |z| of their difference and the plain / tower variance;
-    num_samples; depths (L',); margin_min, margin_median: the tasks' Assumption 5.1 margins (eq. 28)."""
-
-    tower: DepthStatistics
-    plain: DepthStatistics
-    tower_vs_plain_max_z: np.ndarray
-    variance_ratio: np.ndarray
-    num_samples: int
-    depths: np.ndarray
-    margin_min: float
-    margin_median: float
-
-    @classmethod
-    def from_record(cls, record: dict) -> NEUCell:
-        tower, plain = (DepthStatistics(**{f: np.asarray(record[e][f], np.float64) for f in STAT_FIELDS})
-                        for e in ("tower", "plain"))
-        return cls(tower, plain, tower_vs_plain_max_z=np.asarray(record["tower_vs_plain_max_z"]),
-                   variance_ratio=np.asarray(record["variance_ratio"]), num_samples=record["num_samples"],
-                   depths=np.asarray(record["depths"]), margin_min=record["margin_min"],
-                   margin_median=record["margin_median"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,21 +39,22 @@ class SlowRun:
 class NEUStats:
     """The analysis of ``ictd.neu``; L depths, K context lengths, at depth L unless said.
 
-    depths (L,) = 1..L; contexts (K,); gamma; theta_star n -> ``NEUCell`` of theta*; points name -> ``NEUCell`` at
-    the largest n (``POINT_LABELS`` order, theta* first); slow_cell / slow: the slow-discount ``NEUCell`` and its
-    ``SlowRun`` (None when switched off); margin_min: over every cell but the slow run's; margin_median: median of
-    the theta* cells' medians; peak_l: index of the peak of J(theta*) over depth at the largest n, depth_ratio: J
-    there / J at L; min_non_td, argmin_non_td: the smallest J of ``neu.NON_TD_POINTS`` and its point; z_threshold: the
-    Bonferroni bound of |z| (1 % family-wise); tower_vs_plain_max_z: max |z| over the theta* cells;
-    variance_ratio_at_L_max n -> plain / tower variance; figures: the PNG files written.
+    depths (L,) = 1..L; contexts (K,); gamma; theta_star n -> ``neu.EstimatorStatistics`` (arrays) of theta*; points
+    name -> ``neu.EstimatorStatistics`` at the largest n (``POINT_LABELS`` order, theta* first); slow_cell / slow:
+    the slow-discount ``neu.EstimatorStatistics`` and its ``SlowRun`` (None when switched off); margin_min: over
+    every cell but the slow run's; margin_median: median of the theta* cells' medians; peak_l: index of the peak of
+    J(theta*) over depth at the largest n, depth_ratio: J there / J at L; min_non_td, argmin_non_td: the smallest J
+    of ``neu.NON_TD_POINTS`` and its point; z_threshold: the Bonferroni bound of |z| (1 % family-wise);
+    tower_vs_plain_max_z: max |z| over the theta* cells; variance_ratio_at_L_max n -> plain / tower variance;
+    figures: the PNG files written.
     """
 
     depths: np.ndarray
     contexts: list[int]
     gamma: float
-    theta_star: dict[int, NEUCell]
-    points: dict[str, NEUCell]
-    slow_cell: NEUCell | None
+    theta_star: dict[int, EstimatorStatistics]
+    points: dict[str, EstimatorStatistics]
+    slow_cell: EstimatorStatistics | None
     slow: SlowRun | None
     margin_min: float
     margin_median: float
@@ -99,14 +75,14 @@ def fmt(v) -> str:
     return f"{v:.4g}" if abs(v) >= 100 else f"{v:.4f}"
 
 
-def csv_rows(families: list[tuple[str, float, list[tuple[str, int, NEUCell]]]]) -> list[list]:
+def csv_rows(families: list[tuple[str, float, list[tuple[str, int, EstimatorStatistics]]]]) -> list[list]:
     """Rows of CSV_HEADER, one per (family, point, n, depth): families are (tag, gamma, [(point, n, cell), ...])."""
     return [[tag, gamma, p, n, depth, c.num_samples, *(getattr(c.tower, f)[i] for f in STAT_FIELDS), c.plain.J[i],
              c.plain.noise_floor[i], c.tower_vs_plain_max_z[i], c.variance_ratio[i]]
             for tag, gamma, cells in families for p, n, c in cells for i, depth in enumerate(c.depths)]
 
 
-def depth_table(main: dict[int, NEUCell], L: int) -> str:
+def depth_table(main: dict[int, EstimatorStatistics], L: int) -> str:
     """Markdown: per context length n, J(theta*) (noise floor) at a few depths, E||X||_1, margin, variance ratio."""
     shown = sorted({1, 2, 4, L // 2, L} & set(range(1, L + 1)))
     return markdown_table(
@@ -115,7 +91,7 @@ def depth_table(main: dict[int, NEUCell], L: int) -> str:
           f"{c.margin_min:.3f}", f"×{c.variance_ratio[-1]:.1f}") for n, c in main.items() for t in [c.tower]])
 
 
-def point_table(points: dict[str, NEUCell]) -> str:
+def point_table(points: dict[str, EstimatorStatistics]) -> str:
     """Markdown: J ± se, noise floor, split-half, E||X||_1 and the sample count of every point at the last depth."""
     return markdown_table(["point", "J", "noise floor", "split-half", "E‖X‖₁", "samples"],
                           [(POINT_LABELS[p], f"{fmt(t.J[-1])} ± {fmt(t.J_se[-1])}", fmt(t.noise_floor[-1]),
@@ -157,7 +133,7 @@ def plot_depth(s: NEUStats, gamma: float):
     return fig
 
 
-def plot_context(main: dict[int, NEUCell], L: int, gamma: float):
+def plot_context(main: dict[int, EstimatorStatistics], L: int, gamma: float):
     """J(theta*) vs context length n at a few depths, with E||X_L||_1 and the sqrt(log n / n) shape of eq. (33)."""
     fig, ax = plots.figure(width=6.5, height=3.8)
     contexts = list(main)
@@ -182,7 +158,7 @@ def plot_context(main: dict[int, NEUCell], L: int, gamma: float):
     return fig
 
 
-def plot_slow(cell: NEUCell, gamma: float, n: int):
+def plot_slow(cell: EstimatorStatistics, gamma: float, n: int):
     """The slow-discount run: J(theta*), its noise floor and E||X||_1 vs depth, with the L gamma^L shape."""
     fig, ax = plots.figure(width=6.5, height=3.6)
     depths, c = cell.depths, cell.tower

@@ -79,25 +79,26 @@ class Setting:
         return self.best if form == "paper" else self.mirror
 
 
-def _checkpoint(records: list[dict], name: str, step, score) -> Checkpoint:
-    """Checkpoint ``name`` of every seed's ``train_seed`` record (a cell-record read)."""
-    stack = lambda get: np.array([get(r) for r in records])  # noqa: E731
-    return Checkpoint(step, score, stack(lambda r: r["params"][name]["V"]), stack(lambda r: r["params"][name]["A"]),
-                      HeldOut(stack(lambda r: r["eval"][name]["abs_td_error"]),
-                              stack(lambda r: r["eval"][name]["abs_value_error"])))
+def _checkpoint(records: list, name: str, step, score) -> Checkpoint:
+    """Checkpoint ``name`` of every seed's ``cells.SeedRun``."""
+    blocks, errors = [getattr(r.params, name) for r in records], [getattr(r.eval, name) for r in records]
+    return Checkpoint(step, score, np.array([b.V for b in blocks]), np.array([b.A for b in blocks]),
+                      HeldOut(np.array([e.abs_td_error for e in errors]),
+                              np.array([e.abs_value_error for e in errors])))
 
 
-def stack_setting(label: str, config: PretrainConfig, records: list[dict], references: dict, seconds) -> Setting:
-    """A Setting from the ``train_seed`` records of every seed (in seed order) and the references record."""
-    stack = lambda key: np.array([r[key] for r in records])  # noqa: E731
+def stack_setting(label: str, config: PretrainConfig, records: list, references: dict[str, HeldOut], seconds
+                  ) -> Setting:
+    """A Setting from the ``cells.SeedRun`` of every seed (in seed order) and the references' held-out errors by
+    name (``cells.References.by_name``)."""
+    stack = lambda key: np.array([getattr(r, key) for r in records])  # noqa: E731
     return Setting(
         label=label, config=config,
-        trace=Traces(**{f: np.array([r["trace"][f] for r in records]) for f in TRACE_FIELDS}),
+        trace=Traces(**{f: np.array([getattr(r.trace, f) for r in records]) for f in TRACE_FIELDS}),
         final=_checkpoint(records, "final", np.full(len(records), config.num_steps - 1), None),
         best=_checkpoint(records, "best", stack("best_step"), stack("best_score")),
         mirror=_checkpoint(records, "mirror", stack("mirror_step"), stack("mirror_score")),
-        scan_best_step=stack("scan_best_step"), references={k: HeldOut(**v) for k, v in references.items()},
-        seconds=np.asarray(seconds, float))
+        scan_best_step=stack("scan_best_step"), references=references, seconds=np.asarray(seconds, float))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -90,34 +90,36 @@ class Trials(NamedTuple):
                    cfg.feature_scale)
 
 
-@cell("ictd.verify")
-def verify_cell(trials: Trials, kind: str, key) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KernelTrials:
+    """One kernel's cell (``verify_cell``), per trial and layer (T, L+1) unless noted (arrays; lists as a stored
+    record gives them back): abs_tsm, abs_dual |v_l(S_n) - y_l| of the single-head + TSM and the dual-head form;
+    rel_tsm, rel_dual the same / max(1, |y_l|); row_tsm max over the columns j of |Z_l[d+2, j] - y_l(S_j)| (eq. 37);
+    lemma1, lemma1_rel max |Z_dual - Z_tsm| absolute and / max(1, max |Z|); y_max (T,) max |y_l|; unscaled_rel,
+    unscaled_y_max (T,) the same with the unscaled Alg. 2 features. Fields in the stored order (``verify_trials``'
+    keys, sorted)."""
+
+    abs_dual: np.ndarray
+    abs_tsm: np.ndarray
+    lemma1: np.ndarray
+    lemma1_rel: np.ndarray
+    rel_dual: np.ndarray
+    rel_tsm: np.ndarray
+    row_tsm: np.ndarray
+    unscaled_rel: np.ndarray
+    unscaled_y_max: np.ndarray
+    y_max: np.ndarray
+
+
+@cell("ictd.verify", result=KernelTrials)
+def verify_cell(trials: Trials, kind: str, key) -> KernelTrials:
     """Every trial of one kernel (float64 when the sweep enables it): discrepancies per trial and layer."""
     X, R = trial_prompts(jax.random.split(key, trials.num_trials), trials.num_states, trials.d, trials.gamma,
                          trials.n)
     out = verify_trials(X, R, trials.gamma, trials.num_layers, kind, trials.alpha, trials.feature_scale)
     if out["abs_tsm"].dtype != jnp.float64:
         raise RuntimeError(f"ictd.verify needs float64, got {out['abs_tsm'].dtype}")
-    return {k: np.asarray(v) for k, v in out.items()}
-
-
-@dataclasses.dataclass(frozen=True)
-class KernelTrials:
-    """One kernel's cell as arrays, per trial and layer (T, L+1) unless noted: abs_tsm, abs_dual |v_l(S_n) - y_l| of
-    the single-head + TSM and the dual-head form; rel_tsm, rel_dual the same / max(1, |y_l|); row_tsm max over the
-    columns j of |Z_l[d+2, j] - y_l(S_j)| (eq. 37); lemma1, lemma1_rel max |Z_dual - Z_tsm| absolute and / max(1,
-    max |Z|); y_max (T,) max |y_l|; unscaled_rel, unscaled_y_max (T,) the same with the unscaled Alg. 2 features."""
-
-    abs_tsm: np.ndarray
-    abs_dual: np.ndarray
-    rel_tsm: np.ndarray
-    rel_dual: np.ndarray
-    row_tsm: np.ndarray
-    lemma1: np.ndarray
-    lemma1_rel: np.ndarray
-    y_max: np.ndarray
-    unscaled_rel: np.ndarray
-    unscaled_y_max: np.ndarray
+    return KernelTrials(**{k: np.asarray(v) for k, v in out.items()})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +171,7 @@ def _results(stats: VerifyStats) -> dict:
 def analyse(cfg: VerifyConfig, cells: dict) -> VerifyStats:
     """Cells -> per-kernel trial arrays (T, L+1) and the per-kernel maxima of the claims and the table."""
     fields = [f.name for f in dataclasses.fields(KernelTrials)]
-    trials = {kind: KernelTrials(**{f: np.asarray(cells[f"kernel={kind}"][f], np.float64) for f in fields})
+    trials = {kind: KernelTrials(**{f: np.asarray(getattr(cells[f"kernel={kind}"], f), np.float64) for f in fields})
               for kind in cfg.kinds}
     return VerifyStats(list(cfg.kinds), {kind: _kernel_stats(r) for kind, r in trials.items()}, trials)
 

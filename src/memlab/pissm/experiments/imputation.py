@@ -25,10 +25,18 @@ from memlab.checks import check_choice, check_choices, check_int, check_real
 from memlab.files import summary_text
 from memlab.pissm import metrics
 from memlab.pissm.data import Dataset
-from memlab.pissm.experiments.cells import fit_as_bytes, score_test_split
+from memlab.pissm.experiments.cells import TrainedModel, UntrainedModel, fields_of, fit_as_bytes, score_test_split
 from memlab.pissm.experiments.imputation_figures import plot_imputation
 from memlab.pissm.experiments.report import CHOICES
-from memlab.pissm.runs import LAYOUTS, MODELS, default_stability, load_dataset, model_from_bytes, predict_jit
+from memlab.pissm.runs import (
+    LAYOUTS,
+    MODELS,
+    MaskedScores,
+    default_stability,
+    load_dataset,
+    model_from_bytes,
+    predict_jit,
+)
 from memlab.pissm.train import TrainConfig
 from memlab.runner import Experiment, Run
 from memlab.store import cell
@@ -62,24 +70,32 @@ class ImputationConfig:
             check_int(name, getattr(self, name))
 
 
-@cell("pissm.imputation-train")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ImputationScores(MaskedScores):
+    """``pissm.imputation-score``: the ``runs.MaskedScores`` of the masked test split and path (T, 2), the
+    sample-mean filtered position along the figure's test sequence (an array; lists from a stored record)."""
+
+    path: np.ndarray
+
+
+@cell("pissm.imputation-train", result=(TrainedModel, UntrainedModel))
 def imputation_train_cell(name: str, data: Dataset, train: TrainConfig, train_missing: float, input_noise: float,
-                          key) -> dict:
+                          key) -> TrainedModel | UntrainedModel:
     """One cell: train ``name`` on sequences with a fraction ``train_missing`` removed; its record and the model as
     bytes."""
     return fit_as_bytes(name, "pong", data, train, key, missing=train_missing, input_noise=input_noise)
 
 
-@cell("pissm.imputation-score")
+@cell("pissm.imputation-score", result=ImputationScores)
 def imputation_score_cell(name: str, data: Dataset, blob: bytes, mask, num_samples: int, key, b: int,
-                          figure_key) -> dict:
+                          figure_key) -> ImputationScores:
     """One cell: the mean scores of the trained ``name`` on the masked test split (``runs.evaluate``), and its
     sample-mean filtered position (T, 2) along test sequence ``b`` (the figure's)."""
     model, test = model_from_bytes(blob, name, "pong", data), data.test
     scores = score_test_split(model, data, key, num_samples, mask)
     y_in = jnp.where(mask[b:b + 1, :, None], test.y[b:b + 1], jnp.nan)
     p = predict_jit(model, y_in, mask[b:b + 1], figure_key, num_samples)
-    return {**scores, "path": jnp.mean(p.filtered_obs[:, 0], axis=0)}
+    return ImputationScores(**fields_of(scores), path=jnp.mean(p.filtered_obs[:, 0], axis=0))
 
 
 def run_imputation(cfg: ImputationConfig, run: Run) -> dict:
@@ -94,7 +110,7 @@ def run_imputation(cfg: ImputationConfig, run: Run) -> dict:
                          for name in cfg.models}, "pissm.imputation training")
     b = _figure_sequence(data.test)
     scored = run.sweep({f"score-{name}": partial(imputation_score_cell, name, data,
-                                                 trained[f"train-{name}"]["model"], mask, cfg.num_samples,
+                                                 trained[f"train-{name}"].model, mask, cfg.num_samples,
                                                  run.key_for("evaluate"), b, run.key_for("figure"))
                         for name in cfg.models}, "pissm.imputation scoring")
     stats = analyse(cfg, scored)
@@ -135,12 +151,11 @@ class ImputationStats:
     paths: dict[str, np.ndarray]
 
 
-def analyse(cfg: ImputationConfig, scored: dict[str, dict]) -> ImputationStats:
+def analyse(cfg: ImputationConfig, scored: dict[str, ImputationScores]) -> ImputationStats:
     """Scoring cells ('score-<model>', ``imputation_score_cell``) -> a row and a figure path per model."""
     scores = {name: scored[f"score-{name}"] for name in cfg.models}
-    return ImputationStats([ImputationRow(name, s["imputation_mse"], s["filtered_mse"], s["ll"])
-                            for name, s in scores.items()],
-                           {name: np.asarray(s["path"]) for name, s in scores.items()})
+    return ImputationStats([ImputationRow(name, s.imputation_mse, s.filtered_mse, s.ll) for name, s in scores.items()],
+                           {name: np.asarray(s.path) for name, s in scores.items()})
 
 
 def _claims(stats: ImputationStats, run: Run) -> None:

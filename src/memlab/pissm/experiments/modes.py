@@ -42,9 +42,13 @@ from memlab.pissm.data import Dataset
 from memlab.pissm.experiments.cells import (
     STATISTICS,
     EstimatorStats,
+    ModesEvaluation,
+    ModesRules,
     OracleScores,
     RuleScores,
     SelectionScores,
+    TrainedModel,
+    UntrainedModel,
     fit_as_bytes,
 )
 from memlab.pissm.experiments.modes_figures import plot_modes
@@ -114,23 +118,24 @@ class ModesConfig:
         check_real("input_noise", self.input_noise, 0)
 
 
-@cell("pissm.modes-train")
+@cell("pissm.modes-train", result=(TrainedModel, UntrainedModel))
 def modes_train_cell(model: str, dataset: str, data: Dataset, estimator: str, train: TrainConfig,
-                     input_noise: float, key) -> dict:
+                     input_noise: float, key) -> TrainedModel | UntrainedModel:
     """One cell: train ``model`` on the Pong data set ``dataset`` by ``estimator`` (every estimator from the same
     key: the same initial model); its training record and the model as bytes."""
     return fit_as_bytes(model, dataset, data, train, key, estimator=estimator, input_noise=input_noise)
 
 
-@cell("pissm.modes-rules")
-def modes_rules_cell(data: Dataset, key) -> dict:
+@cell("pissm.modes-rules", result=ModesRules)
+def modes_rules_cell(data: Dataset, key) -> ModesRules:
     """One cell: the hand-coded switching rule and free flight everywhere on the true step maps (``rule_scores``)."""
-    return {"rule": rule_scores(data, key), "free-flight": rule_scores(data, key, free_flight_only=True)}
+    return ModesRules(rule=RuleScores(**rule_scores(data, key)),
+                      free_flight=RuleScores(**rule_scores(data, key, free_flight_only=True)))
 
 
-@cell("pissm.modes-evaluate")
+@cell("pissm.modes-evaluate", result=ModesEvaluation)
 def modes_evaluate_cell(model_name: str, dataset: str, data: Dataset, estimator: str, blob: bytes, particles: int,
-                        key, pf_key) -> dict:
+                        key, pf_key) -> ModesEvaluation:
     """One cell: one sampled path per test sequence of the model trained by ``estimator`` -> ``mode_statistics``
     and the test log-likelihood; for the test sequence with the most bounces (``b``) the arrays of Fig. 9: the
     sampled modes, the predictive moments, the eigenvalues of the sampled A_z and the particle filter's predictive
@@ -141,11 +146,11 @@ def modes_evaluate_cell(model_name: str, dataset: str, data: Dataset, estimator:
     A, modes = np.asarray(model.A), np.asarray(preds.modes[0])
     b = most_bounces(test)
     pf = pong_particle_filter(pf_key, test.y[b], None, PONG_NOISE[dataset], particles)
-    return {**mode_statistics(A, modes, test),
-            "test_ll": float(jnp.mean(metrics.predictive_log_likelihood(preds.log_likelihoods, full_mask(test)))),
-            "b": b, "modes": modes[b], "obs_means": preds.obs_means[0, b], "obs_covs": preds.obs_covs[0, b],
-            "eigenvalues": smallest_eigenvalues(A[modes[b]]).real, "pf_obs_means": pf.obs_means,
-            "pf_obs_covs": pf.obs_covs}
+    return ModesEvaluation(
+        **mode_statistics(A, modes, test),
+        test_ll=float(jnp.mean(metrics.predictive_log_likelihood(preds.log_likelihoods, full_mask(test)))),
+        b=b, modes=modes[b], obs_means=preds.obs_means[0, b], obs_covs=preds.obs_covs[0, b],
+        eigenvalues=smallest_eigenvalues(A[modes[b]]).real, pf_obs_means=pf.obs_means, pf_obs_covs=pf.obs_covs)
 
 
 def run_pong_modes(cfg: ModesConfig, run: Run) -> dict:
@@ -156,7 +161,7 @@ def run_pong_modes(cfg: ModesConfig, run: Run) -> dict:
     evaluation = run.sweep(_evaluation_cells(cfg, data, trained, run), "pissm.pong-modes evaluation")
     stats = analyse(cfg, trained, evaluation)
     run.save_csv("mode_shares.csv", ["estimator", "mode", "share"],
-                 [[e, k, share] for e in cfg.estimators for k, share in enumerate(evaluation[e]["shares"])])
+                 [[e, k, share] for e in cfg.estimators for k, share in enumerate(evaluation[e].shares)])
     figures = {e: f"fig9_pong_modes_{e}.png" for e in cfg.estimators}
     for e, name in figures.items():
         run.save_figure(plot_modes(data.test, evaluation[e], e), name)
@@ -176,7 +181,7 @@ def _train_cells(cfg: ModesConfig, data: Dataset, run: Run) -> dict:
 
 
 def _evaluation_cells(cfg: ModesConfig, data: Dataset, trained: dict, run: Run) -> dict:
-    cells = {e: partial(modes_evaluate_cell, cfg.model, cfg.dataset, data, e, trained[f"train-{e}"]["model"],
+    cells = {e: partial(modes_evaluate_cell, cfg.model, cfg.dataset, data, e, trained[f"train-{e}"].model,
                         cfg.particles, run.key_for("evaluate"), run.key_for("particle-filter"))
              for e in cfg.estimators}
     if cfg.oracle_epochs:
@@ -196,16 +201,16 @@ class ModesStats:
     free_flight: RuleScores | None
 
 
-def analyse(cfg: ModesConfig, trained: dict[str, dict], evaluation: dict) -> ModesStats:
+def analyse(cfg: ModesConfig, trained: dict, evaluation: dict) -> ModesStats:
     """Per estimator: the statistics of its evaluation cell and the best validation log-likelihood of its training;
     the oracles' and the hand-coded rules' scores."""
-    estimators = {e: EstimatorStats(**{name: evaluation[e][name] for name in STATISTICS},
-                                    best_val=trained[f"train-{e}"]["best_val"]) for e in cfg.estimators}
+    estimators = {e: EstimatorStats(**{name: getattr(evaluation[e], name) for name in STATISTICS},
+                                    best_val=trained[f"train-{e}"].best_val) for e in cfg.estimators}
     if not cfg.oracle_epochs:
         return ModesStats(estimators, {}, None, None)
     rules = evaluation["rules"]
     return ModesStats(estimators, {e: OracleScores(**trained[f"oracle-{e}"]) for e in cfg.estimators},
-                      RuleScores(**rules["rule"]), RuleScores(**rules["free-flight"]))
+                      rules.rule, rules.free_flight)
 
 
 def _results(stats: ModesStats) -> dict:

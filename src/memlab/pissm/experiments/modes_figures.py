@@ -8,6 +8,7 @@ from matplotlib.patches import Ellipse
 
 from memlab import plots
 from memlab.pissm.data import Split
+from memlab.pissm.experiments.cells import ModesEvaluation
 from memlab.pissm.pong_modes import true_eigenvalues
 from memlab.pissm.runs import NUM_MODES
 
@@ -23,15 +24,15 @@ def _ellipse(ax, mean, cov, **kw):
     ax.add_patch(Ellipse(np.asarray(mean), w, h, angle=angle, fill=False, **kw))
 
 
-def plot_modes(split: Split, evaluation: dict, estimator: str):
+def plot_modes(split: Split, evaluation: ModesEvaluation, estimator: str):
     """Fig. 9 for the test sequence ``b`` of one estimator's evaluation cell (``modes.modes_evaluate_cell``): the
     true and the sampled modes, the two smallest eigenvalues of the sampled A_z against the truth, and the
     predictive ellipses at ``SNAPSHOTS`` beside the particle filter's. Returns the figure."""
     fig = plots.plt.figure(figsize=(12, 7.5), layout="constrained")
     grid = fig.add_gridspec(3, 4)
-    b = evaluation["b"]
+    b = evaluation.b
     y, x, T = np.asarray(split.y[b]), np.asarray(split.x[b]), split.y.shape[1]
-    modes, true_modes = np.asarray(evaluation["modes"]), np.asarray(split.z[b])
+    modes, true_modes = np.asarray(evaluation.modes), np.asarray(split.z[b])
     box = (-0.05, 1.05)  # the unit box with a margin: markers on a wall are not cut in half
     ax = fig.add_subplot(grid[0, 0])
     ax.scatter(x[:, 0], x[:, 2], c=true_modes, cmap="tab10", vmin=0, vmax=9, s=12)
@@ -46,7 +47,7 @@ def plot_modes(split: Split, evaluation: dict, estimator: str):
     ax.scatter(np.arange(T), np.zeros(T), c=modes % 20, cmap="tab20", vmin=0, vmax=19, s=28, marker="s")
     for t in np.flatnonzero(np.asarray(split.events[b]).any(-1)):
         ax.axvline(t, color="k", lw=0.5, alpha=0.3)
-    in_use = evaluation.get("modes_in_use")
+    in_use = evaluation.modes_in_use
     ax.set(yticks=[0, 1], yticklabels=["sampled z_t", "true mode"], ylim=(-0.6, 1.6), xlim=(-1, T),
            xlabel="t (grey: true bounces)",
            title="modes along the sequence" + (f"\n{in_use} of {NUM_MODES['pong']} modes in use on the test split "
@@ -54,7 +55,7 @@ def plot_modes(split: Split, evaluation: dict, estimator: str):
     ax.grid(False)
     ax = fig.add_subplot(grid[1, :])
     bounces = np.flatnonzero(np.asarray(split.events[b]).any(-1))
-    eig = np.asarray(evaluation["eigenvalues"])
+    eig = np.asarray(evaluation.eigenvalues)
     truth = true_eigenvalues(np.asarray(split.events[b]))
     for i, style in enumerate(("C0", "C1")):
         ax.plot(eig[:, i], style, marker=".", lw=1, label=f"learned: eigenvalue {i + 1} of A_z_t (real part)")
@@ -71,9 +72,9 @@ def plot_modes(split: Split, evaluation: dict, estimator: str):
         ax.plot(x[max(t - 10, 0): t + 1, 0], x[max(t - 10, 0): t + 1, 2], "k-", lw=0.8, alpha=0.5)
         ax.plot(x[t, 0], x[t, 2], "k*", ms=8, label="true position")
         ax.plot(y[t, 0], y[t, 1], "kx", label="observation")
-        _ellipse(ax, evaluation["obs_means"][t], evaluation["obs_covs"][t], color="C3",
+        _ellipse(ax, evaluation.obs_means[t], evaluation.obs_covs[t], color="C3",
                  label="pi-SSM q(y_t | y_1:t-1)")
-        _ellipse(ax, evaluation["pf_obs_means"][t], evaluation["pf_obs_covs"][t], color="C2", ls="--",
+        _ellipse(ax, evaluation.pf_obs_means[t], evaluation.pf_obs_covs[t], color="C2", ls="--",
                  label="particle filter (true dynamics)")
         ax.set(title=f"t = {t}", xlim=(-0.1, 1.1), ylim=(-0.1, 1.1), aspect="equal")  # ellipses at a wall
         if j == 0:

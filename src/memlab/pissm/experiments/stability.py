@@ -72,7 +72,7 @@ def _figures(cfg: StabilityConfig, cells: dict[str, dict], stats: StabilityStats
 
     def seed(scheme, value, failed):  # the paper's figure contrasts a run that trains with one that fails
         runs = [cells[cell_name(model, scheme, value, s)] for s in range(cfg.seeds)]
-        return next((r for r in runs if r["failed"] == failed), runs[0])
+        return next((r for r in runs if r.failed == failed), runs[0])
 
     panels = [(label, value, seed(scheme, value, failed)) for label, scheme, value, failed in picks]
     run.save_figure(plot_stability(model, panels), "fig8_stability.png")

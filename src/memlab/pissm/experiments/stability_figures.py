@@ -7,21 +7,22 @@ import numpy as np
 
 from memlab import plots
 from memlab.pissm.experiments.stability_rows import nonfinite_step
+from memlab.pissm.runs import FitRecord
 
 __all__ = ["plot_stability", "plot_start_survival"]
 
 FAILED = {True: " (failed)", False: ""}  # Fig. 8's panel titles
 
 
-def plot_stability(model: str, panels: list[tuple[str, float, dict]]):
+def plot_stability(model: str, panels: list[tuple[str, float, FitRecord]]):
     """Fig. 8: per panel (label, value, training record of ``runs.fit``), the training loss per epoch and
     ||U||_inf / radius after every optimiser step. Returns the figure."""
     fig, axes = plots.figure(1, len(panels), width=4.5 * len(panels), height=3.2)
     for ax, (label, value, record) in zip(axes, panels):
-        ratio = np.asarray(record["recurrent_norm"], float) / np.asarray(record["radius"], float)
+        ratio = np.asarray(record.recurrent_norm, float) / np.asarray(record.radius, float)
         steps = np.arange(1, ratio.size + 1)
-        epochs = np.arange(1, len(record["train_loss"]) + 1) * ratio.size / max(len(record["train_loss"]), 1)
-        loss = ax.plot(epochs, record["train_loss"], "C0o-", label="training loss (epoch mean, left)")
+        epochs = np.arange(1, len(record.train_loss) + 1) * ratio.size / max(len(record.train_loss), 1)
+        loss = ax.plot(epochs, record.train_loss, "C0o-", label="training loss (epoch mean, left)")
         ax.set_xlabel("optimiser step")
         ax.set_ylabel("loss = -log q per step", color="C0")
         twin = ax.twinx()
@@ -29,11 +30,11 @@ def plot_stability(model: str, panels: list[tuple[str, float, dict]]):
         bound = [twin.axhline(1.0, color="k", ls=":", lw=1, label="ISS bound: ratio 1")]
         twin.set_ylabel("||U||_inf / l1 radius", color="C3")
         handles = loss + norm + bound
-        ax.set_title(f"{model}, {label} = {value:g}{FAILED[record['failed']]}")
-        if record.get("failed_epoch", -1) >= 0:  # training stopped there: say so where the loss curve ends
+        ax.set_title(f"{model}, {label} = {value:g}{FAILED[record.failed]}")
+        if record.failed_epoch >= 0:  # training stopped there: say so where the loss curve ends
             first = nonfinite_step(record)
             where = f"\nparameters non-finite after optimiser step {first}" if first else ""
-            ax.text(0.02, 0.86, f"stopped in epoch {record['failed_epoch'] + 1}: a non-finite value{where}",
+            ax.text(0.02, 0.86, f"stopped in epoch {record.failed_epoch + 1}: a non-finite value{where}",
                     transform=ax.transAxes, va="top", fontsize=7)
             if first is not None and first <= 3:  # nothing to draw: a marker where the ratio was still finite
                 twin.plot(steps[:first - 1], ratio[:first - 1], "C3o", ms=4)

@@ -7,7 +7,9 @@ import dataclasses
 
 import numpy as np
 
+from memlab.pissm.experiments.cells import StabilityRun
 from memlab.pissm.experiments.report import paper_row
+from memlab.pissm.runs import FitRecord
 
 __all__ = ["PAPER_TABLE6", "STABILITY_COLUMNS", "STABILITY_FORMATS", "StabilityRow", "nonfinite_step",
            "stability_row"]
@@ -59,12 +61,12 @@ STABILITY_FORMATS = {"value": "g", "success": ".0%", "objective_mean": ".3f", "o
                      "paper_success": ".0%"}
 
 
-def stability_row(model: str, scheme: str, value: float, cells: list[dict]) -> StabilityRow:
+def stability_row(model: str, scheme: str, value: float, cells: list[StabilityRun]) -> StabilityRow:
     """The row of one (model, scheme, value) from its cells (one per seed, ``cells.stability_cell``): the success
     rate and the objective over the successful runs, beside Table 6."""
-    lls = [c["ll"] for c in cells if not c["failed"] and np.isfinite(c["ll"])]
-    steps = [step for c in cells if c["failed"] and (step := nonfinite_step(c)) is not None]
-    best = [c["best_val"] for c in cells if np.isfinite(c.get("best_val", np.nan))]
+    lls = [c.ll for c in cells if not c.failed and np.isfinite(c.ll)]
+    steps = [step for c in cells if c.failed and (step := nonfinite_step(c)) is not None]
+    best = [c.best_val for c in cells if np.isfinite(c.best_val)]
     paper = PAPER_TABLE6.get((paper_row(model), scheme, value), (None, None, None))
     return StabilityRow(model, scheme, value, len(cells), len(lls) / len(cells),
                         float(np.mean(lls)) if lls else np.nan, float(np.std(lls)) if lls else np.nan,
@@ -72,12 +74,12 @@ def stability_row(model: str, scheme: str, value: float, cells: list[dict]) -> S
                         float(np.mean(best)) if best else np.nan, *paper)
 
 
-def nonfinite_step(record: dict) -> int | None:
+def nonfinite_step(record: FitRecord) -> int | None:
     """The first optimiser step (1-based) after which a training record's parameters were not finite (its
     ||U||_inf, recorded after every step, is NaN from there), or None if they stayed finite. Only the steps that ran
     count: training stops after its first non-finite epoch and pads the later epochs' histories with NaN."""
-    norms = np.asarray(record.get("recurrent_norm", []), float)
-    epochs, failed = len(record.get("train_loss", [])), record.get("failed_epoch", -1)
+    norms = np.asarray(record.recurrent_norm, float)
+    epochs, failed = len(record.train_loss), record.failed_epoch
     if epochs and failed is not None and failed >= 0:
         norms = norms[:(failed + 1) * (norms.size // epochs)]
     bad = np.flatnonzero(~np.isfinite(norms))

@@ -8,7 +8,9 @@ import dataclasses
 import numpy as np
 
 from memlab.pissm import metrics
+from memlab.pissm.experiments.cells import TrainedRun, UntrainedRun
 from memlab.pissm.experiments.report import paper_row
+from memlab.pissm.runs import MeanScores
 
 __all__ = ["DIRECT", "TABLE1_COLUMNS", "TABLE1_FORMATS", "Table1Row", "table1_row"]
 
@@ -64,12 +66,15 @@ TABLE1_FORMATS = {"ll_mean": ".3f", "ll_std": ".3f", "ll_ceiling": ".2f", "filte
                   "filtered_mse_std": ".2e", "filtered_mse_db": ".2f", "predicted_mse": ".2e", "cell_seconds": ".0f"}
 
 
-def table1_row(data_name: str, model_name: str, ceiling: float, cells: list[dict]) -> Table1Row:
+def table1_row(data_name: str, model_name: str, ceiling: float, cells: list[TrainedRun | UntrainedRun | MeanScores]
+               ) -> Table1Row:
     """The row of ``model_name`` on ``data_name`` from its cells (one per seed; ``cells.train_and_score`` or
     ``cells.particle_cell``): our mean (std) over seeds beside the paper's number."""
     d = PAPER_COLUMN[data_name]
-    column = {key: np.asarray([c.get(key, 0.0) for c in cells], float)
-              for key in ("ll", "filtered_mse", "predicted_mse")}
+    column = {"ll": np.asarray([c.ll for c in cells], float),
+              "filtered_mse": np.asarray([c.filtered_mse for c in cells], float),
+              "predicted_mse": np.asarray([c.predicted_mse for c in cells], float)}
+    failed = sum(bool(getattr(c, "failed", False)) for c in cells)  # the particle filter's MeanScores: no training
     filtered = None if model_name in DIRECT else column["filtered_mse"]
     return Table1Row(
         dataset=data_name, model=model_name, seeds=len(cells), ll_mean=float(column["ll"].mean()),
@@ -77,6 +82,6 @@ def table1_row(data_name: str, model_name: str, ceiling: float, cells: list[dict
         filtered_mse_mean=None if filtered is None else float(filtered.mean()),
         filtered_mse_std=None if filtered is None else float(filtered.std()),
         filtered_mse_db=None if filtered is None else float(metrics.to_db(filtered.mean())),
-        predicted_mse=float(column["predicted_mse"].mean()), failed=sum(bool(c.get("failed", False)) for c in cells),
+        predicted_mse=float(column["predicted_mse"].mean()), failed=failed,
         paper_ll=PAPER_LL.get(paper_row(model_name), (None,) * 4)[d],
         paper_mse=PAPER_MSE.get(paper_row(model_name), (None,) * 4)[d])
