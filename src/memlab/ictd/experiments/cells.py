@@ -23,7 +23,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from memlab.ictd.experiments.setting import TRACE_FIELDS, Setting, stack_setting
-from memlab.ictd.pretrain import Params, PretrainConfig, evaluate, make_train, rho_schedule
+from memlab.ictd.pretrain import (
+    ChunkedTrain,
+    Params,
+    PretrainConfig,
+    evaluate,
+    make_chunked_train,
+    rho_schedule,
+    train_in_chunks,
+)
 from memlab.ictd.transformer import theta_star
 from memlab.store import cell
 
@@ -33,8 +41,9 @@ TINY_TRAIN = dict(m=16, n=5, batch_size=16, minibatches_per_epoch=2, num_epochs=
 
 
 @functools.lru_cache(maxsize=32)
-def _jitted_train(config: PretrainConfig):
-    return jax.jit(make_train(config))
+def _jitted_train(config: PretrainConfig) -> ChunkedTrain:
+    """``make_train(config)`` in jitted parts, trained in chunks of epochs (``pretrain.train_in_chunks``)."""
+    return ChunkedTrain(*map(jax.jit, make_chunked_train(config)))
 
 
 @functools.lru_cache(maxsize=8)
@@ -55,7 +64,7 @@ def train_seed(config: PretrainConfig, key, eval_key, eval_tasks: int) -> dict:
     module docstring; scan_best_step (make_train's own pick); params {final, best, mirror} -> {V, A} (d+3, d+3);
     eval {same names} -> {abs_td_error, abs_value_error} at the rho training ends with.
     """
-    result = jax.block_until_ready(_jitted_train(config)(key))
+    result = jax.block_until_ready(train_in_chunks(_jitted_train(config), config.num_epochs, key))
     last = config.num_steps - 1
 
     def pick(ckpt):  # a rule whose best score is 0 selects nothing: the end of training stands in
