@@ -75,9 +75,10 @@ def reporting_cell(steps: int) -> dict:
     return {"steps": steps}
 
 
-@pytest.mark.parametrize("executor_name", ["local", "processes"])
+@pytest.mark.parametrize("executor_name", ["local", "processes", "ray"])
 def test_a_cells_own_progress_reaches_the_driver(executor_name, request, tmp_path, capsys):
-    executor = None if executor_name == "local" else request.getfixturevalue("process_pool")
+    executor = None if executor_name == "local" else request.getfixturevalue(
+        {"processes": "process_pool", "ray": "ray_cluster"}[executor_name])
     run = Run(tmp_path, None, "paper", 0, executor=executor, experiment="e")
     run.sweep({"slow": partial(reporting_cell, 3)}, "cells")
     lines = capsys.readouterr().out.splitlines()

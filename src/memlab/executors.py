@@ -306,7 +306,10 @@ class RayExecutor(Executor):
         return ray
 
     def run(self, cells, settings):
-        ray, task, submitted = None, None, {}
+        """The cells' progress lines come through a queue (a Ray actor of this run) that the tasks put them in and
+        the driver reads while it waits, as the process pool's workers send theirs (Ray's own forwarding of a
+        worker's stdout is off: it would print JAX's and Ray's noise too, past the driver's display)."""
+        ray, task, submitted, lines = None, None, {}, None
         for name, blob, why in pickled(cells):
             if why:
                 yield Outcome(name, error=why)
@@ -315,13 +318,16 @@ class RayExecutor(Executor):
                 ray = self._ensure_ray()
                 self._check_feasible(ray)
                 task = ray.remote(num_cpus=self.cpus_per_cell)(compute_pickled)
-            submitted[task.remote(blob, settings)] = name
-        pending = list(submitted)
+                lines = self._line_queue() if settings.cell_progress else None
+            submitted[task.remote(blob, settings, name, None if lines is None else lines.put)] = name
+        pending, checked = list(submitted), time.monotonic()
         try:
             while pending:
-                done, pending = ray.wait(pending, num_returns=1, timeout=CLUSTER_POLL_S)
-                if not done:
+                done, pending = ray.wait(pending, num_returns=1, timeout=PROGRESS_POLL_S)
+                yield from self._sent_lines(lines)
+                if not done and time.monotonic() - checked >= CLUSTER_POLL_S:
                     self._check_alive(ray)
+                    checked = time.monotonic()
                 for ref in done:
                     try:
                         text, error = ray.get(ref)
@@ -332,6 +338,26 @@ class RayExecutor(Executor):
             for ref in pending:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
+            if lines is not None and not self._lost:
+                with contextlib.suppress(Exception):
+                    lines.shutdown()
+
+    @staticmethod
+    def _line_queue():
+        """A queue for the cells' progress lines: an actor that holds no CPU, so it never keeps a cell waiting."""
+        from ray.util.queue import Queue
+
+        return Queue(actor_options={"num_cpus": 0})
+
+    @staticmethod
+    def _sent_lines(lines) -> Iterator[Outcome]:
+        """The progress lines the tasks have sent so far."""
+        sent = []
+        with contextlib.suppress(Exception):  # a lost queue loses only lines
+            waiting = 0 if lines is None else lines.qsize()
+            sent = lines.get_nowait_batch(waiting) if waiting else []
+        for line in sent:
+            yield Outcome("", progress=line)
 
     def _check_alive(self, ray) -> None:
         """ClusterLost if the cluster's head (its GCS) accepts no connection: Ray would notice only after a minute,

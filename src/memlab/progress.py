@@ -9,13 +9,20 @@ A running cell speaks through a channel the driver opens (:func:`sending_to`): i
 computed there, through a queue from a pool worker or a Ray task (:mod:`memlab.executors`). Library calls open
 none, so they stay silent. What a cell says:
 
-- where its training runs in chunks between checkpoints (PPO on RingWorld, the arena's checkpointed training), the
-  step and its loss or return after a chunk (:func:`training_step`), at most every :data:`REPORT_EVERY_S` seconds
-  and at the last step;
+- where it trains, the step or epoch and its loss (or return) between chunks of training (:func:`training_step`),
+  at most every :data:`REPORT_EVERY_S` seconds and at the last one: PPO on RingWorld and the arena's checkpointed
+  training in chunks between checkpoints, pi-SSM's, recall's and ictd's training cells in chunks of epochs sized to
+  take about :data:`CHUNK_S` seconds each (:func:`training_chunks`);
 - every cell that has said nothing for :data:`HEARTBEAT_S` seconds: that it is still running, and for how long
-  (:func:`cell_running`), so a cell whose training is one compiled loop (pi-SSM, recall, ictd) is seen alive too.
+  (:func:`cell_running`).
 
-The library's training functions take ``callback(step, metrics)`` (``make_train`` of every study, ``pissm.fit``,
+A chunk is one compiled program, called once per chunk with the training state (the carry of its loop) and the
+step it runs to, so the chunks cost no compile beyond the first: the same epochs, the same numbers as the one
+program they replaced (tests/test_training_chunks.py: bit for bit under the XLA flags ``memlab run`` compiles
+with; at optimisation level 0, the tests' own, the start of a run computed in a program of its own may round
+differently in the last bit).
+
+The library's training functions also take ``callback(step, metrics)`` (``make_train`` of every study, ``pissm.fit``,
 the arena's ``make_training``), evaluated after each epoch or chunk inside the jitted loop by
 ``jax.debug.callback``. The cells do not use it, for two reasons a caller should know: a program with a host
 callback is compiled anew in every process (JAX's persistent compile cache keeps none), and XLA may fuse the loop
@@ -33,10 +40,14 @@ from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
-__all__ = ["HEARTBEAT_S", "REPORT_EVERY_S", "SweepDisplay", "cell_running", "sending_to", "training_step"]
+from memlab import deadline
+
+__all__ = ["CHUNK_S", "HEARTBEAT_S", "REPORT_EVERY_S", "SweepDisplay", "cell_running", "sending_to", "training_chunks",
+           "training_step"]
 
 REPORT_EVERY_S = 15.0  # a training cell's progress line at most this often (and its last step)
 HEARTBEAT_S = 60.0  # a cell silent this long says it is still running
+CHUNK_S = 5.0  # the wall time a chunk of training aims at where its length is free (training_chunks)
 
 
 # ---------------------------------------------------------------- the channel a cell's progress goes through
@@ -105,6 +116,28 @@ def training_step(done: int, total: int, metrics: Mapping[str, float] | None = N
         return
     shown = ", ".join(f"{name} {_number(value)}" for name, value in (metrics or {}).items())
     _send(f"{unit} {done}/{total}" + (f", {shown}" if shown else ""), now)
+
+
+def training_chunks(done: int, total: int, size: int | None = None, time_limit: bool = False
+                    ) -> Iterator[tuple[int, int]]:
+    """The chunks ``(start, stop)`` of a training run from step ``done`` to ``total``, one compiled chunk program
+    called once per chunk by the loop that takes them, which reports between chunks (:func:`training_step`).
+
+    ``size``: steps per chunk (the last may be shorter); None: sized from the last chunk's wall time so that a chunk
+    takes about :data:`CHUNK_S` seconds (the first is one step), for a chunk program whose length is an argument.
+    ``time_limit``: before each chunk, ``memlab.deadline.check`` with the last chunk's wall time (a run that saves
+    a checkpoint after each chunk stops with ``OutOfTime`` before one that would not finish in time)."""
+    seconds = 0.0
+    n = 1 if size is None else size
+    while done < total:
+        if time_limit:
+            deadline.check(seconds)
+        start, stop = time.perf_counter(), min(total, done + n)
+        yield done, stop
+        seconds = time.perf_counter() - start
+        if size is None:  # steps that take about CHUNK_S by the last chunk's pace
+            n = max(1, int(CHUNK_S * (stop - done) / max(seconds, 1e-9)))
+        done = stop
 
 
 # ---------------------------------------------------------------- the driver's display of a sweep

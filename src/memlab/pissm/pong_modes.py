@@ -19,8 +19,8 @@ from memlab.pissm import metrics
 from memlab.pissm.data import Dataset, Split
 from memlab.pissm.data.pong import step_maps
 from memlab.pissm.model import PiSSM, PiSSMConfig
-from memlab.pissm.runs import compiled_train, estimator_options, full_mask, predict_jit
-from memlab.pissm.train import TrainConfig
+from memlab.pissm.runs import chunked_train, estimator_options, full_mask, predict_jit
+from memlab.pissm.train import TrainConfig, train_in_chunks
 
 __all__ = ["SwitchingRule", "mode_statistics", "most_bounces", "oracle_model", "oracle_selection", "rule_scores",
            "selection_accuracy", "smallest_eigenvalues", "true_eigenvalues"]
@@ -98,8 +98,8 @@ def oracle_selection(data: Dataset, epochs: int, batch_size: int, key, estimator
     config = TrainConfig(epochs=epochs, batch_size=batch_size, warmup_epochs=0, fixed_params=("A", "b", "C"),
                          stability="none", objective=objective)
     train, val, test = data.train, data.validation, data.test
-    result = compiled_train(config)(key_train, oracle_model(data, key_model, sampling), train.y, full_mask(train),
-                                    val.y, full_mask(val))
+    result = train_in_chunks(chunked_train(config), epochs, key_train, oracle_model(data, key_model, sampling),
+                             train.y, full_mask(train), val.y, full_mask(val))
     return {**_selection_scores(result.model, test, key_test), "val_ll": np.asarray(result.val_ll).tolist(),
             "failed": bool(result.failed)}
 

@@ -45,7 +45,7 @@ from memlab.pissm.data.splits import Split
 from memlab.pissm.gain_fit import fit_readout_to_exact_gain
 from memlab.pissm.lg import LGVariant
 from memlab.pissm.model import PiSSM, PiSSMConfig
-from memlab.pissm.train import TrainConfig, make_train, predict_batch
+from memlab.pissm.train import ChunkedTrain, TrainConfig, make_chunked_train, make_train, predict_batch, train_in_chunks
 
 MODELS = ("pissm-gru", "pissm-lstm", "pissm-gru-tracking", "pissm-lstm-tracking", "pissm-gru-bounded",
           "pissm-lstm-bounded", "pissm-lg", "lg", "gru", "lstm", "observation", "pissm-gru-unbounded",
@@ -184,6 +184,18 @@ def compiled_train(config: TrainConfig, callback=None, optimizer: optax.Gradient
     return _TRAINERS[config, callback, optimizer]
 
 
+_CHUNKED: dict = {}
+
+
+def chunked_train(config: TrainConfig, optimizer: optax.GradientTransformation | None = None) -> ChunkedTrain:
+    """One jitted ``make_chunked_train`` per config and optimizer: what ``fit`` trains with, in chunks of epochs
+    (the same numbers as ``compiled_train``'s one program)."""
+    if (config, optimizer) not in _CHUNKED:
+        parts = make_chunked_train(config, optimizer=optimizer)
+        _CHUNKED[config, optimizer] = ChunkedTrain(*map(eqx.filter_jit, parts))
+    return _CHUNKED[config, optimizer]
+
+
 def training_masks(data: Dataset, missing: float, key) -> tuple[jax.Array, jax.Array]:
     """Masks (B, T) of the training and validation sequences: all observed, or with a fraction ``missing`` of
     the steps removed at random (``metrics.imputation_mask``, first step kept; drawn from ``key``) so that models
@@ -251,7 +263,9 @@ def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, miss
     (``training_masks``); ``estimator`` (``ESTIMATORS``) sets the objective and the mode sampling; ``input_noise``
     > 0 adds App. F.1's AR(1) noise of that many observation-noise standard deviations to the training minibatches
     (``config.input_noise_corr``). ``key`` is split into the keys of the initialisation, the training run and the
-    masks. ``callback(epoch, metrics)``: called after every epoch (``train.make_train``; default None: silent).
+    masks. ``callback(epoch, metrics)``: called after every epoch (``train.make_train``); default None: trained in
+    chunks of epochs, the epochs done and the loss reported between them where a run shows its cells' progress
+    (``train.train_in_chunks``; the same numbers).
     ``optimizer``: as for ``train.make_train`` (default App. F.1's Adam).
 
     Returns (model, record): a :class:`FitRecord`, or :class:`NotTrained` for a model without trained parameters
@@ -265,8 +279,11 @@ def fit(name: str, data_name: str, data: Dataset, config: TrainConfig, key, miss
                                  objective=objective, input_noise_std=noise_std)
     if not trains(name):
         return model, NotTrained()
-    result = compiled_train(config, callback, optimizer)(key_train, model, data.train.y, train_mask,
-                                                         data.validation.y, validation_mask)
+    arrays = (data.train.y, train_mask, data.validation.y, validation_mask)
+    if callback is None:
+        result = train_in_chunks(chunked_train(config, optimizer), config.epochs, key_train, model, *arrays)
+    else:
+        result = compiled_train(config, callback, optimizer)(key_train, model, *arrays)
     record = FitRecord(
         best_val=float(result.best_val_ll),
         best_epoch=int(result.best_epoch),

@@ -5,6 +5,8 @@ epoch (a shuffled pass of optimiser steps, then the validation log-likelihood) i
 once and vmaps over seeds; it trains any model of the study (``predictions.py``'s interface). Objectives: eq. (8)-(9)
 (``"reinforce"``, with App. F.1's moving-average baseline) or the exact mixture log-likelihood of C.4's eq. (60)
 (``"mixture"``); stabilisers (section 6, Theorem 2, Table 2): ISS projection, gradient clipping or neither.
+``make_chunked_train(config)`` is the same run in parts, its epochs in chunks of one compiled program, so that a
+cell reports its epochs between them (``train_in_chunks``, ``memlab.progress``): the same numbers.
 
 Choices the paper leaves open:
 
@@ -19,6 +21,7 @@ The objectives, the optimisers, the gradient in parts and the failure rule: docs
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import NamedTuple
 
 import equinox as eqx
@@ -32,6 +35,7 @@ from memlab.checks import check_choice, check_int, check_real
 from memlab.devices import value_and_grad_in_parts
 from memlab.layers import GATED_CELLS, iss_margin, project_model_iss
 from memlab.pissm.predictions import Predictions
+from memlab.progress import training_chunks, training_step
 
 STABILITY = ("iss", "clip", "none")
 OBJECTIVES = ("reinforce", "mixture")
@@ -185,18 +189,35 @@ def _surrogate_loss(config: TrainConfig, static):
     return loss
 
 
-def _epochs(epoch, carry, key, config: TrainConfig, callback=None):
-    """Run ``epoch(carry, (index, key)) -> (carry, outputs)`` for ``config.epochs`` epochs, stopping after the first
-    that fails (``carry[-1]`` false) if ``config.stop_on_failure``: the run has failed then and nothing after it
-    changes the result (best model, best epoch, failure). Returns (epochs run, carry, the outputs' histories, NaN
-    where no epoch ran). ``callback(epochs done, {"train loss", "val log-lik"})``, if given, after each epoch."""
+class EpochLoop(NamedTuple):
+    """The epoch loop between chunks (``make_chunked_train``): ``index`` () epochs run, the loop's ``carry`` (model,
+    optimiser states, best model so far, ..., last: no failure yet), the ``history`` of every epoch's outputs (NaN
+    where none ran) and the ``epoch_keys`` (epochs,) its epochs draw from."""
+
+    index: Array
+    carry: tuple
+    history: tuple
+    epoch_keys: Array
+
+
+def _start_epochs(epoch, carry, key, config: TrainConfig) -> EpochLoop:
+    """The loop of ``epoch(carry, (index, key)) -> (carry, outputs)`` before its first epoch."""
     epoch_keys = jax.random.split(key, config.epochs)
     shapes = jax.eval_shape(epoch, carry, (jnp.asarray(0), epoch_keys[0]))[1]
     history = jax.tree_util.tree_map(lambda s: jnp.full((config.epochs, *s.shape), jnp.nan, s.dtype), shapes)
+    return EpochLoop(jnp.asarray(0), carry, history, epoch_keys)
+
+
+def _run_epochs(epoch, loop: EpochLoop, stop, config: TrainConfig, callback=None) -> EpochLoop:
+    """The epochs of ``loop`` up to ``stop`` (an int, or traced: one program for every chunk), stopping after the
+    first that fails (``carry[-1]`` false) if ``config.stop_on_failure``: the run has failed then and nothing after
+    it changes the result (best model, best epoch, failure). ``callback(epochs done, {"train loss", "val log-lik"})``,
+    if given, after each epoch."""
+    epoch_keys = loop.epoch_keys
 
     def running(state):
         index, carry, _ = state
-        return (index < config.epochs) & (carry[-1] | (not config.stop_on_failure))
+        return (index < stop) & (carry[-1] | (not config.stop_on_failure))
 
     def next_epoch(state):
         index, carry, history = state
@@ -206,7 +227,94 @@ def _epochs(epoch, carry, key, config: TrainConfig, callback=None):
             jax.debug.callback(callback, index + 1, {"train loss": outputs[0], "val log-lik": outputs[1]})
         return index + 1, carry, history
 
-    return jax.lax.while_loop(running, next_epoch, (jnp.asarray(0), carry, history))
+    return EpochLoop(*jax.lax.while_loop(running, next_epoch, loop[:3]), epoch_keys)
+
+
+def _training(config: TrainConfig, optimizer, model, train_y, train_mask, val_y, val_mask):
+    """(epoch, carry, static) of ``make_train``'s run on these data: ``epoch(carry, (index, key)) -> (carry,
+    outputs)``, the carry before the first epoch and the model's static part."""
+    _check_data("train", train_y, train_mask)
+    _check_data("validation", val_y, val_mask)
+    B, T, _ = train_y.shape
+    batch = min(config.batch_size, B)
+    steps = B // batch
+    cells = gated_cells(model)
+    if config.stability == "iss" and not cells:
+        raise ValueError(f"stability='iss' needs a GRU/LSTM cell; {type(model).__name__} has none")
+    transformation = _optimizer(config, steps) if optimizer is None else optimizer  # for phi and theta
+    if config.stability == "iss":
+        model = project_model_iss(model, config.iss_eps)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    fixed = frozen_mask(model, config.fixed_params)
+    theta = jax.tree_util.tree_map(lambda t, f: t and not f, frozen_mask(model, config.mode_params), fixed)
+    phi = jax.tree_util.tree_map(lambda t, f: not (t or f), theta, fixed)
+    # each optimiser sees zero gradients outside its own leaves, so its Adam updates there are exactly zero
+    opt_state = (transformation.init(params), transformation.init(params))
+
+    value_and_grad = value_and_grad_in_parts(_surrogate_loss(config, static),
+                                             gradient_parts(config.gradient_parts, batch))
+
+    def iss_state(params):
+        if not cells:
+            return jnp.nan, jnp.nan
+        margin = iss_margin(gated_cells(eqx.combine(params, static))[0])
+        return margin.recurrent_norm, margin.radius
+
+    def sgd_step(carry, inputs):
+        params, opt_state, baseline, started = carry
+        idx, key, warm = inputs
+        k_noise, k_paths = jax.random.split(key)
+        y, mask = train_y[idx], train_mask[idx]
+        if config.input_noise_std > 0:
+            y = y + correlated_noise(k_noise, y.shape, config.input_noise_std, config.input_noise_corr)
+        (loss, ll), grads = value_and_grad(params, (y, mask, jax.random.split(k_paths, batch)), baseline,
+                                           jnp.sum(mask))
+        updates, opt_state = two_optimiser_update(transformation, grads, opt_state, params, phi, theta, warm)
+        params = eqx.apply_updates(params, updates)
+        if config.stability == "iss":
+            params = eqx.filter(project_model_iss(eqx.combine(params, static), config.iss_eps),
+                                eqx.is_inexact_array)
+        step_mean = jnp.sum(jnp.where(mask, ll, 0.0), 0) / jnp.maximum(jnp.sum(mask, 0), 1)
+        baseline = jnp.where(started, config.baseline_decay * baseline + (1 - config.baseline_decay) * step_mean,
+                             step_mean)  # App. F.1
+        return (params, opt_state, baseline, jnp.asarray(True)), (loss, *iss_state(params))
+
+    def evaluate(params, key):
+        preds = predict_batch(eqx.combine(params, static), val_y, val_mask, key)
+        return mean_log_likelihood(preds.log_likelihoods, val_mask)
+
+    def epoch(carry, inputs):
+        params, opt_state, baseline, started, best_params, best_val, best_epoch, ok = carry
+        index, key = inputs
+        k_perm, k_steps, k_val = jax.random.split(key, 3)
+        order = jax.random.permutation(k_perm, B)[: steps * batch].reshape(steps, batch)
+        warm = jnp.broadcast_to(index < config.warmup_epochs, (steps,))
+        (params, opt_state, baseline, started), (losses, norms, radii) = jax.lax.scan(
+            sgd_step, (params, opt_state, baseline, started), (order, jax.random.split(k_steps, steps), warm))
+        val = evaluate(params, k_val)
+        ok = ok & jnp.all(jnp.isfinite(losses)) & jnp.isfinite(val)
+        better = ok & (val > best_val)
+        best_params = jax.tree_util.tree_map(lambda new, old: jnp.where(better, new, old), params, best_params)
+        best_val = jnp.where(better, val, best_val)
+        best_epoch = jnp.where(better, index, best_epoch)
+        carry = (params, opt_state, baseline, started, best_params, best_val, best_epoch, ok)
+        return carry, (jnp.mean(losses), val, norms, radii)
+
+    dtype = train_y.dtype
+    carry = (params, opt_state, jnp.zeros(T, dtype), jnp.asarray(False), params, jnp.asarray(-jnp.inf, dtype),
+             jnp.asarray(-1), jnp.asarray(True))
+    return epoch, carry, static
+
+
+def _result(config: TrainConfig, static, loop: EpochLoop) -> TrainResult:
+    """The ``TrainResult`` of a finished epoch loop."""
+    ran, carry, (train_loss, val_ll, norms, radii) = loop[:3]
+    best_params, best_val, best_epoch, ok = carry[4:]
+    bad = ~(jnp.isfinite(train_loss) & jnp.isfinite(val_ll)) & (jnp.arange(config.epochs) < ran)
+    first_failure = jnp.where(jnp.any(bad), jnp.argmax(bad), -1)
+    diverged = val_ll[-1] < val_ll[0] - DIVERGENCE_NATS
+    return TrainResult(eqx.combine(best_params, static), best_val, best_epoch, ~ok | diverged, train_loss, val_ll,
+                       norms, radii, first_failure)
 
 
 def make_train(config: TrainConfig, callback=None, *, optimizer: optax.GradientTransformation | None = None):
@@ -220,82 +328,52 @@ def make_train(config: TrainConfig, callback=None, *, optimizer: optax.GradientT
     with stability 'clip': ``_optimizer``)."""
 
     def train(key, model, train_y, train_mask, val_y, val_mask) -> TrainResult:
-        _check_data("train", train_y, train_mask)
-        _check_data("validation", val_y, val_mask)
-        B, T, _ = train_y.shape
-        batch = min(config.batch_size, B)
-        steps = B // batch
-        cells = gated_cells(model)
-        if config.stability == "iss" and not cells:
-            raise ValueError(f"stability='iss' needs a GRU/LSTM cell; {type(model).__name__} has none")
-        transformation = _optimizer(config, steps) if optimizer is None else optimizer  # for phi and theta
-        if config.stability == "iss":
-            model = project_model_iss(model, config.iss_eps)
-        params, static = eqx.partition(model, eqx.is_inexact_array)
-        fixed = frozen_mask(model, config.fixed_params)
-        theta = jax.tree_util.tree_map(lambda t, f: t and not f, frozen_mask(model, config.mode_params), fixed)
-        phi = jax.tree_util.tree_map(lambda t, f: not (t or f), theta, fixed)
-        # each optimiser sees zero gradients outside its own leaves, so its Adam updates there are exactly zero
-        opt_state = (transformation.init(params), transformation.init(params))
-
-        value_and_grad = value_and_grad_in_parts(_surrogate_loss(config, static),
-                                                 gradient_parts(config.gradient_parts, batch))
-
-        def iss_state(params):
-            if not cells:
-                return jnp.nan, jnp.nan
-            margin = iss_margin(gated_cells(eqx.combine(params, static))[0])
-            return margin.recurrent_norm, margin.radius
-
-        def sgd_step(carry, inputs):
-            params, opt_state, baseline, started = carry
-            idx, key, warm = inputs
-            k_noise, k_paths = jax.random.split(key)
-            y, mask = train_y[idx], train_mask[idx]
-            if config.input_noise_std > 0:
-                y = y + correlated_noise(k_noise, y.shape, config.input_noise_std, config.input_noise_corr)
-            (loss, ll), grads = value_and_grad(params, (y, mask, jax.random.split(k_paths, batch)), baseline,
-                                               jnp.sum(mask))
-            updates, opt_state = two_optimiser_update(transformation, grads, opt_state, params, phi, theta, warm)
-            params = eqx.apply_updates(params, updates)
-            if config.stability == "iss":
-                params = eqx.filter(project_model_iss(eqx.combine(params, static), config.iss_eps),
-                                    eqx.is_inexact_array)
-            step_mean = jnp.sum(jnp.where(mask, ll, 0.0), 0) / jnp.maximum(jnp.sum(mask, 0), 1)
-            baseline = jnp.where(started, config.baseline_decay * baseline + (1 - config.baseline_decay) * step_mean,
-                                 step_mean)  # App. F.1
-            return (params, opt_state, baseline, jnp.asarray(True)), (loss, *iss_state(params))
-
-        def evaluate(params, key):
-            preds = predict_batch(eqx.combine(params, static), val_y, val_mask, key)
-            return mean_log_likelihood(preds.log_likelihoods, val_mask)
-
-        def epoch(carry, inputs):
-            params, opt_state, baseline, started, best_params, best_val, best_epoch, ok = carry
-            index, key = inputs
-            k_perm, k_steps, k_val = jax.random.split(key, 3)
-            order = jax.random.permutation(k_perm, B)[: steps * batch].reshape(steps, batch)
-            warm = jnp.broadcast_to(index < config.warmup_epochs, (steps,))
-            (params, opt_state, baseline, started), (losses, norms, radii) = jax.lax.scan(
-                sgd_step, (params, opt_state, baseline, started), (order, jax.random.split(k_steps, steps), warm))
-            val = evaluate(params, k_val)
-            ok = ok & jnp.all(jnp.isfinite(losses)) & jnp.isfinite(val)
-            better = ok & (val > best_val)
-            best_params = jax.tree_util.tree_map(lambda new, old: jnp.where(better, new, old), params, best_params)
-            best_val = jnp.where(better, val, best_val)
-            best_epoch = jnp.where(better, index, best_epoch)
-            carry = (params, opt_state, baseline, started, best_params, best_val, best_epoch, ok)
-            return carry, (jnp.mean(losses), val, norms, radii)
-
-        dtype = train_y.dtype
-        carry = (params, opt_state, jnp.zeros(T, dtype), jnp.asarray(False), params, jnp.asarray(-jnp.inf, dtype),
-                 jnp.asarray(-1), jnp.asarray(True))
-        ran, carry, (train_loss, val_ll, norms, radii) = _epochs(epoch, carry, key, config, callback)
-        best_params, best_val, best_epoch, ok = carry[4:]
-        bad = ~(jnp.isfinite(train_loss) & jnp.isfinite(val_ll)) & (jnp.arange(config.epochs) < ran)
-        first_failure = jnp.where(jnp.any(bad), jnp.argmax(bad), -1)
-        diverged = val_ll[-1] < val_ll[0] - DIVERGENCE_NATS
-        return TrainResult(eqx.combine(best_params, static), best_val, best_epoch, ~ok | diverged, train_loss,
-                           val_ll, norms, radii, first_failure)
+        epoch, carry, static = _training(config, optimizer, model, train_y, train_mask, val_y, val_mask)
+        loop = _run_epochs(epoch, _start_epochs(epoch, carry, key, config), config.epochs, config, callback)
+        return _result(config, static, loop)
 
     return train
+
+
+class ChunkedTrain(NamedTuple):
+    """``make_train``'s run in three parts, each jittable with the model marked static (``eqx.filter_jit``), so that
+    its epochs run in chunks of one compiled program (``train_in_chunks``); ``data`` = (train_y, train_mask, val_y,
+    val_mask) as ``train`` takes them."""
+
+    start: Callable  # (key, model, *data) -> EpochLoop before the first epoch
+    run: Callable  # (loop, stop, model, *data) -> EpochLoop: its epochs up to ``stop`` (an int array)
+    result: Callable  # (loop, model, *data) -> TrainResult
+
+
+def make_chunked_train(config: TrainConfig, *, optimizer: optax.GradientTransformation | None = None
+                       ) -> ChunkedTrain:
+    """The parts of ``make_train(config, optimizer=optimizer)``'s ``train``: the same epochs, the same numbers
+    (tests/pissm/test_train.py holds them equal), and a caller that sees the run between chunks without a host
+    callback in the program (``memlab.progress``: a program with one is never in the persistent compile cache)."""
+
+    def start(key, model, *data) -> EpochLoop:
+        epoch, carry, _ = _training(config, optimizer, model, *data)
+        return _start_epochs(epoch, carry, key, config)
+
+    def run(loop, stop, model, *data) -> EpochLoop:
+        return _run_epochs(_training(config, optimizer, model, *data)[0], loop, stop, config)
+
+    def result(loop, model, *data) -> TrainResult:
+        return _result(config, _training(config, optimizer, model, *data)[2], loop)
+
+    return ChunkedTrain(start, run, result)
+
+
+def train_in_chunks(training: ChunkedTrain, epochs: int, key, model, *data) -> TrainResult:
+    """``training`` (``make_chunked_train``'s parts, jitted) run in chunks of epochs (``progress.training_chunks``),
+    reporting the epochs done and the last one's loss and validation log-likelihood between them
+    (``progress.training_step``: only where a run shows its cells' progress). A run that failed stops early."""
+    loop = training.start(key, model, *data)
+    for _, stop in training_chunks(0, epochs):
+        loop = training.run(loop, jnp.asarray(stop), model, *data)
+        ran = int(loop.index)
+        train_loss, val_ll = (np.asarray(h[ran - 1]) for h in loop.history[:2])
+        training_step(ran, epochs, {"train loss": train_loss, "val log-lik": val_ll}, "epoch")
+        if ran < stop:  # stopped at a failure (TrainConfig.stop_on_failure)
+            break
+    return training.result(loop, model, *data)

@@ -27,10 +27,11 @@ import numpy as np
 from jax import Array
 
 from memlab.checks import check_choice, check_int
+from memlab.progress import training_chunks, training_step
 from memlab.recall.encoding import token_dim
 from memlab.recall.students import AttentionStudent, MambaStudent
 from memlab.recall.task import Batch, RecallTask, baseline_mse, baseline_predictions, sample
-from memlab.recall.train import TrainConfig, make_train
+from memlab.recall.train import ChunkedTrain, TrainConfig, TrainResult, make_chunked_train, make_train
 from memlab.store import cell
 
 __all__ = ["STUDENTS", "TrainingRecord", "compiled_train", "curve_cell", "deserialise", "first_seed", "make_student",
@@ -77,6 +78,44 @@ def compiled_train(kind: str, tag_dim: int, config: TrainConfig, callback=None):
         return eqx.combine(arrays, static)
 
     return eqx.filter_jit(seed_by_seed)
+
+
+@functools.cache
+def chunked_train(kind: str, tag_dim: int, config: TrainConfig) -> ChunkedTrain:
+    """``compiled_train(kind, tag_dim, config)`` in three jitted parts (``train.make_chunked_train``), each with
+    arguments ``(keys (S,), pools (S, capacity, ...), val_set, n)`` after the loop state, the seeds one after
+    another as there: what ``train_cell`` trains with, in chunks of epochs (the same numbers)."""
+    parts = make_chunked_train(config, lambda key: make_student(kind, tag_dim, key))
+
+    def start(keys, pools, val_set, n):
+        return jax.lax.map(lambda seed: parts.start(*seed, val_set, n), (keys, pools))
+
+    def run(loops, stop, keys, pools, val_set, n):
+        return jax.lax.map(lambda seed: parts.run(seed[0], stop, *seed[1:], val_set, n), (loops, keys, pools))
+
+    def result(loops, keys, pools, val_set, n):
+        static = None
+
+        def one(seed):
+            nonlocal static  # the model's non-array leaves, as in compiled_train
+            arrays, static = eqx.partition(parts.result(*seed, val_set, n), eqx.is_array)
+            return arrays
+
+        return eqx.combine(jax.lax.map(one, (loops, keys, pools)), static)
+
+    return ChunkedTrain(*(eqx.filter_jit(f) for f in (start, run, result)))
+
+
+def train_in_chunks(training: ChunkedTrain, epochs: int, *args) -> TrainResult:
+    """``training`` (``chunked_train``) run in chunks of epochs (``progress.training_chunks``), reporting the epochs
+    done and the seeds' mean validation and training MSE of the last between them (``progress.training_step``: only
+    where a run shows its cells' progress)."""
+    loop = training.start(*args)
+    for _, stop in training_chunks(0, epochs):
+        loop = training.run(loop, jnp.asarray(stop), *args)
+        val_mse, train_mse = (np.asarray(h[:, stop - 1]) for h in loop.history[:2])
+        training_step(stop, epochs, {"val mse": val_mse, "train mse": train_mse}, "epoch")
+    return training.result(loop, *args)
 
 
 def training_pools(task: RecallTask, capacity: int, num_seeds: int, pool_key: Array) -> Batch:
@@ -131,9 +170,10 @@ def train_students(task: RecallTask, n: int, kind: str, config: TrainConfig, val
     capacity = n if capacity is None else capacity
     if not 1 <= n <= capacity:
         raise ValueError(f"need 1 <= n <= capacity; got n = {n}, capacity = {capacity}")
-    train = compiled_train(kind, task.tag_array.shape[1], config)
+    training = chunked_train(kind, task.tag_array.shape[1], config)
     keys = jax.random.split(init_key, num_seeds)
-    result = train(keys, training_pools(task, capacity, num_seeds, pool_key), val_set, jnp.asarray(n, jnp.int32))
+    result = train_in_chunks(training, config.epochs, keys, training_pools(task, capacity, num_seeds, pool_key),
+                             val_set, jnp.asarray(n, jnp.int32))
     best = np.asarray(result.best_val_mse, dtype=float)
     baselines = baseline_mse(task)
     on_val = {name: float(jnp.mean((val_set.y - predicted) ** 2))  # the same references on the validation set

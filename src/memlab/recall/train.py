@@ -3,6 +3,8 @@
 ``make_train(config, make_model)`` returns one pure, jittable ``train(key, train_set, val_set)``: the whole run
 (every epoch: a shuffled pass of Adam steps, then the validation MSE) is one ``lax.scan``, so it can be jitted once
 and vmapped over seeds (``jax.vmap(train, in_axes=(0, 0, None))`` with one training set per seed).
+``make_chunked_train`` is the same run in parts, its epochs in chunks of one compiled program, so that a cell
+reports its epochs between them (``runs.train_in_chunks``, ``memlab.progress``): the same numbers.
 
 A.1 / A.4: Adam at 2e-3 decayed by 0.95 per epoch, batch min(16, n), global-norm clipping at 1.0, 30 (A.1) or 120
 (A.4) epochs, the lowest validation MSE (early stopping). Choices the paper leaves open: the last partial batch of an
@@ -122,74 +124,134 @@ def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module], c
     """
 
     def train(key: Array, train_set: Batch, val_set: Batch, num_train=None) -> TrainResult:
-        capacity = train_set.y.shape[0]
-        slot = min(config.batch_size, capacity)  # static batch shape
-        num_slots = -(-capacity // slot)
-        n = jnp.asarray(capacity if num_train is None else num_train)
-        batch = jnp.minimum(config.batch_size, n)  # the batch of the n-example run
-        steps_per_epoch = jnp.maximum(n // batch, 1)
-        k_model, k_epochs = jax.random.split(key)
-        # pass p over the data is shuffled by pass_keys[p] (one pass per epoch without a step budget)
-        pass_keys = jax.random.split(k_epochs, config.epochs if config.steps is None else config.steps)
-        params, static = eqx.partition(make_model(k_model), eqx.is_inexact_array)
-        optimiser = optax.chain(optax.clip_by_global_norm(config.clip_norm), optax.scale_by_adam()) \
-            if optimizer is None else optimizer
-
-        def loss(p, idx, weight):
-            model = eqx.combine(p, static)
-            prediction = outputs(model, train_set.query[idx], train_set.context_tags[idx],
-                                 train_set.context_content[idx])
-            err = (prediction - train_set.y[idx]) ** 2
-            return jnp.sum(weight * err) / jnp.sum(weight)
-
-        def step(carry, inputs):
-            p, opt_state, lr = carry
-            idx, weight, active = inputs
-
-            def update(p, opt_state):
-                value, grads = jax.value_and_grad(loss)(p, idx, weight)
-                updates, opt_state = optimiser.update(grads, opt_state, p)
-                return optax.apply_updates(p, jax.tree.map(lambda u: -lr * u, updates)), opt_state, value
-
-            p, opt_state, value = jax.lax.cond(active, update, lambda p, o: (p, o, jnp.zeros(())), p, opt_state)
-            return (p, opt_state, lr), value
-
-        def order(k):  # a random order of the n valid examples first, padding after
-            return jnp.argsort(jnp.where(jnp.arange(capacity) < n, jax.random.uniform(k, (capacity,)), 2.0))
-
-        def epoch_batches(index):  # A.1: pass ``index``; slot s takes positions s*batch ... of its order
-            position = jnp.arange(num_slots)[:, None] * batch + jnp.arange(slot)[None, :]  # < num_slots * slot
-            active = jnp.arange(num_slots) < steps_per_epoch
-            in_batch = jnp.arange(slot)[None, :] < batch
-            idx = jnp.pad(order(pass_keys[index]), (0, num_slots * slot - capacity))[position]
-            return idx, (in_batch & active[:, None]).astype(jnp.float32), active
-
-        def budget_batches(index):  # step budget: round ``index`` takes global steps g = index * per_round + s
-            per_round = config.steps // config.epochs
-            g = index * per_round + jnp.arange(per_round)
-            within = g % steps_per_epoch  # step within pass g // steps_per_epoch
-            position = jnp.minimum(within[:, None] * batch + jnp.arange(slot)[None, :], capacity - 1)
-            idx = jnp.take_along_axis(jax.vmap(order)(pass_keys[g // steps_per_epoch]), position, axis=1)
-            weight = jnp.broadcast_to(jnp.arange(slot)[None, :] < batch, idx.shape).astype(jnp.float32)
-            return idx, weight, jnp.ones(per_round, bool)
-
-        def epoch(carry, index):
-            p, opt_state, best_p, best_mse, best_epoch = carry
-            idx, weight, active = (epoch_batches if config.steps is None else budget_batches)(index)
-            lr = config.learning_rate * config.decay ** index.astype(jnp.float32)  # staircase decay per epoch
-            (p, opt_state, _), losses = jax.lax.scan(step, (p, opt_state, lr), (idx, weight, active))
-            val = mse(eqx.combine(p, static), val_set, config.eval_chunk)
-            better = val < best_mse
-            best_p = jax.tree.map(lambda new, old: jnp.where(better, new, old), p, best_p)
-            carry = (p, opt_state, best_p, jnp.minimum(val, best_mse), jnp.where(better, index, best_epoch))
-            train_mse = jnp.sum(losses) / jnp.sum(active)
-            if callback is not None:
-                jax.debug.callback(callback, index + 1, {"val mse": val, "train mse": train_mse})
-            return carry, (val, train_mse, jnp.sum(active))
-
-        init = (params, optimiser.init(params), params, jnp.asarray(jnp.inf), jnp.asarray(0))
+        epoch, init, static = _training(config, make_model, optimizer, callback, key, train_set, val_set, num_train)
         (_, _, best_p, best_mse, best_epoch), (val_curve, train_curve, steps) = jax.lax.scan(
             epoch, init, jnp.arange(config.epochs))
         return TrainResult(best_mse, best_epoch, val_curve, train_curve, eqx.combine(best_p, static), jnp.sum(steps))
 
     return train
+
+
+def _training(config: TrainConfig, make_model, optimizer, callback, key, train_set: Batch, val_set: Batch,
+              num_train):
+    """(epoch, carry, static) of ``make_train``'s run: ``epoch(carry, index) -> (carry, (val mse, train mse,
+    steps))``, the carry before the first epoch and the model's static part."""
+    capacity = train_set.y.shape[0]
+    slot = min(config.batch_size, capacity)  # static batch shape
+    num_slots = -(-capacity // slot)
+    n = jnp.asarray(capacity if num_train is None else num_train)
+    batch = jnp.minimum(config.batch_size, n)  # the batch of the n-example run
+    steps_per_epoch = jnp.maximum(n // batch, 1)
+    k_model, k_epochs = jax.random.split(key)
+    # pass p over the data is shuffled by pass_keys[p] (one pass per epoch without a step budget)
+    pass_keys = jax.random.split(k_epochs, config.epochs if config.steps is None else config.steps)
+    params, static = eqx.partition(make_model(k_model), eqx.is_inexact_array)
+    optimiser = optax.chain(optax.clip_by_global_norm(config.clip_norm), optax.scale_by_adam()) \
+        if optimizer is None else optimizer
+
+    def loss(p, idx, weight):
+        model = eqx.combine(p, static)
+        prediction = outputs(model, train_set.query[idx], train_set.context_tags[idx],
+                             train_set.context_content[idx])
+        err = (prediction - train_set.y[idx]) ** 2
+        return jnp.sum(weight * err) / jnp.sum(weight)
+
+    def step(carry, inputs):
+        p, opt_state, lr = carry
+        idx, weight, active = inputs
+
+        def update(p, opt_state):
+            value, grads = jax.value_and_grad(loss)(p, idx, weight)
+            updates, opt_state = optimiser.update(grads, opt_state, p)
+            return optax.apply_updates(p, jax.tree.map(lambda u: -lr * u, updates)), opt_state, value
+
+        p, opt_state, value = jax.lax.cond(active, update, lambda p, o: (p, o, jnp.zeros(())), p, opt_state)
+        return (p, opt_state, lr), value
+
+    def order(k):  # a random order of the n valid examples first, padding after
+        return jnp.argsort(jnp.where(jnp.arange(capacity) < n, jax.random.uniform(k, (capacity,)), 2.0))
+
+    def epoch_batches(index):  # A.1: pass ``index``; slot s takes positions s*batch ... of its order
+        position = jnp.arange(num_slots)[:, None] * batch + jnp.arange(slot)[None, :]  # < num_slots * slot
+        active = jnp.arange(num_slots) < steps_per_epoch
+        in_batch = jnp.arange(slot)[None, :] < batch
+        idx = jnp.pad(order(pass_keys[index]), (0, num_slots * slot - capacity))[position]
+        return idx, (in_batch & active[:, None]).astype(jnp.float32), active
+
+    def budget_batches(index):  # step budget: round ``index`` takes global steps g = index * per_round + s
+        per_round = config.steps // config.epochs
+        g = index * per_round + jnp.arange(per_round)
+        within = g % steps_per_epoch  # step within pass g // steps_per_epoch
+        position = jnp.minimum(within[:, None] * batch + jnp.arange(slot)[None, :], capacity - 1)
+        idx = jnp.take_along_axis(jax.vmap(order)(pass_keys[g // steps_per_epoch]), position, axis=1)
+        weight = jnp.broadcast_to(jnp.arange(slot)[None, :] < batch, idx.shape).astype(jnp.float32)
+        return idx, weight, jnp.ones(per_round, bool)
+
+    def epoch(carry, index):
+        p, opt_state, best_p, best_mse, best_epoch = carry
+        idx, weight, active = (epoch_batches if config.steps is None else budget_batches)(index)
+        lr = config.learning_rate * config.decay ** index.astype(jnp.float32)  # staircase decay per epoch
+        (p, opt_state, _), losses = jax.lax.scan(step, (p, opt_state, lr), (idx, weight, active))
+        val = mse(eqx.combine(p, static), val_set, config.eval_chunk)
+        better = val < best_mse
+        best_p = jax.tree.map(lambda new, old: jnp.where(better, new, old), p, best_p)
+        carry = (p, opt_state, best_p, jnp.minimum(val, best_mse), jnp.where(better, index, best_epoch))
+        train_mse = jnp.sum(losses) / jnp.sum(active)
+        if callback is not None:
+            jax.debug.callback(callback, index + 1, {"val mse": val, "train mse": train_mse})
+        return carry, (val, train_mse, jnp.sum(active))
+
+    init = (params, optimiser.init(params), params, jnp.asarray(jnp.inf), jnp.asarray(0))
+    return epoch, init, static
+
+
+class EpochLoop(NamedTuple):
+    """The epoch loop between chunks (``make_chunked_train``): ``index`` () epochs run, the loop's ``carry`` (model,
+    Adam state, best model, best validation MSE, best epoch) and the ``history`` (val mse, train mse, steps), each
+    (epochs,), zero where no epoch ran yet."""
+
+    index: Array
+    carry: tuple
+    history: tuple
+
+
+class ChunkedTrain(NamedTuple):
+    """``make_train``'s run in three parts, so that its epochs run in chunks of one compiled program; ``args`` =
+    (key, train_set, val_set, num_train) as ``train`` takes them."""
+
+    start: Callable  # (*args) -> EpochLoop before the first epoch
+    run: Callable  # (loop, stop, *args) -> EpochLoop: its epochs up to ``stop`` (an int array)
+    result: Callable  # (loop, *args) -> TrainResult
+
+
+def make_chunked_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module], *,
+                       optimizer: optax.GradientTransformation | None = None) -> ChunkedTrain:
+    """The parts of ``make_train(config, make_model, optimizer=optimizer)``'s ``train``: the same epochs, the same
+    numbers (tests/recall/test_train.py holds them equal), and a caller that sees the run between chunks without a
+    host callback in the program (``memlab.progress``)."""
+
+    def parts(*args):
+        return _training(config, make_model, optimizer, None, *args)
+
+    def start(*args) -> EpochLoop:
+        epoch, init, _ = parts(*args)
+        index = jnp.zeros((), jnp.arange(1).dtype)  # the dtype of the one program's scan over jnp.arange(epochs)
+        shapes = jax.eval_shape(epoch, init, index)[1]
+        return EpochLoop(index, init, jax.tree.map(lambda s: jnp.zeros((config.epochs, *s.shape), s.dtype), shapes))
+
+    def run(loop: EpochLoop, stop, *args) -> EpochLoop:
+        epoch = parts(*args)[0]
+
+        def next_epoch(state):
+            index, carry, history = state
+            carry, outputs = epoch(carry, index)
+            return index + 1, carry, jax.tree.map(lambda h, o: h.at[index].set(o), history, outputs)
+
+        return EpochLoop(*jax.lax.while_loop(lambda state: state[0] < stop, next_epoch, tuple(loop)))
+
+    def result(loop: EpochLoop, *args) -> TrainResult:
+        (_, _, best_p, best_mse, best_epoch), (val_curve, train_curve, steps) = loop.carry, loop.history
+        return TrainResult(best_mse, best_epoch, val_curve, train_curve, eqx.combine(best_p, parts(*args)[2]),
+                           jnp.sum(steps))
+
+    return ChunkedTrain(start, run, result)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -20,7 +19,7 @@ import jax
 import numpy as np
 from jax import Array
 
-from memlab import checkpoints, deadline
+from memlab import checkpoints
 from memlab import progress as progress_lines
 from memlab.checks import check_int
 from memlab.rl.config import PPOConfig
@@ -77,13 +76,12 @@ def _train_chunks(ppo, config, raw_key, batched, init, identity, path, chunk_upd
         state, metrics = load_checkpoint(path, jax.eval_shape(init, raw_key), identity)
     else:
         state, metrics = jax.jit(init)(raw_key), {}
-    done, total = int(np.ravel(state.update)[0]), config.num_updates
+    total = config.num_updates
     chunks = {}  # compiled chunk function per chunk length (the last chunk may be shorter)
-    chunk_seconds = 0.0  # the last chunk's wall time: a run with a time limit stops when the next would overrun
-    while done < total:
-        deadline.check(chunk_seconds)  # memlab.deadline: OutOfTime here leaves the last checkpoint to resume from
-        start = time.perf_counter()
-        n = min(chunk_updates, total - done)
+    # under a time limit no chunk starts that would overrun (by the last one's wall time): OutOfTime there leaves
+    # the last checkpoint to resume from
+    for done, stop in progress_lines.training_chunks(int(np.ravel(state.update)[0]), total, chunk_updates, True):
+        n = stop - done
         if n not in chunks:
             chunk = partial(ppo.update_chunk, num_updates=n)
             chunks[n] = jax.jit(jax.vmap(chunk) if batched else chunk)
@@ -91,12 +89,10 @@ def _train_chunks(ppo, config, raw_key, batched, init, identity, path, chunk_upd
         new = {name: np.asarray(value) for name, value in new.items()}
         metrics = new if not metrics else {k: np.concatenate([metrics[k], new[k]], axis=-1) for k in metrics}
         save_checkpoint(path, state, metrics, identity)
-        done += n
-        chunk_seconds = time.perf_counter() - start
         if progress is not None:
-            progress(done, total, metrics)
+            progress(stop, total, metrics)
         else:  # memlab.progress: a line every so often while a run shows the cells' progress, else nothing
-            progress_lines.training_step(done, total, {"episode return": metrics["episode_return"][..., -1]},
+            progress_lines.training_step(stop, total, {"episode return": metrics["episode_return"][..., -1]},
                                          "update")
     return state, metrics
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from typing import NamedTuple
 
 import equinox as eqx
 import jax
 import numpy as np
 
-from memlab import checkpoints, deadline
+from memlab import checkpoints
 from memlab.arena.compiled import compiled_model
 from memlab.arena.layers import state_size
 from memlab.arena.model import parameter_count
@@ -39,7 +38,7 @@ from memlab.arena.train import (
     score,
     static_part,
 )
-from memlab.progress import training_step
+from memlab.progress import training_chunks, training_step
 from memlab.store import cell
 
 __all__ = ["ScoredSeeds", "held_out_side", "score_seeds", "train_and_score"]
@@ -147,15 +146,13 @@ def _train_seeds(spec, layer: str, width: int, depth: int, config: TrainConfig, 
     with checkpoints.owned(checkpoint) as path:
         if path.exists():
             progress = checkpoints.load_checkpoint(path, progress, identity)[0]
-        seconds = 0.0  # the last chunk's wall time: under a time limit, training stops when the next would overrun
-        while (done := int(progress.done)) < chunks:
-            deadline.check(seconds)  # OutOfTime here leaves the last checkpoint to resume from
-            start = time.perf_counter()
+        # under a time limit no chunk starts that would overrun (by the last one's wall time): OutOfTime there
+        # leaves the last checkpoint to resume from
+        for done, _ in training_chunks(int(progress.done), chunks, 1, time_limit=True):
             state, (losses, eval_loss) = run(progress.state, chunk_keys[:, done:done + 1], test)
             progress = _Progress(state, progress.losses.copy(), progress.eval_loss.copy(), np.int32(done + 1))
             progress.losses[:, done], progress.eval_loss[:, done] = losses[:, 0], eval_loss[:, 0]
             checkpoints.save_checkpoint(path, progress, {}, identity)
-            seconds = time.perf_counter() - start
             training_step((done + 1) * config.eval_every, config.steps,
                           {"loss": losses[:, 0, -1], "held-out loss": eval_loss[:, 0]})  # memlab.progress
     return TrainResult(progress.state.params, progress.losses.reshape(seeds, -1), progress.eval_loss)

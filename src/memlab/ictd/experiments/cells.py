@@ -25,7 +25,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from memlab.ictd.experiments.setting import TRACE_FIELDS, HeldOut, Setting, Traces, stack_setting
-from memlab.ictd.pretrain import Params, PretrainConfig, evaluate, make_train, rho_schedule
+from memlab.ictd.pretrain import (
+    ChunkedTrain,
+    Params,
+    PretrainConfig,
+    evaluate,
+    make_chunked_train,
+    rho_schedule,
+    train_in_chunks,
+)
 from memlab.ictd.transformer import theta_star
 from memlab.store import cell
 
@@ -36,8 +44,9 @@ TINY_TRAIN = dict(m=16, n=5, batch_size=16, minibatches_per_epoch=2, num_epochs=
 
 
 @functools.lru_cache(maxsize=32)
-def _jitted_train(config: PretrainConfig):
-    return jax.jit(make_train(config))
+def _jitted_train(config: PretrainConfig) -> ChunkedTrain:
+    """``make_train(config)`` in jitted parts, trained in chunks of epochs (``pretrain.train_in_chunks``)."""
+    return ChunkedTrain(*map(jax.jit, make_chunked_train(config)))
 
 
 @functools.lru_cache(maxsize=8)
@@ -108,8 +117,9 @@ def _errors(config: PretrainConfig, params: Params, eval_key, eval_tasks: int) -
 
 @cell("ictd.pretrain-seed", result=SeedRun)
 def train_seed(config: PretrainConfig, key, eval_key, eval_tasks: int) -> SeedRun:
-    """One run of Algorithm 1 (``make_train``) with its two checkpoints and held-out errors (:class:`SeedRun`)."""
-    result = jax.block_until_ready(_jitted_train(config)(key))
+    """One run of Algorithm 1 (``make_train``, in chunks of epochs that report their progress) with its two
+    checkpoints and held-out errors (:class:`SeedRun`)."""
+    result = jax.block_until_ready(train_in_chunks(_jitted_train(config), config.num_epochs, key))
     last = config.num_steps - 1
 
     def pick(ckpt):  # a rule whose best score is 0 selects nothing: the end of training stands in
