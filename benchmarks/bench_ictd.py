@@ -17,8 +17,9 @@ from __future__ import annotations
 import jax
 from timing import side_by_side, timed  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
 
-from memlab.ictd.pretrain import PretrainConfig, make_train
+from memlab.ictd.pretrain import PretrainConfig
 from memlab.ictd.softmax_td import weighted_softmax_td
+from memlab.ictd.train import make_train
 from memlab.ictd.transformer import forward, make_prompt, readout, theta_star
 
 

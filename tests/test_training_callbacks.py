@@ -8,7 +8,7 @@ import numpy as np
 
 from memlab import arena
 from memlab.ictd.pretrain import PretrainConfig
-from memlab.ictd.pretrain import make_train as ictd_train
+from memlab.ictd.train import make_train as ictd_train
 from memlab.pissm.data.pong import NOISE_STD, OBSERVATION_MATRIX, simulate_pong
 from memlab.pissm.model import PiSSM, PiSSMConfig
 from memlab.pissm.train import TrainConfig as PissmConfig

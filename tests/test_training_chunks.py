@@ -22,10 +22,11 @@ import pytest
 from memlab import progress
 from memlab.compile_cache import QUICK_FLAGS
 from memlab.devices import FLAG
-from memlab.ictd.pretrain import ChunkedTrain as IctdChunks
-from memlab.ictd.pretrain import PretrainConfig, make_chunked_train
-from memlab.ictd.pretrain import make_train as ictd_train
-from memlab.ictd.pretrain import train_in_chunks as ictd_in_chunks
+from memlab.ictd.pretrain import PretrainConfig
+from memlab.ictd.train import ChunkedTrain as IctdChunks
+from memlab.ictd.train import make_chunked_train
+from memlab.ictd.train import make_train as ictd_train
+from memlab.ictd.train import train_in_chunks as ictd_in_chunks
 from memlab.pissm import runs as pissm_runs
 from memlab.pissm.train import TrainConfig as PissmConfig
 from memlab.recall import runs as recall_runs

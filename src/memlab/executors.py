@@ -346,7 +346,6 @@ class RayExecutor(Executor):
     def _line_queue():
         """A queue for the cells' progress lines: an actor that holds no CPU, so it never keeps a cell waiting."""
         from ray.util.queue import Queue
-
         return Queue(actor_options={"num_cpus": 0})
 
     @staticmethod

@@ -19,16 +19,15 @@ from memlab.ictd.pretrain import (
     PretrainConfig,
     evaluate,
     init_params,
-    make_train,
     mask_relaxation_config,
     masks,
     rho_schedule,
     sample_windows,
     td_errors,
     td_loss,
-    train_seeds,
     value,
 )
+from memlab.ictd.train import make_train, train_seeds
 
 TINY = PretrainConfig(m=8, d=3, n=4, batch_size=8, minibatches_per_epoch=3, num_epochs=6, num_seeds=2)
 

@@ -18,7 +18,7 @@ from memlab.ictd.emergence import a_emergence, kernel_diagonal_mean, v_emergence
 from memlab.ictd.mrp import MRP, Task, msve, sample_trajectory, stationary_distribution, value_function
 from memlab.ictd.neu import comparison_points, estimator_statistics, neu, theta_star_looped, update_samples
 from memlab.ictd.policy_eval import context_msve, make_task_set
-from memlab.ictd.pretrain import PretrainConfig, evaluate, make_train, train_seeds
+from memlab.ictd.pretrain import PretrainConfig, evaluate
 from memlab.ictd.random_tasks import random_task, random_task_batch, task_margin
 from memlab.ictd.softmax_td import (
     batch_linear_td,
@@ -32,6 +32,7 @@ from memlab.ictd.softmax_td import (
     td_with_weights,
     weighted_softmax_td,
 )
+from memlab.ictd.train import make_train, train_seeds
 from memlab.ictd.transformer import forward, make_prompt, readout, theta_star
 from memlab.ictd.verify import trial_prompts, verify_trials
 

@@ -20,31 +20,23 @@ The rollout reading, the checkpoints and what training converges to: docs/studie
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-from collections.abc import Callable
-from typing import NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
-import optax
 from jax import Array
 
 from memlab.checks import check_gamma, check_int, check_real
 from memlab.ictd.boyan import boyan_chain
-from memlab.ictd.emergence import a_emergence, kernel_diagonal_mean, v_emergence
 from memlab.ictd.mrp import sample_trajectory
 from memlab.ictd.transformer import forward, make_prompt, readout
-from memlab.progress import training_chunks, training_step
 
 A_MASKS = ("full", "relaxed")
 
 __all__ = [
     "A_MASKS",
     "Checkpoint",
-    "ChunkedTrain",
     "Evaluation",
     "Params",
     "PretrainConfig",
@@ -53,16 +45,13 @@ __all__ = [
     "Windows",
     "evaluate",
     "init_params",
-    "make_chunked_train",
-    "make_train",
     "mask_relaxation_config",
+    "apply_mask",
     "masks",
     "rho_schedule",
     "sample_windows",
     "td_errors",
     "td_loss",
-    "train_in_chunks",
-    "train_seeds",
     "value",
     "window_values",
 ]
@@ -224,7 +213,7 @@ def masks(d: int, a_mask: str = "full") -> Params:
     return Params(V_mask, A_mask)
 
 
-def _apply_mask(tree: Params, mask: Params) -> Params:
+def apply_mask(tree: Params, mask: Params) -> Params:
     """Entries where the mask is 0 become exactly +0.0 (``where``, not a product: no -0.0, no NaN leaks)."""
     return jax.tree.map(lambda x, keep: jnp.where(keep != 0, x, jnp.zeros_like(x)), tree, mask)
 
@@ -235,7 +224,7 @@ def init_params(key: Array, config: PretrainConfig) -> Params:
     std = config.init_gain * math.sqrt(2.0 / (size + size))
     kv, ka = jax.random.split(key)
     raw = Params(std * jax.random.normal(kv, (size, size)), std * jax.random.normal(ka, (size, size)))
-    return _apply_mask(raw, masks(config.d, config.a_mask))
+    return apply_mask(raw, masks(config.d, config.a_mask))
 
 
 def rho_schedule(config: PretrainConfig, step: Array) -> Array:
@@ -248,7 +237,7 @@ def rho_schedule(config: PretrainConfig, step: Array) -> Array:
 
 def value(params: Params, Z0: Array, config: PretrainConfig, rho: Array | float = 0.0) -> Array:
     """TF_L(Z0) of eq. (5) for the looped masked block: Z0 (d+3, n+1) -> () array."""
-    p = _apply_mask(params, masks(config.d, config.a_mask))
+    p = apply_mask(params, masks(config.d, config.a_mask))
     Zs = forward(Z0, p.V, p.A, config.gamma, num_layers=config.num_layers, form="tsm", kind="softmax",
                  tau=config.tau, rho=rho)
     return readout(Zs[-1])
@@ -330,152 +319,3 @@ def evaluate(params: Params, config: PretrainConfig, key: Array, num_tasks: int,
 
     td, ve = jax.vmap(one)(jax.random.split(key, num_tasks))
     return Evaluation(jnp.mean(td), jnp.mean(ve))
-
-
-def make_train(config: PretrainConfig, callback=None, *, optimizer: optax.GradientTransformation | None = None):
-    """Return ``train(key) -> TrainResult``, pure and jit-able; one run of Algorithm 1 with ``config``.
-
-    ``callback(epoch, {"loss", "V_em", "A_em"})``: on the host after every epoch, with its last step's values
-    (``jax.debug.callback``: see ``memlab.progress`` for what a callback costs). Default None: silent, and the
-    program is the one compiled without it. ``optimizer``: the update of every step, default Algorithm 1's Adam at
-    ``config.learning_rate`` (its gradients and updates masked either way).
-    """
-    config.validate()
-    optimizer = optax.adam(config.learning_rate) if optimizer is None else optimizer
-    epoch = _epoch(config, optimizer, callback)
-
-    def train(key: Array) -> TrainResult:
-        carry, xs = _start(config, optimizer, key)
-        (params, _, best, best_mirrored), trace = jax.lax.scan(epoch, carry, xs)
-        return _result(config, params, best, best_mirrored, trace)
-
-    return train
-
-
-def _start(config: PretrainConfig, optimizer, key: Array):
-    """(carry, xs) of ``make_train``'s scan over epochs: (params, Adam state, the two checkpoints) and (epoch key,
-    epoch index) per epoch."""
-    k_init, k_epochs = jax.random.split(key)
-    params = init_params(k_init, config)
-    carry = (params, optimizer.init(params), Checkpoint.start(params), Checkpoint.start(params))
-    return carry, (jax.random.split(k_epochs, config.num_epochs), jnp.arange(config.num_epochs))
-
-
-def _result(config: PretrainConfig, params, best, best_mirrored, trace) -> TrainResult:
-    return TrainResult(params, best, best_mirrored, jax.tree.map(lambda a: a.reshape(config.num_steps), trace))
-
-
-def _epoch(config: PretrainConfig, optimizer, callback):
-    """``epoch(carry, (key, index)) -> (carry, Trace of its steps)``: one sampled MRP, ``minibatches_per_epoch``
-    Adam steps on its windows (Algorithm 1)."""
-    mask = masks(config.d, config.a_mask)
-    M, B = config.minibatches_per_epoch, config.batch_size
-    grad_fn = jax.value_and_grad(td_loss, has_aux=True)
-    d_t_fn = jax.vmap(kernel_diagonal_mean, in_axes=(0, None, None))
-
-    def epoch(carry, xs):
-        k, epoch_index = xs
-        windows = sample_windows(k, config)
-
-        def step(carry, j):
-            params, opt_state, best, best_mirrored = carry
-            mb = windows.minibatch(j * B, B)  # windows jB .. jB+B-1, consecutive
-            t = epoch_index * M + j
-            rho = rho_schedule(config, t)
-            (loss, delta), grads = grad_fn(params, mb, config, rho)
-            updates, opt_state = optimizer.update(_apply_mask(grads, mask), opt_state, params)
-            params = optax.apply_updates(params, _apply_mask(updates, mask))
-            v_em, a_em = v_emergence(params.V), a_emergence(params.A)
-            d_t = jnp.mean(d_t_fn(windows.Z0, params.A, config.tau))  # eq. (34), this epoch's contexts
-            mirrored = (v_emergence(-params.V), a_emergence(-params.A))
-            record = Trace(v_em, a_em, *mirrored, d_t, loss, jnp.mean(jnp.abs(delta)), rho)
-            best = best.keep_better(params, jnp.minimum(v_em, a_em), t)
-            best_mirrored = best_mirrored.keep_better(params, jnp.minimum(*mirrored), t)
-            return (params, opt_state, best, best_mirrored), record
-
-        carry, records = jax.lax.scan(step, carry, jnp.arange(M))
-        if callback is not None:
-            jax.debug.callback(callback, epoch_index + 1,
-                               {"loss": records.loss[-1], "V_em": records.V_em[-1], "A_em": records.A_em[-1]})
-        return carry, records
-
-    return epoch
-
-
-class EpochLoop(NamedTuple):
-    """The epoch loop between chunks (``make_chunked_train``): ``index`` () epochs run, the loop's ``carry`` (params,
-    Adam state, the two checkpoints), the ``trace`` so far (a Trace of (num_epochs, minibatches_per_epoch) arrays,
-    zero where no epoch ran yet) and ``xs`` (epoch keys, epoch indices) of every epoch."""
-
-    index: Array
-    carry: tuple
-    trace: Trace
-    xs: tuple
-
-
-class ChunkedTrain(NamedTuple):
-    """``make_train``'s run in three parts, so that its epochs run in chunks of one compiled program."""
-
-    start: Callable  # (key) -> EpochLoop before the first epoch
-    run: Callable  # (loop, stop) -> EpochLoop: its epochs up to ``stop`` (an int array)
-    result: Callable  # (loop) -> TrainResult
-
-
-def make_chunked_train(config: PretrainConfig, *, optimizer: optax.GradientTransformation | None = None
-                       ) -> ChunkedTrain:
-    """The parts of ``make_train(config, optimizer=optimizer)``'s ``train``: the same epochs, the same numbers
-    (tests/test_training_chunks.py holds them equal), and a caller that sees the run between chunks without a host
-    callback in the program (``memlab.progress``)."""
-    config.validate()
-    optimizer = optax.adam(config.learning_rate) if optimizer is None else optimizer
-    epoch = _epoch(config, optimizer, None)
-
-    def start(key: Array) -> EpochLoop:
-        carry, xs = _start(config, optimizer, key)
-        index = xs[1][0]
-        shapes = jax.eval_shape(epoch, carry, (xs[0][0], index))[1]
-        return EpochLoop(jnp.zeros_like(index), carry,
-                         jax.tree.map(lambda s: jnp.zeros((config.num_epochs, *s.shape), s.dtype), shapes), xs)
-
-    def run(loop: EpochLoop, stop) -> EpochLoop:
-        keys, indices = loop.xs
-
-        def next_epoch(state):
-            index, carry, trace = state
-            carry, records = epoch(carry, (keys[index], indices[index]))
-            return index + 1, carry, jax.tree.map(lambda h, r: h.at[index].set(r), trace, records)
-
-        return EpochLoop(*jax.lax.while_loop(lambda state: state[0] < stop, next_epoch, tuple(loop[:3])), loop.xs)
-
-    def result(loop: EpochLoop) -> TrainResult:
-        params, _, best, best_mirrored = loop.carry
-        return _result(config, params, best, best_mirrored, loop.trace)
-
-    return ChunkedTrain(start, run, result)
-
-
-def train_in_chunks(training: ChunkedTrain, num_epochs: int, key: Array) -> TrainResult:
-    """``training`` (``make_chunked_train``'s parts, jitted) run in chunks of epochs (``progress.training_chunks``),
-    reporting the epochs done and the last step's loss, V_em and A_em between them (``progress.training_step``: only
-    where a run shows its cells' progress)."""
-    loop = training.start(key)
-    for _, stop in training_chunks(0, num_epochs):
-        loop = training.run(loop, jnp.asarray(stop))
-        last = {name: np.asarray(getattr(loop.trace, field)[stop - 1, -1])
-                for name, field in (("loss", "loss"), ("V_em", "V_em"), ("A_em", "A_em"))}
-        training_step(stop, num_epochs, last, "epoch")
-    return training.result(loop)
-
-
-def train_seeds(config: PretrainConfig, key: Array) -> TrainResult:
-    """``config.num_seeds`` independent runs (keys ``jax.random.split(key, num_seeds)``), vmapped and jitted.
-
-    Every leaf of the result gains a leading (num_seeds,) axis. The jitted function is cached per config.
-    """
-    config.validate()
-    return _vmapped_train(config)(jax.random.split(key, config.num_seeds))
-
-
-@functools.lru_cache(maxsize=8)
-def _vmapped_train(config: PretrainConfig):
-    return jax.jit(jax.vmap(make_train(config)))

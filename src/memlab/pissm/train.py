@@ -230,7 +230,7 @@ def _run_epochs(epoch, loop: EpochLoop, stop, config: TrainConfig, callback=None
     return EpochLoop(*jax.lax.while_loop(running, next_epoch, loop[:3]), epoch_keys)
 
 
-def _training(config: TrainConfig, optimizer, model, train_y, train_mask, val_y, val_mask):
+def make_epoch(config: TrainConfig, optimizer, model, train_y, train_mask, val_y, val_mask):
     """(epoch, carry, static) of ``make_train``'s run on these data: ``epoch(carry, (index, key)) -> (carry,
     outputs)``, the carry before the first epoch and the model's static part."""
     _check_data("train", train_y, train_mask)
@@ -328,7 +328,7 @@ def make_train(config: TrainConfig, callback=None, *, optimizer: optax.GradientT
     with stability 'clip': ``_optimizer``)."""
 
     def train(key, model, train_y, train_mask, val_y, val_mask) -> TrainResult:
-        epoch, carry, static = _training(config, optimizer, model, train_y, train_mask, val_y, val_mask)
+        epoch, carry, static = make_epoch(config, optimizer, model, train_y, train_mask, val_y, val_mask)
         loop = _run_epochs(epoch, _start_epochs(epoch, carry, key, config), config.epochs, config, callback)
         return _result(config, static, loop)
 
@@ -352,14 +352,14 @@ def make_chunked_train(config: TrainConfig, *, optimizer: optax.GradientTransfor
     callback in the program (``memlab.progress``: a program with one is never in the persistent compile cache)."""
 
     def start(key, model, *data) -> EpochLoop:
-        epoch, carry, _ = _training(config, optimizer, model, *data)
+        epoch, carry, _ = make_epoch(config, optimizer, model, *data)
         return _start_epochs(epoch, carry, key, config)
 
     def run(loop, stop, model, *data) -> EpochLoop:
-        return _run_epochs(_training(config, optimizer, model, *data)[0], loop, stop, config)
+        return _run_epochs(make_epoch(config, optimizer, model, *data)[0], loop, stop, config)
 
     def result(loop, model, *data) -> TrainResult:
-        return _result(config, _training(config, optimizer, model, *data)[2], loop)
+        return _result(config, make_epoch(config, optimizer, model, *data)[2], loop)
 
     return ChunkedTrain(start, run, result)
 

@@ -124,7 +124,7 @@ def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module], c
     """
 
     def train(key: Array, train_set: Batch, val_set: Batch, num_train=None) -> TrainResult:
-        epoch, init, static = _training(config, make_model, optimizer, callback, key, train_set, val_set, num_train)
+        epoch, init, static = make_epoch(config, make_model, optimizer, callback, key, train_set, val_set, num_train)
         (_, _, best_p, best_mse, best_epoch), (val_curve, train_curve, steps) = jax.lax.scan(
             epoch, init, jnp.arange(config.epochs))
         return TrainResult(best_mse, best_epoch, val_curve, train_curve, eqx.combine(best_p, static), jnp.sum(steps))
@@ -132,7 +132,7 @@ def make_train(config: TrainConfig, make_model: Callable[[Array], eqx.Module], c
     return train
 
 
-def _training(config: TrainConfig, make_model, optimizer, callback, key, train_set: Batch, val_set: Batch,
+def make_epoch(config: TrainConfig, make_model, optimizer, callback, key, train_set: Batch, val_set: Batch,
               num_train):
     """(epoch, carry, static) of ``make_train``'s run: ``epoch(carry, index) -> (carry, (val mse, train mse,
     steps))``, the carry before the first epoch and the model's static part."""
@@ -231,7 +231,7 @@ def make_chunked_train(config: TrainConfig, make_model: Callable[[Array], eqx.Mo
     host callback in the program (``memlab.progress``)."""
 
     def parts(*args):
-        return _training(config, make_model, optimizer, None, *args)
+        return make_epoch(config, make_model, optimizer, None, *args)
 
     def start(*args) -> EpochLoop:
         epoch, init, _ = parts(*args)

@@ -1,7 +1,7 @@
 """Runs of Algorithm 1 as ``ictd.pretrain`` and ``ictd.mask-relaxation`` both use them: the sweep cells and the
 :class:`~.setting.Setting` stacked from them.
 
-``train_seed`` is one run of ``pretrain.make_train`` plus its two checkpoints and held-out errors (a sweep cell,
+``train_seed`` is one run of ``train.make_train`` plus its two checkpoints and held-out errors (a sweep cell,
 :class:`SeedRun`); ``evaluate_references`` the held-out errors of theta*, -theta* and the zero block
 (:class:`References`).
 ``setting_cells`` names the cells of one training config and ``setting_from_cells`` stacks their records into a
@@ -25,15 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from memlab.ictd.experiments.setting import TRACE_FIELDS, HeldOut, Setting, Traces, stack_setting
-from memlab.ictd.pretrain import (
-    ChunkedTrain,
-    Params,
-    PretrainConfig,
-    evaluate,
-    make_chunked_train,
-    rho_schedule,
-    train_in_chunks,
-)
+from memlab.ictd.pretrain import Params, PretrainConfig, evaluate, rho_schedule
+from memlab.ictd.train import ChunkedTrain, make_chunked_train, train_in_chunks
 from memlab.ictd.transformer import theta_star
 from memlab.store import cell
 
@@ -45,7 +38,7 @@ TINY_TRAIN = dict(m=16, n=5, batch_size=16, minibatches_per_epoch=2, num_epochs=
 
 @functools.lru_cache(maxsize=32)
 def _jitted_train(config: PretrainConfig) -> ChunkedTrain:
-    """``make_train(config)`` in jitted parts, trained in chunks of epochs (``pretrain.train_in_chunks``)."""
+    """``make_train(config)`` in jitted parts, trained in chunks of epochs (``ictd.train.train_in_chunks``)."""
     return ChunkedTrain(*map(jax.jit, make_chunked_train(config)))
 
 
