@@ -38,12 +38,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 
+import jax.numpy as jnp
 import numpy as np
 
 from memlab import deadline
 
-__all__ = ["CHUNK_S", "HEARTBEAT_S", "REPORT_EVERY_S", "SweepDisplay", "cell_running", "sending_to", "training_chunks",
-           "training_step"]
+__all__ = ["CHUNK_S", "HEARTBEAT_S", "REPORT_EVERY_S", "SweepDisplay", "cell_running", "run_in_chunks", "sending_to",
+           "training_chunks", "training_step"]
 
 REPORT_EVERY_S = 15.0  # a training cell's progress line at most this often (and its last step)
 HEARTBEAT_S = 60.0  # a cell silent this long says it is still running
@@ -138,6 +139,20 @@ def training_chunks(done: int, total: int, size: int | None = None, time_limit: 
         if size is None:  # steps that take about CHUNK_S by the last chunk's pace
             n = max(1, int(CHUNK_S * (stop - done) / max(seconds, 1e-9)))
         done = stop
+
+
+def run_in_chunks(loop, run: Callable, total: int, report: Callable):
+    """An epoch loop run to ``total`` epochs in chunks (:func:`training_chunks`, sized by wall time): ``loop =
+    run(loop, stop)`` per chunk (one compiled program, ``stop`` traced), then ``report(loop, stop) -> (epochs run,
+    metrics)`` shown as :func:`training_step`; a chunk that ran fewer epochs than asked (a run stopped early, e.g. at
+    a failure) ends the loop. Returns the loop."""
+    for _, stop in training_chunks(0, total):
+        loop = run(loop, jnp.asarray(stop))
+        ran, metrics = report(loop, stop)
+        training_step(ran, total, metrics, "epoch")
+        if ran < stop:
+            break
+    return loop
 
 
 # ---------------------------------------------------------------- the driver's display of a sweep

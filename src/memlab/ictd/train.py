@@ -28,7 +28,7 @@ from memlab.ictd.pretrain import (
     sample_windows,
     td_loss,
 )
-from memlab.progress import training_chunks, training_step
+from memlab.progress import run_in_chunks
 
 __all__ = ["ChunkedTrain", "make_chunked_train", "make_train", "train_in_chunks", "train_seeds"]
 
@@ -159,13 +159,10 @@ def train_in_chunks(training: ChunkedTrain, num_epochs: int, key: Array) -> Trai
     """``training`` (``make_chunked_train``'s parts, jitted) run in chunks of epochs (``progress.training_chunks``),
     reporting the epochs done and the last step's loss, V_em and A_em between them (``progress.training_step``: only
     where a run shows its cells' progress)."""
-    loop = training.start(key)
-    for _, stop in training_chunks(0, num_epochs):
-        loop = training.run(loop, jnp.asarray(stop))
-        last = {name: np.asarray(getattr(loop.trace, field)[stop - 1, -1])
-                for name, field in (("loss", "loss"), ("V_em", "V_em"), ("A_em", "A_em"))}
-        training_step(stop, num_epochs, last, "epoch")
-    return training.result(loop)
+    def report(loop, stop):
+        return stop, {name: np.asarray(getattr(loop.trace, name)[stop - 1, -1]) for name in ("loss", "V_em", "A_em")}
+
+    return training.result(run_in_chunks(training.start(key), training.run, num_epochs, report))
 
 
 def train_seeds(config: PretrainConfig, key: Array) -> TrainResult:

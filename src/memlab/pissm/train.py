@@ -35,7 +35,7 @@ from memlab.checks import check_choice, check_int, check_real
 from memlab.devices import value_and_grad_in_parts
 from memlab.layers import GATED_CELLS, iss_margin, project_model_iss
 from memlab.pissm.predictions import Predictions
-from memlab.progress import training_chunks, training_step
+from memlab.progress import run_in_chunks
 
 STABILITY = ("iss", "clip", "none")
 OBJECTIVES = ("reinforce", "mixture")
@@ -368,12 +368,11 @@ def train_in_chunks(training: ChunkedTrain, epochs: int, key, model, *data) -> T
     """``training`` (``make_chunked_train``'s parts, jitted) run in chunks of epochs (``progress.training_chunks``),
     reporting the epochs done and the last one's loss and validation log-likelihood between them
     (``progress.training_step``: only where a run shows its cells' progress). A run that failed stops early."""
-    loop = training.start(key, model, *data)
-    for _, stop in training_chunks(0, epochs):
-        loop = training.run(loop, jnp.asarray(stop), model, *data)
+    def report(loop, stop):  # epochs run: fewer than stop after a failure (TrainConfig.stop_on_failure)
         ran = int(loop.index)
         train_loss, val_ll = (np.asarray(h[ran - 1]) for h in loop.history[:2])
-        training_step(ran, epochs, {"train loss": train_loss, "val log-lik": val_ll}, "epoch")
-        if ran < stop:  # stopped at a failure (TrainConfig.stop_on_failure)
-            break
+        return ran, {"train loss": train_loss, "val log-lik": val_ll}
+
+    loop = run_in_chunks(training.start(key, model, *data), lambda loop, stop: training.run(loop, stop, model, *data),
+                         epochs, report)
     return training.result(loop, model, *data)

@@ -27,7 +27,7 @@ import numpy as np
 from jax import Array
 
 from memlab.checks import check_choice, check_int
-from memlab.progress import training_chunks, training_step
+from memlab.progress import run_in_chunks
 from memlab.recall.encoding import token_dim
 from memlab.recall.students import AttentionStudent, MambaStudent
 from memlab.recall.task import Batch, RecallTask, baseline_mse, baseline_predictions, sample
@@ -110,11 +110,11 @@ def train_in_chunks(training: ChunkedTrain, epochs: int, *args) -> TrainResult:
     """``training`` (``chunked_train``) run in chunks of epochs (``progress.training_chunks``), reporting the epochs
     done and the seeds' mean validation and training MSE of the last between them (``progress.training_step``: only
     where a run shows its cells' progress)."""
-    loop = training.start(*args)
-    for _, stop in training_chunks(0, epochs):
-        loop = training.run(loop, jnp.asarray(stop), *args)
+    def report(loop, stop):
         val_mse, train_mse = (np.asarray(h[:, stop - 1]) for h in loop.history[:2])
-        training_step(stop, epochs, {"val mse": val_mse, "train mse": train_mse}, "epoch")
+        return stop, {"val mse": val_mse, "train mse": train_mse}
+
+    loop = run_in_chunks(training.start(*args), lambda loop, stop: training.run(loop, stop, *args), epochs, report)
     return training.result(loop, *args)
 
 
