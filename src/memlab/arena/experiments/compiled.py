@@ -44,11 +44,12 @@ class CompiledConfig:
         for length in self.lengths:
             check_int("lengths", length)
         check_int("batch", self.batch)
-        missing = [t for t in self.tasks if compiled_model(make_task(t)) is None]
+        models = {t: compiled_model(make_task(t)) for t in self.tasks}
+        missing = [t for t, model in models.items() if model is None]
         if missing:
             raise ValueError(f"no compiled solution for {', '.join(missing)}")
-        for t in self.tasks:
-            scored_lengths(compiled_model(make_task(t)), self.lengths)
+        for model in models.values():
+            scored_lengths(model, self.lengths)
 
 
 @dataclasses.dataclass(frozen=True)
