@@ -1,0 +1,197 @@
+"""``arena.mqar-zoology`` -- MQAR at the configuration Zoology publishes, memlab's accuracies beside the published
+ones: the arena's layers trained on Zoology's smallest figure-2 setting (vocabulary 8,192, sequence length 64, 4
+key-value pairs, model width 64, two blocks) with Zoology's recipe (``experiments.mqar_train``), each at Zoology's
+four learning rates, the best reported, as Zoology's figure 2 reports the best of four.
+
+What the arena's model keeps of its own (the differences a reader must weigh against the published numbers): each
+block is the arena's pre-norm mixer + MLP (Zoology's figure-2 blocks have no MLP, ``state_mixer`` Identity);
+attention has rotary positions (Zoology: learned absolute positions, dropout 0.1 on the embedding); every layer is
+memlab's own implementation (no short convolution in front of any, as Zoology's later sweeps add); one training run
+per learning rate and seed; fresh sequences every step. The paper profile runs Zoology's budget (64 epochs of 100,000
+sequences at batch 512: 12,500 steps), more than a 2-core CPU affords; ``paper-restricted`` runs 2,000 of them (its
+budget curves show whether the accuracy has levelled off).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+
+import jax
+import numpy as np
+
+from memlab import plots
+from memlab.arena.experiments.mqar_train import MQARAccuracy, ZoologyTraining, mqar_accuracy
+from memlab.arena.layers import LAYERS
+from memlab.checks import check_choices, check_int
+from memlab.files import summary_text
+from memlab.runner import Experiment, Run
+from memlab.store import CHECKPOINT
+
+SUMMARY = summary_text(__package__, "mqar_zoology")
+
+ZOOLOGY_LRS = (1e-4, 4.6416e-4, 2.1544e-3, 1e-2)  # np.logspace(-4, -2, 4), Zoology's figure-2 sweep
+# the published numbers (read, not run): {layer: (accuracy, where it is published)}. Zoology's figure 2 has
+# attention and four gated convolutions (H3, Hyena, RWKV, BaseConv: no arena layer); Mamba and gated DeltaNet are
+# published only on a mixed test set; GRU, LRU and S5 nowhere in Zoology or Based
+ZOOLOGY = "HazyResearch/zoology d88d6f5"
+PUBLISHED = {
+    "attention": ("≈ 1.0", "Zoology (arXiv 2312.04927) Fig. 2, read off at L = 64, d_model = 64 (≈ 1.0 at every width "
+                           "64-512 and every L 64-512); the figure is also the repo's assets/figure2.png"),
+    "mamba": ("0.70-0.85 (other setting)", "Zoology README, Recall-Memory Tradeoff figure (zoology/analysis/paper/"
+              "zoology_paper/zoology_results.png, " + ZOOLOGY + "), read off: Mamba 0.70-0.85 over state sizes "
+              "1.6e4-1e5; averaged over test sets of K 4-256 at L 64-1024 after training on a mixture "
+              "(mqar_example_configs/original_mqar_configs.py); Based (arXiv 2402.18668) Fig. 2: 0.57-0.93"),
+    "gated-deltanet": ("0.89-1.0 (other setting)", "the same README figure, read off: gated DeltaNet 0.89 at state "
+                       "≈ 1.7e4, ≈ 0.99 at 6.5e4 and above (mixed test set, as for Mamba)"),
+    "gru": ("none published", "not in Zoology or Based"),
+    "lru": ("none published", "not in Zoology or Based"),
+    "s5": ("none published", "not in Zoology or Based"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class MQARZoologyConfig:
+    """The task (``vocab_size``, ``num_pairs``; the length is ``train.length``), the model (``width``, ``depth``),
+    the ``layers``, the ``learning_rates`` each is trained at, ``seeds`` per rate and the held-out batch."""
+
+    seed: int = 0
+    vocab_size: int = 8192
+    num_pairs: int = 4
+    layers: tuple[str, ...] = ("attention", "mamba", "gated-deltanet", "gru", "lru", "s5")
+    width: int = 64
+    depth: int = 2
+    learning_rates: tuple[float, ...] = ZOOLOGY_LRS
+    seeds: int = 1
+    train: ZoologyTraining = ZoologyTraining()
+    test_batch: int = 3000
+
+    def validate(self) -> None:
+        check_choices("layers", self.layers, LAYERS)
+        for name in ("vocab_size", "num_pairs", "width", "depth", "seeds", "test_batch"):
+            check_int(name, getattr(self, name))
+        if not self.learning_rates:
+            raise ValueError("learning_rates must hold at least one rate")
+        self.train.validate()
+
+
+def _name(layer: str, lr: float) -> str:
+    return f"{layer}.lr={lr:g}"
+
+
+def sweep_cells(cfg: MQARZoologyConfig, run: Run) -> dict[str, partial]:
+    """Cell '<layer>.lr=<rate>': the layer's seeds at one learning rate (keys from ('train', layer): every rate
+    starts from the same initialisations and sees the same batches); every cell is scored on one held-out batch."""
+    def cell(m, lr):
+        return partial(mqar_accuracy, m, cfg.vocab_size, cfg.num_pairs, cfg.width, cfg.depth,
+                       dataclasses.replace(cfg.train, learning_rate=lr),
+                       jax.random.split(run.key_for("train", m), cfg.seeds), run.key_for("test"), cfg.test_batch,
+                       checkpoint=CHECKPOINT)
+
+    return {_name(m, lr): cell(m, lr) for m in cfg.layers for lr in cfg.learning_rates}
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerAccuracy:
+    """One layer: ``accuracy`` (rates,) mean over seeds at each learning rate; ``best`` the rate with the highest;
+    ``curve`` (evaluations,) its held-out accuracy during training (mean over seeds; NaN after it stopped);
+    ``steps`` the mean steps it trained; ``parameters``, ``state`` as in :class:`MQARAccuracy`."""
+
+    accuracy: list[float]
+    best: float
+    curve: list[float]
+    steps: float
+    parameters: int
+    state: int
+
+
+def analyse(cfg: MQARZoologyConfig, cells: dict[str, MQARAccuracy]) -> dict[str, LayerAccuracy]:
+    out = {}
+    for m in cfg.layers:
+        runs = [cells[_name(m, lr)] for lr in cfg.learning_rates]
+        accuracy = [float(np.mean(r.accuracy)) for r in runs]
+        i = int(np.argmax(accuracy))
+        out[m] = LayerAccuracy(accuracy, cfg.learning_rates[i], np.nanmean(runs[i].eval_accuracy, 0).tolist(),
+                               float(np.mean(runs[i].steps)), runs[i].parameters, runs[i].state)
+    return out
+
+
+def levelled_off(curve: list[float], steps: float, cfg: MQARZoologyConfig, tolerance: float = 0.02) -> bool:
+    """Whether a budget curve has levelled off: it stopped early (accuracy past ``stop_at``) or its last two
+    evaluations differ by at most ``tolerance``."""
+    done = [a for a in curve if np.isfinite(a)]
+    return bool(steps < cfg.train.steps or (len(done) >= 2 and abs(done[-1] - done[-2]) <= tolerance))
+
+
+def _figure(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy], run: Run) -> None:
+    fig, (left, right) = plots.figure(1, 2, width=9.5, height=3.4)
+    steps = cfg.train.eval_every * (1 + np.arange(cfg.train.steps // cfg.train.eval_every))
+    for m, r in result.items():
+        left.plot(steps, r.curve, marker="o", ms=3, label=f"{m} (lr {r.best:g})")
+        right.plot(cfg.learning_rates, r.accuracy, marker="o", ms=3, label=m)
+    left.set(xlabel="training steps", ylabel="held-out accuracy", title="budget curve at each layer's best rate",
+             ylim=(-0.02, 1.02))
+    right.set(xscale="log", xlabel="peak learning rate", ylabel="held-out accuracy when training ended",
+              title="accuracy against learning rate", ylim=(-0.02, 1.02))
+    plots.legend_outside(right, fontsize=7)
+    run.save_figure(fig, "mqar_zoology.png")
+
+
+def _claims(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy], run: Run) -> None:
+    if "attention" in result:
+        r = result["attention"]
+        run.claim("attention-solves-mqar", f"two blocks of softmax attention at width {cfg.width} solve MQAR "
+                  f"(V {cfg.vocab_size}, L {cfg.train.length}, K {cfg.num_pairs}): held-out accuracy >= 0.99",
+                  "Zoology (Arora et al. 2023), Fig. 2: attention ≈ 1.0 at L = 64, d_model = 64",
+                  f"{max(r.accuracy):.3f} (lr {r.best:g}, {r.steps:.0f} steps)", bool(max(r.accuracy) >= 0.99))
+    flat = {m: levelled_off(r.curve, r.steps, cfg) for m, r in result.items()}
+    run.claim("accuracy-levelled-off", f"the budget of {cfg.train.steps} steps suffices: at its best rate every "
+              f"layer stopped past {cfg.train.stop_at:g} accuracy or changed by at most 0.02 over its last "
+              f"{cfg.train.eval_every} steps", "memlab (a restricted budget must show it has levelled off)",
+              "; ".join(f"{m} {'levelled' if f else 'still rising'}" for m, f in flat.items()), all(flat.values()),
+              by="memlab")
+
+
+def _table(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy], run: Run) -> str:
+    rates = [f"lr {lr:g}" for lr in cfg.learning_rates]
+    rows = [(m, max(r.accuracy), r.best, r.steps, *r.accuracy, r.parameters, r.state, *PUBLISHED.get(m, ("", "")))
+            for m, r in result.items()]
+    return run.save_table("mqar_zoology.csv", ["layer", "memlab accuracy (best rate)", "best rate", "steps trained",
+                                               *rates, "parameters", "state", "published accuracy", "source"],
+                          rows, {"memlab accuracy (best rate)": ".3f", "best rate": "g", "steps trained": ".0f",
+                                 **dict.fromkeys(rates, ".3f")})
+
+
+def run_mqar_zoology(cfg: MQARZoologyConfig, run: Run) -> dict[str, LayerAccuracy]:
+    result = analyse(cfg, run.sweep(sweep_cells(cfg, run), "train layers at each learning rate"))
+    _figure(cfg, result, run)
+    _claims(cfg, result, run)
+    tc = cfg.train
+    run.write_summary(SUMMARY.format(vocab=cfg.vocab_size, length=tc.length, pairs=cfg.num_pairs, width=cfg.width,
+                                     depth=cfg.depth, steps=tc.steps, batch=tc.batch, eval_every=tc.eval_every,
+                                     rates=", ".join(f"{lr:g}" for lr in cfg.learning_rates), seeds=cfg.seeds,
+                                     test_batch=cfg.test_batch, stop_at=tc.stop_at, wd=tc.weight_decay,
+                                     table=_table(cfg, result, run)))
+    return result
+
+
+# seconds: a vocabulary of 32, 2 pairs in 16 tokens, one layer at width 8, 20 steps
+TINY = MQARZoologyConfig(vocab_size=32, num_pairs=2, layers=("gru",), width=8, learning_rates=(3e-3,),
+                         train=ZoologyTraining(steps=20, batch=8, length=16, eval_every=10), test_batch=32)
+
+# Zoology's figure-2 setting at its smallest (L 64, K 4, d_model 64, 2 layers) and its whole budget: 64 epochs of
+# 100,000 sequences at batch 512 (12,500 steps), four learning rates, stopped past 0.99 held-out accuracy
+PAPER = MQARZoologyConfig()
+
+# Zoology's setting with 2,000 of its 12,500 steps (an Adam step of batch 512 costs 0.5-3 s on one core here)
+PAPER_RESTRICTED = dataclasses.replace(PAPER, train=dataclasses.replace(PAPER.train, steps=2000, eval_every=200))
+
+EXPERIMENTS = [
+    Experiment(
+        "arena.mqar-zoology", "Zoology Fig. 2", "arena", "MQAR at Zoology's configuration, accuracy beside the "
+        "published numbers",
+        # quick is tiny: `make reproduce` runs every quick profile, and this experiment's numbers are the paper
+        # profiles' (hours of one core)
+        {"tiny": TINY, "quick": TINY, "paper": PAPER, "paper-restricted": PAPER_RESTRICTED},
+        run_mqar_zoology),
+]

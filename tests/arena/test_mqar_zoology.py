@@ -1,0 +1,108 @@
+"""arena.mqar-zoology end to end (tiny profile), its cell's cheaper program against the arena model's own outputs,
+its checkpoint and early stop, and its analysis."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memlab import deadline
+from memlab.arena.experiments.mqar_train import ZoologyTraining, held_out, mqar_accuracy, queries, query_logits
+from memlab.arena.experiments.mqar_zoology import PUBLISHED, ZOOLOGY_LRS, MQARZoologyConfig, analyse, levelled_off
+from memlab.arena.model import SequenceModel
+from memlab.arena.mqar import MQARTask
+from memlab.arena.train import baselines
+from memlab.catalog import EXPERIMENTS
+from memlab.store import typed_result
+
+TRAIN = ZoologyTraining(steps=30, batch=8, length=16, eval_every=10, learning_rate=3e-3, stop_at=1.0)
+
+
+def test_tiny_profile_runs_and_resumes(tmp_path, check_tiny_run):
+    check_tiny_run("arena.mqar-zoology", tmp_path)
+
+
+@pytest.mark.parametrize("layer", ["gru", "attention"])
+def test_query_logits_are_the_models_outputs_at_the_queries(layer):
+    """The cell's program (embedding as a lookup, head at the queries only) gives the arena model's own logits."""
+    task = MQARTask(vocab_size=64, num_pairs=3)
+    model = SequenceModel(layer, task.input_size, task.output_size, 8, 2, key=jax.random.key(0))
+    batch = task.sample(jax.random.key(1), 4, 24)
+    q = queries(task, jax.random.key(1), 4, 24)
+    for b in range(4):
+        whole = model(batch.inputs[b])
+        np.testing.assert_allclose(query_logits(model, q.tokens[b], q.where[b]), whole[q.where[b]], rtol=1e-5,
+                                   atol=1e-5)
+        assert (q.answers[b] == batch.targets[b][q.where[b]]).all() and batch.mask[b][q.where[b]].all()
+    # the gap the cell reports, loss / log(V/2), is the task's g: its reference loses 0, its trivial log(V/2)
+    base = baselines(task, batch)
+    assert float(jnp.max(jnp.where(batch.mask, base.reference, 0.0))) == 0.0
+    np.testing.assert_allclose(base.trivial[batch.mask], np.log(task.output_size), rtol=1e-6)
+    loss, accuracy = held_out(model, q)
+    assert 0.0 <= float(accuracy) <= 1.0 and np.isfinite(float(loss))
+
+
+def _cell(checkpoint=None, train=TRAIN, seeds=2):
+    return mqar_accuracy("gru", 64, 2, 8, 2, train, jax.random.split(jax.random.key(0), seeds), jax.random.key(1),
+                         32, checkpoint=checkpoint)
+
+
+def test_a_cell_stopped_at_the_time_limit_resumes_to_the_same_numbers(tmp_path, monkeypatch):
+    whole = _cell()
+    assert whole.steps.tolist() == [30, 30] and np.isfinite(whole.eval_accuracy).all()
+    checks = []
+
+    def check(seconds=0.0):  # out of time before the fifth chunk: seed 1's second
+        checks.append(seconds)
+        if len(checks) == 5:
+            raise deadline.OutOfTime("time")
+
+    monkeypatch.setattr(deadline, "check", check)
+    with pytest.raises(deadline.OutOfTime):
+        _cell(str(tmp_path / "checkpoint"))
+    monkeypatch.undo()
+    resumed = _cell(str(tmp_path / "checkpoint"))
+    for name in ("accuracy", "gap", "eval_accuracy", "eval_gap", "steps"):
+        np.testing.assert_allclose(getattr(resumed, name), getattr(whole, name), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_training_stops_once_the_accuracy_passes_stop_at():
+    whole = _cell(seeds=1)
+    assert (whole.eval_accuracy > 0).any()  # else this test would show nothing
+    first = int(np.argmax(whole.eval_accuracy[0] > 0))  # the first evaluation past stop_at = 0
+    stopped = _cell(train=dataclasses.replace(TRAIN, stop_at=0.0), seeds=1)
+    assert stopped.steps.tolist() == [TRAIN.eval_every * (first + 1)]
+    assert np.isnan(stopped.eval_accuracy[0, first + 1:]).all() and stopped.accuracy[0] == whole.eval_accuracy[0, first]
+
+
+def _result(accuracy, curve, steps=20):
+    return typed_result(mqar_accuracy, {"accuracy": [accuracy], "gap": [1 - accuracy], "steps": [steps],
+                                        "eval_accuracy": [curve], "eval_gap": [[1 - a for a in curve]],
+                                        "parameters": 10, "state": 4})
+
+
+def test_analyse_reports_each_layers_best_rate_and_whether_it_levelled_off():
+    cfg = MQARZoologyConfig(layers=("gru",), learning_rates=(1e-3, 1e-2), train=ZoologyTraining(steps=20,
+                                                                                                 eval_every=10))
+    result = analyse(cfg, {"gru.lr=0.001": _result(0.3, [0.1, 0.3]), "gru.lr=0.01": _result(0.8, [0.79, 0.8])})
+    assert result["gru"].best == 1e-2 and result["gru"].accuracy == [0.3, 0.8] and result["gru"].curve == [0.79, 0.8]
+    assert levelled_off([0.79, 0.8], 20, cfg) and not levelled_off([0.1, 0.3], 20, cfg)
+    assert levelled_off([1.0, float("nan")], 10, cfg)  # stopped early, past stop_at
+
+
+def test_profiles_are_zoologys_setting():
+    profiles = EXPERIMENTS["arena.mqar-zoology"].profiles
+    paper = profiles["paper"]
+    assert (paper.vocab_size, paper.train.length, paper.num_pairs, paper.width, paper.depth) == (8192, 64, 4, 64, 2)
+    np.testing.assert_allclose(paper.learning_rates, np.logspace(-4, -2, 4), rtol=1e-4)
+    assert paper.learning_rates == ZOOLOGY_LRS and paper.train.batch == 512 and paper.train.steps == 12_500
+    assert set(paper.layers) == set(PUBLISHED)
+    restricted = profiles["paper-restricted"]
+    assert restricted.train.steps < paper.train.steps and restricted.layers == paper.layers
+    assert profiles["quick"] == profiles["tiny"]  # no quick cost in `make reproduce`
+    for cfg in profiles.values():
+        cfg.validate()
