@@ -6,7 +6,8 @@ four learning rates, the best reported, as Zoology's figure 2 reports the best o
 What the arena's model keeps of its own (the differences a reader must weigh against the published numbers): each
 block is the arena's pre-norm mixer + MLP (Zoology's figure-2 blocks have no MLP, ``state_mixer`` Identity);
 attention has rotary positions (Zoology: learned absolute positions, dropout 0.1 on the embedding); every layer is
-memlab's own implementation (no short convolution in front of any, as Zoology's later sweeps add); one training run
+memlab's own implementation (no short convolution in front of any, as Zoology's later sweeps add); the head is
+untied, over the values only (Zoology ties it to the embedding, over all tokens); one training run
 per learning rate and seed; fresh sequences every step. The paper profile runs Zoology's budget (64 epochs of 100,000
 sequences at batch 512: 12,500 steps), more than a 2-core CPU affords; ``paper-restricted`` runs 2,000 of them (its
 budget curves show whether the accuracy has levelled off).
