@@ -42,7 +42,8 @@ PUBLISHED = {
     "mamba": ("0.70-0.85 (other setting)", "Zoology README, Recall-Memory Tradeoff figure (zoology/analysis/paper/"
               "zoology_paper/zoology_results.png, " + ZOOLOGY + "), read off: Mamba 0.70-0.85 over state sizes "
               "1.6e4-1e5; averaged over test sets of K 4-256 at L 64-1024 after training on a mixture "
-              "(mqar_example_configs/original_mqar_configs.py); Based (arXiv 2402.18668) Fig. 2: 0.57-0.93"),
+              "(mqar_example_configs/original_mqar_configs.py); Based (arXiv 2402.18668) Fig. 2, read off "
+              "(HazyResearch/based 32c1bd4 assets/tradeoff.png): 0.57-0.91 over 2^13-2^19 bytes of state"),
     "gated-deltanet": ("0.89-1.0 (other setting)", "the same README figure, read off: gated DeltaNet 0.89 at state "
                        "≈ 1.7e4, ≈ 0.99 at 6.5e4 and above (mixed test set, as for Mamba)"),
     "gru": ("none published", "not in Zoology or Based"),
