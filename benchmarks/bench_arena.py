@@ -1,13 +1,13 @@
-"""The arena's training step per layer on the CPU: the wall time of 10 Adam steps of the quick leaderboard's model
-(width 32, depth 1, batch 32 sequences of 64 steps of hmm-mess3; ``memlab.arena.train.make_training``, one jitted
-chunk of ``eval_every`` = 10 steps and its held-out loss on 8 sequences), for every layer of the quick
-leaderboard, beside Mamba's (the reference: a row's speed-up is Mamba's time over the row's, how many times
-slower Mamba's step is).
+"""The arena's training step per layer on the CPU: the wall time of 10 Adam steps on hmm-mess3
+(``memlab.arena.train.make_training``, one jitted chunk of ``eval_every`` = 10 steps and its held-out loss on 8
+sequences), for every layer of the quick leaderboard, beside Mamba's (the reference: a row's speed-up is Mamba's time
+over the row's, how many times slower Mamba's step is).
 
-Timed twice, each in a fresh process: with the XLA flags quick profiles compile with (optimisation level 1 and
-XLA:CPU's older elemental fusion emitter, ``memlab.compile_cache.QUICK_FLAGS``: what a quick leaderboard cell
-runs) and with XLA's defaults (what the paper profiles run). No output is compared between layers (they train
-different models): max_abs_diff is 0 by construction.
+At the quick leaderboard's sizes (width 32, depth 1, batch 32 sequences of 64 steps), timed twice, each in a fresh
+process: with the XLA flags quick profiles compile with (optimisation level 1 and XLA:CPU's older elemental fusion
+emitter, ``memlab.compile_cache.QUICK_FLAGS``: what a quick leaderboard cell runs) and with XLA's defaults; and at
+the paper profile's sizes (width 64, depth 2, its training batch and length) with XLA's defaults, what a paper cell
+runs. No output is compared between layers (they train different models): max_abs_diff is 0 by construction.
 """
 
 from __future__ import annotations
@@ -16,25 +16,30 @@ import jax
 import jax.numpy as jnp
 from timing import isolated, side_by_side  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
 
+from memlab.arena.experiments.leaderboard import PAPER, QUICK
 from memlab.compile_cache import QUICK_FLAGS
 
-TASK, WIDTH, DEPTH, BATCH, LENGTH, STEPS = "hmm-mess3", 32, 1, 32, 64, 10
+TASK, STEPS = "hmm-mess3", 10
 LAYERS = ("mamba", "lru", "s5", "gru", "lstm", "attention", "linear-attention", "gated-deltanet", "lof")
-FLAGS = {"quick profile's XLA flags": " ".join(f"--{name}={value}" for name, value in QUICK_FLAGS.items()),
-         "XLA's default flags": ""}
+PROFILES = {"quick": QUICK, "paper": PAPER}  # the model's width and depth, the training batch and length
+QUICK_XLA, DEFAULT_XLA = "quick profile's XLA flags", "XLA's default flags"
+FLAGS = {QUICK_XLA: " ".join(f"--{name}={value}" for name, value in QUICK_FLAGS.items()), DEFAULT_XLA: ""}
+RUNS = (("quick", QUICK_XLA), ("quick", DEFAULT_XLA), ("paper", DEFAULT_XLA))  # each profile with the flags it runs
 
 
-def arena_step_rows(flags_name: str) -> list[dict]:
-    """One side-by-side table: every layer's 10 training steps, in this process (its XLA flags already set)."""
+def arena_step_rows(profile: str, flags_name: str) -> list[dict]:
+    """One side-by-side table: every layer's 10 training steps at ``profile``'s sizes, in this process (its XLA flags
+    already set)."""
     from memlab.arena import TrainConfig, make_task
     from memlab.arena.train import make_training
 
+    cfg = PROFILES[profile]
     task = make_task(TASK)
-    config = TrainConfig(steps=STEPS, batch=BATCH, length=LENGTH, eval_every=STEPS)
-    held_out = task.sample(jax.random.key(1), 8, LENGTH)
+    config = TrainConfig(steps=STEPS, batch=cfg.train.batch, length=cfg.train.length, eval_every=STEPS)
+    held_out = task.sample(jax.random.key(1), 8, config.length)
     implementations = []
     for layer in LAYERS:
-        training = make_training(task, layer, WIDTH, DEPTH, config, held_out)
+        training = make_training(task, layer, cfg.width, cfg.depth, config, held_out)
         state, chunk_keys = training.init(jax.random.key(0))
         run = jax.jit(training.run)
 
@@ -43,14 +48,15 @@ def arena_step_rows(flags_name: str) -> list[dict]:
             return jnp.zeros(())  # nothing to compare across layers (module docstring)
 
         implementations.append((layer, ten_steps))
-    return side_by_side(f"arena: {STEPS} Adam steps ({flags_name})", implementations, reference="mamba",
-                        extra={"width": WIDTH, "depth": DEPTH, "batch": BATCH, "L": LENGTH})
+    return side_by_side(f"arena, {profile} sizes: {STEPS} Adam steps ({flags_name})", implementations,
+                        reference="mamba", extra={"width": cfg.width, "depth": cfg.depth, "batch": config.batch,
+                                                  "L": config.length})
 
 
 def run() -> list[dict]:
     rows = []
-    for name, flags in FLAGS.items():
-        rows += isolated(arena_step_rows, name, env={"XLA_FLAGS": flags})
+    for profile, flags_name in RUNS:
+        rows += isolated(arena_step_rows, profile, flags_name, env={"XLA_FLAGS": FLAGS[flags_name]})
     return rows
 
 
