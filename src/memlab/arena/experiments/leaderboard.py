@@ -56,8 +56,8 @@ class LeaderboardConfig:
     train: TrainConfig = TrainConfig()
     test_batch: int = 1024
     longer: tuple[int, ...] = ()  # also score on sequences this many times the training length (length generalisation)
-    # save every cell's training after each eval_every steps (resumable across sessions); a short cell would pay a
-    # second compile for it (its initialisation and one chunk compiled apart instead of one whole run)
+    # save every cell's training after each eval_every steps (resumable across sessions); a short cell has nothing
+    # to gain from it and would write a file after every chunk
     checkpoints: bool = True
     # the tasks every-layer-uses-memory is claimed on (None: all): a profile whose training budget is known to be too
     # short for a task family leaves it out and says so (quick's 200 steps and the recall tasks: see the

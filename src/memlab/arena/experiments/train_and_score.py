@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from memlab import checkpoints
@@ -28,12 +29,12 @@ from memlab.arena.train import (
     Scores,
     Target,
     TrainConfig,
+    Training,
     TrainResult,
     TrainState,
     baselines,
     compare_to,
     comparison_target,
-    make_train,
     make_training,
     score,
     static_part,
@@ -125,20 +126,21 @@ def _train_seeds(spec, layer: str, width: int, depth: int, config: TrainConfig, 
     (``memlab.deadline``) training then stops, saved, before a chunk that would not finish in time. Both give the
     same numbers up to float32 rounding (XLA may order a matrix product's sums differently in the two programs).
 
-    The compiled programs take every array as an argument (the held-out batch baked in as constants cost XLA
-    seconds of constant folding) and run the seeds one after the other: vmapping them doubled the compile time and
-    ran no faster per seed on the 2-core CPU."""
+    The compiled program takes every array as an argument (the held-out batch baked in as constants cost XLA
+    seconds of constant folding) and runs the seeds one after the other: vmapping them doubled the compile time and
+    ran no faster per seed on the 2-core CPU. The models are initialised op by op outside it
+    (:func:`_initial_states`)."""
     def training(held_out=None):
         return make_training(spec, layer, width, depth, config, held_out, static)
 
-    if checkpoint is None:
-        return jax.jit(lambda keys, held_out: jax.lax.map(
-            make_train(spec, layer, width, depth, config, held_out, static), keys))(keys, test)
-
-    state, chunk_keys = jax.jit(lambda keys: jax.lax.map(training().init, keys))(keys)
     run = jax.jit(lambda state, chunk_keys, held_out: jax.lax.map(lambda a: training(held_out).run(*a),
                                                                   (state, chunk_keys)))
+    state, chunk_keys = _initial_states(training(), keys)
     seeds, chunks = chunk_keys.shape[:2]
+    if checkpoint is None:
+        state, (losses, eval_loss) = run(state, chunk_keys, test)
+        return TrainResult(state.params, losses.reshape(seeds, -1), eval_loss)
+
     progress = _Progress(state, np.zeros((seeds, chunks, config.eval_every), np.float32),
                          np.zeros((seeds, chunks), np.float32), np.int32(0))
     identity = json.dumps({"task": spec.name, "layer": layer, "width": width, "depth": depth,
@@ -156,6 +158,15 @@ def _train_seeds(spec, layer: str, width: int, depth: int, config: TrainConfig, 
             training_step((done + 1) * config.eval_every, config.steps,
                           {"loss": losses[:, 0, -1], "held-out loss": eval_loss[:, 0]})  # memlab.progress
     return TrainResult(progress.state.params, progress.losses.reshape(seeds, -1), progress.eval_loss)
+
+
+def _initial_states(training: Training, keys) -> tuple[TrainState, jax.Array]:
+    """``training.init`` of every key, stacked, computed op by op rather than compiled. A model's initialisation is
+    mostly random draws, and a compiled program holds a copy of the random generator's rounds for every weight it
+    draws: compiled into each cell's program it took 1.0-1.6 CPU-seconds per cell at the quick sizes, while op by op
+    each draw is a small program JAX compiles once per shape and reuses in every later cell of the process
+    (the quick leaderboard's 54 cells share most of their shapes)."""
+    return jax.tree.map(lambda *a: jnp.stack(a), *(training.init(k) for k in keys))
 
 
 @eqx.filter_jit
