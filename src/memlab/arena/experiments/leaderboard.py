@@ -242,6 +242,8 @@ EXPERIMENTS = [
          # the paper profile restricted to the canonical task of each family and the layers it started with (the
          # same cells: a later paper run adopts them)
          "paper-core": dataclasses.replace(PAPER, tasks=("hmm-mess3", "lgssm"), layers=PAPER_CORE_LAYERS),
+         # paper-core's layers on the other families' canonical tasks (the paper profile's cells, as paper-core's)
+         "paper-core-families": dataclasses.replace(PAPER, tasks=FAMILIES[2:], layers=PAPER_CORE_LAYERS),
          "linear-attention-ablation": LINEAR_ATTENTION_ABLATION, "quick-recall-budget": RECALL_BUDGET},
         run_leaderboard,
         # a quick cell keeps one core busy (an XLA compile, then a small program): one process per core
