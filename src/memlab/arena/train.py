@@ -24,8 +24,8 @@ from memlab.arena.task import Batch, Task, masked_mean, normalised_gap, per_step
 from memlab.checks import check_int, check_real
 
 __all__ = ["SCORING_CHUNK", "Baselines", "Comparison", "Scores", "Target", "TrainConfig", "TrainResult", "TrainState",
-           "Training", "apply", "baselines", "compare", "compare_to", "comparison_target", "make_model", "make_train",
-           "make_training", "score", "static_part"]
+           "Training", "apply", "baselines", "chunk_batches", "compare", "compare_to", "comparison_target",
+           "make_model", "make_train", "make_training", "score", "static_part"]
 
 # how many held-out sequences a model reads at once when it is scored: the memory of a scoring program is this many
 # sequences' intermediates, whatever the batch (causal linear attention's parallel form holds (L, d, d) a sequence;
@@ -95,10 +95,13 @@ class Training(NamedTuple):
     a time limit): ``init(key) -> (state, chunk_keys)``, the model initialised from ``key`` and (steps /
     eval_every,) keys, one per chunk; ``run(state, chunk_keys) -> (state, (losses, val_loss))``, one chunk of
     ``eval_every`` Adam steps per key (losses (chunks, eval_every)), each followed by the held-out loss (chunks,).
-    ``train(key)`` is ``run(*init(key))``."""
+    ``run_on(state, batches)``: the same on batches drawn beforehand (:func:`chunk_batches` of every chunk key,
+    stacked: leading axes (chunks, eval_every)), which a caller training many models on one task samples with one
+    program for all of them; no callback. ``train(key)`` is ``run(*init(key))``."""
 
     init: Callable[[Array], tuple[TrainState, Array]]
     run: Callable[[TrainState, Array], tuple[TrainState, tuple[Array, Array]]]
+    run_on: Callable[[TrainState, Batch], tuple[TrainState, tuple[Array, Array]]]
 
 
 def make_training(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch,
@@ -126,14 +129,22 @@ def make_training(task: Task, layer: str, width: int, depth: int, config: TrainC
         params = eqx.filter(make_model(task, layer, width, depth, k_model), eqx.is_inexact_array)
         return TrainState(params, optimizer.init(params)), jax.random.split(k_data, config.steps // config.eval_every)
 
-    def step(state: TrainState, k: Array) -> tuple[TrainState, Array]:
-        loss, grads = jax.value_and_grad(loss_fn)(state.params, task.sample(k, config.batch, config.length))
+    def step_on(state: TrainState, batch: Batch) -> tuple[TrainState, Array]:
+        loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         return TrainState(optax.apply_updates(state.params, updates), opt_state), loss
 
-    def chunk(state: TrainState, k: Array) -> tuple[TrainState, tuple[Array, Array]]:
-        state, losses = jax.lax.scan(step, state, jax.random.split(k, config.eval_every))
+    def step(state: TrainState, k: Array) -> tuple[TrainState, Array]:
+        return step_on(state, task.sample(k, config.batch, config.length))
+
+    def held_out_after(state: TrainState, losses: Array) -> tuple[TrainState, tuple[Array, Array]]:
         return state, (losses, _held_out_loss(task, eqx.combine(state.params, static), held_out))
+
+    def chunk(state: TrainState, k: Array) -> tuple[TrainState, tuple[Array, Array]]:
+        return held_out_after(*jax.lax.scan(step, state, jax.random.split(k, config.eval_every)))
+
+    def chunk_on(state: TrainState, batches: Batch) -> tuple[TrainState, tuple[Array, Array]]:
+        return held_out_after(*jax.lax.scan(step_on, state, batches))
 
     def reported_chunk(state: TrainState, inputs: tuple[Array, Array]):
         index, k = inputs
@@ -141,10 +152,19 @@ def make_training(task: Task, layer: str, width: int, depth: int, config: TrainC
         jax.debug.callback(callback, (index + 1) * config.eval_every, {"loss": losses[-1], "held-out loss": eval_loss})
         return state, (losses, eval_loss)
 
+    def run_on(state: TrainState, batches: Batch):
+        return jax.lax.scan(chunk_on, state, batches)
+
     if callback is None:
-        return Training(init, lambda state, chunk_keys: jax.lax.scan(chunk, state, chunk_keys))
+        return Training(init, lambda state, chunk_keys: jax.lax.scan(chunk, state, chunk_keys), run_on)
     return Training(init, lambda state, chunk_keys: jax.lax.scan(reported_chunk, state,
-                                                                 (jnp.arange(len(chunk_keys)), chunk_keys)))
+                                                                 (jnp.arange(len(chunk_keys)), chunk_keys)), run_on)
+
+
+def chunk_batches(task: Task, config: TrainConfig, key: Array) -> Batch:
+    """The ``eval_every`` training batches of the chunk keyed ``key``, stacked (leading axis eval_every): the batches
+    ``Training.run`` draws inside that chunk, step k's from key k of ``split(key, eval_every)``."""
+    return jax.vmap(lambda k: task.sample(k, config.batch, config.length))(jax.random.split(key, config.eval_every))
 
 
 def make_train(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch,

@@ -8,6 +8,7 @@ it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from typing import NamedTuple
@@ -21,7 +22,7 @@ from memlab import checkpoints
 from memlab.arena.compiled import compiled_model
 from memlab.arena.layers import state_size
 from memlab.arena.model import parameter_count
-from memlab.arena.task import masked_mean
+from memlab.arena.task import Batch, masked_mean
 from memlab.arena.tasks import make_task
 from memlab.arena.train import (
     Baselines,
@@ -33,6 +34,7 @@ from memlab.arena.train import (
     TrainResult,
     TrainState,
     baselines,
+    chunk_batches,
     compare_to,
     comparison_target,
     make_training,
@@ -121,43 +123,46 @@ class _Progress(NamedTuple):
 
 def _train_seeds(spec, layer: str, width: int, depth: int, config: TrainConfig, keys, test, static,
                  checkpoint: str | None) -> TrainResult:
-    """Every seed trained (a stacked :class:`TrainResult`): without a ``checkpoint`` in one compiled call, with one
-    a chunk of ``eval_every`` steps per call, the progress saved after each and resumed from; under a time limit
-    (``memlab.deadline``) training then stops, saved, before a chunk that would not finish in time. Both give the
-    same numbers up to float32 rounding (XLA may order a matrix product's sums differently in the two programs).
+    """Every seed trained (a stacked :class:`TrainResult`), a chunk of ``eval_every`` steps per call of one compiled
+    program; with a ``checkpoint`` the progress is saved after each chunk and resumed from, and under a time limit
+    (``memlab.deadline``) training stops, saved, before a chunk that would not finish in time.
 
-    The compiled program takes every array as an argument (the held-out batch baked in as constants cost XLA
-    seconds of constant folding) and runs the seeds one after the other: vmapping them doubled the compile time and
-    ran no faster per seed on the 2-core CPU. The models are initialised op by op outside it
-    (:func:`_initial_states`)."""
-    def training(held_out=None):
-        return make_training(spec, layer, width, depth, config, held_out, static)
-
-    run = jax.jit(lambda state, chunk_keys, held_out: jax.lax.map(lambda a: training(held_out).run(*a),
-                                                                  (state, chunk_keys)))
-    state, chunk_keys = _initial_states(training(), keys)
+    The program takes every array as an argument (the held-out batch baked in as constants cost XLA seconds of
+    constant folding) and runs the seeds one after the other: vmapping them doubled the compile time and ran no
+    faster per seed on the 2-core CPU. What the program does not hold, because it would be compiled again in every
+    cell of the task: the models' initialisation (:func:`_initial_states`) and the drawing of the training batches
+    (:func:`_chunk_batches`, one program per task, which every layer's cell reuses)."""
+    run = jax.jit(lambda state, batches, held_out: jax.lax.map(
+        lambda a: make_training(spec, layer, width, depth, config, held_out, static).run_on(*a), (state, batches)))
+    state, chunk_keys = _initial_states(make_training(spec, layer, width, depth, config, None, static), keys)
     seeds, chunks = chunk_keys.shape[:2]
-    if checkpoint is None:
-        state, (losses, eval_loss) = run(state, chunk_keys, test)
-        return TrainResult(state.params, losses.reshape(seeds, -1), eval_loss)
-
     progress = _Progress(state, np.zeros((seeds, chunks, config.eval_every), np.float32),
                          np.zeros((seeds, chunks), np.float32), np.int32(0))
     identity = json.dumps({"task": spec.name, "layer": layer, "width": width, "depth": depth,
                            "config": dataclasses.asdict(config), "keys": jax.random.key_data(keys).tolist()})
-    with checkpoints.owned(checkpoint) as path:
-        if path.exists():
+    with checkpoints.owned(checkpoint) if checkpoint else contextlib.nullcontext() as path:
+        if path is not None and path.exists():
             progress = checkpoints.load_checkpoint(path, progress, identity)[0]
         # under a time limit no chunk starts that would overrun (by the last one's wall time): OutOfTime there
         # leaves the last checkpoint to resume from
-        for done, _ in training_chunks(int(progress.done), chunks, 1, time_limit=True):
-            state, (losses, eval_loss) = run(progress.state, chunk_keys[:, done:done + 1], test)
+        for done, _ in training_chunks(int(progress.done), chunks, 1, time_limit=path is not None):
+            batches = _chunk_batches(spec, config, chunk_keys[:, done:done + 1])
+            state, (losses, eval_loss) = run(progress.state, batches, test)
             progress = _Progress(state, progress.losses.copy(), progress.eval_loss.copy(), np.int32(done + 1))
             progress.losses[:, done], progress.eval_loss[:, done] = losses[:, 0], eval_loss[:, 0]
-            checkpoints.save_checkpoint(path, progress, {}, identity)
+            if path is not None:
+                checkpoints.save_checkpoint(path, progress, {}, identity)
             training_step((done + 1) * config.eval_every, config.steps,
                           {"loss": losses[:, 0, -1], "held-out loss": eval_loss[:, 0]})  # memlab.progress
     return TrainResult(progress.state.params, progress.losses.reshape(seeds, -1), progress.eval_loss)
+
+
+@eqx.filter_jit
+def _chunk_batches(spec, config: TrainConfig, chunk_keys) -> Batch:
+    """:func:`chunk_batches` of every key of ``chunk_keys`` (seeds, chunks): leading axes (seeds, chunks,
+    eval_every). Compiled once per task and sizes, the same program for every layer's cell. It holds one chunk's
+    batches of every seed at once (the largest, mqar's one-hot inputs at the paper profile's sizes: 0.8 GB)."""
+    return jax.vmap(jax.vmap(lambda k: chunk_batches(spec, config, k)))(chunk_keys)
 
 
 def _initial_states(training: Training, keys) -> tuple[TrainState, jax.Array]:
