@@ -392,6 +392,22 @@ class Modes:
     free_flight: float = dataclasses.field(metadata={"stored_as": "free-flight"})
 
 
+def _two_steps_run(config, run):
+    cells = {f"steps-{total}": partial(steps_cell, total, config.step_seconds, CHECKPOINT) for total in (6, 5)}
+    return run.sweep(cells, "steps")["steps-6"]
+
+
+def test_once_a_cell_stops_at_the_time_limit_no_other_cell_starts(tmp_path):
+    """A checkpointing cell's first piece of work has no measured time to refuse it by: after the first cell
+    stopped at the limit, the second would otherwise start and run past it."""
+    exp = Experiment("fake.two-steps", "Fig. 0", "fake-paper", "steps",
+                     {"quick": StepsConfig(), "paper": StepsConfig()}, _two_steps_run)
+    with pytest.raises(TimeLimitReached, match="0 of 2 cells finished"):
+        run_experiment(exp, "quick", out_dir=tmp_path / "o", progress=False, time_limit=0.6)
+    started = list((tmp_path / "cells" / "checkpoints").rglob("checkpoint.runs"))
+    assert len(started) == 1 and json.loads(started[0].read_text()) == [0]
+
+
 def test_a_field_stored_under_another_key_is_written_and_read_under_that_key():
     stored = cell("test.modes", result=Modes)(lambda: None)
     record = files.read_cell(files.cell_text(Modes(rule=0.5, free_flight=0.25), 0.1))

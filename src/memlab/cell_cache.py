@@ -94,7 +94,7 @@ class CellCache:
             pending = todo
             while pending:  # another run sharing the store may hold some cells: compute the rest, then wait
                 claims, theirs = {}, {}
-                taken = self._take(pending, digests, results, display, claims, theirs, seconds)
+                taken = self._take(pending, digests, results, display, claims, theirs, seconds, out_of_time)
                 try:
                     with contextlib.closing(self.executor.run(taken, settings)) as outcomes:
                         for outcome in outcomes:
@@ -153,7 +153,7 @@ class CellCache:
         return results, todo, digests
 
     def _take(self, pending: dict, digests: dict, results: dict, display, claims: dict, theirs: dict,
-              seconds: list) -> Iterator[tuple[str, Scheduled]]:
+              seconds: list, out_of_time: list) -> Iterator[tuple[str, Scheduled]]:
         """The ``pending`` cells as the executor takes them, each claimed in the store (:meth:`CellStore.claim`,
         kept in ``claims``) just before it starts, so another run sharing the store takes the cells this one has
         not reached instead of waiting for them. A cell another live run holds goes to ``theirs``; one stored
@@ -173,7 +173,7 @@ class CellCache:
                     continue
                 claims[name] = claim
             yield name, Scheduled(self._located(name, compute, digest), self.deadline, seconds,
-                                  takes_checkpoint(compute))
+                                  takes_checkpoint(compute), out_of_time)
 
     def _stored_since(self, compute: Callable, digest: str) -> bool:
         """Whether a cell not found when the sweep began is in the store now (written by another run); a damaged

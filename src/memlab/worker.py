@@ -51,17 +51,22 @@ class Scheduled:
     ``deadline``: epoch seconds (None: no limit). ``seconds``: the compute times of the sweep's finished cells, a
     list the driver extends as cells finish (shared in this process; a worker gets it as it was at dispatch);
     their median is the expected duration. ``checkpoints``: the cell saves its progress and stops itself in time
-    (``memlab.deadline``), so it may start whenever time is left.
+    (``memlab.deadline``), so it may start whenever time is left. ``cut_short``: the sweep's cells that stopped at
+    the limit (the driver's list, like ``seconds``): once one has, no cell starts, since a checkpointing cell's first
+    piece of work has no measured time to be refused by and would run past the limit.
     """
 
     compute: Callable[[], Mapping]
     deadline: float | None = None
     seconds: list[float] = dataclasses.field(default_factory=list)
     checkpoints: bool = False
+    cut_short: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def start_by(self) -> float | None:
         """The latest wall-clock time the cell may start at (None: any time)."""
+        if self.deadline is not None and self.cut_short:
+            return 0.0  # the time limit has stopped a cell of this sweep: it is up for new ones
         if self.deadline is None or self.checkpoints or not self.seconds:
             return self.deadline
         return self.deadline - float(np.median(self.seconds))
