@@ -85,21 +85,15 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
     ``code``: the fingerprints of a user's layer and task files (part of the cell's key only); ``checkpoint``: a
     path to save the training state to after every ``eval_every`` steps and resume from (not part of the key)."""
     spec = make_task(task)
-    test = spec.sample(test_key, test_batch, train.length)
-    compiled = compiled_model(spec)
+    side = _task_side(task, code, test_key, test_batch, train.length, tuple(longer))
+    test, base, target = side.test, side.base, side.target
     static = static_part(spec, layer, width, depth, keys[0])
     result = _train_seeds(spec, layer, width, depth, train, keys, test, static, checkpoint)
-    # the task's side of the scores (its baselines, the compiled model's outputs and input gradients) is the same
-    # program for every layer of the task (compiled once in a run with a compile cache)
-    base, target = held_out_side(spec, test, None if compiled is None else compiled.model)
     scores, to_compiled = score_seeds(spec, static, result.params, test, base, target)
     if to_compiled is None:
         to_compiled = Comparison(*np.full((2, len(keys)), np.nan))
-    longer_gaps = []
-    for multiple in longer:  # each its own held-out batch, the same for every layer of the task
-        long_test = spec.sample(jax.random.fold_in(test_key, multiple), test_batch, multiple * train.length)
-        long_base = held_out_side(spec, long_test)[0]
-        longer_gaps.append(score_seeds(spec, static, result.params, long_test, long_base)[0].gap)
+    longer_gaps = [score_seeds(spec, static, result.params, long_test, long_base)[0].gap
+                   for long_test, long_base in side.longer]
     reference, trivial = (float(masked_mean(x, test.mask)) for x in (base.reference, base.trivial))
     per_seed = {f"{n}_loss": np.nanmean(getattr(scores, n), -1) for n in ("model", "reference", "trivial", "distance")}
     return ScoredSeeds(gap=np.asarray(scores.gap), **per_seed,
@@ -109,6 +103,41 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
                        longer_gap=np.asarray(longer_gaps).reshape(len(longer), len(keys)),
                        parameters=parameter_count(eqx.combine(jax.tree.map(lambda a: a[0], result.params), static)),
                        state=state_size(layer, width, train.length) * depth)
+
+
+class _TaskSide(NamedTuple):
+    """What a cell scores its models against, the same for every layer of the task: the held-out batch, its
+    :class:`Baselines` and the compiled model's :class:`Target` (None without one), and for every multiple of
+    ``longer`` its own held-out batch and baselines."""
+
+    test: Batch
+    base: Baselines
+    target: Target | None
+    longer: list[tuple[Batch, Baselines]]
+
+
+_kept_side: dict[tuple, _TaskSide] = {}  # the last task side this process computed, by what it depends on
+
+
+def _task_side(task: str, code: str, test_key, test_batch: int, length: int, longer: tuple[int, ...]) -> _TaskSide:
+    """The task's side of a cell's scores (:class:`_TaskSide`), kept for the next cell of this process: a sweep
+    runs a task's layers one after the other, and computing it in each cell cost ~1 CPU-second there (the compiled
+    model is a new closure in every cell, so its program was compiled again). ``code`` (a user's files'
+    fingerprints) and the x64 setting are part of what it depends on, as they are of the cell's key."""
+    depends_on = (task, code, tuple(np.asarray(jax.random.key_data(test_key)).ravel().tolist()), test_batch, length,
+                  tuple(longer), bool(jax.config.jax_enable_x64))
+    if depends_on not in _kept_side:
+        spec = make_task(task)
+        test = spec.sample(test_key, test_batch, length)
+        compiled = compiled_model(spec)
+        base, target = held_out_side(spec, test, None if compiled is None else compiled.model)
+        long_sides = []
+        for multiple in longer:  # each its own held-out batch, the same for every layer of the task
+            long_test = spec.sample(jax.random.fold_in(test_key, multiple), test_batch, multiple * length)
+            long_sides.append((long_test, held_out_side(spec, long_test)[0]))
+        _kept_side.clear()  # one task's at a time (a sweep's cells go task by task)
+        _kept_side[depends_on] = _TaskSide(test, base, target, long_sides)
+    return _kept_side[depends_on]
 
 
 class _Progress(NamedTuple):
