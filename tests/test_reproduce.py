@@ -298,3 +298,27 @@ def test_a_whole_run_records_its_wall_time_and_a_partial_one_does_not(fake_lab, 
     partial = True  # fake.other stops at a time limit (exit 0, no results.json): not a whole run
     assert cli.main(["reproduce", "--profile", "tiny", "--out", str(tmp_path / "c")]) == 0
     assert not (tmp_path / "c" / "reproduce-tiny.json").exists()
+
+
+def test_core_shares_deal_the_cores_out_among_the_jobs(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert reproduce_module.core_shares(1) == [{0, 1, 2, 3}]
+    assert reproduce_module.core_shares(2) == [{0, 1}, {2, 3}]
+    assert reproduce_module.core_shares(3) == [{0}, {1}, {2}]
+    assert reproduce_module.core_shares(6) == [{0}, {1}, {2}, {3}, {0}, {1}]  # more jobs than cores: in turn
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    assert reproduce_module.core_shares(2) is None  # an OS without affinity (macOS): nothing pinned
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="the OS sets no affinity")
+def test_each_running_experiment_is_pinned_to_its_slots_cores(tmp_path, monkeypatch):
+    monkeypatch.setattr(reproduce_module, "core_shares", lambda jobs: [{0}, {0}])  # cores every machine has
+
+    def command(name, profile, out, time_limit=None):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return [sys.executable, "-c", f"import os; open({str(out)!r} + '.cores', 'w').write(repr(sorted("
+                                      f"os.sched_getaffinity(0))))"]
+
+    runs = reproduce(["a", "b", "c"], "quick", 2, tmp_path, command=command)
+    assert all(r.returncode == 0 for r in runs)
+    assert [(tmp_path / n / "quick.cores").read_text() for n in "abc"] == ["[0]"] * 3

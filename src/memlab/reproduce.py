@@ -68,6 +68,7 @@ class _Job:
     log: Path
     scratch: Path | None = None
     cpu_seconds: float | None = None
+    slot: int = 0  # which of the ``jobs`` slots, and so which share of the cores (:func:`core_shares`), it holds
 
     def ended(self) -> bool:
         """Whether the process has ended; if so it is reaped here with its CPU time (``os.wait4``: user + system
@@ -137,6 +138,21 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+def core_shares(jobs: int) -> list[set[int]] | None:
+    """The cores each of ``jobs`` slots runs its experiment on: this process's cores dealt out, len // jobs to a
+    slot (with more jobs than cores, slots share cores in turn); None where the OS sets no affinity (macOS).
+
+    A process pinned to its share sizes JAX's thread pool to it: unpinned, every process kept a pool as large as the
+    machine, and two experiments side by side on the 2-core machine contended for each other's core (a Gated
+    DeltaNet leaderboard cell ran 2-3x slower beside another job than alone)."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return None
+    per = max(1, len(cores) // jobs)
+    return [{cores[(slot * per + i) % len(cores)] for i in range(per)} for slot in range(jobs)]
+
+
 def _heed_sigint() -> None:
     """In each experiment's process before it starts: SIGINT, the driver's "stop, keeping your finished cells"
     (a Ctrl-C), gets its default action back. A shell starts a background job (``memlab reproduce ... &``) with
@@ -183,13 +199,23 @@ def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
     helpable = set(splittable)  # less those a helper ended by itself in (all cells done, or it failed): none again
     finished: list[Finished] = []
 
+    shares = core_shares(jobs)
+
     def start(name: str, log: Path, left: float | None, scratch: Path | None = None) -> _Job:  # a helper: scratch
         log.parent.mkdir(parents=True, exist_ok=True)
         store = {} if scratch is None else {"store": out / "cells"}
+        slot = min(set(range(jobs)) - {job.slot for job in running})
+        cores = None if shares is None else shares[slot]
+
+        def in_child() -> None:  # before the experiment's process starts
+            _heed_sigint()
+            if cores is not None:
+                os.sched_setaffinity(0, cores)
+
         with log.open("w", encoding="utf-8") as f:
             process = subprocess.Popen(command(name, profile, (scratch or out) / name / profile, left, **store),
-                                       stdout=f, stderr=subprocess.STDOUT, env=env, preexec_fn=_heed_sigint)
-        return _Job(name, process, time.perf_counter(), log, scratch)
+                                       stdout=f, stderr=subprocess.STDOUT, env=env, preexec_fn=in_child)
+        return _Job(name, process, time.perf_counter(), log, scratch, slot=slot)
 
     with _sigterm_as_interrupt():
         try:
