@@ -202,20 +202,10 @@ def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
     shares = core_shares(jobs)
 
     def start(name: str, log: Path, left: float | None, scratch: Path | None = None) -> _Job:  # a helper: scratch
-        log.parent.mkdir(parents=True, exist_ok=True)
         store = {} if scratch is None else {"store": out / "cells"}
         slot = min(set(range(jobs)) - {job.slot for job in running})
-        cores = None if shares is None else shares[slot]
-
-        def in_child() -> None:  # before the experiment's process starts
-            _heed_sigint()
-            if cores is not None:
-                os.sched_setaffinity(0, cores)
-
-        with log.open("w", encoding="utf-8") as f:
-            process = subprocess.Popen(command(name, profile, (scratch or out) / name / profile, left, **store),
-                                       stdout=f, stderr=subprocess.STDOUT, env=env, preexec_fn=in_child)
-        return _Job(name, process, time.perf_counter(), log, scratch, slot=slot)
+        return _start(name, command(name, profile, (scratch or out) / name / profile, left, **store), log, env,
+                      None if shares is None else shares[slot], slot, scratch)
 
     with _sigterm_as_interrupt():
         try:
@@ -248,6 +238,21 @@ def reproduce(names: Sequence[str], profile: str, jobs: int, out: Path,
             _stop_all(running)
             raise
     return finished
+
+
+def _start(name: str, argv: list[str], log: Path, env: dict, cores: set[int] | None, slot: int,
+           scratch: Path | None) -> _Job:
+    """Start ``argv``, its output to ``log``, on ``cores`` (None: wherever the OS puts it) in job slot ``slot``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+
+    def in_child() -> None:  # before the experiment's process starts
+        _heed_sigint()
+        if cores is not None:
+            os.sched_setaffinity(0, cores)
+
+    with log.open("w", encoding="utf-8") as f:
+        process = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, preexec_fn=in_child)
+    return _Job(name, process, time.perf_counter(), log, scratch, slot=slot)
 
 
 def _stop_all(running: list[_Job]) -> None:
