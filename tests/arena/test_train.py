@@ -29,13 +29,15 @@ def test_training_on_batches_drawn_beforehand_equals_training_that_draws_them():
     training = make_training(task, "gru", 8, 1, config, task.sample(jax.random.key(1), 8, 8))
     state, chunk_keys = training.init(jax.random.key(0))
     drawn, (losses, val_loss) = jax.jit(training.run)(state, chunk_keys)
-    batches = jax.vmap(lambda key: chunk_batches(task, config, key))(chunk_keys)
-    given, (losses_on, val_loss_on) = jax.jit(training.run_on)(state, batches)
+    def drawn_for(keys):
+        return jax.vmap(lambda key: chunk_batches(task, config, key))(keys)
+
+    given, (losses_on, val_loss_on) = jax.jit(training.run_on)(state, drawn_for(chunk_keys))
     assert losses.shape == losses_on.shape == (2, 3) and val_loss.shape == val_loss_on.shape == (2,)
     np.testing.assert_allclose(losses_on, losses, rtol=1e-5)
     np.testing.assert_allclose(val_loss_on, val_loss, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(eqx.filter(given.params, eqx.is_array)),
                     jax.tree.leaves(eqx.filter(drawn.params, eqx.is_array)), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-    other = jax.vmap(lambda key: chunk_batches(task, config, key))(jax.random.split(jax.random.key(5), 2))
+    other = drawn_for(jax.random.split(jax.random.key(5), 2))
     assert not np.allclose(jax.jit(training.run_on)(state, other)[1][0], losses)  # the batches are what it trains on

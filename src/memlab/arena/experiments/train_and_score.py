@@ -127,6 +127,7 @@ def _task_side(task: str, code: str, test_key, test_batch: int, length: int, lon
     depends_on = (task, code, tuple(np.asarray(jax.random.key_data(test_key)).ravel().tolist()), test_batch, length,
                   tuple(longer), bool(jax.config.jax_enable_x64))
     if depends_on not in _kept_side:
+        _kept_side.clear()  # one task's at a time (a sweep's cells go task by task), never two held at once
         spec = make_task(task)
         test = spec.sample(test_key, test_batch, length)
         compiled = compiled_model(spec)
@@ -135,7 +136,6 @@ def _task_side(task: str, code: str, test_key, test_batch: int, length: int, lon
         for multiple in longer:  # each its own held-out batch, the same for every layer of the task
             long_test = spec.sample(jax.random.fold_in(test_key, multiple), test_batch, multiple * length)
             long_sides.append((long_test, held_out_side(spec, long_test)[0]))
-        _kept_side.clear()  # one task's at a time (a sweep's cells go task by task)
         _kept_side[depends_on] = _TaskSide(test, base, target, long_sides)
     return _kept_side[depends_on]
 
