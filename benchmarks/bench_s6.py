@@ -3,13 +3,14 @@ d_inner 32, N = 32, float32; beside mambapy (pure-PyTorch Mamba with a Blelloch 
 '.[bench]'``), run eagerly with torch using every core, as a mambapy user gets it.
 
 * the diagonal selective scan, forward and forward+backward (gradients w.r.t. x, delta, B, C): memlab's
-  ``selective_scan`` (sequential ``lax.scan`` and ``lax.associative_scan``, vmapped over the batch) vs mambapy's
+  ``selective_scan`` (sequential: the native kernel of ``memlab.layers.native`` and the ``lax.scan`` it falls
+  back to; parallel: ``lax.associative_scan``; vmapped over the batch) vs mambapy's
   ``MambaBlock.selective_scan`` (``pscan``; it zero-pads L = 5002 to the next power of two, 8192, inside its scan
   and cuts the output back) and ``selective_scan_seq`` (a Python loop over time). Same x, delta, A (S4D-real), B,
   C, D. mambapy discretises B by Euler (delta B), so memlab runs with ``discretization="euler_b"`` here. The bound
   (not an API): the bare recursion writing the same output, h_t = exp(delta_t A) h_t-1 + delta_t B_t x_t,
   y_t = C_t h_t + D x_t, one jitted ``lax.scan`` over time on the whole (batch, d_inner, N) state, no checks and
-  no method or discretisation switches: what no sequential selective scan with this output can beat. mambapy's
+  no method or discretisation switches: what no selective scan written as a ``lax.scan`` can beat. mambapy's
   sequential form is timed forward only: autograd through its 5002-step Python loop takes minutes (~20 ms a step
   on this machine at L = 300);
 * the whole MambaBlock (d_model 16: in_proj, causal depthwise conv, x_proj, dt_proj, scan, gate, out_proj), with
@@ -32,7 +33,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from timing import peer, side_by_side  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
+from timing import compiled, peer, side_by_side  # benchmarks/timing.py (run.py puts benchmarks/ on sys.path)
 
 from memlab.layers import s6
 from memlab.layers.mamba import MambaBlock
@@ -79,19 +80,25 @@ def _mambapy_block(pscan: bool):
     return mambapy.MambaBlock(config)
 
 
+# memlab's forms of the selective scan: (method, whether it runs the native kernel where it can)
+SCAN_FORMS = {"memlab sequential (native kernel)": ("sequential", True),
+              "memlab sequential (lax.scan)": ("sequential", False), "memlab parallel": ("parallel", True)}
+
+
 def memlab_scan_fns(x, delta, A, B, C, D):
-    """Forward and forward+backward callables of memlab's vmapped selective scan, per method."""
+    """Forward and forward+backward callables of memlab's vmapped selective scan, per form."""
     fns = []
-    for method in ("sequential", "parallel"):
+    for name, (method, native_scan) in SCAN_FORMS.items():
         def forward(x, delta, B, C, method=method):
             one = lambda x, d, b, c: selective_scan(x, d, A, b, c, D, discretization="euler_b", method=method,  # noqa: E731
                                                     a_nonzero=True)
             return jax.vmap(one)(x, delta, B, C)
 
         grads = jax.grad(lambda *args, forward=forward: jnp.sum(forward(*args) ** 2), argnums=(0, 1, 2, 3))
-        fwd = jax.jit(forward)
-        fwd_bwd = jax.jit(lambda *args, grads=grads: jnp.concatenate([g.reshape(-1) for g in grads(*args)]))
-        fns.append((f"memlab {method}", lambda f=fwd: f(x, delta, B, C), lambda f=fwd_bwd: f(x, delta, B, C)))
+        fwd = compiled(forward, x, delta, B, C, native_scan=native_scan)
+        fwd_bwd = compiled(lambda *a, grads=grads: jnp.concatenate([g.reshape(-1) for g in grads(*a)]), x, delta, B,
+                           C, native_scan=native_scan)
+        fns.append((name, lambda f=fwd: f(x, delta, B, C), lambda f=fwd_bwd: f(x, delta, B, C)))
     return fns
 
 
@@ -154,12 +161,12 @@ def mamba_block_rows() -> list[dict]:
     u = jax.random.normal(jax.random.key(1), (BATCH, L, D_MODEL))
     fns = []
     for discretization in ("euler_b", "zoh"):
-        for scan in ("sequential", "parallel"):
+        for name, (scan, native_scan) in SCAN_FORMS.items():
             block = MambaBlock(D_MODEL, d_state=N, scan=scan, discretization=discretization, key=jax.random.key(2))
-            fwd = eqx.filter_jit(lambda block, u: jax.vmap(block)(u))
-            grad = eqx.filter_jit(lambda u, block: jax.grad(lambda u: jnp.sum(jax.vmap(block)(u) ** 2))(u).reshape(-1))
-            fns.append((f"memlab {scan} ({discretization})", lambda f=fwd, b=block: f(b, u),
-                        lambda g=grad, b=block: g(u, b)))
+            fwd = compiled(lambda block, u: jax.vmap(block)(u), block, u, native_scan=native_scan)
+            grad = compiled(lambda block, u: jax.grad(lambda u: jnp.sum(jax.vmap(block)(u) ** 2))(u).reshape(-1),
+                            block, u, native_scan=native_scan)
+            fns.append((f"{name} ({discretization})", lambda f=fwd, b=block: f(b, u), lambda g=grad, b=block: g(b, u)))
     if mambapy:
         u_t = _to_torch(u, grad=True)
         for name, pscan in (("mambapy pscan", True), ("mambapy sequential", False)):

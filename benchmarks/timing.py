@@ -59,6 +59,17 @@ def timed(fn, repeats: int = 1, warm_up: bool = True) -> float:
     return float(np.median(seconds))
 
 
+def compiled(fn: Callable, *args, native_scan: bool = True) -> Callable:
+    """``jax.jit(fn)`` compiled for ``args`` now; with ``native_scan=False`` traced with Mamba's selective scan in
+    JAX rather than the native kernel (``memlab.layers.native.disabled``), to time the two side by side."""
+    from memlab.layers import native
+
+    if native_scan:
+        return jax.jit(fn).lower(*args).compile()
+    with native.disabled():
+        return jax.jit(fn).lower(*args).compile()
+
+
 def isolated(fn: Callable[..., list[dict]], *args, env: dict[str, str] | None = None, **kwargs) -> list[dict]:
     """``fn(*args, **kwargs)`` in a fresh Python process (spawned, with this one's environment and XLA_FLAGS, and
     ``env`` on top: variables read at process start, as glibc's ``GLIBC_TUNABLES`` or a device count).

@@ -235,6 +235,27 @@ QUOTES += [
 ]
 
 
+def _mamba_over_median(workload: str, implementation: str = "mamba") -> Callable[[Any], str]:
+    """benchmarks/results/arena.json: a Mamba row's time over the median of the other layers' (not Mamba's rows)."""
+    def read(d):
+        rows = {r["implementation"]: r["seconds"] for r in d["rows"] if r["workload"].startswith(workload)}
+        others = sorted(v for k, v in rows.items() if not k.startswith("mamba"))
+        median = (others[(len(others) - 1) // 2] + others[len(others) // 2]) / 2
+        return f"{rows[implementation] / median:.2f}"
+    return read
+
+
+_ARENA_STEP = "arena, {} sizes: 10 Adam steps ({})"
+_LAX_SCAN = "mamba, lax.scan selective scan (before the native kernel)"
+QUOTES.append(Quote(
+    "docs/development.md", "median {quick_before} → {quick} times (quick sizes and flags), {defaults_before} → "
+    "{defaults} (quick sizes, defaults), {paper_before} → {paper} (paper sizes)", "benchmarks/results/arena.json",
+    {f"{name}{suffix}": _mamba_over_median(_ARENA_STEP.format(size, flags), row)
+     for name, size, flags in (("quick", "quick", "quick profile's XLA flags"),
+                               ("defaults", "quick", "XLA's default flags"), ("paper", "paper", "XLA's default flags"))
+     for suffix, row in (("", "mamba"), ("_before", _LAX_SCAN))}))
+
+
 @pytest.mark.parametrize("quote", QUOTES, ids=[f"{q.doc}:{q.text[:40]}" for q in QUOTES])
 def test_documents_quote_their_result_files(quote):
     check_quote(quote)

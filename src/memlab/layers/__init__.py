@@ -2,6 +2,7 @@
 
 * ``s5``        the S5 layer (Smith et al. 2022); the S5 memory of the PPO agents is ``memlab.rl.s5_memory``
 * ``s6``        the S6 layer of paper 4, section 4.2, and the diagonal selective scan (sequential / parallel)
+* ``native``    the diagonal selective scan's sequential form as a native CPU kernel (built on first use)
 * ``mamba``     the Mamba block built on the selective scan
 * ``gated_rnn`` GRU and LSTM cells in GSRNN form with their ISS margins and projections (paper 3, Theorem 2),
                 and the bounded-input layer that makes the margins cover the cell's real inputs

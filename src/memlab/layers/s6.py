@@ -17,7 +17,8 @@ it drops the factor expm1(Delta a) / (Delta a) = 1 + Delta a / 2 + O((Delta a)^2
 Delta a; ``discretization="euler_b"`` selects it so results can be compared with that code.
 
 Scans: ``memlab.scan.linear_scan`` (h_t = a_t h_{t-1} + b_t elementwise) and ``matrix_scan`` (h_t = M_t h_{t-1} +
-b_t), sequential or parallel, with per-step resets.
+b_t), sequential or parallel, with per-step resets. The diagonal selective scan's sequential form runs as a native
+CPU kernel where it can (``memlab.layers.native``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from memlab.checks import check_choice
+from memlab.layers import native
 from memlab.layers.zoh import expm_and_integral
 from memlab.scan import METHODS, linear_scan, matrix_scan, scan_inputs
 
@@ -145,8 +147,10 @@ def selective_scan(x: Array, delta: Array, A: Array, B: Array, C: Array, D: Arra
     Returns y (L, Din), and the final state h_{L-1} (Din, N) if ``return_state``. ``a_nonzero``: see
     ``discretize_diagonal`` (set it when every entry of A is nonzero, e.g. A = -exp(A_log)).
 
-    "sequential" discretises inside the ``lax.scan`` body and keeps only the state each step starts from
-    (L, Din, N) for its hand-written backward pass (``_sequential_scan``); "parallel" materialises a and b
+    "sequential" runs the native CPU kernel (``memlab.layers.native``: ZOH with ``a_nonzero`` or Euler-B, one
+    float dtype; equal to the JAX form to float rounding, several times faster) where it can, and otherwise
+    discretises inside a ``lax.scan`` body that keeps only the state each step starts from (L, Din, N) for its
+    hand-written backward pass (``_sequential_scan``); "parallel" materialises a and b
     (L, Din, N), calls ``linear_scan(method="parallel")`` and is differentiated by JAX (the tests hold the two
     gradients equal). Being a ``custom_vjp``, the sequential form has no forward mode (``jax.jvp`` raises a
     TypeError); the parallel form has."""
@@ -165,7 +169,9 @@ def selective_scan(x: Array, delta: Array, A: Array, B: Array, C: Array, D: Arra
         raise ValueError(f"D must be (Din,) = ({Din},), got {jnp.shape(D)}")
     h0, reset = scan_inputs(x, h0, reset, (Din, N), method)
 
-    if method == "sequential":
+    if method == "sequential" and native.usable(discretization, a_nonzero, x, delta, A, B, C, h0):
+        y, h_last = _native_scan(x, delta, A, B, C, h0, reset, discretization)
+    elif method == "sequential":
         y, h_last = _sequential_scan(x, delta, A, B, C, h0, reset, discretization, a_nonzero)
     else:
         abar, bscale = discretize_diagonal(A[None], delta[:, :, None], discretization, a_nonzero)
@@ -239,6 +245,24 @@ def _sequential_scan_backward(discretization, a_nonzero, residuals, cotangents):
 
 
 _sequential_scan.defvjp(_sequential_scan_forward, _sequential_scan_backward)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(7,))
+def _native_scan(x, delta, A, B, C, h0, reset, discretization):
+    """:func:`_sequential_scan` by the native kernel (``memlab.layers.native``): its forward keeps no states, its
+    backward recomputes them one sequence at a time."""
+    return native.forward(x, delta, A, B, C, h0, reset, discretization)
+
+
+def _native_scan_forward(x, delta, A, B, C, h0, reset, discretization):
+    return native.forward(x, delta, A, B, C, h0, reset, discretization), (x, delta, A, B, C, h0, reset)
+
+
+def _native_scan_backward(discretization, residuals, cotangents):
+    return (*native.backward(*residuals, *cotangents, discretization), None)
+
+
+_native_scan.defvjp(_native_scan_forward, _native_scan_backward)
 
 
 # ------------------------------------------------------------------------------------ the layer of section 4.2
