@@ -249,7 +249,7 @@ _ARENA_STEP = "arena, {} sizes: 10 Adam steps ({})"
 _LAX_SCAN = "mamba, lax.scan selective scan (before the native kernel)"
 QUOTES.append(Quote(
     "docs/development.md", "median {quick_before} → {quick} times (quick sizes and flags), {defaults_before} → "
-    "{defaults} (quick sizes, defaults), {paper_before} → {paper} (paper sizes)", "benchmarks/results/arena.json",
+    "{defaults} (quick sizes, defaults), {paper_before} → {paper} (paper sizes);", "benchmarks/results/arena.json",
     {f"{name}{suffix}": _mamba_over_median(_ARENA_STEP.format(size, flags), row)
      for name, size, flags in (("quick", "quick", "quick profile's XLA flags"),
                                ("defaults", "quick", "XLA's default flags"), ("paper", "paper", "XLA's default flags"))

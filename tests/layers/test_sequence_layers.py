@@ -1,9 +1,12 @@
 """LRU, causal softmax / linear attention and gated DeltaNet against plain step-by-step loops in float64 NumPy."""
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.linalg
 
 from memlab.layers.attention import CausalLinearAttention, CausalSoftmaxAttention, feature_map, rotary
 from memlab.layers.deltanet import GatedDeltaNet
@@ -157,6 +160,31 @@ def test_chunked_gated_delta_rule_is_the_recurrence(x64, length, chunk, decay, d
     grads = [jax.grad(lambda *a, f=f: jnp.sum(jnp.sin(f(*a))), argnums=range(5))(*args) for f in (plain, chunked)]
     for a, b in zip(*grads, strict=True):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 16, 17, 37, 64])
+def test_solve_unit_lower_equals_scipys_triangular_solve(x64, n):
+    """The blocked product-form solve against scipy's LAPACK one (float64, a system like the chunk's: unit diagonal,
+    below it entries up to 1 in size), and its gradient against JAX's triangular solve's."""
+    from memlab.layers.deltanet import solve_unit_lower
+
+    rng = np.random.default_rng(n)
+    system = np.eye(n) + np.tril(rng.uniform(-1, 1, (n, n)), -1) + np.triu(rng.normal(size=(n, n)), 1)  # upper: unread
+    rhs = rng.normal(size=(n, 3))
+    expected = scipy.linalg.solve_triangular(system, rhs, lower=True, unit_diagonal=True)
+    np.testing.assert_allclose(solve_unit_lower(jnp.asarray(system), jnp.asarray(rhs)), expected, rtol=1e-12,
+                               atol=1e-12 * np.abs(expected).max())
+
+    def loss(solve, system, rhs):
+        return jnp.sum(jnp.sin(solve(system, rhs)))
+
+    lapack = partial(jax.scipy.linalg.solve_triangular, lower=True, unit_diagonal=True)
+    ours, theirs = (jax.grad(loss, argnums=(1, 2))(f, jnp.asarray(system), jnp.asarray(rhs))
+                    for f in (solve_unit_lower, lapack))
+    for a, b in zip(ours, theirs, strict=True):
+        b = np.tril(b, -1) if b.shape == (n, n) else b  # JAX's solve leaves the unread diagonal a gradient too
+        a = np.tril(a, -1) if a.shape == (n, n) else a
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11 * np.abs(b).max())
 
 
 def test_delta_rule_writes_a_value_it_can_read_back():
