@@ -89,22 +89,30 @@ def test_native_scan_of_one_sequence_without_vmap(x64):
     assert_close(*both_paths(jax.value_and_grad(loss, argnums=range(6)), x, delta, A, B, C, h0), 1e-12)
 
 
-def test_exp_and_expm1_at_the_extremes_match_the_jax_scan(x64):
-    """delta a from -1e4 (exp underflows) through -1e-9 (expm1 ~ delta a) to 800 with Euler-B's positive a (exp
-    overflows to inf): the outputs agree, inf where JAX's are inf."""
-    D, N = 6, 4
-    a = np.array([-1e4, -50.0, -1.0, -1e-9 / 0.5, 1.0, 800.0 / 2])  # one channel per regime, delta 0.5 at step 0
-    A = jnp.asarray(np.repeat(a[:, None], N, axis=1))
-    x, B, C = jnp.ones((3, D)), jnp.ones((3, N)), jnp.ones((3, N))
-    delta = jnp.full((3, D), 0.5)
+@pytest.mark.parametrize("dtype, near, beyond", [(jnp.float32, 88.5, 89.0), (jnp.float64, 709.6, 710.0)])
+def test_exp_and_expm1_at_the_extremes_match_the_jax_scan(x64, dtype, near, beyond):
+    """One channel per regime of delta a: exp underflows (-1e4), ordinary (-50, -1), expm1 ~ delta a (-1e-9), 1,
+    just below exp's overflow (finite, where 2^k itself overflows) and past it: the outputs of two steps and the
+    final state agree with the JAX scan's, inf and NaN where its are, with Euler-B's and ZOH's input scales."""
+    z = np.array([-1e4, -50.0, -1.0, -1e-9, 1.0, near, beyond])
+    delta = jnp.full((2, z.size), 0.5, dtype)
+    A = jnp.asarray(z[:, None] / 0.5, dtype)  # one state entry per channel: N = 1 keeps y finite where h is
+    x, B, C = jnp.ones((2, z.size), dtype), jnp.ones((2, 1), dtype), jnp.ones((2, 1), dtype)
     for discretization in ("zoh", "euler_b"):
         def scan(x, delta, A, B, C, d=discretization):
-            return selective_scan(x, delta, A, B, C, discretization=d, a_nonzero=True)
+            return selective_scan(x, delta, A, B, C, discretization=d, a_nonzero=True, return_state=True)
 
-        ours, ref = both_paths(scan, x, delta, A, B, C)
-        np.testing.assert_array_equal(np.isinf(ours), np.isinf(ref))
-        finite = np.isfinite(ref)
-        np.testing.assert_allclose(np.asarray(ours)[finite], np.asarray(ref)[finite], rtol=1e-13, atol=1e-300)
+        outs, refs = both_paths(scan, x, delta, A, B, C)
+        assert not np.isfinite(refs[0]).all()  # past overflow: inf, or NaN where inf meets the zero start
+        if discretization == "euler_b":  # h_1 = exp(near) / 2 + 1 / 2: finite, from a 2^k that is not
+            assert np.isfinite(np.asarray(refs[0])[1, -2])
+        for ours, ref in zip(outs, refs, strict=True):
+            ours, ref = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
+            np.testing.assert_array_equal(np.isinf(ours), np.isinf(ref))
+            np.testing.assert_array_equal(np.isnan(ours), np.isnan(ref))
+            finite = np.isfinite(ref)
+            rtol = 1e-6 if dtype == jnp.float32 else 1e-13
+            np.testing.assert_allclose(ours[finite], ref[finite], rtol=rtol, atol=1e-300)
 
 
 def test_mamba_block_gradients_equal_with_either_scan(x64):

@@ -164,8 +164,8 @@ def test_chunked_gated_delta_rule_is_the_recurrence(x64, length, chunk, decay, d
 
 @pytest.mark.parametrize("n", [1, 2, 5, 16, 17, 37, 64])
 def test_solve_unit_lower_equals_scipys_triangular_solve(x64, n):
-    """The blocked product-form solve against scipy's LAPACK one (float64, a system like the chunk's: unit diagonal,
-    below it entries up to 1 in size), and its gradient against JAX's triangular solve's."""
+    """The solve by the recursive inverse against scipy's LAPACK one (float64, a system like the chunk's: unit
+    diagonal, below it entries up to 1 in size), and its gradient against JAX's triangular solve's."""
     from memlab.layers.deltanet import solve_unit_lower
 
     rng = np.random.default_rng(n)
@@ -185,6 +185,19 @@ def test_solve_unit_lower_equals_scipys_triangular_solve(x64, n):
         b = np.tril(b, -1) if b.shape == (n, n) else b  # JAX's solve leaves the unread diagonal a gradient too
         a = np.tril(a, -1) if a.shape == (n, n) else a
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11 * np.abs(b).max())
+
+
+def test_solve_unit_lower_keeps_float32_accuracy_on_a_chunk_of_identical_keys():
+    """beta = 0.99, alpha = 1, one key repeated over a 64-step chunk: every entry below the diagonal 0.99, where a
+    power series of the strictly lower part loses 5e-4; the solve stays at LAPACK's float32 accuracy."""
+    from memlab.layers.deltanet import solve_unit_lower
+
+    n = 64
+    system = np.eye(n) + 0.99 * np.tril(np.ones((n, n)), -1)
+    rhs = np.random.default_rng(0).normal(size=(n, 8))
+    expected = scipy.linalg.solve_triangular(system, rhs, lower=True, unit_diagonal=True)
+    ours = np.asarray(solve_unit_lower(jnp.asarray(system, jnp.float32), jnp.asarray(rhs, jnp.float32)), float)
+    assert np.abs(ours - expected).max() < 1e-6 * np.abs(expected).max()
 
 
 def test_delta_rule_writes_a_value_it_can_read_back():

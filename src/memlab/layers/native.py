@@ -5,8 +5,11 @@ compiler against the XLA FFI headers jaxlib ships, kept in ``$MEMLAB_NATIVE_CACH
 ``memlab.layers.s6.selective_scan(method="sequential")`` runs it whenever it can: float32 or float64 operands of one
 dtype, ZOH with ``a_nonzero`` (Mamba's layer) or Euler-B. Its forward and backward equal the JAX scan's to float
 rounding (tests/layers/test_native.py) and make Mamba's training step several times faster on the CPU
-(benchmarks/bench_arena.py). Where it cannot be built (no compiler, a build error) memlab says so once and uses
-the JAX scan; ``MEMLAB_NATIVE=0`` asks for the JAX scan always.
+(benchmarks/bench_arena.py). Its backward pass is itself a kernel with no derivative: a second derivative through
+it (``jax.grad`` of a ``jax.grad``) raises, where the JAX scan (``disabled()``) or ``method="parallel"`` gives one.
+Where it cannot be built (no compiler, a build error) memlab says so once and uses the JAX scan; ``MEMLAB_NATIVE=0``
+asks for the JAX scan always. The cache folder: ``$MEMLAB_NATIVE_CACHE``, else ``$XDG_CACHE_HOME/memlab/native``,
+else ``~/.cache/memlab/native``.
 
 The build is keyed by the source, the compiler and its version, jaxlib's version and the processor (it is compiled
 for this machine's instruction set, ``-march=native``), and written atomically, so processes that build at once
@@ -23,6 +26,7 @@ import os
 import platform
 import shutil
 import subprocess
+import threading
 import warnings
 from pathlib import Path
 
@@ -61,7 +65,7 @@ def _build(compiler: str) -> Path:
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"{target.name}.{os.getpid()}.part")
+    partial = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.part")  # one per builder
     command = [compiler, *FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", str(partial)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -74,9 +78,17 @@ def _build(compiler: str) -> Path:
     return target
 
 
-@functools.cache
+_building = threading.Lock()
+
+
 def _library() -> ctypes.CDLL | str:
-    """The loaded kernel with its targets registered, or the reason there is none."""
+    """The loaded kernel with its targets registered, or the reason there is none (found once per process)."""
+    with _building:  # threads tracing at once build and register it once
+        return _load()
+
+
+@functools.cache
+def _load() -> ctypes.CDLL | str:
     if os.environ.get("MEMLAB_NATIVE", "1") == "0":
         return "MEMLAB_NATIVE=0"
     compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")

@@ -153,7 +153,7 @@ def selective_scan(x: Array, delta: Array, A: Array, B: Array, C: Array, D: Arra
     hand-written backward pass (``_sequential_scan``); "parallel" materialises a and b
     (L, Din, N), calls ``linear_scan(method="parallel")`` and is differentiated by JAX (the tests hold the two
     gradients equal). Being a ``custom_vjp``, the sequential form has no forward mode (``jax.jvp`` raises a
-    TypeError); the parallel form has."""
+    TypeError), and run by the native kernel no second derivative; the parallel form has both."""
     check_choice("method", method, METHODS)
     check_choice("discretization", discretization, DISCRETIZATIONS)
     x, delta, A, B, C = map(jnp.asarray, (x, delta, A, B, C))

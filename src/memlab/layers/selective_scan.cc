@@ -31,8 +31,8 @@ namespace {
 // exp(x) and expm1(x) from one range reduction: x = k ln2 + r, |r| <= ln2 / 2 (Cody-Waite, ln2 in two parts),
 // expm1(r) = r + r^2 Q(r), then exp(x) = 2^k (1 + expm1(r)) and expm1(x) = (2^k - 1) + 2^k expm1(r), exact in
 // form for k = 0 where expm1 matters. Q: Cephes' minimax polynomial for float (expf.c, relative error 4.2e-9 on
-// |r| <= 0.5), the Taylor series to r^13 / 13! for double (truncation below 1e-17). Below the smallest normal exp's
-// result is that normal (about 1e-38 for float, where XLA's gives 0 or a subnormal), above overflow +inf. Plain
+// |r| <= 0.5), the Taylor series to r^13 / 13! for double (truncation below 1e-17). Below exp's smallest normal
+// result the input is clamped (about 1e-38 for float, where XLA's gives 0 or a subnormal), above overflow +inf. Plain
 // arithmetic and integer bit moves only, so the loops over d_state that call it vectorise.
 template <typename T>
 struct ExpTraits;
@@ -73,8 +73,11 @@ inline void exp_expm1(T x, T& e, T& em1) {
   const T xc = x < Tr::kLow ? Tr::kLow : (x > Tr::kHigh ? Tr::kHigh : x);
   const T shifted = xc * Tr::kLog2e + Tr::kShifter;
   const T k = shifted - Tr::kShifter;
+  // just below overflow k = bias + 1 and 2^k overflows while exp(x) does not: there take 2^(k-1), double the result
+  const bool top = k > T(Tr::kBias);
+  const T shifted_scale = shifted - (top ? T(1) : T(0));  // exact: an integer in the low bits
   Bits k_bits, shifter_bits;
-  std::memcpy(&k_bits, &shifted, sizeof(T));
+  std::memcpy(&k_bits, &shifted_scale, sizeof(T));
   const T shifter = Tr::kShifter;
   std::memcpy(&shifter_bits, &shifter, sizeof(T));
   const Bits scale_bits = (k_bits - shifter_bits + Tr::kBias) << Tr::kMantissa;
@@ -86,8 +89,9 @@ inline void exp_expm1(T x, T& e, T& em1) {
   const T p = q * (r * r) + r;  // expm1(r)
   const bool over = x > Tr::kHigh;
   const T inf = std::numeric_limits<T>::infinity();
-  e = over ? inf : scale + scale * p;
-  em1 = over ? inf : (scale - T(1)) + scale * p;
+  const T base = scale + scale * p;
+  e = over ? inf : (top ? T(2) * base : base);
+  em1 = over ? inf : (top ? T(2) * base : (scale - T(1)) + scale * p);  // exp(x) > 2^127: the 1 is below an ulp
 }
 
 // The discretisation of one (channel, state) entry: abar = exp(delta a) and the input scale bscale (inv_a = 1 / a,
