@@ -16,6 +16,7 @@ whose peer is not installed is timed for memlab alone and its row says which pac
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import importlib
 import importlib.metadata
 import multiprocessing
@@ -64,9 +65,7 @@ def compiled(fn: Callable, *args, native_scan: bool = True) -> Callable:
     JAX rather than the native kernel (``memlab.layers.native.disabled``), to time the two side by side."""
     from memlab.layers import native
 
-    if native_scan:
-        return jax.jit(fn).lower(*args).compile()
-    with native.disabled():
+    with contextlib.nullcontext() if native_scan else native.disabled():
         return jax.jit(fn).lower(*args).compile()
 
 

@@ -41,7 +41,7 @@ DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 
 
 def cache_folder() -> Path:
-    """$MEMLAB_NATIVE_CACHE, default ~/.cache/memlab/native."""
+    """$MEMLAB_NATIVE_CACHE, else $XDG_CACHE_HOME/memlab/native, else ~/.cache/memlab/native."""
     default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlab" / "native"
     return Path(os.environ.get("MEMLAB_NATIVE_CACHE") or default)
 

@@ -7,8 +7,9 @@
 //
 // Why a kernel: under XLA each time step of the scan is a handful of separate loops over the (batch, d_inner,
 // d_state) state, each reading and writing it through memory, and the backward step about twenty; here one pass per
-// step keeps a channel's d_state-wide state in registers, and the backward recomputes the states of one sequence at
-// a time into a buffer the cache holds instead of storing the whole batch's (benchmarks/bench_arena.py).
+// step goes over one sequence's (d_state, d_inner) state, which the cache holds, vectorised over the channels, and
+// the backward recomputes the states of one sequence at a time, a chunk of steps at a time, instead of storing the
+// whole batch's (benchmarks/bench_arena.py).
 //
 // Layout: every operand has the same leading batch dimensions (JAX's vmap_method="broadcast_all"), then
 // x, delta (L, D); A (D, N); B, C (L, N); h0 (D, N); reset (L,) bool: step t starts from h0 where reset[t] (and
