@@ -84,7 +84,8 @@ REGISTERED_STATE_SIZES = {
     "lru": lambda d, L: 2 * d, "s5": lambda d, L: 2 * (d // 2 + d % 2), "mamba": lambda d, L: 2 * d * (16 + 3),
     "gru": lambda d, L: d, "lstm": lambda d, L: 2 * d, "attention": lambda d, L: 2 * d * L,
     "linear-attention": lambda d, L: d * d + d, "lof": lambda d, L: d, "alf": lambda d, L: d,
-    "gated-deltanet": lambda d, L: d * d, "unnormalised-linear-attention": lambda d, L: d * d,
+    "gated-deltanet": lambda d, L: d * d, "gated-deltanet-conv": lambda d, L: d * d + 3 * 3 * d,
+    "unnormalised-linear-attention": lambda d, L: d * d,
     "deltanet": lambda d, L: d * d, "gated-linear-attention": lambda d, L: d * d,
     "l2-linear-attention": lambda d, L: d * d, "beta-linear-attention": lambda d, L: d * d,
 }

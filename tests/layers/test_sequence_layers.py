@@ -2,6 +2,7 @@
 
 from functools import partial
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,6 +28,10 @@ def _heads(layer, x):
     """q, k, v (heads, L, d_h) in float64 from the layer's own projection weights."""
     proj = layer.proj
     qkv = _np(x) @ _np(proj.qkv.weight).T
+    if getattr(layer, "conv_weight", None) is not None:  # gated DeltaNet's short convolution, then silu
+        w = _np(layer.conv_weight)  # (3 D, K); w[:, -1] multiplies the current token
+        conv = np.array([sum(w[:, -1 - j] * qkv[t - j] for j in range(w.shape[1]) if t >= j) for t in range(L)])
+        qkv = conv / (1 + np.exp(-conv))
     h = proj.heads
     return [np.moveaxis(qkv[:, i * D:(i + 1) * D].reshape(L, h, D // h), 1, 0) for i in range(3)]
 
@@ -105,13 +110,15 @@ def test_linear_attention_is_its_recurrence(heads, normalise):
     np.testing.assert_allclose(layer(x), _merge(layer, o), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("heads, decay, delta, features", [
-    (1, True, True, "l2"), (2, True, True, "l2"), (2, False, True, "l2"), (2, True, False, "l2"),
-    (1, False, False, "l2"), (1, False, False, "elu+1"), (2, True, False, "elu+1")])
-def test_gated_deltanet_is_the_gated_delta_rule(heads, decay, delta, features):
-    """The layer and its members without decay (DeltaNet) or delta term (gated linear attention) or both, and with
-    elu + 1 features in place of unit q and k."""
-    layer = GatedDeltaNet(D, heads, key=jax.random.key(4), decay=decay, delta=delta, features=features)
+@pytest.mark.parametrize("heads, decay, delta, features, short_conv", [
+    (1, True, True, "l2", 0), (2, True, True, "l2", 0), (2, False, True, "l2", 0), (2, True, False, "l2", 0),
+    (1, False, False, "l2", 0), (1, False, False, "elu+1", 0), (2, True, False, "elu+1", 0), (1, True, True, "l2", 4),
+    (2, True, True, "l2", 3)])
+def test_gated_deltanet_is_the_gated_delta_rule(heads, decay, delta, features, short_conv):
+    """The layer and its members without decay (DeltaNet) or delta term (gated linear attention) or both, with
+    elu + 1 features in place of unit q and k, and with the short convolution in front."""
+    layer = GatedDeltaNet(D, heads, key=jax.random.key(4), decay=decay, delta=delta, features=features,
+                          short_conv=short_conv)
     x = _x(3)
     q, k, v = _heads(layer, x)
     if features == "l2":
@@ -132,7 +139,20 @@ def test_gated_deltanet_is_the_gated_delta_rule(heads, decay, delta, features):
             S = alpha[t, h] * S @ erase + beta[t, h] * np.outer(v[h, t], k_t)
             o[h, t] = S @ q[h, t]
     np.testing.assert_allclose(layer(x), _merge(layer, o), rtol=1e-4, atol=1e-5)
-    assert layer.state_size() == heads * (D // heads) ** 2
+    assert layer.state_size() == heads * (D // heads) ** 2 + max(short_conv - 1, 0) * 3 * D
+
+
+def test_gated_deltanet_without_a_short_convolution_keeps_its_parameters():
+    """The option adds a parameter only when asked for: the layers without one have the leaves (and the numbers)
+    they had, so their stored checkpoints load."""
+    plain, conv = (GatedDeltaNet(D, 1, key=jax.random.key(4), short_conv=k) for k in (0, 4))
+    assert plain.conv_weight is None and conv.conv_weight.shape == (3 * D, 4)
+    assert len(jax.tree.leaves(conv)) == len(jax.tree.leaves(plain)) + 1
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(eqx.tree_at(lambda m: m.conv_weight, conv, None))):
+        np.testing.assert_array_equal(a, b)
+    for bad in (1, -2, 2.5):
+        with pytest.raises(ValueError, match="short_conv must be 0"):
+            GatedDeltaNet(D, 1, key=jax.random.key(0), short_conv=bad)
 
 
 @pytest.mark.parametrize("length,chunk,decay,delta", [(37, 16, 1.0, True), (64, 64, 1.0, True), (64, 8, 30.0, True),

@@ -117,6 +117,10 @@ LAYERS: dict[str, LayerSpec] = {
                      description="trainable adaptive logit filter (paper 1, eq. 24): (1 - delta) T w + delta l, T and "
                                  "delta learned, hidden states = width"),
     "gated-deltanet": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key), description="gated DeltaNet, one head"),
+    # as its authors' code and Zoology's MQAR runs have it: the ablation of the short convolution
+    "gated-deltanet-conv": LayerSpec(lambda d, key: GatedDeltaNet(d, 1, key=key, short_conv=4),
+                                     description="gated DeltaNet, one head, with a short convolution (width 4, silu) "
+                                                 "on q, k, v"),
     # gated DeltaNet without one or both of its parts, and linear attention without its normaliser: the ablation
     # between linear attention and gated DeltaNet
     "unnormalised-linear-attention": LayerSpec(

@@ -10,6 +10,7 @@
 * ``lru``       the Linear Recurrent Unit (Orvieto et al. 2023)
 * ``attention`` causal softmax and linear attention, multi-head
 * ``deltanet``  gated DeltaNet (Yang et al. 2024): the gated delta rule step by step and in its chunkwise form
+* ``causal_conv`` the short causal depthwise convolution in front of Mamba's scan and (optionally) gated DeltaNet
 * ``dense``     Equinox's Linear and MLP applied to a whole sequence as one matrix product
 """
 

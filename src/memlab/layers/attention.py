@@ -63,8 +63,12 @@ class HeadProjections(eqx.Module):
 
     def split(self, x: Array) -> tuple[Array, Array, Array]:
         """q, k, v, each (heads, L, d_h)."""
-        L, d = x.shape
-        qkv = apply_linear(self.qkv, x).reshape(L, 3, self.heads, d // self.heads)
+        return self.split_heads(apply_linear(self.qkv, x))
+
+    def split_heads(self, qkv: Array) -> tuple[Array, Array, Array]:
+        """The projections (L, 3 d), [q | k | v], as q, k, v, each (heads, L, d_h)."""
+        L, d = qkv.shape[0], qkv.shape[1] // 3
+        qkv = qkv.reshape(L, 3, self.heads, d // self.heads)
         return tuple(jnp.moveaxis(qkv[:, i], 1, 0) for i in range(3))
 
     def merge(self, o: Array) -> Array:

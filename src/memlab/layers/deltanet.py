@@ -12,7 +12,11 @@ attention, S_t = alpha_t S_{t-1} + beta_t v_t k_t^T; with neither, plain linear 
 and no normaliser. ``GatedDeltaNet(decay=False)`` and ``(delta=False)`` are these members of the family (the
 arena's ablation of linear attention); ``features="elu+1"`` maps q and k by Katharopoulos et al.'s elu + 1 instead of
 L2-normalising them (only without the delta rule, whose erasing step I - beta k k^T needs unit keys to stay a
-contraction). State: a (d_h x d_h) matrix per head. :func:`gated_delta_rule` is the
+contraction). ``short_conv=K`` puts the short convolution of the authors' code (and of Zoology's gated DeltaNet runs)
+in front of the rule: q, k, v = silu(causal depthwise conv of width K, no bias, of the projections), then q and k
+L2-normalised (flash-linear-attention's ``ShortConvolution`` with ``activation="silu"``); it lets a token's key
+and value carry the tokens just before it, the shift associative recall needs. State: a (d_h x d_h) matrix per head
+(and, with a short convolution, the last K - 1 projections). :func:`gated_delta_rule` is the
 recurrence as written, one ``lax.scan`` step per time step (the reference); the layer runs
 :func:`gated_delta_rule_chunked`, the paper's chunkwise form (tested equal), which takes a scan step per chunk of
 time steps and does the rest as matrix products.
@@ -28,6 +32,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from memlab.layers.attention import HeadProjections, feature_map
+from memlab.layers.causal_conv import causal_depthwise_conv, conv_step, init_conv_weight
 from memlab.layers.dense import apply_linear
 
 __all__ = ["GatedDeltaNet", "gated_delta_rule", "gated_delta_rule_chunked", "inverse_unit_lower", "solve_unit_lower"]
@@ -123,20 +128,24 @@ def gated_delta_rule_chunked(q: Array, k: Array, v: Array, log_alpha: Array, bet
 class GatedDeltaNet(eqx.Module):
     """Gated DeltaNet; ``decay=False`` fixes alpha = 1 (DeltaNet), ``delta=False`` drops the delta term (gated
     linear attention), both: linear attention with L2-normalised keys and no normaliser; ``features="elu+1"`` (with
-    ``delta=False``) feeds q and k through elu + 1 instead of normalising them."""
+    ``delta=False``) feeds q and k through elu + 1 instead of normalising them; ``short_conv=K`` (> 1) convolves the
+    projections first (module docstring)."""
 
     proj: HeadProjections
     gates: eqx.nn.Linear  # x_t -> (w_alpha . x_t + b_alpha, w_beta . x_t + b_beta) per head (no alpha row: decay off)
+    conv_weight: Array | None  # (3 width, K): the short convolution over [q | k | v]; None without one
     decay: bool = eqx.field(static=True)
     delta: bool = eqx.field(static=True)
     features: str = eqx.field(static=True)
 
     def __init__(self, width: int, heads: int = 1, *, key: Array, decay: bool = True, delta: bool = True,
-                 features: str = "l2"):
+                 features: str = "l2", short_conv: int = 0):
         if features not in FEATURES:
             raise ValueError(f"features must be one of {sorted(FEATURES)}, got {features!r}")
         if delta and features != "l2":
             raise ValueError(f"features={features!r} needs delta=False: the delta rule needs unit keys")
+        if short_conv == 1 or short_conv < 0 or int(short_conv) != short_conv:
+            raise ValueError(f"short_conv must be 0 (none) or a kernel width >= 2, got {short_conv!r}")
         self.features = features
         k_proj, k_gates = jax.random.split(key)
         self.proj = HeadProjections(width, heads, k_proj)
@@ -145,10 +154,13 @@ class GatedDeltaNet(eqx.Module):
         # decay near 1 at initialisation (softplus(-4) = 0.018: alpha ~ 0.98), as in the paper's code
         bias = jnp.concatenate([jnp.full(heads, -4.0), jnp.zeros(heads)]) if decay else jnp.zeros(heads)
         self.gates = eqx.tree_at(lambda g: g.bias, gates, bias)
+        # its own key (folded in), so that the layers without one keep the numbers they had
+        self.conv_weight = init_conv_weight(jax.random.fold_in(key, 1), 3 * width, short_conv) if short_conv else None
 
     def state_size(self, length: int | None = None) -> int:
-        """heads d_h^2 numbers, for any length."""
-        return self.proj.heads * self.proj.head_size ** 2
+        """heads d_h^2 numbers (and the convolution's last K - 1 projections), for any length."""
+        window = 0 if self.conv_weight is None else self.conv_weight.size - self.conv_weight.shape[0]
+        return self.proj.heads * self.proj.head_size ** 2 + window
 
     def _gates(self, x: Array) -> tuple[Array, Array]:
         """log alpha, beta (heads, L) for x (L, d)."""
@@ -158,23 +170,38 @@ class GatedDeltaNet(eqx.Module):
         a, b = jnp.split(apply_linear(self.gates, x), 2, axis=-1)  # (L, heads) each
         return -jax.nn.softplus(a).T, jax.nn.sigmoid(b).T
 
-    def init_state(self) -> Array:
-        """S = 0, (heads, d_h, d_h)."""
+    def init_state(self) -> Array | tuple[Array, Array]:
+        """S = 0, (heads, d_h, d_h); with a short convolution (its last K - 1 projections (K - 1, 3 d), S), zero."""
         d_h = self.proj.head_size
-        return jnp.zeros((self.proj.heads, d_h, d_h), self.proj.out.weight.dtype)
+        S = jnp.zeros((self.proj.heads, d_h, d_h), self.proj.out.weight.dtype)
+        if self.conv_weight is None:
+            return S
+        channels, taps = self.conv_weight.shape
+        return jnp.zeros((taps - 1, channels), S.dtype), S
 
-    def step(self, S: Array, x: Array) -> tuple[Array, Array]:
-        """One step of the gated delta rule: (S (heads, d_h, d_h), x_t (d,)) -> (S_t, o_t (d,))."""
-        q, k, v = self.proj.split_token(x)  # (heads, d_h) each
+    def step(self, state, x: Array):
+        """One step of the gated delta rule: (state as ``init_state()``, x_t (d,)) -> (state_t, o_t (d,))."""
+        qkv = apply_linear(self.proj.qkv, x[None])[0]
+        if self.conv_weight is not None:
+            earlier, S = state
+            earlier, qkv = conv_step(earlier, qkv, self.conv_weight)
+            qkv = jax.nn.silu(qkv)
+        else:
+            S = state
+        q, k, v = (a[:, 0] for a in self.proj.split_heads(qkv[None]))  # (heads, d_h) each
         q, k = FEATURES[self.features](q), FEATURES[self.features](k)
         log_alpha, beta = (g[:, 0, None, None] for g in self._gates(x[None]))  # (heads, 1, 1)
         if self.delta:
             S = S - beta * jnp.einsum("hij,hj->hi", S, k)[:, :, None] * k[:, None, :]
         S = jnp.exp(log_alpha) * S + beta * v[:, :, None] * k[:, None, :]
-        return S, self.proj.merge_token(jnp.einsum("hij,hj->hi", S, q))
+        out = self.proj.merge_token(jnp.einsum("hij,hj->hi", S, q))
+        return (S if self.conv_weight is None else (earlier, S)), out
 
     def __call__(self, x: Array) -> Array:
-        q, k, v = self.proj.split(x)  # (heads, L, d_h) each
+        qkv = apply_linear(self.proj.qkv, x)
+        if self.conv_weight is not None:
+            qkv = jax.nn.silu(causal_depthwise_conv(qkv, self.conv_weight))
+        q, k, v = self.proj.split_heads(qkv)  # (heads, L, d_h) each
         log_alpha, beta = self._gates(x)  # (heads, L)
         rule = partial(gated_delta_rule_chunked, delta=self.delta)
         phi = FEATURES[self.features]

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from memlab.checks import check_choice
+from memlab.layers.causal_conv import causal_depthwise_conv, conv_step, init_conv_weight
 from memlab.layers.s6 import DISCRETIZATIONS, METHODS, selective_scan, selective_step
 
 
@@ -59,7 +60,7 @@ class MambaBlock(eqx.Module):
         k_in, k_conv, k_conv_b, k_x, k_dt_w, k_dt, k_out = jax.random.split(key, 7)
         self.in_proj = eqx.nn.Linear(d_model, 2 * d_inner, use_bias=False, key=k_in)
         bound = 1 / math.sqrt(d_conv)  # depthwise conv: fan_in = d_conv
-        self.conv_weight = jax.random.uniform(k_conv, (d_inner, d_conv), minval=-bound, maxval=bound)
+        self.conv_weight = init_conv_weight(k_conv, d_inner, d_conv)
         self.conv_bias = jax.random.uniform(k_conv_b, (d_inner,), minval=-bound, maxval=bound)
         self.x_proj = eqx.nn.Linear(d_inner, dt_rank + 2 * d_state, use_bias=False, key=k_x)
         dt_std = dt_rank**-0.5
@@ -85,18 +86,6 @@ class MambaBlock(eqx.Module):
     def dt_rank(self) -> int:
         return self.dt_proj.in_features
 
-    def _causal_conv(self, x: Array, reset: Array | None) -> Array:
-        """Depthwise causal conv: out_t = bias + sum_j w[:, K-1-j] x_{t-j}, over taps t-j in t's own sequence."""
-        L, K = x.shape[0], self.conv_weight.shape[1]
-        segment = jnp.zeros(L, jnp.int32) if reset is None else jnp.cumsum(reset)
-        padded = jnp.concatenate([jnp.zeros((K - 1,) + x.shape[1:], x.dtype), x])
-        out = jnp.broadcast_to(self.conv_bias, x.shape)
-        for j in range(K):  # over the K taps, not over time
-            x_back = padded[K - 1 - j: K - 1 - j + L]  # x_{t-j}, zero for t < j
-            same = (jnp.arange(L) >= j) & (segment == jnp.roll(segment, j))
-            out = out + self.conv_weight[:, K - 1 - j] * jnp.where(same[:, None], x_back, 0.0)
-        return out
-
     def ssm_inputs(self, x: Array, reset: Array | None = None) -> dict[str, Array]:
         """For x (L, d_model): xc, z (L, d_inner), delta (L, d_inner), B, C (L, d_state)."""
         x = jnp.asarray(x)
@@ -106,7 +95,7 @@ class MambaBlock(eqx.Module):
         if reset is not None and (jnp.shape(reset) != x.shape[:1] or jnp.asarray(reset).dtype != jnp.bool_):
             raise ValueError(f"reset must be a boolean array of shape ({x.shape[0]},), got {jnp.shape(reset)}")
         x_in, z = jnp.split(x @ self.in_proj.weight.T, 2, axis=-1)
-        xc = jax.nn.silu(self._causal_conv(x_in, reset))
+        xc = jax.nn.silu(causal_depthwise_conv(x_in, self.conv_weight, self.conv_bias, reset))
         return {"xc": xc, "z": z, **self._selection(xc)}
 
     def _selection(self, xc: Array) -> dict[str, Array]:
@@ -125,11 +114,11 @@ class MambaBlock(eqx.Module):
         from ``init_state()`` it gives ``self(x)``."""
         earlier, h = state
         x_in, z = jnp.split(x @ self.in_proj.weight.T, 2)
-        window = jnp.concatenate([earlier, x_in[None]])  # x_{t-d_conv+1} .. x_t
-        xc = jax.nn.silu(self.conv_bias + jnp.sum(self.conv_weight.T * window, 0))
+        earlier, conv = conv_step(earlier, x_in, self.conv_weight, self.conv_bias)
+        xc = jax.nn.silu(conv)
         s = self._selection(xc)
         h, y = selective_step(h, xc, s["delta"], self.A, s["B"], s["C"], self.discretization, a_nonzero=True)
-        return (window[1:], h), self._out(y + self.D * xc, z)
+        return (earlier, h), self._out(y + self.D * xc, z)
 
     def __call__(self, x: Array, reset: Array | None = None) -> Array:
         """(L, d_model) -> (L, d_model); reset (L,) bool starts a new sequence at those tokens (packing)."""

@@ -6,7 +6,9 @@ four learning rates, the best reported, as Zoology's figure 2 reports the best o
 What the arena's model keeps of its own (the differences a reader must weigh against the published numbers): each
 block is the arena's pre-norm mixer + MLP (Zoology's figure-2 blocks have no MLP, ``state_mixer`` Identity);
 attention has rotary positions (Zoology: learned absolute positions, dropout 0.1 on the embedding); every layer is
-memlab's own implementation (no short convolution in front of any, as Zoology's later sweeps add); the head is
+memlab's own implementation (Zoology's later sweeps put a short BaseConv in front of every mixer; none here), and
+gated DeltaNet runs twice, without and with the short convolution of its authors' code (``gated-deltanet-conv``:
+the ablation of the one part of the layer that memlab's leaves out, which Zoology's runs keep); the head is
 untied, over the values only (Zoology ties it to the embedding, over all tokens); one training run
 per learning rate and seed; fresh sequences every step. The paper profile runs Zoology's budget (64 epochs of 100,000
 sequences at batch 512: 12,500 steps), more than a 2-core CPU affords; ``paper-restricted`` runs 2,000 of them (its
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -32,23 +35,45 @@ from memlab.store import CHECKPOINT
 SUMMARY = summary_text(__package__, "mqar_zoology")
 
 ZOOLOGY_LRS = (1e-4, 4.6416e-4, 2.1544e-3, 1e-2)  # np.logspace(-4, -2, 4), Zoology's figure-2 sweep
-# the published numbers (read, not run): {layer: (accuracy, where it is published)}. Zoology's figure 2 has
-# attention and four gated convolutions (H3, Hyena, RWKV, BaseConv: no arena layer); Mamba and gated DeltaNet are
-# published only on a mixed test set; GRU, LRU and S5 nowhere in Zoology or Based
 ZOOLOGY = "HazyResearch/zoology d88d6f5"
+
+
+class Published(NamedTuple):
+    """A published accuracy (read, not run): the range ``low``-``high`` read off a figure (None: none published),
+    whether it is ``this_setting`` (Zoology's Fig. 2 at L = 64, d_model = 64) or another, and its ``source``."""
+
+    low: float | None
+    high: float | None
+    this_setting: bool
+    source: str
+
+    def text(self) -> str:
+        if self.low is None:
+            return "none published"
+        value = f"≈ {self.low:.2f}" if self.low == self.high else f"{self.low:.2f}-{self.high:.2f}"
+        return value if self.this_setting else f"{value} (other setting)"
+
+
+# Zoology's figure 2 has attention and four gated convolutions (H3, Hyena, RWKV, BaseConv: no arena layer); Mamba and
+# gated DeltaNet are published only on a mixed test set; GRU, LRU and S5 nowhere in Zoology or Based
+_README_FIGURE = ("Zoology README, Recall-Memory Tradeoff figure (zoology/analysis/paper/zoology_paper/"
+                  "zoology_results.png, " + ZOOLOGY + "), read off")
+_GATED_DELTANET = Published(0.89, 0.99, False, _README_FIGURE + ": gated DeltaNet 0.89 at state ≈ 1.7e4, ≈ 0.99 at "
+                            "6.5e4 and above (mixed test set, as for Mamba); Zoology's gated DeltaNet runs have the "
+                            "short convolution (zoology/experiments/models_repo.py: use_short_conv=True, conv_size 4)")
 PUBLISHED = {
-    "attention": ("≈ 1.0", "Zoology (arXiv 2312.04927) Fig. 2, read off at L = 64, d_model = 64 (≈ 1.0 at every width "
-                           "64-512 and every L 64-512); the figure is also the repo's assets/figure2.png"),
-    "mamba": ("0.70-0.85 (other setting)", "Zoology README, Recall-Memory Tradeoff figure (zoology/analysis/paper/"
-              "zoology_paper/zoology_results.png, " + ZOOLOGY + "), read off: Mamba 0.70-0.85 over state sizes "
-              "1.6e4-1e5; averaged over test sets of K 4-256 at L 64-1024 after training on a mixture "
-              "(mqar_example_configs/original_mqar_configs.py); Based (arXiv 2402.18668) Fig. 2, read off "
-              "(HazyResearch/based 32c1bd4 assets/tradeoff.png): 0.57-0.91 over 2^13-2^19 bytes of state"),
-    "gated-deltanet": ("0.89-1.0 (other setting)", "the same README figure, read off: gated DeltaNet 0.89 at state "
-                       "≈ 1.7e4, ≈ 0.99 at 6.5e4 and above (mixed test set, as for Mamba)"),
-    "gru": ("none published", "not in Zoology or Based"),
-    "lru": ("none published", "not in Zoology or Based"),
-    "s5": ("none published", "not in Zoology or Based"),
+    "attention": Published(0.97, 0.97, True, "Zoology (arXiv 2312.04927) Fig. 2, read off at L = 64, d_model = 64 "
+                           "(the same ≈ 0.97-0.98 at every width 64-512 and every L 64-512); the figure is also the "
+                           "repository's assets/figure2.png (" + ZOOLOGY + ")"),
+    "mamba": Published(0.70, 0.85, False, _README_FIGURE + ": Mamba 0.70-0.85 over state sizes 1.6e4-1e5; averaged "
+                       "over test sets of K 4-256 at L 64-1024 after training on a mixture (mqar_example_configs/"
+                       "original_mqar_configs.py); Based (arXiv 2402.18668) Fig. 2, read off (HazyResearch/based "
+                       "32c1bd4 assets/tradeoff.png): 0.57-0.91 over 2^13-2^19 bytes of state"),
+    "gated-deltanet": _GATED_DELTANET,
+    "gated-deltanet-conv": _GATED_DELTANET,
+    "gru": Published(None, None, False, "not in Zoology or Based"),
+    "lru": Published(None, None, False, "not in Zoology or Based"),
+    "s5": Published(None, None, False, "not in Zoology or Based"),
 }
 
 
@@ -60,7 +85,8 @@ class MQARZoologyConfig:
     seed: int = 0
     vocab_size: int = 8192
     num_pairs: int = 4
-    layers: tuple[str, ...] = ("attention", "mamba", "gated-deltanet", "gru", "lru", "s5")
+    # gated DeltaNet twice: as the arena runs it, and with the short convolution Zoology's runs give it
+    layers: tuple[str, ...] = ("attention", "mamba", "gated-deltanet", "gru", "lru", "s5", "gated-deltanet-conv")
     width: int = 64
     depth: int = 2
     learning_rates: tuple[float, ...] = ZOOLOGY_LRS
@@ -107,13 +133,21 @@ class LayerAccuracy:
     state: int
 
 
+def _mean_over_seeds(curves) -> np.ndarray:
+    """(seeds, evaluations) -> the mean of the seeds that were still training at each evaluation (NaN after all
+    stopped), without numpy's warning about empty slices."""
+    curves = np.asarray(curves, float)
+    running = np.isfinite(curves).sum(0)
+    return np.where(running > 0, np.nansum(curves, 0) / np.maximum(running, 1), np.nan)
+
+
 def analyse(cfg: MQARZoologyConfig, cells: dict[str, MQARAccuracy]) -> dict[str, LayerAccuracy]:
     out = {}
     for m in cfg.layers:
         runs = [cells[_name(m, lr)] for lr in cfg.learning_rates]
         accuracy = [float(np.mean(r.accuracy)) for r in runs]
         i = int(np.argmax(accuracy))
-        out[m] = LayerAccuracy(accuracy, cfg.learning_rates[i], np.nanmean(runs[i].eval_accuracy, 0).tolist(),
+        out[m] = LayerAccuracy(accuracy, cfg.learning_rates[i], _mean_over_seeds(runs[i].eval_accuracy).tolist(),
                                float(np.mean(runs[i].steps)), runs[i].parameters, runs[i].state)
     return out
 
@@ -126,17 +160,38 @@ def levelled_off(curve: list[float], steps: float, cfg: MQARZoologyConfig, toler
 
 
 def _figure(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy], run: Run) -> None:
-    fig, (left, right) = plots.figure(1, 2, width=9.5, height=3.4)
+    fig, (left, middle, right) = plots.figure(1, 3, width=13.5, height=3.6)
     steps = cfg.train.eval_every * (1 + np.arange(cfg.train.steps // cfg.train.eval_every))
     for m, r in result.items():
         left.plot(steps, r.curve, marker="o", ms=3, label=f"{m} (lr {r.best:g})")
-        right.plot(cfg.learning_rates, r.accuracy, marker="o", ms=3, label=m)
+        middle.plot(cfg.learning_rates, r.accuracy, marker="o", ms=3, label=m)
     left.set(xlabel="training steps", ylabel="held-out accuracy", title="budget curve at each layer's best rate",
              ylim=(-0.02, 1.02))
-    right.set(xscale="log", xlabel="peak learning rate", ylabel="held-out accuracy when training ended",
-              title="accuracy against learning rate", ylim=(-0.02, 1.02))
-    plots.legend_outside(right, fontsize=7)
+    middle.set(xscale="log", xlabel="peak learning rate", ylabel="held-out accuracy when training ended",
+               title="accuracy against learning rate", ylim=(-0.02, 1.02))
+    plots.legend_outside(left, fontsize=7)
+    _beside_published(right, result, cfg.train.length, cfg.width)
     run.save_figure(fig, "mqar_zoology.png")
+
+
+def _beside_published(ax, result: dict[str, LayerAccuracy], length: int, width: int) -> None:
+    """memlab's best accuracy per layer as bars, the published accuracy (a range where it is read off a curve over
+    state sizes) as a black mark: filled where it is this setting (Zoology's Fig. 2), hollow where another."""
+    names = list(result)
+    y = np.arange(len(names))
+    ax.barh(y, [max(result[m].accuracy) for m in names], height=0.6, color="tab:blue", alpha=0.6,
+            label="memlab (best rate)")
+    for i, m in enumerate(names):
+        p = PUBLISHED.get(m)
+        if p is None or p.low is None:
+            continue
+        style = {"color": "black", "mfc": "black" if p.this_setting else "white", "marker": "D", "ms": 5}
+        ax.plot([p.low, p.high], [i, i], lw=2, **style)
+    ax.plot([], [], "kD", ms=5, label="published, Zoology Fig. 2 (this setting)")
+    ax.plot([], [], "kD", mfc="white", ms=5, label="published, a mixed test set (other setting)")
+    ax.set(yticks=y, yticklabels=names, xlim=(0, 1.02), xlabel="held-out accuracy", ylim=(len(names) - 0.5, -0.5),
+           title=f"memlab at L = {length}, width {width}, beside the published")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.4, -0.18))
 
 
 def _claims(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy], run: Run) -> None:
@@ -144,8 +199,15 @@ def _claims(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy], run: Run) 
         r = result["attention"]
         run.claim("attention-solves-mqar", f"two blocks of softmax attention at width {cfg.width} solve MQAR "
                   f"(V {cfg.vocab_size}, L {cfg.train.length}, K {cfg.num_pairs}): held-out accuracy >= 0.99",
-                  "Zoology (Arora et al. 2023), Fig. 2: attention ≈ 1.0 at L = 64, d_model = 64",
+                  "Zoology (Arora et al. 2023), Fig. 2: attention ≈ 0.97 at L = 64, d_model = 64 (read off)",
                   f"{max(r.accuracy):.3f} (lr {r.best:g}, {r.steps:.0f} steps)", bool(max(r.accuracy) >= 0.99))
+    if {"gated-deltanet", "gated-deltanet-conv"} <= set(result):
+        plain, conv = (max(result[m].accuracy) for m in ("gated-deltanet", "gated-deltanet-conv"))
+        run.claim("gated-deltanet-solves-without-short-conv", "gated DeltaNet reaches the accuracy published for it "
+                  "(>= 0.89) without the short convolution Zoology's runs give it, as it does with one",
+                  "memlab's ablation; Zoology's README figure: gated DeltaNet 0.89-0.99 (a mixed test set)",
+                  f"without: {_how_well(result['gated-deltanet'], cfg)}; with: "
+                  f"{_how_well(result['gated-deltanet-conv'], cfg)}", bool(min(plain, conv) >= 0.89), by="memlab")
     flat = {m: levelled_off(r.curve, r.steps, cfg) for m, r in result.items()}
     run.claim("accuracy-levelled-off", f"the budget of {cfg.train.steps} steps suffices: at its best rate every "
               f"layer stopped past {cfg.train.stop_at:g} accuracy or changed by at most 0.02 over its last "
@@ -154,9 +216,30 @@ def _claims(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy], run: Run) 
               by="memlab")
 
 
+def _how_well(r: LayerAccuracy, cfg: MQARZoologyConfig) -> str:
+    """A layer's best accuracy, its rate and steps, and at how many rates it passed ``stop_at``."""
+    solved = sum(a > cfg.train.stop_at for a in r.accuracy)
+    return (f"{max(r.accuracy):.3f} (lr {r.best:g}, {r.steps:.0f} steps; past {cfg.train.stop_at:g} at {solved} of "
+            f"{len(r.accuracy)} rates)")
+
+
+def _comparison(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy]) -> str:
+    """What the run says about the published numbers, in sentences made from its results."""
+    said = []
+    if {"gated-deltanet", "gated-deltanet-conv"} <= set(result):
+        said.append(f"Without the convolution gated DeltaNet's best held-out accuracy is "
+                    f"{_how_well(result['gated-deltanet'], cfg)}, with it "
+                    f"{_how_well(result['gated-deltanet-conv'], cfg)}.")
+    if "attention" in result:
+        said.append(f"Attention, with every difference of the block and the recipe listed below, reaches "
+                    f"{_how_well(result['attention'], cfg)} against Zoology's {PUBLISHED['attention'].text()}.")
+    return "".join(" " + s for s in said)
+
+
 def _table(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy], run: Run) -> str:
     rates = [f"lr {lr:g}" for lr in cfg.learning_rates]
-    rows = [(m, max(r.accuracy), r.best, r.steps, *r.accuracy, r.parameters, r.state, *PUBLISHED.get(m, ("", "")))
+    rows = [(m, max(r.accuracy), r.best, r.steps, *r.accuracy, r.parameters, r.state,
+             *((PUBLISHED[m].text(), PUBLISHED[m].source) if m in PUBLISHED else ("", "")))
             for m, r in result.items()]
     return run.save_table("mqar_zoology.csv", ["layer", "memlab accuracy (best rate)", "best rate", "steps trained",
                                                *rates, "parameters", "state", "published accuracy", "source"],
@@ -173,6 +256,7 @@ def run_mqar_zoology(cfg: MQARZoologyConfig, run: Run) -> dict[str, LayerAccurac
                                      depth=cfg.depth, steps=tc.steps, batch=tc.batch, eval_every=tc.eval_every,
                                      rates=", ".join(f"{lr:g}" for lr in cfg.learning_rates), seeds=cfg.seeds,
                                      test_batch=cfg.test_batch, stop_at=tc.stop_at, wd=tc.weight_decay,
+                                     comparison=_comparison(cfg, result),
                                      table=_table(cfg, result, run)))
     return result
 
