@@ -89,6 +89,26 @@ def test_native_scan_of_one_sequence_without_vmap(x64):
     assert_close(*both_paths(jax.value_and_grad(loss, argnums=range(6)), x, delta, A, B, C, h0), 1e-12)
 
 
+@pytest.mark.parametrize("L", [1, 12])
+def test_native_scan_under_nested_vmap_with_each_examples_own_A_and_h0(x64, L):
+    """vmap over vmap (a batch of batches), every example with its own A and h0 (the batching rule must not share
+    them), and the single step L = 1: value and every gradient as the JAX scan's, to 1e-12."""
+    outer, inner, D, N = 2, 3, 6, 5
+    rng = np.random.default_rng(3)
+    x, delta, _, B, C, _ = inputs(rng, outer * inner, L, D, N, jnp.float64)
+    A = jnp.asarray(-np.exp(rng.normal(size=(outer, inner, D, N))))
+    h0 = jnp.asarray(rng.normal(size=(outer, inner, D, N)))
+    x, delta, B, C = (v.reshape(outer, inner, *v.shape[1:]) for v in (x, delta, B, C))
+
+    def loss(x, delta, A, B, C, h0):
+        def one(x, delta, A, B, C, h0):
+            y, h = selective_scan(x, delta, A, B, C, None, h0, return_state=True, a_nonzero=True)
+            return jnp.sum(jnp.sin(y)) + jnp.sum(jnp.cos(h))
+        return jnp.sum(jax.vmap(jax.vmap(one))(x, delta, A, B, C, h0))
+
+    assert_close(*both_paths(jax.value_and_grad(loss, argnums=range(6)), x, delta, A, B, C, h0), 1e-12)
+
+
 @pytest.mark.parametrize("dtype, near, beyond", [(jnp.float32, 88.5, 89.0), (jnp.float64, 709.6, 710.0)])
 def test_exp_and_expm1_at_the_extremes_match_the_jax_scan(x64, dtype, near, beyond):
     """One channel per regime of delta a: exp underflows (-1e4), ordinary (-50, -1), expm1 ~ delta a (-1e-9), 1,
@@ -145,8 +165,19 @@ def test_the_build_is_cached_and_a_failing_compiler_says_why_and_leaves_no_file(
     compiler = native.os.environ.get("CXX") or native.shutil.which("c++") or native.shutil.which("g++")
     built = native._build(compiler)
     assert built.parent == tmp_path and built.stat().st_size > 0
-    stamp = built.stat().st_mtime_ns
-    assert native._build(compiler) == built and built.stat().st_mtime_ns == stamp  # found, not compiled again
+    inode = built.stat().st_ino
+    assert native._build(compiler) == built and built.stat().st_ino == inode  # found, not compiled again
+    # other builds and a builder's leftover: removed once unused for STALE_DAYS, kept while recent
+    old = native.time.time() - (native.STALE_DAYS + 1) * 86400
+    stale, leftover, recent = (tmp_path / n for n in ("selective_scan-0ld.so", "selective_scan-0ld.so.1.2.part",
+                                                      "selective_scan-recent.so"))
+    for path in (stale, leftover, recent):
+        path.write_bytes(b"")
+    for path in (stale, leftover, built):
+        native.os.utime(path, (old, old))
+    native._remove_stale(built)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([built.name, recent.name])
+    assert native._build(compiler) == built and native.time.time() - built.stat().st_mtime < 3600  # used: touched
     (tmp_path / "fails").mkdir()
     monkeypatch.setenv("MEMLAB_NATIVE_CACHE", str(tmp_path / "fails"))
     with pytest.raises(RuntimeError, match="false failed"):

@@ -13,7 +13,7 @@ else ``~/.cache/memlab/native``.
 
 The build is keyed by the source, the compiler and its version, jaxlib's version and the processor (it is compiled
 for this machine's instruction set, ``-march=native``), and written atomically, so processes that build at once
-never load half a file.
+never load half a file. A new build removes the cache's builds no process has used for 30 days.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import platform
 import shutil
 import subprocess
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -63,6 +64,7 @@ def _build(compiler: str) -> Path:
                                     _processor()]).encode()).hexdigest()[:24]
     target = cache_folder() / f"selective_scan-{key}.so"
     if target.exists():
+        target.touch()  # in use: _remove_stale keeps it
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.part")  # one per builder
@@ -75,7 +77,24 @@ def _build(compiler: str) -> Path:
         os.replace(partial, target)  # atomic: another process sees no file or the whole one
     finally:
         partial.unlink(missing_ok=True)
+    _remove_stale(target)
     return target
+
+
+STALE_DAYS = 30
+
+
+def _remove_stale(built: Path) -> None:
+    """Remove the cache's other builds (an older source, compiler or jaxlib) and builders' leftover partial files
+    that no process has used for STALE_DAYS days (each use touches its build): a new build would otherwise leave
+    the old ones forever. A process that has one loaded keeps it (unlinking does not unmap it)."""
+    now = time.time()
+    for old in built.parent.glob("selective_scan-*.so*"):
+        try:
+            if old != built and now - old.stat().st_mtime > STALE_DAYS * 86400:
+                old.unlink()
+        except OSError:  # another process removed it first, or the folder is read-only: keep going
+            continue
 
 
 _building = threading.Lock()
@@ -126,7 +145,8 @@ _switched_off: list[bool] = []  # non-empty inside `disabled()`
 
 @contextlib.contextmanager
 def disabled():
-    """Within it, scans traced take the JAX path (to compare the two, or time them: benchmarks/bench_arena.py)."""
+    """Within it, scans traced take the JAX path (to compare the two, or time them: benchmarks/bench_arena.py).
+    It holds for the whole process: another thread tracing meanwhile takes the JAX path too (slower, same numbers)."""
     _switched_off.append(True)
     try:
         yield
