@@ -58,8 +58,8 @@ class Published(NamedTuple):
 # gated DeltaNet are published only on a mixed test set; GRU, LRU and S5 nowhere in Zoology or Based
 _README_FIGURE = ("Zoology README, Recall-Memory Tradeoff figure (zoology/analysis/paper/zoology_paper/"
                   "zoology_results.png, " + ZOOLOGY + "), read off")
-_GATED_DELTANET = Published(0.89, 0.99, False, _README_FIGURE + ": gated DeltaNet 0.89 at state ≈ 1.7e4, ≈ 0.99 at "
-                            "6.5e4 and above (mixed test set, as for Mamba); Zoology's gated DeltaNet runs have the "
+_GATED_DELTANET = Published(0.89, 1.0, False, _README_FIGURE + ": gated DeltaNet 0.89 at state ≈ 1.7e4, ≈ 0.99-1.0 "
+                            "at 6.5e4 and above (mixed test set, as for Mamba); Zoology's gated DeltaNet runs have the "
                             "short convolution (zoology/experiments/models_repo.py: use_short_conv=True, conv_size 4)")
 PUBLISHED = {
     "attention": Published(0.97, 0.97, True, "Zoology (arXiv 2312.04927) Fig. 2, read off at L = 64, d_model = 64 "
@@ -205,7 +205,7 @@ def _claims(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy], run: Run) 
         plain, conv = (max(result[m].accuracy) for m in ("gated-deltanet", "gated-deltanet-conv"))
         run.claim("gated-deltanet-solves-without-short-conv", "gated DeltaNet reaches the accuracy published for it "
                   "(>= 0.89) without the short convolution Zoology's runs give it, as it does with one",
-                  "memlab's ablation; Zoology's README figure: gated DeltaNet 0.89-0.99 (a mixed test set)",
+                  "memlab's ablation; Zoology's README figure: gated DeltaNet 0.89-1.0 (a mixed test set)",
                   f"without: {_how_well(result['gated-deltanet'], cfg)}; with: "
                   f"{_how_well(result['gated-deltanet-conv'], cfg)}", bool(min(plain, conv) >= 0.89), by="memlab")
     flat = {m: levelled_off(r.curve, r.steps, cfg) for m, r in result.items()}
@@ -233,7 +233,11 @@ def _comparison(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy]) -> str
     if "attention" in result:
         said.append(f"Attention, with every difference of the block and the recipe listed below, reaches "
                     f"{_how_well(result['attention'], cfg)} against Zoology's {PUBLISHED['attention'].text()}.")
-    return "".join(" " + s for s in said)
+    if "mamba" in result:
+        said.append(f"Mamba's {_how_well(result['mamba'], cfg)} cannot be held against the published "
+                    f"{PUBLISHED['mamba'].text()}: that figure averages test sets of up to 256 pairs in 1,024 tokens "
+                    f"after training on a mixture of lengths, and no Mamba number is published at this setting.")
+    return " ".join(said) or "(The layers compared with a published number did not run.)"
 
 
 def _table(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy], run: Run) -> str:
