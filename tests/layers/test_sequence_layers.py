@@ -150,7 +150,7 @@ def test_gated_deltanet_without_a_short_convolution_keeps_its_parameters():
     assert len(jax.tree.leaves(conv)) == len(jax.tree.leaves(plain)) + 1
     for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(eqx.tree_at(lambda m: m.conv_weight, conv, None))):
         np.testing.assert_array_equal(a, b)
-    for bad in (1, -2, 2.5):
+    for bad in (1, -2, 2.5, 2.0, "4", True):
         with pytest.raises(ValueError, match="short_conv must be 0"):
             GatedDeltaNet(D, 1, key=jax.random.key(0), short_conv=bad)
 
@@ -242,3 +242,13 @@ def test_bad_sizes_are_named():
         CausalSoftmaxAttention(6, 4, key=jax.random.key(0))
     with pytest.raises(ValueError, match="r_max must be a finite number"):
         LRU(4, 4, key=jax.random.key(0), r_max=1.0)
+
+
+@pytest.mark.parametrize("heads, short_conv, features, delta", [(2, 3, "l2", True), (4, 5, "elu+1", False)])
+def test_gated_deltanet_step_with_a_short_convolution_is_the_layer(x64, heads, short_conv, features, delta):
+    """Several heads and the convolution's window in the state: ``step`` scanned from ``init_state()`` gives the
+    layer's chunkwise output (float64, to rounding)."""
+    layer = GatedDeltaNet(D, heads, key=jax.random.key(5), short_conv=short_conv, features=features, delta=delta)
+    x = jnp.asarray(_x(6), jnp.float64)
+    _, y = jax.lax.scan(lambda state, x_t: layer.step(state, x_t), layer.init_state(), x)
+    np.testing.assert_allclose(y, layer(x), rtol=1e-10, atol=1e-10)

@@ -77,7 +77,11 @@ class HeadProjections(eqx.Module):
 
     def split_token(self, x: Array) -> tuple[Array, Array, Array]:
         """q, k, v of one token x (d,), each (heads, d_h) (a recurrent form's step)."""
-        return tuple(a[:, 0] for a in self.split(x[None]))
+        return self.split_heads_token(apply_linear(self.qkv, x[None])[0])
+
+    def split_heads_token(self, qkv: Array) -> tuple[Array, Array, Array]:
+        """One token's projections (3 d,), [q | k | v], as q, k, v, each (heads, d_h)."""
+        return tuple(a[:, 0] for a in self.split_heads(qkv[None]))
 
     def merge_token(self, o: Array) -> Array:
         """(heads, d_h) -> out-projected (d,)."""

@@ -15,11 +15,12 @@ L2-normalising them (only without the delta rule, whose erasing step I - beta k 
 contraction). ``short_conv=K`` puts the short convolution of the authors' code (and of Zoology's gated DeltaNet runs)
 in front of the rule: q, k, v = silu(causal depthwise conv of width K, no bias, of the projections), then q and k
 L2-normalised (flash-linear-attention's ``ShortConvolution`` with ``activation="silu"``); it lets a token's key
-and value carry the tokens just before it, the shift associative recall needs. State: a (d_h x d_h) matrix per head
-(and, with a short convolution, the last K - 1 projections). :func:`gated_delta_rule` is the
-recurrence as written, one ``lax.scan`` step per time step (the reference); the layer runs
-:func:`gated_delta_rule_chunked`, the paper's chunkwise form (tested equal), which takes a scan step per chunk of
-time steps and does the rest as matrix products.
+and value carry the tokens just before it, the shift associative recall needs. Without it memlab's layer has no
+silu (upstream keeps one), and it differs from upstream's also in having no output norm and values as wide as
+keys. State: a (d_h x d_h) matrix per head (and, with a short convolution, the last K - 1 projections).
+:func:`gated_delta_rule` is the recurrence as written, one ``lax.scan`` step per time step (the reference); the layer
+runs :func:`gated_delta_rule_chunked`, the paper's chunkwise form (tested equal), which takes a scan step per chunk
+of time steps and does the rest as matrix products.
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ class GatedDeltaNet(eqx.Module):
             raise ValueError(f"features must be one of {sorted(FEATURES)}, got {features!r}")
         if delta and features != "l2":
             raise ValueError(f"features={features!r} needs delta=False: the delta rule needs unit keys")
-        if short_conv == 1 or short_conv < 0 or int(short_conv) != short_conv:
+        if not isinstance(short_conv, int) or isinstance(short_conv, bool) or short_conv == 1 or short_conv < 0:
             raise ValueError(f"short_conv must be 0 (none) or a kernel width >= 2, got {short_conv!r}")
         self.features = features
         k_proj, k_gates = jax.random.split(key)
@@ -154,8 +155,9 @@ class GatedDeltaNet(eqx.Module):
         # decay near 1 at initialisation (softplus(-4) = 0.018: alpha ~ 0.98), as in the paper's code
         bias = jnp.concatenate([jnp.full(heads, -4.0), jnp.zeros(heads)]) if decay else jnp.zeros(heads)
         self.gates = eqx.tree_at(lambda g: g.bias, gates, bias)
-        # its own key (folded in), so that the layers without one keep the numbers they had
-        self.conv_weight = init_conv_weight(jax.random.fold_in(key, 1), 3 * width, short_conv) if short_conv else None
+        # a key of its own, so that the layers without one keep the numbers they had: folded in with 2, since
+        # split(key) gives fold_in(key, 0) and fold_in(key, 1) (the gates') under JAX's partitionable threefry
+        self.conv_weight = init_conv_weight(jax.random.fold_in(key, 2), 3 * width, short_conv) if short_conv else None
 
     def state_size(self, length: int | None = None) -> int:
         """heads d_h^2 numbers (and the convolution's last K - 1 projections), for any length."""
@@ -179,7 +181,7 @@ class GatedDeltaNet(eqx.Module):
         channels, taps = self.conv_weight.shape
         return jnp.zeros((taps - 1, channels), S.dtype), S
 
-    def step(self, state, x: Array):
+    def step(self, state: Array | tuple[Array, Array], x: Array) -> tuple[Array | tuple[Array, Array], Array]:
         """One step of the gated delta rule: (state as ``init_state()``, x_t (d,)) -> (state_t, o_t (d,))."""
         qkv = apply_linear(self.proj.qkv, x[None])[0]
         if self.conv_weight is not None:
@@ -188,7 +190,7 @@ class GatedDeltaNet(eqx.Module):
             qkv = jax.nn.silu(qkv)
         else:
             S = state
-        q, k, v = (a[:, 0] for a in self.proj.split_heads(qkv[None]))  # (heads, d_h) each
+        q, k, v = self.proj.split_heads_token(qkv)  # (heads, d_h) each
         q, k = FEATURES[self.features](q), FEATURES[self.features](k)
         log_alpha, beta = (g[:, 0, None, None] for g in self._gates(x[None]))  # (heads, 1, 1)
         if self.delta:

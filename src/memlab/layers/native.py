@@ -64,7 +64,8 @@ def _build(compiler: str) -> Path:
                                     _processor()]).encode()).hexdigest()[:24]
     target = cache_folder() / f"selective_scan-{key}.so"
     if target.exists():
-        target.touch()  # in use: _remove_stale keeps it
+        with contextlib.suppress(OSError):  # a read-only cache is still used
+            target.touch()  # in use: _remove_stale keeps it
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.part")  # one per builder
