@@ -181,13 +181,14 @@ def _beside_published(ax, result: dict[str, LayerAccuracy], length: int, width: 
     y = np.arange(len(names))
     ax.barh(y, [max(result[m].accuracy) for m in names], height=0.6, color="tab:blue", alpha=0.6,
             label="memlab (best rate)")
+    drawn = set()  # which kinds of published mark the panel shows: this setting (True), another (False)
     for i, m in enumerate(names):
         p = PUBLISHED.get(m)
         if p is None or p.low is None:
             continue
         style = {"color": "black", "mfc": "black" if p.this_setting else "white", "marker": "D", "ms": 5}
         ax.plot([p.low, p.high], [i, i], lw=2, **style)
-    drawn = {PUBLISHED[m].this_setting for m in names if m in PUBLISHED and PUBLISHED[m].low is not None}
+        drawn.add(p.this_setting)
     if True in drawn:
         ax.plot([], [], "kD", ms=5, label="published, Zoology Fig. 2 (this setting)")
     if False in drawn:
