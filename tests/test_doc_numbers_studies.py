@@ -433,7 +433,7 @@ ARENA = [
     Quote(README, "within {lgssm} of the Kalman filter on a linear-Gaussian model ({closest_lgssm} closest, {mamba})",
           LEADERBOARD, {"lgssm": _within_reference("lgssm"), "mamba": _stat("lgssm", "mamba"),
                         "closest_lgssm": lambda d: LAYER_NAMES[d["results"]["closest"]["lgssm"]]}),
-    Quote(README, "a decay alone closes that gap to {gla}", ABLATION,
+    Quote(README, "a decay alone closes linear attention's gap to {gla}", ABLATION,
           {"gla": _both_tasks("gated-linear-attention", 1)}),
     Quote(ARENA_DOC, "| hmm-mess3 | GRU {gru}, LSTM {lstm}, Mamba {mamba}, LOF {lof} | gated DeltaNet {gdn}, "
           "LRU {lru}, S5 {s5} | softmax attention {att} ({att4} at 4T), linear attention {la} |", LEADERBOARD, _MESS3),
@@ -528,6 +528,52 @@ ARENA += [
           {"steps": lambda d: f"{d['config']['train']['steps']:,}",
            "which": lambda d: "every" if max(s["gap"] for t in d["results"]["stats"].values()
                                               for s in t.values()) < 1 else "not every"}),
+]
+
+MQAR = "paper-results/arena.mqar-zoology/paper-restricted/results.json"
+
+
+def _best(layer: str) -> Read:
+    """A layer's best held-out accuracy over the learning rates."""
+    return lambda d: fixed(max(d["results"][layer]["accuracy"]))
+
+
+def _mqar_levels(d: Any) -> Any:
+    """The run's level stretches (mqar_zoology.levels) from its results file."""
+    from memlab.arena.experiments.mqar_levels import levels
+    from memlab.arena.experiments.mqar_zoology import LayerAccuracy
+
+    train = d["config"]["train"]
+    return levels({m: LayerAccuracy(**{**r, "curve": [float(a) for a in r["curve"]]}) for m, r in d["results"].items()},
+                  train["eval_every"], train["stop_at"])
+
+
+def _span(stretch) -> str:
+    return f"{stretch[0]:,}–{stretch[1]:,}"
+
+
+_MQAR_BEST = {"att": _best("attention"), "gdn": _best("gated-deltanet"), "mamba": _best("mamba"),
+              "gru": _best("gru"), "lru": _best("lru"), "s5": _best("s5")}
+ARENA += [
+    Quote(README, "softmax attention ({att}), gated DeltaNet ({gdn}) and Mamba ({mamba}) recall (Zoology: attention "
+          "≈ 0.97); GRU ({gru}), LRU ({lru}) and S5 ({s5}) do not", MQAR, _MQAR_BEST),
+    Quote(ARENA_DOC, "rates, attention {att}, gated DeltaNet {gdn} ({conv} with the short convolution), Mamba {mamba}, "
+          "GRU {gru}, LRU {lru}, S5 {s5}.", MQAR, {**_MQAR_BEST, "conv": _best("gated-deltanet-conv")}),
+    Quote(ARENA_DOC, "`accuracy-levelled-off` {status}: gated DeltaNet sat level at ≈ 0.2 over steps {broke} and then "
+          "passed 0.99 by step 1,600, and {short} ended level for less than that", MQAR,
+          {"status": lambda d: next(c["status"] for c in d["claims"] if c["id"] == "accuracy-levelled-off"),
+           "broke": lambda d: _span(_mqar_levels(d).broke[1]),
+           "short": lambda d: " and ".join({"mamba": "Mamba", "lru": "LRU"}.get(m, m)
+                                           for m, ok in _mqar_levels(d).outlasted.items() if not ok)}),
+    Quote(RESULTS_README, "at least {hours} h of one core ({cells} cells of {low}–{high} min; a cell resumed", MQAR,
+          {"hours": lambda d: f"{sum(d['cells']['seconds'].values()) / 3600:.1f}",
+           "cells": lambda d: str(len(d["cells"]["seconds"])),
+           "low": lambda d: f"{min(d['cells']['seconds'].values()) / 60:.1f}",
+           "high": lambda d: f"{max(d['cells']['seconds'].values()) / 60:.0f}"}),
+    Quote(RESULTS_README, "| {holding} (the third, memlab's, fails", MQAR, {"holding": _holding}),
+    Quote(ARENA_DOC, "GRU's level at {gru} (≈ 1/4, what naming one of the sequence's 4 values at random scores) "
+          "lasted {steps} steps", MQAR,
+          {"gru": _best("gru"), "steps": lambda d: f"{(lambda s: s[1] - s[0])(_mqar_levels(d).unsolved['gru']):,}"}),
 ]
 
 # the folder table's claim counts of the runs added last

@@ -124,3 +124,22 @@ def test_arena_scaling_holds_the_leaderboards_cells_at_its_width(tmp_path):
         assert len(set(ours.values())) == len(ours)
     paper, core = cells(scaling, "arena.scaling", "paper"), cells(scaling, "arena.scaling", "paper-core")
     assert set(core) < set(paper) and all(paper[n] == d for n, d in core.items())
+
+
+def test_arena_restricted_profiles_are_parts_of_their_paper_profiles(tmp_path):
+    """paper-core-families (the leaderboard) and paper-plateau (MQAR at Zoology's setting) compute the paper
+    profiles' own cells, so the full runs adopt them; paper-restricted trains 2,000 steps, so none of its are."""
+    from memlab.arena.experiments import leaderboard, mqar_zoology
+
+    def cells(module, name, profile):
+        cfg = catalog.get(name).profiles[profile]
+        return _digests(module.sweep_cells(cfg, Run(tmp_path, cfg, profile, 0, experiment=name)))
+
+    for module, name, part in ((leaderboard, "arena.leaderboard", "paper-core-families"),
+                               (mqar_zoology, "arena.mqar-zoology", "paper-plateau")):
+        paper, ours = cells(module, name, "paper"), cells(module, name, part)
+        assert set(ours) < set(paper) and all(paper[n] == d for n, d in ours.items()), name
+    assert len(cells(leaderboard, "arena.leaderboard", "paper-core-families")) == 4 * 9
+    assert cells(mqar_zoology, "arena.mqar-zoology", "paper-plateau").keys() == {"gru.lr=0.01"}
+    restricted = cells(mqar_zoology, "arena.mqar-zoology", "paper-restricted")
+    assert not set(restricted.values()) & set(cells(mqar_zoology, "arena.mqar-zoology", "paper").values())

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from memlab import deadline
+from memlab.arena.experiments.mqar_levels import level_stretch, levels
 from memlab.arena.experiments.mqar_train import ZoologyTraining, held_out, mqar_accuracy, queries, query_logits
-from memlab.arena.experiments.mqar_zoology import PUBLISHED, ZOOLOGY_LRS, MQARZoologyConfig, analyse, levelled_off
+from memlab.arena.experiments.mqar_zoology import PUBLISHED, ZOOLOGY_LRS, MQARZoologyConfig, analyse
 from memlab.arena.model import SequenceModel
 from memlab.arena.mqar import MQARTask
 from memlab.arena.train import baselines
@@ -90,8 +91,23 @@ def test_analyse_reports_each_layers_best_rate_and_whether_it_levelled_off():
                                                                                                  eval_every=10))
     result = analyse(cfg, {"gru.lr=0.001": _result(0.3, [0.1, 0.3]), "gru.lr=0.01": _result(0.8, [0.79, 0.8])})
     assert result["gru"].best == 1e-2 and result["gru"].accuracy == [0.3, 0.8] and result["gru"].curve == [0.79, 0.8]
-    assert levelled_off([0.79, 0.8], 20, cfg) and not levelled_off([0.1, 0.3], 20, cfg)
-    assert levelled_off([1.0, float("nan")], 10, cfg)  # stopped early, past stop_at
+    lv = levels(result, 10, cfg.train.stop_at)
+    assert lv.unsolved == {"gru": (10, 20)} and lv.broke is None
+
+
+def test_a_level_stretch_counts_against_the_longest_one_a_layer_broke_out_of():
+    nan = float("nan")
+    assert level_stretch([0.1, 0.3, 0.31, 0.3], 10) == (20, 40) and level_stretch([0.1, 0.3], 10) == (20, 20)
+    assert level_stretch([0.2, 0.21, 1.0, nan], 10) == (30, 30)
+    cfg = MQARZoologyConfig(layers=("gru", "lru", "s5"), learning_rates=(1e-2,), train=ZoologyTraining(steps=60,
+                                                                                                       eval_every=10))
+    # s5 sat level over steps 10-40 (30 steps) and then passed stop_at; gru ended level over 20-60, lru over 40-60
+    cells = {"gru.lr=0.01": _result(0.25, [0.1, 0.24, 0.25, 0.25, 0.26, 0.25], 60),
+             "lru.lr=0.01": _result(0.5, [0.1, 0.2, 0.3, 0.49, 0.5, 0.5], 60),
+             "s5.lr=0.01": _result(0.995, [0.2, 0.2, 0.21, 0.2, 0.995, nan], 50)}
+    lv = levels(analyse(cfg, cells), 10, cfg.train.stop_at)
+    assert lv.unsolved == {"gru": (20, 60), "lru": (40, 60)} and lv.broke == ("s5", (10, 40))
+    assert lv.outlasted == {"gru": True, "lru": False}
 
 
 def test_profiles_are_zoologys_setting():
