@@ -5,7 +5,7 @@ averaged over 300 random policy-evaluation tasks with standard-error bands, one 
 family, sizes, discount, query construction and trajectory start are unstated; ``policy_eval.py`` states what memlab
 decides (random tasks with m in 5..10 and d = 10, readings (a)-(c)) and computes TF(tau_t, s) and its references.
 Two discounts, each a panel: gamma = 0.9 (the only one the paper states, Table 1) and gamma = 0.5. t is log-spaced
-from 1 to t_max. The tasks are drawn once in the driver; one sweep cell per (gamma, t) holds all tasks
+from 1 to t_max. The tasks are drawn in the driver and again in each cell; one sweep cell per (gamma, t) holds all tasks
 (``msve_cells``); their analysis is ``msve_analysis``; this module runs the sweep and writes the figure, the claims and
 the summary.
 """
@@ -20,7 +20,7 @@ import numpy as np
 from memlab import plots
 from memlab.files import markdown_table, summary_text
 from memlab.ictd.experiments.msve_analysis import MsveStats, TaskNumbers, analyse
-from memlab.ictd.experiments.msve_cells import MsveConfig, make_tasks, msve_cell
+from memlab.ictd.experiments.msve_cells import MsveConfig, TaskDraw, msve_cell
 from memlab.ictd.policy_eval import METHODS, method_label
 from memlab.runner import Experiment, Run
 
@@ -41,9 +41,10 @@ SECTION = summary_text(__package__, "msve_section")
 
 def run_msve_vs_context(cfg: MsveConfig, run: Run) -> dict:
     """Tasks (driver) -> sweep over (gamma, t) -> numbers -> files."""
-    tasks = make_tasks(cfg, run.key_for("tasks"), run.key_for("trajectories"))  # m states: stream ("tasks", m)
+    draw = TaskDraw.of(cfg, run.key_for("tasks"), run.key_for("trajectories"))  # m states: stream ("tasks", m)
+    tasks = draw.tasks()
     layers = (cfg.num_layers, cfg.depth_limit_layers)
-    cells = run.sweep({f"gamma={gamma:g},t={t}": partial(msve_cell, tasks, g, gamma, t, *layers)
+    cells = run.sweep({f"gamma={gamma:g},t={t}": partial(msve_cell, draw, g, gamma, t, *layers)
                        for g, gamma in enumerate(cfg.gammas) for t in cfg.contexts()}, "MSVE vs context length")
     stats = analyse(cfg, TaskNumbers.of(tasks), cells)
     _figures(cfg, stats, run)

@@ -1,9 +1,11 @@
-"""The config and the sweep cell of ``ictd.msve-vs-context`` (Fig. 1): :class:`MsveConfig`, the task set drawn once in
-the driver (``make_tasks``) and ``msve_cell``, the MSVE of every method for every task at one (gamma, t)."""
+"""The config and the sweep cell of ``ictd.msve-vs-context`` (Fig. 1): :class:`MsveConfig`, :class:`TaskDraw` (what
+the task set is drawn from, in the driver and again in each cell) and ``msve_cell``, the MSVE of every method for
+every task at one (gamma, t)."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -11,7 +13,7 @@ from memlab.checks import check_int, check_real
 from memlab.ictd.policy_eval import ContextMSVE, TaskSet, context_msve, make_task_set
 from memlab.store import cell
 
-__all__ = ["MsveConfig", "make_tasks", "msve_cell"]
+__all__ = ["MsveConfig", "TaskDraw", "msve_cell"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,12 +53,33 @@ class MsveConfig:
         check_int("depth_limit_layers", self.depth_limit_layers, self.num_layers)
 
 
-def make_tasks(cfg: MsveConfig, tasks_key, trajectories_key) -> TaskSet:
-    return make_task_set(tasks_key, trajectories_key, cfg.m_values, cfg.tasks_per_m, cfg.d, cfg.gammas,
-                         cfg.feature_scale, cfg.num_actions, cfg.t_max, cfg.num_layers)
+class TaskDraw(NamedTuple):
+    """What the task set is drawn from (``make_task_set``'s arguments). A cell takes these values, not the drawn
+    arrays: their round-off differs between CPUs (an AVX2 machine drew other last bits than the AVX-512 one the
+    committed cells came from), and a cell's digest holds its arguments' values, so the arrays would orphan them."""
+
+    tasks_key: Any
+    trajectories_key: Any
+    m_values: tuple[int, ...]
+    tasks_per_m: int
+    d: int
+    gammas: tuple[float, ...]
+    feature_scale: float
+    num_actions: int
+    t_max: int
+    num_layers: int
+
+    @classmethod
+    def of(cls, cfg: MsveConfig, tasks_key, trajectories_key) -> TaskDraw:
+        return cls(tasks_key, trajectories_key, cfg.m_values, cfg.tasks_per_m, cfg.d, cfg.gammas, cfg.feature_scale,
+                   cfg.num_actions, cfg.t_max, cfg.num_layers)
+
+    def tasks(self) -> TaskSet:
+        return make_task_set(*self)
 
 
 @cell("ictd.msve", result=ContextMSVE)
-def msve_cell(tasks: TaskSet, g: int, gamma: float, t: int, num_layers: int, depth_limit_layers: int) -> ContextMSVE:
-    """MSVE of every method for every task at discount ``gamma`` (the task set's g-th) and context length t."""
-    return context_msve(tasks, g, gamma, t, num_layers, depth_limit_layers)
+def msve_cell(draw: TaskDraw, g: int, gamma: float, t: int, num_layers: int, depth_limit_layers: int) -> ContextMSVE:
+    """MSVE of every method for every task of ``draw`` at discount ``gamma`` (the task set's g-th) and context
+    length t."""
+    return context_msve(draw.tasks(), g, gamma, t, num_layers, depth_limit_layers)
