@@ -571,6 +571,9 @@ ARENA += [
            "low": lambda d: f"{min(d['cells']['seconds'].values()) / 60:.1f}",
            "high": lambda d: f"{max(d['cells']['seconds'].values()) / 60:.0f}"}),
     Quote(RESULTS_README, "| {holding} (the third, memlab's, fails", MQAR, {"holding": _holding}),
+    Quote(DEVELOPMENT, "arena.mqar-zoology paper-restricted ({cells} cells, at least {hours} h of one core)", MQAR,
+          {"cells": lambda d: str(len(d["cells"]["seconds"])),
+           "hours": lambda d: f"{sum(d['cells']['seconds'].values()) / 3600:.1f}"}),
     Quote(ARENA_DOC, "GRU's level at {gru} (≈ 1/4, what naming one of the sequence's 4 values at random scores) "
           "lasted {steps} steps", MQAR,
           {"gru": _best("gru"), "steps": lambda d: f"{(lambda s: s[1] - s[0])(_mqar_levels(d).unsolved['gru']):,}"}),
