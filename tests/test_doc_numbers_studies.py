@@ -548,8 +548,11 @@ def _mqar_levels(d: Any) -> Any:
                   train["eval_every"], train["stop_at"])
 
 
-def _span(stretch) -> str:
-    return f"{stretch[0]:,}–{stretch[1]:,}"
+def _broke(d: Any) -> str:
+    """The level stretch a layer broke out of, as the summary writes it."""
+    from memlab.arena.experiments.mqar_levels import span
+
+    return span(_mqar_levels(d).broke[1])
 
 
 _MQAR_BEST = {"att": _best("attention"), "gdn": _best("gated-deltanet"), "mamba": _best("mamba"),
@@ -562,7 +565,7 @@ ARENA += [
     Quote(ARENA_DOC, "`accuracy-levelled-off` {status}: gated DeltaNet sat level at ≈ 0.2 over steps {broke} and then "
           "passed 0.99 by step 1,600, and {short} ended level for less than that", MQAR,
           {"status": lambda d: next(c["status"] for c in d["claims"] if c["id"] == "accuracy-levelled-off"),
-           "broke": lambda d: _span(_mqar_levels(d).broke[1]),
+           "broke": _broke,
            "short": lambda d: " and ".join({"mamba": "Mamba", "lru": "LRU"}.get(m, m)
                                            for m, ok in _mqar_levels(d).outlasted.items() if not ok)}),
     Quote(RESULTS_README, "at least {hours} h of one core ({cells} cells of {low}–{high} min; a cell resumed", MQAR,

@@ -18,6 +18,11 @@ def level_stretch(curve: list[float], every: int, tolerance: float = 0.02) -> tu
     return every * (first + 1), every * len(done)
 
 
+def span(stretch: tuple[int, int]) -> str:
+    """A stretch of steps as the summary and the docs write it: '400–1,400'."""
+    return f"{stretch[0]:,}–{stretch[1]:,}"
+
+
 class Levels(NamedTuple):
     """Each unsolved layer's last level stretch (steps, at its best rate), and the longest level stretch after which
     a layer still passed ``stop_at`` (``broke``: that layer and its stretch, None if none did)."""

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from memlab import plots
-from memlab.arena.experiments.mqar_levels import Levels, levels
+from memlab.arena.experiments.mqar_levels import Levels, levels, span
 from memlab.arena.experiments.mqar_published import PUBLISHED
 from memlab.arena.experiments.mqar_train import MQARAccuracy, ZoologyTraining, mqar_accuracy
 from memlab.arena.layers import LAYERS
@@ -170,17 +170,13 @@ def _claims(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy], run: Run) 
                   by="memlab")
     lv = levels(result, cfg.train.eval_every, cfg.train.stop_at)
     waited = ("no layer passed it after a level stretch" if lv.broke is None else
-              f"the longest level stretch a layer passed it after: {lv.broke[0]}, steps {_span(lv.broke[1])}")
+              f"the longest level stretch a layer passed it after: {lv.broke[0]}, steps {span(lv.broke[1])}")
     run.claim("accuracy-levelled-off", f"the budget of {cfg.train.steps} steps suffices: at its best rate every "
               f"layer passed {cfg.train.stop_at:g} accuracy, or ended level (within 0.02 from one evaluation to the "
               "next) for longer than any layer stayed level before it passed", "memlab (a restricted budget must "
               "show it has levelled off)",
-              "; ".join(f"{m} level over steps {_span(s)}" for m, s in lv.unsolved.items()) + f"; {waited}",
+              "; ".join(f"{m} level over steps {span(s)}" for m, s in lv.unsolved.items()) + f"; {waited}",
               all(lv.outlasted.values()), by="memlab")
-
-
-def _span(stretch: tuple[int, int]) -> str:
-    return f"{stretch[0]:,}–{stretch[1]:,}"
 
 
 def _how_well(r: LayerAccuracy, cfg: MQARZoologyConfig) -> str:
@@ -222,10 +218,10 @@ def _levels_text(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy]) -> st
         curve = [a for a in result[m].curve if np.isfinite(a)]
         level = curve[stretch[0] // every - 1: stretch[1] // every]
         said.append(f"A level curve is not a finished one: {m} stayed within 0.02 from one evaluation to the next "
-                    f"over steps {_span(stretch)} (accuracy {min(level):.3f}–{max(level):.3f}), then reached "
+                    f"over steps {span(stretch)} (accuracy {min(level):.3f}–{max(level):.3f}), then reached "
                     f"{curve[-1]:.3f} at step {every * len(curve):,}.")
     said.append("The layers that did not pass " + f"{cfg.train.stop_at:g} ended level over steps " + "; ".join(
-        f"{_span(s)} ({m}, {max(result[m].accuracy):.3f}{_shorter(lv) if not lv.outlasted[m] else ''})"
+        f"{span(s)} ({m}, {max(result[m].accuracy):.3f}{_shorter(lv) if not lv.outlasted[m] else ''})"
         for m, s in lv.unsolved.items()) + f". One in K = {cfg.num_pairs} is {1 / cfg.num_pairs:.2f}: what naming "
         "one of the sequence's values at random scores.")
     return " ".join(said)
