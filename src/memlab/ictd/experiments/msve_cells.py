@@ -5,13 +5,14 @@ every task at one (gamma, t)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from memlab.checks import check_int, check_real
 from memlab.ictd.policy_eval import ContextMSVE, TaskSet, context_msve, make_task_set
-from memlab.store import cell
+from memlab.store import cell, describe_value
 
 __all__ = ["MsveConfig", "TaskDraw", "msve_cell"]
 
@@ -75,7 +76,16 @@ class TaskDraw(NamedTuple):
                    cfg.num_actions, cfg.t_max, cfg.num_layers)
 
     def tasks(self) -> TaskSet:
-        return make_task_set(*self)
+        """The drawn task set, built once per process: the driver and every cell of a run take the same draw, and
+        building it (solving every task at every gamma) would otherwise be repeated by each of the run's cells."""
+        key = json.dumps(describe_value(self))
+        if key not in _DRAWN:
+            _DRAWN.clear()  # a run has one draw; hold no more than that
+            _DRAWN[key] = make_task_set(*self)
+        return _DRAWN[key]
+
+
+_DRAWN: dict[str, TaskSet] = {}  # TaskDraw.tasks' cache, keyed by the draw's description (its values, as a digest is)
 
 
 @cell("ictd.msve", result=ContextMSVE)
