@@ -8,7 +8,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # pytest-xdist: two workers ran the suite about 1.5-2x faster on the 2-core machine (XLA compiles are
-# mostly single-threaded); override with make test PYTEST_ARGS= to run in one process.
+# mostly single-threaded); override with make test PYTEST_ARGS= to run in one process. --dist worksteal was no
+# faster (fresh clone, idle 2-core machine: 1822 s against load scheduling's 1711 s; the tail is the long tests).
 PYTEST_ARGS ?= -n 2
 # experiments run side by side by `make reproduce` (each its own process); default: every core
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
