@@ -41,6 +41,7 @@ from memlab.arena.train import (
     score,
     static_part,
 )
+from memlab.kept import KeptLast
 from memlab.progress import training_chunks, training_step
 from memlab.store import cell
 
@@ -116,18 +117,16 @@ class _TaskSide(NamedTuple):
     longer: list[tuple[Batch, Baselines]]
 
 
-_kept_side: dict[tuple, _TaskSide] = {}  # the last task side this process computed, by what it depends on
+_kept_side: KeptLast[_TaskSide] = KeptLast()  # the last task side this process computed, by what it depends on
 
 
 def _task_side(task: str, code: str, test_key, test_batch: int, length: int, longer: tuple[int, ...]) -> _TaskSide:
     """The task's side of a cell's scores (:class:`_TaskSide`), kept for the next cell of this process: a sweep
     runs a task's layers one after the other, and computing it in each cell cost ~1 CPU-second there (the compiled
     model is a new closure in every cell, so its program was compiled again). ``code`` (a user's files'
-    fingerprints) and the x64 setting are part of what it depends on, as they are of the cell's key."""
-    depends_on = (task, code, tuple(np.asarray(jax.random.key_data(test_key)).ravel().tolist()), test_batch, length,
-                  tuple(longer), bool(jax.config.jax_enable_x64))
-    if depends_on not in _kept_side:
-        _kept_side.clear()  # one task's at a time (a sweep's cells go task by task), never two held at once
+    fingerprints) and the x64 setting (``KeptLast``) are part of what it depends on, as they are of the cell's key."""
+
+    def compute() -> _TaskSide:
         spec = make_task(task)
         test = spec.sample(test_key, test_batch, length)
         compiled = compiled_model(spec)
@@ -136,8 +135,10 @@ def _task_side(task: str, code: str, test_key, test_batch: int, length: int, lon
         for multiple in longer:  # each its own held-out batch, the same for every layer of the task
             long_test = spec.sample(jax.random.fold_in(test_key, multiple), test_batch, multiple * length)
             long_sides.append((long_test, held_out_side(spec, long_test)[0]))
-        _kept_side[depends_on] = _TaskSide(test, base, target, long_sides)
-    return _kept_side[depends_on]
+        return _TaskSide(test, base, target, long_sides)
+
+    key_data = tuple(np.asarray(jax.random.key_data(test_key)).ravel().tolist())
+    return _kept_side.get((task, code, key_data, test_batch, length, tuple(longer)), compute)
 
 
 class _Progress(NamedTuple):

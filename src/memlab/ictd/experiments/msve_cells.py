@@ -12,6 +12,7 @@ import numpy as np
 
 from memlab.checks import check_int, check_real
 from memlab.ictd.policy_eval import ContextMSVE, TaskSet, context_msve, make_task_set
+from memlab.kept import KeptLast
 from memlab.store import cell, describe_value
 
 __all__ = ["MsveConfig", "TaskDraw", "msve_cell"]
@@ -78,14 +79,10 @@ class TaskDraw(NamedTuple):
     def tasks(self) -> TaskSet:
         """The drawn task set, built once per process: the driver and every cell of a run take the same draw, and
         building it (solving every task at every gamma) would otherwise be repeated by each of the run's cells."""
-        key = json.dumps(describe_value(self))
-        if key not in _DRAWN:
-            _DRAWN.clear()  # a run has one draw; hold no more than that
-            _DRAWN[key] = make_task_set(*self)
-        return _DRAWN[key]
+        return _DRAWN.get(json.dumps(describe_value(self)), lambda: make_task_set(*self))
 
 
-_DRAWN: dict[str, TaskSet] = {}  # TaskDraw.tasks' cache, keyed by the draw's description (its values, as a digest is)
+_DRAWN: KeptLast[TaskSet] = KeptLast()  # by the draw's description: its values, as a cell's digest holds them
 
 
 @cell("ictd.msve", result=ContextMSVE)
