@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from memlab import deadline
-from memlab.arena.experiments.mqar_levels import level_stretch, levels
+from memlab.arena.experiments.mqar_levels import level_stretch, levels, rose_out_of
 from memlab.arena.experiments.mqar_train import ZoologyTraining, held_out, mqar_accuracy, queries, query_logits
 from memlab.arena.experiments.mqar_zoology import PUBLISHED, ZOOLOGY_LRS, MQARZoologyConfig, analyse
 from memlab.arena.model import SequenceModel
@@ -108,6 +108,20 @@ def test_a_level_stretch_counts_against_the_longest_one_a_layer_broke_out_of():
     lv = levels(analyse(cfg, cells), 10, cfg.train.stop_at)
     assert lv.unsolved == {"gru": (20, 60), "lru": (40, 60)} and lv.broke == ("s5", (10, 40))
     assert lv.outlasted == {"gru": True, "lru": False}
+
+
+def test_a_slow_climb_is_no_level_and_a_layer_that_rises_without_passing_broke_out():
+    climb = [0.90, 0.915, 0.93, 0.945, 0.96]  # 0.015 an evaluation: under the tolerance each time, 0.06 in all
+    assert level_stretch(climb, 10) == (40, 50)
+    # gru sat at 0.24 over steps 20-50, then learned to 0.6 without passing stop_at: the stretch it broke out of
+    gru = [0.1, 0.24, 0.25, 0.24, 0.245, 0.4, 0.55, 0.6]
+    assert rose_out_of(gru, 10) == (20, 50) and rose_out_of([0.2, 0.21, 0.2], 10) is None
+    cfg = MQARZoologyConfig(layers=("gru", "lru"), learning_rates=(1e-2,), train=ZoologyTraining(steps=80,
+                                                                                                 eval_every=10))
+    cells = {"gru.lr=0.01": _result(0.6, gru, 80), "lru.lr=0.01": _result(0.3, [0.1, 0.3, 0.3, 0.3, 0.3, 0.3], 60)}
+    lv = levels(analyse(cfg, cells), 10, cfg.train.stop_at)
+    assert lv.broke == ("gru", (20, 50)) and lv.unsolved == {"gru": (80, 80), "lru": (20, 60)}
+    assert lv.outlasted == {"gru": False, "lru": True}
 
 
 def test_profiles_are_zoologys_setting():

@@ -169,12 +169,12 @@ def _claims(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy], run: Run) 
                   f"{_how_well(result['gated-deltanet-conv'], cfg)}", bool(min(plain, conv) > cfg.train.stop_at),
                   by="memlab")
     lv = levels(result, cfg.train.eval_every, cfg.train.stop_at)
-    waited = ("no layer passed it after a level stretch" if lv.broke is None else
-              f"the longest level stretch a layer passed it after: {lv.broke[0]}, steps {span(lv.broke[1])}")
+    waited = ("no layer rose out of a level stretch" if lv.broke is None else
+              f"the longest level stretch a layer rose out of: {lv.broke[0]}, steps {span(lv.broke[1])}")
     run.claim("accuracy-levelled-off", f"the budget of {cfg.train.steps} steps suffices: at its best rate every "
-              f"layer passed {cfg.train.stop_at:g} accuracy, or ended level (within 0.02 from one evaluation to the "
-              "next) for longer than any layer stayed level before it passed", "memlab (a restricted budget must "
-              "show it has levelled off)",
+              f"layer passed {cfg.train.stop_at:g} accuracy, or ended level (its evaluations within a band 0.02 wide) "
+              "for longer than any layer stayed level before it rose out of the level",
+              "memlab (a restricted budget must show it has levelled off)",
               "; ".join(f"{m} level over steps {span(s)}" for m, s in lv.unsolved.items()) + f"; {waited}",
               all(lv.outlasted.values()), by="memlab")
 
@@ -217,8 +217,8 @@ def _levels_text(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy]) -> st
         m, stretch = lv.broke
         curve = [a for a in result[m].curve if np.isfinite(a)]
         level = curve[stretch[0] // every - 1: stretch[1] // every]
-        said.append(f"A level curve is not a finished one: {m} stayed within 0.02 from one evaluation to the next "
-                    f"over steps {span(stretch)} (accuracy {min(level):.3f}–{max(level):.3f}), then reached "
+        said.append(f"A level curve is not a finished one: {m} stayed within a band 0.02 wide over steps "
+                    f"{span(stretch)} (accuracy {min(level):.3f}–{max(level):.3f}), then rose out of it and reached "
                     f"{curve[-1]:.3f} at step {every * len(curve):,}.")
     said.append("The layers that did not pass " + f"{cfg.train.stop_at:g} ended level over steps " + "; ".join(
         f"{span(s)} ({m}, {max(result[m].accuracy):.3f}{_shorter(lv) if not lv.outlasted[m] else ''})"
