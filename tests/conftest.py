@@ -66,6 +66,14 @@ def pytest_configure(config):
     os.environ["XLA_FLAGS"] = host_devices_flags(1, override=False)
 
 
+def pytest_collection_modifyitems(items):
+    """The long tests first: those marked ``first`` and every experiment run (``check_tiny_run``), a minute or so
+    each. pytest-xdist hands tests to its workers in this order, a batch at a time, so a long test left near the end
+    (the committed-cell check, the chunk tests: collected last by their names) keeps one worker busy while the other
+    has nothing left to do."""
+    items.sort(key=lambda item: not (item.get_closest_marker("first") or "check_tiny_run" in item.fixturenames))
+
+
 @pytest.fixture
 def optimizer_is_used():
     """``check(train, default, other)`` for a training loop that takes an optax ``optimizer``: ``train(optimizer)``
@@ -85,17 +93,33 @@ def optimizer_is_used():
     return check
 
 
+MAPPINGS_BEFORE_RELEASE = 30_000  # of the kernel's 65,530 (vm.max_map_count)
+
+
+def _memory_mappings() -> int | None:
+    """This process's memory mappings (Linux; None elsewhere)."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return sum(1 for _ in maps)
+    except OSError:
+        return None
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
-    """Drop JAX's compiled programs after every test module.
+    """Drop JAX's compiled programs after a test module once the process holds many of them.
 
     Each live XLA:CPU executable holds about nine memory mappings; a test worker that keeps every program of
     several hundred tests reaches the kernel's limit (vm.max_map_count, 65530), its next JIT fails and the
-    worker dies (seen: SIGSEGV unwinding that error, 65318 mappings in the core). Programs compiled again later
-    come from the persistent cache.
+    worker dies (seen: SIGSEGV unwinding that error, 65318 mappings in the core). Below half the limit the programs
+    are kept, so the next module that runs one of them (a study's unit tests and its experiment runs share many)
+    neither traces nor compiles it again; past it they are dropped, and a program needed again comes from the
+    persistent cache. Where the mappings cannot be counted, after every module.
     """
     yield
-    jax.clear_caches()
+    mappings = _memory_mappings()
+    if mappings is None or mappings > MAPPINGS_BEFORE_RELEASE:
+        jax.clear_caches()
 
 
 @pytest.fixture

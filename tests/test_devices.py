@@ -145,6 +145,7 @@ def test_a_gradient_in_parts_over_two_devices_is_the_one_device_gradient():
         _same_numbers(b, one[0], rtol=1e-5)  # the whole batch
 
 
+@pytest.mark.first
 def test_pissm_training_with_its_minibatch_gradient_over_two_devices():
     """``TrainConfig(gradient_parts=None)``: one part per device inside the jitted training scan. One optimiser step
     on 2 devices (2 parts) against the same 2 parts in turn on one device: the same loss and parameters."""

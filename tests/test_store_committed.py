@@ -31,6 +31,7 @@ def _lost(skip: tuple[str, ...]) -> subprocess.CompletedProcess:
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
 
 
+@pytest.mark.first
 @pytest.mark.skipif(not STORE.is_dir(), reason="no committed cell store in this checkout")
 def test_every_committed_cell_is_found_by_the_current_code():
     done = _lost(SLOW_TO_RESOLVE)

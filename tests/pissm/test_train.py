@@ -379,6 +379,7 @@ def test_learned_gain_recovers_the_optimal_filter_from_a_wrong_start():
     assert float(jnp.sqrt(jnp.mean((means[:, 10:, 0] - kalman.means[:, 10:, 0]) ** 2))) < 0.1 * position_sd
 
 
+@pytest.mark.first
 def test_a_failed_run_stops_at_its_first_non_finite_epoch_with_the_result_of_training_on(data):
     """Eq. (7)'s gain at the paper's learning rate fails within a few epochs on Pong; stopping there must record
     exactly what training every epoch records: failure, best model, best epoch and value, and the histories up to
