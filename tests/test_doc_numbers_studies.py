@@ -531,6 +531,7 @@ ARENA += [
 ]
 
 MQAR = "paper-results/arena.mqar-zoology/paper-restricted/results.json"
+PLATEAU = "paper-results/arena.mqar-zoology/paper-plateau/results.json"
 
 
 def _best(layer: str) -> Read:
@@ -553,6 +554,28 @@ def _broke(d: Any) -> str:
     from memlab.arena.experiments.mqar_levels import span
 
     return span(_mqar_levels(d).broke[1])
+
+
+def _broke_steps(d: Any) -> str:
+    """How many steps the level a layer broke out of lasted."""
+    first, last = _mqar_levels(d).broke[1]
+    return f"{last - first:,}"
+
+
+def _gru_last_level_if_short(d: Any) -> str:
+    """GRU's last level stretch, where it is shorter than the level a layer broke out of (the claim fails)."""
+    from memlab.arena.experiments.mqar_levels import span
+
+    lv = _mqar_levels(d)
+    return "(not shorter)" if lv.outlasted["gru"] else span(lv.unsolved["gru"])
+
+
+def _broke_band(d: Any) -> str:
+    """The accuracies of the level a layer broke out of ('0.227–0.245')."""
+    m, (first, last) = _mqar_levels(d).broke
+    every = d["config"]["train"]["eval_every"]
+    level = [float(a) for a in d["results"][m]["curve"]][first // every - 1: last // every]
+    return f"{min(level):.3f}–{max(level):.3f}"
 
 
 _MQAR_BEST = {"att": _best("attention"), "gdn": _best("gated-deltanet"), "mamba": _best("mamba"),
@@ -580,6 +603,17 @@ ARENA += [
     Quote(ARENA_DOC, "GRU's level at {gru} (≈ 1/4, what naming one of the sequence's 4 values at random scores) "
           "lasted {steps} steps", MQAR,
           {"gru": _best("gru"), "steps": lambda d: f"{(lambda s: s[1] - s[0])(_mqar_levels(d).unsolved['gru']):,}"}),
+    Quote(ARENA_DOC, "GRU sat within a band 0.02 wide over steps {broke} (accuracy {band}), then rose out of it and "
+          "reached {gru} at step {steps}. A level at 1/K held {held} steps there and still broke", PLATEAU,
+          {"broke": _broke, "band": _broke_band, "gru": _best("gru"), "held": _broke_steps,
+           "steps": lambda d: f"{d['results']['gru']['steps']:,.0f}"}),
+    Quote(ARENA_DOC, "`accuracy-levelled-off` fails as well: GRU's last level, steps {last} (where", PLATEAU,
+          {"last": _gru_last_level_if_short}),
+    Quote(README, "GRU leaves its level at ≈ 0.24 after {held} steps and reaches {gru}", PLATEAU,
+          {"held": _broke_steps, "gru": _best("gru")}),
+    Quote(DEVELOPMENT, "it left its level at ≈ 0.24 after {held} steps", PLATEAU, {"held": _broke_steps}),
+    Quote(RESULTS_README, "| {holding} (memlab's: GRU's last level is shorter than the {held}-step one it left)",
+          PLATEAU, {"holding": _holding, "held": _broke_steps}),
 ]
 
 # the folder table's claim counts of the runs added last

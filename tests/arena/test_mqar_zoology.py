@@ -116,6 +116,8 @@ def test_a_slow_climb_is_no_level_and_a_layer_that_rises_without_passing_broke_o
     # gru sat at 0.24 over steps 20-50, then learned to 0.6 without passing stop_at: the stretch it broke out of
     gru = [0.1, 0.24, 0.25, 0.24, 0.245, 0.4, 0.55, 0.6]
     assert rose_out_of(gru, 10) == (20, 50) and rose_out_of([0.2, 0.21, 0.2], 10) is None
+    # a first step out within reach of the band (0.265: not 0.02 above 0.25) still left it, as the curve went on
+    assert rose_out_of([0.1, 0.24, 0.25, 0.245, 0.265, 0.4], 10) == (20, 40)
     cfg = MQARZoologyConfig(layers=("gru", "lru"), learning_rates=(1e-2,), train=ZoologyTraining(steps=80,
                                                                                                  eval_every=10))
     cells = {"gru.lr=0.01": _result(0.6, gru, 80), "lru.lr=0.01": _result(0.3, [0.1, 0.3, 0.3, 0.3, 0.3, 0.3], 60)}
