@@ -609,6 +609,8 @@ ARENA += [
            "steps": lambda d: f"{d['results']['gru']['steps']:,.0f}"}),
     Quote(ARENA_DOC, "`accuracy-levelled-off` fails as well: GRU's last level, steps {last} (where", PLATEAU,
           {"last": _gru_last_level_if_short}),
+    Quote(ARENA_DOC, "trains GRU at 1e-2 (where the restricted run's GRU ended at {at}) for", MQAR,
+          {"at": lambda d: fixed(d["results"]["gru"]["accuracy"][d["config"]["learning_rates"].index(1e-2)])}),
     Quote(README, "GRU leaves its level at ≈ 0.24 after {held} steps and reaches {gru}", PLATEAU,
           {"held": _broke_steps, "gru": _best("gru")}),
     Quote(DEVELOPMENT, "it left its level at ≈ 0.24 after {held} steps", PLATEAU, {"held": _broke_steps}),
