@@ -571,11 +571,11 @@ def _gru_last_level_if_short(d: Any) -> str:
 
 
 def _broke_band(d: Any) -> str:
-    """The accuracies of the level a layer broke out of ('0.227–0.245')."""
-    m, (first, last) = _mqar_levels(d).broke
-    every = d["config"]["train"]["eval_every"]
-    level = [float(a) for a in d["results"][m]["curve"]][first // every - 1: last // every]
-    return f"{min(level):.3f}–{max(level):.3f}"
+    """The accuracies of the level a layer broke out of, as the summary writes them."""
+    from memlab.arena.experiments.mqar_levels import band
+
+    m, stretch = _mqar_levels(d).broke
+    return band([float(a) for a in d["results"][m]["curve"]], stretch, d["config"]["train"]["eval_every"])
 
 
 _MQAR_BEST = {"att": _best("attention"), "gdn": _best("gated-deltanet"), "mamba": _best("mamba"),

@@ -49,6 +49,13 @@ def span(stretch: tuple[int, int]) -> str:
     return f"{stretch[0]:,}–{stretch[1]:,}"
 
 
+def band(curve: list[float], stretch: tuple[int, int], every: int) -> str:
+    """The accuracies of ``curve`` (evaluated every ``every`` steps) over ``stretch`` (steps, as
+    :func:`level_stretch` gives them), as the summary and the docs write them: '0.227–0.245'."""
+    level = [a for a in curve if np.isfinite(a)][stretch[0] // every - 1: stretch[1] // every]
+    return f"{min(level):.3f}–{max(level):.3f}"
+
+
 class Levels(NamedTuple):
     """Each unsolved layer's last level stretch (steps, at its best rate), and the longest level stretch a layer
     rose out of (``broke``: that layer and its stretch, None if none did)."""

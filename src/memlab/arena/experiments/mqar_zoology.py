@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from memlab import plots
-from memlab.arena.experiments.mqar_levels import Levels, levels, span
+from memlab.arena.experiments.mqar_levels import Levels, band, levels, span
 from memlab.arena.experiments.mqar_published import PUBLISHED
 from memlab.arena.experiments.mqar_train import MQARAccuracy, ZoologyTraining, mqar_accuracy
 from memlab.arena.layers import LAYERS
@@ -216,9 +216,8 @@ def _levels_text(cfg: MQARZoologyConfig, result: dict[str, LayerAccuracy]) -> st
     if lv.broke is not None:
         m, stretch = lv.broke
         curve = [a for a in result[m].curve if np.isfinite(a)]
-        level = curve[stretch[0] // every - 1: stretch[1] // every]
         said.append(f"A level curve is not a finished one: {m} stayed within a band 0.02 wide over steps "
-                    f"{span(stretch)} (accuracy {min(level):.3f}–{max(level):.3f}), then rose out of it and reached "
+                    f"{span(stretch)} (accuracy {band(curve, stretch, every)}), then rose out of it and reached "
                     f"{curve[-1]:.3f} at step {every * len(curve):,}.")
     said.append("The layers that did not pass " + f"{cfg.train.stop_at:g} ended level over steps " + "; ".join(
         f"{span(s)} ({m}, {max(result[m].accuracy):.3f}{_shorter(lv) if not lv.outlasted[m] else ''})"
