@@ -278,7 +278,9 @@ def test_a_whole_run_records_its_wall_time_and_a_partial_one_does_not(fake_lab, 
         for name in names:
             (out / name / profile).mkdir(parents=True, exist_ok=True)
             if name != "fake.other" or not partial:
-                (out / name / profile / "results.json").write_text("{}")
+                results = out / name / profile / "results.json"
+                results.write_text("{}")
+                os.utime(results, ns=(0, 0))  # a file system's coarse clock can stamp it before the run's start
             runs.append(Finished(name, 0, 0.1, out / name / f"{profile}.log"))
         return runs
 
@@ -298,6 +300,10 @@ def test_a_whole_run_records_its_wall_time_and_a_partial_one_does_not(fake_lab, 
     partial = True  # fake.other stops at a time limit (exit 0, no results.json): not a whole run
     assert cli.main(["reproduce", "--profile", "tiny", "--out", str(tmp_path / "c")]) == 0
     assert not (tmp_path / "c" / "reproduce-tiny.json").exists()
+    # a results.json left by an earlier whole run is not this run's: resuming into "a" is again not a whole run
+    (tmp_path / "a" / "reproduce-tiny.json").unlink()
+    assert cli.main(["reproduce", "--profile", "tiny", "--out", str(tmp_path / "a")]) == 0
+    assert not (tmp_path / "a" / "reproduce-tiny.json").exists()
 
 
 def test_core_shares_deal_the_cores_out_among_the_jobs(monkeypatch):

@@ -222,7 +222,7 @@ def _reproduced(args) -> list[str]:
 
 
 def cmd_reproduce(args) -> int:
-    from memlab.reproduce import reproduce
+    from memlab.reproduce import reproduce, results_stamp
 
     out = Path(args.out)
     try:
@@ -233,8 +233,8 @@ def cmd_reproduce(args) -> int:
     start = time.perf_counter()
 
     def complete(run) -> bool:  # a run that met its time limit exits 0 without writing results.json
-        results = out / run.name / args.profile / "results.json"
-        return run.returncode == 0 and results.exists() and results.stat().st_mtime >= start_time
+        stamp = results_stamp(out, run.name, args.profile)
+        return run.returncode == 0 and stamp is not None and stamp != stamps_before[run.name]
 
     def show(run):
         if run.returncode is None:
@@ -248,7 +248,7 @@ def cmd_reproduce(args) -> int:
         print(f"{mark} {run.name} ({duration(run.seconds)}{cpu}{helpers})", flush=True)
 
     print(f"memlab: {len(names)} experiments, profile {args.profile}, {args.jobs} at a time", flush=True)
-    start_time = time.time()
+    stamps_before = {name: results_stamp(out, name, args.profile) for name in names}
     cache = compile_cache_folder()
     cold = cache is None or not cache.is_dir() or not any(cache.iterdir())  # every program compiled afresh
     try:

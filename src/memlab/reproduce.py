@@ -101,6 +101,17 @@ def _previous_seconds(out: Path, name: str, profile: str) -> float | None:
         return None
 
 
+def results_stamp(out: Path, name: str, profile: str) -> tuple[int, int] | None:
+    """Which ``results.json`` experiment ``name`` has under ``out`` (inode, mtime), or None. A run writes it atomically,
+    as a new file, only when it finishes: so a run finished when the stamp changed. Compared with the stamp taken
+    before, not with the clock: a file system stamps with a coarse clock that can lag time.time() by a tick."""
+    try:
+        stat = (out / name / profile / "results.json").stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
+
+
 def expected_seconds(names: Sequence[str], profile: str, out: Path) -> dict[str, float]:
     """Each experiment's expected wall time: its last run's in ``out``, else :data:`COSTS`' for the profile, else 0."""
     try:
