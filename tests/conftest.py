@@ -2,7 +2,8 @@
 
 Compiles: JAX's persistent cache (below) and LLVM at -O0 (``pytest_configure``); set XLA_FLAGS to override.
 
-``check_tiny_run``: an experiment's tiny profile through the CLI, then resumed (every study's experiment tests).
+``check_tiny_run``: an experiment's tiny profile through the CLI, then resumed, then finished elsewhere (every study's
+experiment tests); it returns the run, which a study's test checks further rather than running it again.
 
 ``x64``: float64 JAX inside one test (theorem checks to ~1e-10), restored afterwards.
 
@@ -112,7 +113,8 @@ def check_tiny_run(request):
     """``check(name, tmp_path)``: ``memlab run NAME --profile tiny`` writes claims, a figure and a summary; run
     again into the same folder it recomputes no cell and reports the same claims; and another executor gives the
     same numbers: a copy of the run with one cell of each cell function removed is finished by the process pool or
-    the Ray cluster (``_executor_for``) and must report results and claims identical to the local run."""
+    the Ray cluster (``_executor_for``) and must report results and claims identical to the local run. Returns the
+    run folder and both runs' results.json (``out``, ``first``, ``again``) for a study's own checks on the same run."""
     from memlab import cli
     from memlab.catalog import EXPERIMENTS
     from memlab.runner import run_experiment
@@ -125,8 +127,9 @@ def check_tiny_run(request):
         assert list(out.glob("*.png")) and (out / "summary.md").exists()
         assert results["blank_panels"] == [], "figure panels that show nothing (all NaN, no word of why)"
         cells = sorted(p.name for p in (out / "cells").glob("*.json"))
-        again = run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=out, progress=False)
-        assert json.loads((again / "results.json").read_text())["claims"] == results["claims"]
+        again = json.loads((run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=out, progress=False)
+                            / "results.json").read_text())
+        assert again["claims"] == results["claims"]
         assert sorted(p.name for p in (out / "cells").glob("*.json")) == cells
         executor, share, copy = _executor_for(request, name), _one_cell_per_function(out), tmp_path / f"{name}-copy"
         shutil.copytree(out, copy)
@@ -138,6 +141,7 @@ def check_tiny_run(request):
         doc = json.loads((copy / "results.json").read_text())
         assert doc["cells"]["computed"] == len(share), executor.name
         assert (doc["results"], doc["claims"]) == (results["results"], results["claims"]), executor.name
+        return SimpleNamespace(out=out, first=results, again=again)
 
     return check
 

@@ -1,7 +1,6 @@
 """Theorem 2 (depth.py) against independent references, and ictd.depth-convergence (experiments/depth.py): its config,
 its analysis on synthetic cells, and the tiny profile end to end (contract, claims, figures, resume)."""
 
-import json
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +14,6 @@ from memlab.ictd import transformer as tf
 from memlab.ictd.experiments.depth_analysis import Margins, analyse
 from memlab.ictd.experiments.depth_cells import DepthConfig, context_cell, crosscheck_cell, tasks_cell
 from memlab.ictd.random_tasks import random_task_batch
-from memlab.runner import run_experiment
 from memlab.store import typed_result
 
 # the helpers run on the tiny profile's shapes, so the tiny end-to-end run below reuses their compilations
@@ -166,21 +164,11 @@ def test_profiles_validate():
     assert EXP.profiles["paper"] == DepthConfig()
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    exp = EXP
-    out = tmp_path_factory.mktemp(exp.name)
-    run_experiment(exp, "tiny", out_dir=out, progress=False)
-    first = json.loads((out / "results.json").read_text())
-    assert first["blank_panels"] == []  # no figure panel without data and a word of why
-    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
-    run_experiment(exp, "tiny", out_dir=out, progress=False)  # every cell is stored: nothing is recomputed
-    return exp, out, first, json.loads((out / "results.json").read_text()), stamps
-
-
-def test_tiny_profile_contract(tiny_run):
-    exp, out, results, _, _ = tiny_run
-    assert results["experiment"] == exp.name and results["profile"] == "tiny"
+def test_tiny_profile_end_to_end_and_resume(tmp_path, check_tiny_run):
+    run = check_tiny_run(EXP.name, tmp_path)  # through the CLI, resumed, and finished elsewhere
+    out, results, again = run.out, run.first, run.again
+    assert results["experiment"] == EXP.name and results["profile"] == "tiny"
+    assert results["blank_panels"] == []  # no figure panel without data and a word of why
     claims = results["claims"]
     assert claims and all({"id", "claim", "paper", "ours", "holds", "status"} <= set(c) and isinstance(c["holds"], bool)
                           for c in claims)
@@ -192,13 +180,9 @@ def test_tiny_profile_contract(tiny_run):
     for cid in ("assumption-5.1", "geometric-rate", "bound-70", "operator-form"):
         assert holds[cid], [c for c in claims if c["id"] == cid]
     assert {"floor-slope", "lemma-4", "lemma-5"} <= set(holds)
-
-
-def test_tiny_rerun_resumes_from_cells(tiny_run):
-    exp, out, first, second, stamps = tiny_run
-    cells = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
-    assert len(cells) == 4 and cells == stamps, "the rerun recomputed no cell"  # tasks + crosscheck + 2 n
-    assert first["results"] == second["results"] and first["claims"] == second["claims"]
+    assert len(list((out / "cells").glob("*.json"))) == 4  # tasks + crosscheck + 2 n
+    assert again["cells"]["computed"] == 0 and again["cells"]["resumed"] == 4, "the rerun recomputed no cell"
+    assert results["results"] == again["results"] and results["claims"] == again["claims"]
 
 
 def _synthetic_cell(floor, covered, rate, excess, rho_bounded):

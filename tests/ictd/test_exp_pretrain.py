@@ -5,7 +5,6 @@ resume)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import numpy as np
 import pytest
@@ -22,7 +21,6 @@ from memlab.ictd.experiments.setting import TRACE_FIELDS, HeldOut
 from memlab.ictd.experiments.setting_tables import setting_results, setting_tables
 from memlab.ictd.pretrain import PretrainConfig, mask_relaxation_config
 from memlab.ictd.transformer import theta_star
-from memlab.runner import Experiment, run_experiment
 from memlab.store import typed_result
 
 BY_NAME = {name: EXPERIMENTS[name] for name in ("ictd.pretrain", "ictd.mask-relaxation")}
@@ -127,20 +125,10 @@ def test_analyse_pretrain_and_mask_on_synthetic_records():
 # --------------------------------------------------------------------------- end to end, tiny profiles
 
 
-def _capturing(exp: Experiment, runs: list) -> Experiment:
-    def run(config, r):
-        runs.append(r)
-        return exp.run(config, r)
-
-    return dataclasses.replace(exp, run=run)
-
-
 @pytest.mark.parametrize("name", ["ictd.pretrain", "ictd.mask-relaxation"])
-def test_tiny_profile_writes_the_contract_and_resumes(name, tmp_path):
-    runs = []
-    exp = _capturing(BY_NAME[name], runs)
-    out = run_experiment(exp, "tiny", out_dir=tmp_path, progress=False)
-    results = json.loads((out / "results.json").read_text())
+def test_tiny_profile_writes_the_contract_and_resumes(name, tmp_path, check_tiny_run):
+    run = check_tiny_run(name, tmp_path)  # through the CLI, resumed, and finished elsewhere
+    out, results, again = run.out, run.first, run.again
     assert results["blank_panels"] == []  # no figure panel without data and a word of why
     claims = results["claims"]
     assert claims and all({"id", "claim", "paper", "ours", "holds", "status"} <= set(c) for c in claims)
@@ -155,7 +143,7 @@ def test_tiny_profile_writes_the_contract_and_resumes(name, tmp_path):
     S, T = config.num_seeds, config.num_steps
     masks_run = ["full"] if name == "ictd.pretrain" else ["full", "relaxed"]
     assert len((out / "trace_mean.csv").read_text().splitlines()) == 1 + T * len(masks_run)
-    assert runs[0].cells.computed == (S + 1) * len(masks_run) and runs[0].cells.resumed == 0
+    assert results["cells"]["computed"] == (S + 1) * len(masks_run) and results["cells"]["resumed"] == 0
     if name == "ictd.pretrain":
         assert {"v-sign-pattern", "a-diagonal", "masked-entries-zero", "dt-increases", "td-error-below-theta-star",
                 "theta-star-beats-mirror", "v-rises-after-dt[mirrored]", "a-high-across-dt[paper]"} <= ids
@@ -170,9 +158,5 @@ def test_tiny_profile_writes_the_contract_and_resumes(name, tmp_path):
         assert np.all(A_relaxed[d:, d:] == 0)
     assert all(c["holds"] for c in claims if c["id"].startswith("masked-entries-zero"))
 
-    cell_bytes = {p.name: p.read_bytes() for p in (out / "cells").glob("*.json")}
-    run_experiment(exp, "tiny", out_dir=tmp_path, progress=False)
-    assert runs[1].cells.resumed == (S + 1) * len(masks_run) and runs[1].cells.computed == 0
-    assert {p.name: p.read_bytes() for p in (out / "cells").glob("*.json")} == cell_bytes
-    again = json.loads((out / "results.json").read_text())
+    assert again["cells"]["resumed"] == (S + 1) * len(masks_run) and again["cells"]["computed"] == 0
     assert again["results"] == results["results"] and again["claims"] == claims

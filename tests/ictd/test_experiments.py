@@ -1,4 +1,5 @@
-"""The ictd experiments are registered with the catalog and run through the command line."""
+"""The ictd experiments are registered with the catalog and listed by the command line (each runs end to end, through
+it, in its own module's test: ``check_tiny_run``)."""
 
 from __future__ import annotations
 
@@ -24,14 +25,6 @@ def test_every_issue_experiment_is_registered_with_its_profiles():
 def test_list_shows_them(capsys):
     assert cli.main(["list", "--names"]) == 0
     assert ISSUE_EXPERIMENTS <= set(capsys.readouterr().out.split())
-
-
-@pytest.mark.parametrize("name", sorted(ISSUE_EXPERIMENTS))
-def test_tiny_profile_runs_resumes_and_travels(name, tmp_path, check_tiny_run):
-    """Through the command line, resumed without recomputing, and the same numbers from worker processes and Ray."""
-    check_tiny_run(name, tmp_path)
-    results = json.loads((tmp_path / name / "results.json").read_text())
-    assert results["experiment"] == name and results["claims"]
 
 
 def _paper_claims(name, tmp_path) -> dict[str, bool]:

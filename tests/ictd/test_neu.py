@@ -8,8 +8,6 @@ central finite differences.
 
 from __future__ import annotations
 
-import json
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,7 +33,6 @@ from memlab.ictd.neu import (
     update_samples,
 )
 from memlab.ictd.random_tasks import random_task
-from memlab.runner import run_experiment
 from memlab.store import typed_result
 
 
@@ -270,13 +267,13 @@ def test_config_validation_names_the_problem(change, match):
 # ---------------------------------------------------------------- the experiment end to end
 
 
-def test_tiny_profile_end_to_end_and_resume(tmp_path):
+def test_tiny_profile_end_to_end_and_resume(tmp_path, check_tiny_run):
     exp = EXPERIMENTS["ictd.neu"]
     assert exp.name == "ictd.neu" and {"tiny", "quick", "paper"} <= set(exp.profiles)
     for profile in exp.profiles.values():
         profile.validate()
-    out = run_experiment(exp, "tiny", out_dir=tmp_path, progress=False)
-    first = json.loads((out / "results.json").read_text())
+    run = check_tiny_run(exp.name, tmp_path)  # through the CLI, resumed, and finished elsewhere
+    out, first, again = run.out, run.first, run.again
     assert first["blank_panels"] == []  # no figure panel without data and a word of why
     claims = first["claims"]
     assert len(claims) >= 6
@@ -294,7 +291,6 @@ def test_tiny_profile_end_to_end_and_resume(tmp_path):
     assert first["cells"]["computed"] == num_cells and first["cells"]["resumed"] == 0
     assert all(np.all(np.asarray(results["theta_star"][str(n)]["J"]) >= 0) for n in config.contexts)
 
-    again = json.loads((run_experiment(exp, "tiny", out_dir=tmp_path, progress=False) / "results.json").read_text())
     assert again["cells"]["computed"] == 0 and again["cells"]["resumed"] == num_cells
     assert again["results"]["theta_star"] == results["theta_star"]
     assert [c["holds"] for c in again["claims"]] == [c["holds"] for c in claims]

@@ -4,7 +4,6 @@ ictd.msve-vs-context (experiments/msve.py: config, analysis, the tiny profile en
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +24,6 @@ from memlab.ictd.policy_eval import (
 from memlab.ictd.random_tasks import random_task, task_margin
 from memlab.ictd.softmax_td import weighted_softmax_td
 from memlab.ictd.transformer import theta_star
-from memlab.runner import run_experiment
 from memlab.store import typed_result
 
 EXP = EXPERIMENTS["ictd.msve-vs-context"]
@@ -121,9 +119,9 @@ def test_profiles_are_valid_and_the_paper_profile_has_the_paper_sizes():
     assert paper.contexts()[0] == 1 and paper.contexts()[-1] == paper.t_max
 
 
-def test_tiny_profile_end_to_end_and_resume(tmp_path):
-    out = run_experiment(EXP, "tiny", out_dir=tmp_path, progress=False)
-    results = json.loads((out / "results.json").read_text())
+def test_tiny_profile_end_to_end_and_resume(tmp_path, check_tiny_run):
+    run = check_tiny_run(EXP.name, tmp_path)  # through the CLI, resumed, and finished elsewhere
+    out, results, again = run.out, run.first, run.again
     assert results["blank_panels"] == []  # no figure panel without data and a word of why
     claims = {c["id"]: c for c in results["claims"]}
     assert {"transformer-equals-weighted-softmax-td", "msve-decreases[gamma=0.9]",
@@ -141,8 +139,6 @@ def test_tiny_profile_end_to_end_and_resume(tmp_path):
     mean = results["results"]["mean_msve"]
     np.testing.assert_allclose(mean["transformer"], mean["weighted_softmax_td"], rtol=1e-4)
 
-    run_experiment(EXP, "tiny", out_dir=tmp_path, progress=False)  # every cell comes from cells/*.json
-    again = json.loads((out / "results.json").read_text())
     assert again["cells"]["computed"] == 0 and again["cells"]["resumed"] == len(cfg.gammas) * len(cfg.contexts())
     assert again["results"] == results["results"] and again["claims"] == results["claims"]
 

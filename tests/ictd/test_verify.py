@@ -2,7 +2,6 @@
 and sees a wrong transformer, the analysis on synthetic cells, and the tiny profile end to end (contract, claims,
 resume)."""
 
-import json
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +13,6 @@ from memlab.ictd import softmax_td as st
 from memlab.ictd import transformer as tf
 from memlab.ictd.experiments.verify import VerifyConfig, analyse, verify_cell
 from memlab.ictd.verify import ZERO_FLOOR, log_discrepancy, trial_prompts, verify_trials
-from memlab.runner import run_experiment
 from memlab.store import typed_result
 
 EXP = EXPERIMENTS["ictd.verify"]
@@ -89,9 +87,9 @@ def test_profiles():
     assert EXP.profiles["quick"] == verify
 
 
-def test_tiny_profile_end_to_end_and_resume(tmp_path):
-    run_experiment(EXP, "tiny", out_dir=tmp_path, progress=False)
-    first = json.loads((tmp_path / "results.json").read_text())
+def test_tiny_profile_end_to_end_and_resume(tmp_path, check_tiny_run):
+    run = check_tiny_run(EXP.name, tmp_path)  # through the CLI, resumed, and finished elsewhere
+    first, second = run.first, run.again
     assert first["blank_panels"] == []  # no figure panel without data and a word of why
     claims = first["claims"]
     assert all({"id", "claim", "paper", "ours", "holds", "status"} <= set(c) and isinstance(c["holds"], bool)
@@ -99,12 +97,8 @@ def test_tiny_profile_end_to_end_and_resume(tmp_path):
     holds = {c["id"]: c["holds"] for c in claims}
     assert set(holds) == {"theorem-1[softmax]", "theorem-1[relu]", "theorem-1[elu1]", "theorem-1[rbf]", "lemma-1"}
     assert all(holds.values()), claims  # exact identities: they hold at any size
-    summary = (tmp_path / "summary.md").read_text()
-    assert "](verify.png)" in summary and (tmp_path / "discrepancy.csv").exists()
-    stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "cells").glob("*.json")}
-    assert len(stamps) == 4  # one cell per kernel
-    run_experiment(EXP, "tiny", out_dir=tmp_path, progress=False)
-    second = json.loads((tmp_path / "results.json").read_text())
-    assert second["cells"]["computed"] == 0 and second["cells"]["resumed"] == 4
-    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "cells").glob("*.json")} == stamps
+    summary = (run.out / "summary.md").read_text()
+    assert "](verify.png)" in summary and (run.out / "discrepancy.csv").exists()
+    assert len(list((run.out / "cells").glob("*.json"))) == 4  # one cell per kernel
+    assert first["cells"]["computed"] == 4 and second["cells"]["computed"] == 0 and second["cells"]["resumed"] == 4
     assert first["results"] == second["results"] and first["claims"] == second["claims"]
