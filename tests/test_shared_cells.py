@@ -101,6 +101,19 @@ def test_arena_paper_core_cells_are_the_paper_profiles(tmp_path):
     assert len(cells["paper-core"]) == 2 * len(profiles["paper-core"].layers) == 18  # pinned: the run's nine layers
 
 
+def test_the_lru_init_ablation_adds_one_cell_to_paper_core_families(tmp_path):
+    """Its lru and s5 cells on policy-eval are paper-core-families' (computed once); only the LRU with S5's slow
+    modes is new."""
+    from memlab.arena.experiments import leaderboard
+
+    profiles = catalog.get("arena.leaderboard").profiles
+    cells = {p: _digests(leaderboard.sweep_cells(profiles[p], Run(tmp_path, profiles[p], p, 0)))
+             for p in ("paper-core-families", "lru-init-ablation")}
+    ablation, families = cells["lru-init-ablation"], cells["paper-core-families"]
+    assert {n for n in ablation if families.get(n) == ablation[n]} == {"policy-eval.lru", "policy-eval.s5"}
+    assert set(ablation) == {"policy-eval.lru", "policy-eval.s5", "policy-eval.lru-slow-modes"}
+
+
 def test_arena_scaling_holds_the_leaderboards_cells_at_its_width(tmp_path):
     """quick: the leaderboard quick's width-32 cells of scaling's layers on hmm-mess3; paper and paper-core: its
     width-64, depth-2 cells on hmm-mess3 and lgssm (every layer), also those of the leaderboard's paper-core; and

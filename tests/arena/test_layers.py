@@ -82,7 +82,8 @@ def test_the_recurrent_form_equals_the_layer_and_holds_the_state_it_is_counted_w
 # the registry's state sizes before the layers told their own (arena cells stored with them): the same numbers;
 # and what each layer added since counts (gated-deltanet-conv: its S and the convolution's last 3 projections)
 REGISTERED_STATE_SIZES = {
-    "lru": lambda d, L: 2 * d, "s5": lambda d, L: 2 * (d // 2 + d % 2), "mamba": lambda d, L: 2 * d * (16 + 3),
+    "lru": lambda d, L: 2 * d, "lru-slow-modes": lambda d, L: 2 * d, "s5": lambda d, L: 2 * (d // 2 + d % 2),
+    "mamba": lambda d, L: 2 * d * (16 + 3),
     "gru": lambda d, L: d, "lstm": lambda d, L: 2 * d, "attention": lambda d, L: 2 * d * L,
     "linear-attention": lambda d, L: d * d + d, "lof": lambda d, L: d, "alf": lambda d, L: d,
     "gated-deltanet": lambda d, L: d * d, "gated-deltanet-conv": lambda d, L: d * d + 3 * 3 * d,

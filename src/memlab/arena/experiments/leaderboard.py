@@ -235,6 +235,10 @@ LINEAR_ATTENTION_ABLATION = dataclasses.replace(
     layers=("linear-attention", "unnormalised-linear-attention", "beta-linear-attention", "l2-linear-attention",
             "gated-linear-attention", "deltanet", "gated-deltanet"))
 
+# why LRU lags S5 on policy-eval (paper-core-families): the LRU started with S5's slow modes instead of its own ring,
+# at paper-core's sizes (its lru and s5 cells are paper-core-families', computed once)
+LRU_INIT_ABLATION = dataclasses.replace(PAPER, tasks=("policy-eval",), layers=("lru", "lru-slow-modes", "s5"))
+
 EXPERIMENTS = [
     Experiment(
         "arena.leaderboard", "arena", "arena", "every layer against the optimal predictor on every task",
@@ -244,7 +248,8 @@ EXPERIMENTS = [
          "paper-core": dataclasses.replace(PAPER, tasks=("hmm-mess3", "lgssm"), layers=PAPER_CORE_LAYERS),
          # paper-core's layers on the other families' canonical tasks (the paper profile's cells, as paper-core's)
          "paper-core-families": dataclasses.replace(PAPER, tasks=FAMILIES[2:], layers=PAPER_CORE_LAYERS),
-         "linear-attention-ablation": LINEAR_ATTENTION_ABLATION, "quick-recall-budget": RECALL_BUDGET},
+         "linear-attention-ablation": LINEAR_ATTENTION_ABLATION, "quick-recall-budget": RECALL_BUDGET,
+         "lru-init-ablation": LRU_INIT_ABLATION},
         run_leaderboard,
         # a quick cell keeps one core busy (an XLA compile, then a small program): one process per core
         pool_profiles=("quick",)),
