@@ -40,6 +40,7 @@ from jax import Array
 from memlab.arena.logit_layers import AdaptiveLogitFilter, LogitFilter
 from memlab.layers import (
     LRU,
+    S5_STEP_RANGE,
     CausalLinearAttention,
     CausalSoftmaxAttention,
     GatedDeltaNet,
@@ -48,7 +49,6 @@ from memlab.layers import (
     MambaBlock,
     S5Layer,
 )
-from memlab.layers.s5 import DT_MAX, DT_MIN
 from memlab.plugins import load_plugins
 
 __all__ = ["LAYERS", "AdaptiveLogitFilter", "LayerSpec", "LogitFilter", "check_state_sizes", "make_layer",
@@ -103,9 +103,9 @@ class S5(eqx.Module):
 LAYERS: dict[str, LayerSpec] = {
     "lru": LayerSpec(lambda d, key: LRU(d, d, key=key), description="LRU, width complex modes"),
     # the LRU started with S5's slow modes: S5's HiPPO-N modes have real part -1/2, so |lambda| = exp(-step / 2) for
-    # its steps in [DT_MIN, DT_MAX]; the LRU's own ring [0, 0.99] puts most modes far faster (ablation of its init)
-    "lru-slow-modes": LayerSpec(lambda d, key: LRU(d, d, key=key, r_min=math.exp(-DT_MAX / 2),
-                                                   r_max=math.exp(-DT_MIN / 2)),
+    # its steps in S5_STEP_RANGE; the LRU's own ring [0, 0.99] puts most modes far faster (ablation of its init)
+    "lru-slow-modes": LayerSpec(lambda d, key: LRU(d, d, key=key, r_min=math.exp(-S5_STEP_RANGE[1] / 2),
+                                                   r_max=math.exp(-S5_STEP_RANGE[0] / 2)),
                                 description="LRU, width complex modes, |lambda| started on S5's range "
                                             "[exp(-0.05), exp(-0.0005)] = [0.951, 0.9995]"),
     "s5": LayerSpec(lambda d, key: S5(S5Layer(d, 2 * (d // 2 + d % 2), key=key)),

@@ -29,10 +29,10 @@ from memlab.layers.gated_rnn import (
 from memlab.layers.l1_ball import project_l1_ball, project_rows_l1
 from memlab.layers.lru import LRU
 from memlab.layers.mamba import MambaBlock
-from memlab.layers.s5 import S5Layer, dense_linear, hippo_diagonal
+from memlab.layers.s5 import S5_STEP_RANGE, S5Layer, dense_linear, hippo_diagonal
 from memlab.layers.s6 import S6, selective_scan
 
-__all__ = ["GATED_CELLS", "LRU", "BoundedInput", "CausalLinearAttention", "CausalSoftmaxAttention", "GRUCell",
-           "GatedDeltaNet", "LSTMCell", "MambaBlock", "S5Layer", "S6", "apply_linear", "apply_mlp", "dense_linear",
-           "gated_delta_rule", "hippo_diagonal", "iss_margin", "project_iss", "project_l1_ball", "project_model_iss",
-           "project_rows_l1", "selective_scan"]
+__all__ = ["GATED_CELLS", "LRU", "S5_STEP_RANGE", "BoundedInput", "CausalLinearAttention", "CausalSoftmaxAttention",
+           "GRUCell", "GatedDeltaNet", "LSTMCell", "MambaBlock", "S5Layer", "S6", "apply_linear", "apply_mlp",
+           "dense_linear", "gated_delta_rule", "hippo_diagonal", "iss_margin", "project_iss", "project_l1_ball",
+           "project_model_iss", "project_rows_l1", "selective_scan"]

@@ -27,6 +27,7 @@ from memlab.layers.s6 import discretize_diagonal
 from memlab.scan import METHODS, linear_scan
 
 DT_MIN, DT_MAX = 1e-3, 1e-1  # Table 2
+S5_STEP_RANGE = (DT_MIN, DT_MAX)  # the initial steps' range, for other layers started like S5
 ACTIVATIONS = ("full_glu", "half_glu1", "half_glu2", "gelu")
 C_INITS = ("lecun_normal", "trunc_standard_normal")
 
