@@ -100,14 +100,15 @@ class S5(eqx.Module):
         return self.layer(x, method="sequential")[1]
 
 
+# S5's HiPPO-N modes have real part -1/2, so its initial |lambda| = exp(-step / 2) over its steps' range
+S5_MODULI = (math.exp(-S5_STEP_RANGE[1] / 2), math.exp(-S5_STEP_RANGE[0] / 2))
+
 LAYERS: dict[str, LayerSpec] = {
     "lru": LayerSpec(lambda d, key: LRU(d, d, key=key), description="LRU, width complex modes"),
-    # the LRU started with S5's slow modes: S5's HiPPO-N modes have real part -1/2, so |lambda| = exp(-step / 2) for
-    # its steps in S5_STEP_RANGE; the LRU's own ring [0, 0.99] puts most modes far faster (ablation of its init)
-    "lru-slow-modes": LayerSpec(lambda d, key: LRU(d, d, key=key, r_min=math.exp(-S5_STEP_RANGE[1] / 2),
-                                                   r_max=math.exp(-S5_STEP_RANGE[0] / 2)),
+    # the LRU started with S5's slow modes (ablation of its init): its own ring [0, 0.99] puts most modes far faster
+    "lru-slow-modes": LayerSpec(lambda d, key: LRU(d, d, key=key, r_min=S5_MODULI[0], r_max=S5_MODULI[1]),
                                 description="LRU, width complex modes, |lambda| started on S5's range "
-                                            "[exp(-0.05), exp(-0.0005)] = [0.951, 0.9995]"),
+                                            f"[{S5_MODULI[0]:.3f}, {S5_MODULI[1]:.4f}]"),
     "s5": LayerSpec(lambda d, key: S5(S5Layer(d, 2 * (d // 2 + d % 2), key=key)),
                     description="S5, state size = width (rounded up to even)"),
     "mamba": LayerSpec(lambda d, key: MambaBlock(d, MAMBA_STATE, key=key),
