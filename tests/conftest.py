@@ -126,11 +126,12 @@ def check_tiny_run(request):
         assert results["claims"] and all(isinstance(c["holds"], bool) for c in results["claims"])
         assert list(out.glob("*.png")) and (out / "summary.md").exists()
         assert results["blank_panels"] == [], "figure panels that show nothing (all NaN, no word of why)"
-        cells = sorted(p.name for p in (out / "cells").glob("*.json"))
+        cells = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (out / "cells").glob("*.json")}
         again = json.loads((run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=out, progress=False)
                             / "results.json").read_text())
         assert again["claims"] == results["claims"]
-        assert sorted(p.name for p in (out / "cells").glob("*.json")) == cells
+        # the rerun recomputed no cell: each file is untouched, not only still there
+        assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (out / "cells").glob("*.json")} == cells
         executor, share, copy = _executor_for(request, name), _one_cell_per_function(out), tmp_path / f"{name}-copy"
         shutil.copytree(out, copy)
         (copy / "results.json").unlink()

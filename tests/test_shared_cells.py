@@ -22,6 +22,13 @@ def _ringworld(name: str, profile: str, tmp_path) -> dict[str, str]:
     return _digests(ringworld_ppo_sweep.sweep_cells(cfg, Run(tmp_path, cfg, profile, cfg.seed)))
 
 
+def _leaderboard(profile: str, tmp_path) -> dict[str, str]:
+    from memlab.arena.experiments import leaderboard
+
+    cfg = catalog.get("arena.leaderboard").profiles[profile]
+    return _digests(leaderboard.sweep_cells(cfg, Run(tmp_path, cfg, profile, 0)))
+
+
 def _recall(name: str, profile: str) -> dict[str, str]:
     cfg = catalog.get(name).profiles[profile]
     run = Run(".", cfg, profile, cfg.seed)
@@ -91,11 +98,9 @@ def test_pissm_paper_core_cells_are_the_paper_profiles(tmp_path):
 
 
 def test_arena_paper_core_cells_are_the_paper_profiles(tmp_path):
-    from memlab.arena.experiments import leaderboard
 
     profiles = catalog.get("arena.leaderboard").profiles
-    cells = {p: _digests(leaderboard.sweep_cells(profiles[p], Run(tmp_path, profiles[p], p, 0)))
-             for p in ("paper", "paper-core")}
+    cells = {p: _leaderboard(p, tmp_path) for p in ("paper", "paper-core")}
     assert set(cells["paper-core"]) < set(cells["paper"])
     assert all(cells["paper"][n] == d for n, d in cells["paper-core"].items())
     assert len(cells["paper-core"]) == 2 * len(profiles["paper-core"].layers) == 18  # pinned: the run's nine layers
@@ -104,11 +109,7 @@ def test_arena_paper_core_cells_are_the_paper_profiles(tmp_path):
 def test_the_lru_init_ablation_adds_one_cell_to_paper_core_families(tmp_path):
     """Its lru and s5 cells on policy-eval are paper-core-families' (computed once); only the LRU with S5's slow
     modes is new."""
-    from memlab.arena.experiments import leaderboard
-
-    profiles = catalog.get("arena.leaderboard").profiles
-    cells = {p: _digests(leaderboard.sweep_cells(profiles[p], Run(tmp_path, profiles[p], p, 0)))
-             for p in ("paper-core-families", "lru-init-ablation")}
+    cells = {p: _leaderboard(p, tmp_path) for p in ("paper-core-families", "lru-init-ablation")}
     ablation, families = cells["lru-init-ablation"], cells["paper-core-families"]
     assert {n for n in ablation if families.get(n) == ablation[n]} == {"policy-eval.lru", "policy-eval.s5"}
     assert set(ablation) == {"policy-eval.lru", "policy-eval.s5", "policy-eval.lru-slow-modes"}

@@ -2,7 +2,6 @@
 and sees a wrong transformer, the analysis on synthetic cells, and the tiny profile end to end (contract, claims,
 resume)."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
