@@ -98,7 +98,7 @@ def analyse(cfg: LeaderboardConfig, cells: dict[str, ScoredSeeds]) -> Leaderboar
     return Leaderboard(stats, steps, closest)
 
 
-def _figures(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
+def _figures(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Run) -> None:
     # log scales: the layers that learn the task sit between 0.005 and 0.05, where a linear scale shows one colour
     gaps = np.array([[board.stats[t][m].gap for m in cfg.layers] for t in cfg.tasks])
     fig, ax = plots.figure(width=max(4.5, 1.6 + 0.9 * len(cfg.layers)), height=1.4 + 0.6 * len(cfg.tasks))
@@ -107,9 +107,10 @@ def _figures(cfg: LeaderboardConfig, board: Leaderboard, run: Run) -> None:
     for (i, j), g in np.ndenumerate(gaps):
         ax.text(j, i, f"{g:.2g}", ha="center", va="center", color="white" if g > 0.1 else "black", fontsize=8)
     ax.set_xticks(range(len(cfg.layers)), cfg.layers, rotation=30, ha="right")
-    ax.set_yticks(range(len(cfg.tasks)), cfg.tasks)
+    ax.set_yticks(range(len(cfg.tasks)), [t + ("" if t in exact else " (≈)") for t in cfg.tasks])
     ax.grid(False)
-    ax.set_title("normalised gap to the optimal predictor\n(0 = optimal, 1 = no memory; log colours)", fontsize=9)
+    ax.set_title("normalised gap to the task's reference: the optimal predictor, or (≈) an approximation a model may "
+                 "beat\n(0 = the reference, 1 = no memory; log colours, a gap below 0 in the lightest)", fontsize=9)
     fig.colorbar(image, ax=ax)
     run.save_figure(fig, "gaps.png")
 
@@ -189,11 +190,11 @@ def task_notes(tasks: tuple[str, ...]) -> str:
 
 def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
     board = analyse(cfg, run.sweep(sweep_cells(cfg, run), "train layers"))
-    _figures(cfg, board, run)
     exact = [t for t in cfg.tasks if reference_is_exact(make_task(t))]
+    _figures(cfg, board, exact, run)
     claims(cfg, board, exact, run)
-    closest = "Closest to the optimum: " + "; ".join(f"{t}: {m} ({board.stats[t][m].gap:.3g})"
-                                                     for t, m in board.closest.items()) + "." + noise_note(
+    closest = "Lowest gap (the closest to the optimum; below 0 beats a ≈ task's approximate reference): " + "; ".join(
+        f"{t}: {m} ({board.stats[t][m].gap:.3g})" for t, m in board.closest.items()) + "." + noise_note(
         thin_margins(board))
     tc = cfg.train
     run.write_summary(SUMMARY.format(depth=cfg.depth, width=cfg.width, steps=tc.steps, batch=tc.batch,
