@@ -530,6 +530,51 @@ ARENA += [
                                               for s in t.values()) < 1 else "not every"}),
 ]
 
+SWITCHING = "paper-results/arena.leaderboard/paper-core-families-switching/results.json"
+
+
+def _times_gru(layers: tuple[str, ...]) -> Read:
+    """'a–b': the layers' gaps on switching as multiples of GRU's, rounded outwards."""
+    def read(d: Any) -> str:
+        ratios = [_gap(d, "switching", m) / _gap(d, "switching", "gru") for m in layers]
+        return f"{math.floor(min(ratios))}–{math.ceil(max(ratios))}"
+    return read
+
+
+def _drifts_most(layer: str) -> Read:
+    """The layer's gap on switching at 4T, where its rise from T is the largest of the recurrent layers'."""
+    def read(d: Any) -> str:
+        stats = d["results"]["stats"]["switching"]
+        rise = {m: s["longer"][d["config"]["longer"].index(4)] - s["gap"] for m, s in stats.items()
+                if m not in ("attention", "linear-attention")}
+        return _longer("switching", layer, 4)(d) if max(rise, key=rise.get) == layer else f"not {layer}"
+    return read
+
+
+_SWITCHING = {m: _stat("switching", layer) for m, layer in [
+    ("gru", "gru"), ("lstm", "lstm"), ("mamba", "mamba"), ("lru", "lru"), ("s5", "s5"), ("lof", "lof"),
+    ("att", "attention"), ("gdn", "gated-deltanet"), ("la", "linear-attention")]}
+
+ARENA += [
+    Quote(ARENA_DOC, "| switching (≈) | GRU {gru}, LSTM {lstm}, Mamba {mamba} | LRU {lru}, S5 {s5} | LOF {lof}, "
+          "softmax attention {att} ({att2} at 2T, {att4} at 4T), gated DeltaNet {gdn}, linear attention {la} |",
+          SWITCHING,
+          _SWITCHING | {"att2": _longer("switching", "attention", 2), "att4": _longer("switching", "attention", 4)}),
+    Quote(ARENA_DOC, "| task | closest | within {bound} | farther |", SWITCHING,
+          {"bound": lambda d: bound(max(_gap(d, "switching", m) for m in ("lru", "s5")))}),
+    Quote(ARENA_DOC, "the memory margin L_trivial − L_ref is {margin})", SWITCHING,
+          {"margin": lambda d: sig(d["results"]["stats"]["switching"]["gru"]["margin"], 3)}),
+    Quote(ARENA_DOC, "than from the Kalman filter on lgssm, where all but linear attention came within {lgssm}",
+          LEADERBOARD, {"lgssm": _within_reference("lgssm")}),
+    Quote(ARENA_DOC, "LRU and S5 follow at {times} times GRU's gap", SWITCHING, {"times": _times_gru(("lru", "s5"))}),
+    Quote(ARENA_DOC, "(S5 drifts the most, to {s5} at 4T)", SWITCHING, {"s5": _drifts_most("s5")}),
+    Quote(RESULTS_README, "GRU {gru}, LSTM {lstm}, Mamba {mamba}, LRU {lru}, S5 {s5}, LOF {lof}, softmax attention "
+          "{att} ({att2} at 2T), gated DeltaNet {gdn}, linear attention {la}.", SWITCHING,
+          _SWITCHING | {"att2": _longer("switching", "attention", 2)}),
+    Quote(RESULTS_README, "in stretches over sessions beside other work (LOF's the longest) | {n} (memlab's) |",
+          SWITCHING, {"n": _holding}),
+]
+
 MQAR = "paper-results/arena.mqar-zoology/paper-restricted/results.json"
 PLATEAU = "paper-results/arena.mqar-zoology/paper-plateau/results.json"
 
