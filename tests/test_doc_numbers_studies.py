@@ -575,6 +575,45 @@ ARENA += [
           SWITCHING, {"n": _holding}),
 ]
 
+LRU_INIT = "paper-results/arena.leaderboard/lru-init-ablation/results.json"
+
+
+def _lru_init_row(layer: str, start: str) -> Quote:
+    return Quote(ARENA_DOC, f"| `{layer}` | {start} | {{gap}} ± {{se}} | {{at2}} | {{at4}} |", LRU_INIT,
+                 {"gap": _stat("policy-eval", layer), "se": _stat("policy-eval", layer, "se"),
+                  "at2": _longer("policy-eval", layer, 2), "at4": _longer("policy-eval", layer, 4)})
+
+
+def _lag_closed(d: Any) -> str:
+    """The share of the LRU's gap beyond S5's that S5's start removes."""
+    lru, slow, s5 = (_gap(d, "policy-eval", m) for m in ("lru", "lru-slow-modes", "s5"))
+    return percent((lru - slow) / (lru - s5))
+
+
+ARENA += [
+    Quote(ARENA_DOC, "In the queue's policy-eval cells LRU ended at {lru} and S5 at {s5} (gap to the TD fixed point, "
+          "mean of {seeds} seeds)", LRU_INIT,
+          {"lru": _stat("policy-eval", "lru"), "s5": _stat("policy-eval", "s5"), **_SEEDS}),
+    Quote(ARENA_DOC, "and changes nothing else ({new} new cell of", LRU_INIT, _ABLATION_CELLS),
+    Quote(ARENA_DOC, "the other {reused} are paper-core-families'", LRU_INIT, _ABLATION_CELLS),
+    _lru_init_row("lru", "ring [0, 0.99] (the LRU paper's)"),
+    _lru_init_row("lru-slow-modes", "0.951–0.9995 (S5's)"),
+    _lru_init_row("s5", "HiPPO-N over S5's step range"),
+    Quote(ARENA_DOC, "The start accounts for {share} of the LRU's lag behind S5.", LRU_INIT, {"share": _lag_closed}),
+    Quote(ARENA_DOC, "than S5 beyond the training length ({slow} against {s5} at 4T)", LRU_INIT,
+          {"slow": _longer("policy-eval", "lru-slow-modes", 4), "s5": _longer("policy-eval", "s5", 4)}),
+    Quote(RESULTS_README, "instead of its ring [0, 0.99] ends at {slow} ± {slow_se}, against {lru} ± {lru_se} with its "
+          "own start and S5's {s5} ± {s5_se}: the start is {share} of the lag. At 4T it holds better than S5 "
+          "({slow4} against {s54}).", LRU_INIT,
+          {**{f"{k}{suffix}": _stat("policy-eval", m, field) for k, m in
+              [("slow", "lru-slow-modes"), ("lru", "lru"), ("s5", "s5")] for suffix, field in [("", "gap"),
+                                                                                             ("_se", "se")]},
+           "share": _lag_closed, "slow4": _longer("policy-eval", "lru-slow-modes", 4),
+           "s54": _longer("policy-eval", "s5", 4)}),
+    Quote(RESULTS_README, "({new} new cell; the other {reused} are paper-core-families') | {n} (memlab's; an "
+          "ablation) |", LRU_INIT, {"n": _holding, **_ABLATION_CELLS}),
+]
+
 MQAR = "paper-results/arena.mqar-zoology/paper-restricted/results.json"
 PLATEAU = "paper-results/arena.mqar-zoology/paper-plateau/results.json"
 

@@ -109,8 +109,8 @@ def _figures(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: 
     ax.set_xticks(range(len(cfg.layers)), cfg.layers, rotation=30, ha="right")
     ax.set_yticks(range(len(cfg.tasks)), [t + ("" if t in exact else " (≈)") for t in cfg.tasks])
     ax.grid(False)
-    ax.set_title("normalised gap to the task's reference: the optimal predictor, or (≈) an approximation a model may "
-                 "beat\n(0 = the reference, 1 = no memory; log colours, a gap below 0 in the lightest)", fontsize=9)
+    ax.set_title("normalised gap to each task's reference\n(0 = the reference, 1 = no memory; log colours)\n"
+                 "≈: an approximate reference; a gap below 0 beats it", fontsize=9)
     fig.colorbar(image, ax=ax)
     run.save_figure(fig, "gaps.png")
 
