@@ -21,6 +21,7 @@ import pytest
 
 from memlab import cli
 from memlab.executors import ProcessExecutor, make_executor
+from memlab.files import read_cell
 from memlab.runner import CellsFailed, Run, run_experiment
 
 DRIVER = Path(__file__).with_name("sweep_driver.py")
@@ -118,7 +119,12 @@ def _kill_driver_mid_sweep(out: Path, log: Path, address: str | None = None, env
         os.killpg(driver.pid, signal.SIGKILL)  # the driver, and a local Ray instance it started
         driver.wait()
     kept = _cell_files(out)
-    assert 2 <= len(kept) < 6 and not (out / "results.json").exists() and not list(out.rglob("*.tmp"))
+    assert 2 <= len(kept) < 6 and not (out / "results.json").exists()
+    # the kill may land between an atomic write's temporary file and its rename (seen once: a cell's .digest): the
+    # hidden temporary stays behind, but no record is half-written
+    for name in kept:
+        read_cell((out / "cells" / name).read_text(encoding="utf-8"))
+    assert all(p.name.startswith(".") for p in out.rglob("*.tmp"))
     return kept
 
 
