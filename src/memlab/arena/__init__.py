@@ -32,6 +32,7 @@ from memlab.arena.lgssm import LGSSMTask, random_lgssm
 from memlab.arena.model import SequenceModel, parameter_count
 from memlab.arena.mqar import MQARTask
 from memlab.arena.policy import PolicyEvalTask, value_losses
+from memlab.arena.policy_posterior import posterior_predictor
 from memlab.arena.recall_predict import RecallPredictTask
 from memlab.arena.switching import SwitchingLGSSMTask, exact_predictive_mean, random_switching_lgssm
 from memlab.arena.task import (
@@ -62,6 +63,6 @@ __all__ = ["LAYERS", "TASKS", "Baselines", "Batch", "Comparison", "Compiled", "H
            "MQARTask", "PolicyEvalTask", "RecallPredictTask", "Scores", "SequenceModel", "SwitchingLGSSMTask", "Task",
            "TaskSpec", "TrainConfig", "TrainResult", "baselines", "categorical_kl", "compare", "compiled_model",
            "cross_entropy", "exact_predictive_mean", "make_layer", "make_model", "make_task", "make_train",
-           "masked_mean", "mess3", "normalised_gap", "parameter_count", "random_hmm", "random_lgssm",
-           "random_switching_lgssm", "reference_is_exact", "register_layer", "register_task", "ringworld", "score",
-           "squared_error", "state_size", "two_state", "value_losses"]
+           "masked_mean", "mess3", "normalised_gap", "parameter_count", "posterior_predictor", "random_hmm",
+           "random_lgssm", "random_switching_lgssm", "reference_is_exact", "register_layer", "register_task",
+           "ringworld", "score", "squared_error", "state_size", "two_state", "value_losses"]
