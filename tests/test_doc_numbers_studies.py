@@ -575,6 +575,48 @@ ARENA += [
           SWITCHING, {"n": _holding}),
 ]
 
+POLICY = "paper-results/arena.leaderboard/paper-core-families-policy-eval/results.json"
+
+
+def _signed(task: str, layer: str, field: str = "gap") -> Read:
+    return lambda d: minus(_stat(task, layer, field)(d))
+
+
+def _first_evaluation_below_0(layer: str) -> Read:
+    """The step of the first held-out evaluation, where the layer's gap on policy-eval is already below 0."""
+    return lambda d: (f"{d['results']['steps'][0]}" if d["results"]["stats"]["policy-eval"][layer]["budget"][0] < 0
+                      else "not below 0")
+
+
+def _beating(d: Any) -> str:
+    """How many layers end below policy-eval's reference, as a sentence starts it."""
+    return ["No", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"][
+        sum(s["gap"] < 0 for s in d["results"]["stats"]["policy-eval"].values())]
+
+
+_POLICY = {k: _signed("policy-eval", m) for k, m in [
+    ("gdn", "gated-deltanet"), ("gru", "gru"), ("lstm", "lstm"), ("la", "linear-attention"), ("mamba", "mamba"),
+    ("att", "attention"), ("s5", "s5"), ("lru", "lru"), ("lof", "lof")]}
+
+ARENA += [
+    Quote(ARENA_DOC, "| policy-eval (≈) | gated DeltaNet {gdn}, GRU {gru}, LSTM {lstm}, linear attention {la}, Mamba "
+          "{mamba}, softmax attention {att} | S5 {s5} | LRU {lru}, LOF {lof} |", POLICY,
+          _POLICY),
+    Quote(ARENA_DOC, "{n} layers beat the reference, the TD fixed point", POLICY, {"n": _beating}),
+    Quote(RESULTS_README, "{n} layers beat the reference, so it does not", POLICY, {"n": _beating}),
+    Quote(ARENA_DOC, "paper-core-families-policy-eval/`; the memory margin is {margin})", POLICY,
+          {"margin": lambda d: sig(d["results"]["stats"]["policy-eval"]["gru"]["margin"], 3)}),
+    Quote(ARENA_DOC, "Gated DeltaNet is below the reference from its first evaluation (step {step})", POLICY,
+          {"step": _first_evaluation_below_0("gated-deltanet")}),
+    Quote(RESULTS_README, "gated DeltaNet {gdn}, GRU {gru}, LSTM {lstm}, linear attention {la}, Mamba {mamba}, "
+          "softmax attention {att}, S5 {s5}, LRU {lru}, LOF {lof}.", POLICY,
+          _POLICY),
+    Quote(RESULTS_README, "(Mamba's the longest, about 100 min) | {n} (memlab's) |", POLICY, {"n": _holding}),
+    Quote(ARENA_DOC, "(gated DeltaNet {at2} at 2T, {at4} at 4T)", POLICY,
+          {"at2": lambda d: minus(_longer("policy-eval", "gated-deltanet", 2)(d)),
+           "at4": lambda d: minus(_longer("policy-eval", "gated-deltanet", 4)(d))}),
+]
+
 LRU_INIT = "paper-results/arena.leaderboard/lru-init-ablation/results.json"
 
 
