@@ -560,6 +560,9 @@ ARENA += [
           "softmax attention {att} ({att2} at 2T, {att4} at 4T), gated DeltaNet {gdn}, linear attention {la} |",
           SWITCHING,
           _SWITCHING | {"att2": _longer("switching", "attention", 2), "att4": _longer("switching", "attention", 4)}),
+    Quote(README, "{closest} comes closest to the switching model's particle filter ({gap})", SWITCHING,
+          {"closest": lambda d: LAYER_NAMES[d["results"]["closest"]["switching"]],
+           "gap": lambda d: _stat("switching", d["results"]["closest"]["switching"])(d)}),
     Quote(ARENA_DOC, "| task | closest | within {bound} | farther |", SWITCHING,
           {"bound": lambda d: bound(max(_gap(d, "switching", m) for m in ("lru", "s5")))}),
     Quote(ARENA_DOC, "the memory margin L_trivial − L_ref is {margin})", SWITCHING,
@@ -604,6 +607,10 @@ ARENA += [
           _POLICY),
     Quote(ARENA_DOC, "{n} layers beat the reference, the TD fixed point", POLICY, {"n": _beating}),
     Quote(RESULTS_README, "{n} layers beat the reference, so it does not", POLICY, {"n": _beating}),
+    Quote(README, "{n} layers beat policy evaluation's TD fixed point, gated DeltaNet by {gdn}", POLICY,
+          {"n": lambda d: _beating(d).lower(),  # by how much the lowest gap beats it
+           "gdn": lambda d: (_stat("policy-eval", "gated-deltanet")(d).lstrip("-")
+                             if d["results"]["closest"]["policy-eval"] == "gated-deltanet" else "not the lowest")}),
     Quote(ARENA_DOC, "paper-core-families-policy-eval/`; the memory margin is {margin})", POLICY,
           {"margin": lambda d: sig(d["results"]["stats"]["policy-eval"]["gru"]["margin"], 3)}),
     Quote(ARENA_DOC, "Gated DeltaNet is below the reference from its first evaluation (step {step})", POLICY,
