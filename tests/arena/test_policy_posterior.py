@@ -21,15 +21,16 @@ from memlab.ictd import boyan_chain, value_function
 TASK = PolicyEvalTask()
 
 
-def test_the_sum_of_uniforms_density_matches_a_histogram_and_integrates_to_one(x64):
-    widths = jnp.array([0.3, 0.7, 0.1, 0.5])
-    draws = np.random.default_rng(0).uniform(-1, 1, (2_000_000, 4)) @ np.asarray(widths)
-    histogram, edges = np.histogram(draws, bins=50, range=(-1.6, 1.6), density=True)
+@pytest.mark.parametrize("widths", [[0.3, 0.7, 0.1, 0.5], [0.4], [0.2, 0.9]], ids=["d=4", "d=1", "d=2"])
+def test_the_sum_of_uniforms_density_matches_a_histogram_and_integrates_to_one(widths, x64):
+    widths = jnp.array(widths)
+    draws = np.random.default_rng(0).uniform(-1, 1, (2_000_000, len(widths))) @ np.asarray(widths)
+    histogram, edges = np.histogram(draws, bins=40, range=(-1.6, 1.6), density=True)  # d = 1's jumps on bin edges
     centres = (edges[1:] + edges[:-1]) / 2
-    np.testing.assert_allclose(sum_of_uniforms_density(jnp.asarray(centres), widths), histogram, atol=0.01)
+    np.testing.assert_allclose(sum_of_uniforms_density(jnp.asarray(centres), widths), histogram, atol=0.02)
     grid = jnp.linspace(-2.0, 2.0, 40_001)
-    assert abs(float(jnp.trapezoid(sum_of_uniforms_density(grid, widths), grid)) - 1.0) < 1e-6
-    assert float(sum_of_uniforms_density(jnp.array(1.6), widths)) == 0.0  # outside the support, not round-off
+    assert abs(float(jnp.trapezoid(sum_of_uniforms_density(grid, widths), grid)) - 1.0) < 1e-3
+    assert float(sum_of_uniforms_density(jnp.array(1.7), widths)) == 0.0  # outside the support, not round-off
 
 
 def _boyan_transitions(count: int):
@@ -93,8 +94,8 @@ def test_the_particle_filter_follows_importance_sampling_over_the_first_transiti
 
 @pytest.mark.first
 def test_its_loss_is_below_the_td_fixed_points():
-    """32 held-out sequences (seed fixed): the posterior mean's squared error over the scored queries is under half
-    the TD fixed point's (measured: 0.36-0.40 of it on 48 sequences), and far below the trivial 0's."""
+    """32 held-out sequences (seed fixed), 1,024 particles: the posterior mean's squared error over the scored queries
+    is under half the TD fixed point's (measured: 0.44 of it), and far below the trivial 0's."""
     batch = TASK.sample(jax.random.key(5), 32, 64)
     posterior = posterior_predictor(TASK, batch, jax.random.key(6), particles=1024)
 
@@ -103,3 +104,14 @@ def test_its_loss_is_below_the_td_fixed_points():
 
     assert loss(posterior) < 0.5 * loss(TASK.reference(batch))
     assert loss(posterior) < 0.1 * loss(TASK.trivial(batch))
+
+
+def test_the_predictor_reads_each_trajectorys_filter_at_both_steps_of_its_pairs():
+    batch = TASK.sample(jax.random.key(7), 2, 11)  # an odd length: the last pair has its transition step only
+    predicted = posterior_predictor(TASK, batch, jax.random.key(8), particles=256)
+    d = TASK.feature_dim
+    keys = jax.random.split(jax.random.key(8), 2)
+    for b in range(2):
+        steps = batch.inputs[b, 0::2]
+        values = posterior_values(keys[b], steps[:, :d], steps[:, d], steps[:, d + 1:2 * d + 1], TASK.gamma, 256)
+        np.testing.assert_allclose(predicted[b, :, 0], jnp.repeat(values, 2)[:11], rtol=1e-5, atol=1e-6)
