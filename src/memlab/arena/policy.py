@@ -133,12 +133,17 @@ class PolicyEvalTask(eqx.Module):
     def reference(self, batch: Batch) -> Array:
         """(B, L, 1): w_k^T x(S_k), the ridge TD fixed point of transitions 1..k read at the query, at both steps of
         pair k; computed from the inputs alone (the context the model sees)."""
-        d, L = self.feature_dim, batch.inputs.shape[1]
-        transitions = batch.inputs[:, 0::2]  # (B, n, 2d + 2)
-        x_prev, rewards, x_next = transitions[..., :d], transitions[..., d], transitions[..., d + 1:2 * d + 1]
+        L = batch.inputs.shape[1]
+        x_prev, rewards, x_next = self.transitions(batch)
         w = jax.vmap(lambda a, r, b: td_fixed_point(a, r, b, self.gamma, self.ridge))(x_prev, rewards, x_next)
         v_hat = jnp.sum(w * x_next, -1)  # (B, n): the query S_k is transition k's successor
         return jnp.repeat(v_hat, 2, axis=1)[:, :L, None]
+
+    def transitions(self, batch: Batch) -> tuple[Array, Array, Array]:
+        """The context's transitions as the model sees them: x(S_{k-1}) (B, n, d), R_k (B, n), x(S_k) (B, n, d)."""
+        d = self.feature_dim
+        steps = batch.inputs[:, 0::2]  # (B, n, 2d + 2)
+        return steps[..., :d], steps[..., d], steps[..., d + 1:2 * d + 1]
 
     def trivial(self, batch: Batch) -> Array:
         """(B, L, 1) zeros: E[v(S_k) | x(S_k), k] = 0, since w* is symmetric and independent of x (exact)."""

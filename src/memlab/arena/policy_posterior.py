@@ -134,9 +134,8 @@ def posterior_values(key: Array, x_prev: Array, rewards: Array, x_next: Array, g
 def posterior_predictor(task: PolicyEvalTask, batch: Batch, key: Array, particles: int = 4096) -> Array:
     """(B, L, 1): :func:`posterior_values` read out at both steps of pair k, as ``task.reference`` is; computed from
     the inputs alone (the context a model sees) and the task's prior."""
-    d, L = task.feature_dim, batch.inputs.shape[1]
-    transitions = batch.inputs[:, 0::2]
-    x_prev, rewards, x_next = transitions[..., :d], transitions[..., d], transitions[..., d + 1:2 * d + 1]
+    L = batch.inputs.shape[1]
+    x_prev, rewards, x_next = task.transitions(batch)
     values = _batch_values(jax.random.split(key, x_prev.shape[0]), x_prev, rewards, x_next, task.gamma, particles)
     return jnp.repeat(values, 2, axis=1)[:, :L, None]
 
