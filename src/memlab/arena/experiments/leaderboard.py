@@ -23,6 +23,7 @@ from memlab.arena.experiments.leaderboard_analysis import (
     noise_note,
     thin_margins,
 )
+from memlab.arena.experiments.posterior_bound import PredictorScore, bound_note, score_posterior_predictor
 from memlab.arena.experiments.train_and_score import ScoredSeeds, train_and_score
 from memlab.arena.layers import LAYERS, check_state_sizes
 from memlab.arena.task import reference_is_exact
@@ -41,6 +42,9 @@ PAPER_CORE_LAYERS = ("lru", "s5", "mamba", "gru", "lstm", "attention", "linear-a
 ALL_LAYERS = (*PAPER_CORE_LAYERS, "alf")
 
 SUMMARY = summary_text(__package__, "leaderboard")
+
+# the task whose reference trained layers beat, and the name of the predictor scored beside them as its bound
+BOUNDED, POSTERIOR = "policy-eval", "posterior-predictor"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,12 +67,16 @@ class LeaderboardConfig:
     # short for a task family leaves it out and says so (quick's 200 steps and the recall tasks: see the
     # quick-recall-budget profile)
     memory_claim_tasks: tuple[str, ...] | None = None
+    # with policy-eval among the tasks, also score memlab.arena.posterior_predictor with this many particles per
+    # sequence on the same held-out batch (0: not): a bound where the task's reference, the TD fixed point, is beaten
+    posterior_particles: int = 0
 
     def validate(self) -> None:
         check_choices("tasks", self.tasks, TASKS)
         check_choices("layers", self.layers, LAYERS)
         for name in ("width", "depth", "seeds", "test_batch"):
             check_int(name, getattr(self, name))
+        check_int("posterior_particles", self.posterior_particles, low=0)
         check_state_sizes(self.layers, self.width)
         if self.memory_claim_tasks is not None:
             check_choices("memory_claim_tasks", self.memory_claim_tasks, TASKS)
@@ -80,7 +88,8 @@ class LeaderboardConfig:
 def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict[str, partial]:
     """Cell '<task>.<layer>': all seeds of one layer on one task (keys from ('train', task, layer)); every cell of
     a task is scored on the same held-out batch (key ('test', task)). A user's layer or task adds its file's
-    fingerprint to the cell's arguments, so editing it recomputes the cells."""
+    fingerprint to the cell's arguments, so editing it recomputes the cells. With ``posterior_particles``, cell
+    'policy-eval.posterior-predictor' scores the posterior predictor on policy-eval's held-out batch."""
     def cell(t, m):
         code = "+".join(filter(None, (TASKS[t].source, LAYERS[m].source)))  # "" for memlab's own: keys unchanged
         return partial(train_and_score, t, m, cfg.width, cfg.depth, cfg.train,
@@ -88,14 +97,20 @@ def sweep_cells(cfg: LeaderboardConfig, run: Run) -> dict[str, partial]:
                        *((cfg.longer,) if cfg.longer else ()), **({"code": code} if code else {}),
                        **({"checkpoint": CHECKPOINT} if cfg.checkpoints else {}))
 
-    return {f"{t}.{m}": cell(t, m) for t in cfg.tasks for m in cfg.layers}
+    cells = {f"{t}.{m}": cell(t, m) for t in cfg.tasks for m in cfg.layers}
+    if cfg.posterior_particles and BOUNDED in cfg.tasks:
+        cells[f"{BOUNDED}.{POSTERIOR}"] = partial(
+            score_posterior_predictor, BOUNDED, run.key_for("test", BOUNDED), cfg.test_batch, cfg.train.length,
+            run.key_for(POSTERIOR, BOUNDED), cfg.posterior_particles)
+    return cells
 
 
-def analyse(cfg: LeaderboardConfig, cells: dict[str, ScoredSeeds]) -> Leaderboard:
+def analyse(cfg: LeaderboardConfig, cells: dict[str, ScoredSeeds | PredictorScore]) -> Leaderboard:
     stats = {t: {m: gap_stats(cells[f"{t}.{m}"], len(cfg.longer)) for m in cfg.layers} for t in cfg.tasks}
     steps = [cfg.train.eval_every * (i + 1) for i in range(cfg.train.steps // cfg.train.eval_every)]
     closest = {t: min(stats[t], key=lambda m: stats[t][m].gap) for t in cfg.tasks}
-    return Leaderboard(stats, steps, closest)
+    bounds = {t: cells[f"{t}.{POSTERIOR}"] for t in cfg.tasks if f"{t}.{POSTERIOR}" in cells}
+    return Leaderboard(stats, steps, closest, bounds)
 
 
 def _figures(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Run) -> None:
@@ -121,8 +136,11 @@ def _figures(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: 
         ax.set(title=t, xlabel="training steps")
         ax.set_yscale("symlog", linthresh=FLOOR)  # log above FLOOR, linear through 0 (a gap may dip below it)
         ax.axhline(0.0, color="black", lw=0.8)
+        if t in board.bounds:
+            ax.axhline(board.bounds[t].gap, color="black", ls="--", lw=0.8, label=POSTERIOR + " (bound)")
     axes[0][0].set_ylabel("held-out gap (symlog)")
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    labelled = {label: h for ax in axes[0] for h, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+    axes[0][-1].legend(labelled.values(), labelled.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     run.save_figure(fig, "budget.png")
 
 
@@ -172,12 +190,19 @@ def _table(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Ru
     thin = thin_margins(board)
     names = {t: t + ("" if t in exact else " (≈ reference)")
              + (f" (g is noise: margin < {MARGIN_FLOOR:g})" if t in thin else "") for t in cfg.tasks}
-    rows = [(names[t], m, s.gap, s.se, *s.longer, s.margin, s.reference_distance, s.parameters, s.state,
+    # a layer's gap above the bound's, on the same batch: how far it stays from the optimum at least
+    above = {t: {m: s.gap - board.bounds[t].gap if t in board.bounds else np.nan for m, s in board.stats[t].items()}
+             for t in cfg.tasks}
+    rows = [(names[t], m, s.gap, s.se, above[t][m], *s.longer, s.margin, s.reference_distance, s.parameters, s.state,
              s.compiled_distance, s.gradient_cosine) for t in cfg.tasks for m, s in board.stats[t].items()]
-    return run.save_table("leaderboard.csv", ["task", "layer", "gap", "se", *longer, "L_trivial − L_ref",
+    rows += [(names[t], f"{POSTERIOR} (bound)", b.gap, b.gap_se, 0.0, *[np.nan] * len(longer), b.trivial_loss
+              - b.reference_loss, *[np.nan] * 5) for t, b in board.bounds.items()]
+    return run.save_table("leaderboard.csv", ["task", "layer", "gap", "se", "gap above the bound", *longer,
+                                              "L_trivial − L_ref",
                                               "distance to reference", "parameters", "state", "distance to compiled",
                                               "input-gradient cosine"], rows,
-                          {"gap": ".3g", "se": ".2g", **dict.fromkeys(longer, ".3g"), "L_trivial − L_ref": ".3g",
+                          {"gap": ".3g", "se": ".2g", "gap above the bound": ".2g", **dict.fromkeys(longer, ".3g"),
+                           "L_trivial − L_ref": ".3g",
                            "distance to reference": ".3g", "distance to compiled": ".3g",
                            "input-gradient cosine": ".2f"})
 
@@ -195,7 +220,8 @@ def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
     claims(cfg, board, exact, run)
     closest = "Lowest gap (the closest to the optimum; below 0 beats a ≈ task's approximate reference): " + "; ".join(
         f"{t}: {m} ({board.stats[t][m].gap:.3g})" for t, m in board.closest.items()) + "." + noise_note(
-        thin_margins(board))
+        thin_margins(board)) + "".join(bound_note(t, b, {m: s.gap for m, s in board.stats[t].items()})
+                                       for t, b in board.bounds.items())
     tc = cfg.train
     run.write_summary(SUMMARY.format(depth=cfg.depth, width=cfg.width, steps=tc.steps, batch=tc.batch,
                                      length=tc.length, lr=tc.learning_rate, seeds=cfg.seeds, test_batch=cfg.test_batch,
@@ -225,7 +251,8 @@ QUICK = LeaderboardConfig(tasks=FAMILIES, layers=PAPER_CORE_LAYERS, seeds=2, tes
 RECALL_BUDGET = dataclasses.replace(QUICK, tasks=FAMILIES[4:], memory_claim_tasks=None,
                                     train=dataclasses.replace(QUICK.train, steps=1000, eval_every=100))
 
-PAPER = LeaderboardConfig(seeds=3, train=TrainConfig(steps=5000, eval_every=250), width=64, depth=2, longer=(2, 4))
+PAPER = LeaderboardConfig(seeds=3, train=TrainConfig(steps=5000, eval_every=250), width=64, depth=2, longer=(2, 4),
+                          posterior_particles=4096)
 
 # why linear attention stays at g = 0.43 where gated DeltaNet reaches 0.003 (paper-core): the members of the gated
 # DeltaNet family between them, each without one part, and two steps from linear attention to the family (its

@@ -7,6 +7,7 @@ import dataclasses
 
 import numpy as np
 
+from memlab.arena.experiments.posterior_bound import PredictorScore
 from memlab.arena.experiments.train_and_score import ScoredSeeds
 
 # a task whose memory margin L_trivial - L_ref is below this (nats on the symbol tasks) leaves g = excess / margin
@@ -44,11 +45,13 @@ class GapStats:
 @dataclasses.dataclass(frozen=True)
 class Leaderboard:
     """``stats[task][layer]``: :class:`GapStats`; ``steps`` (evaluations,): training steps of the budget curves;
-    ``closest[task]``: the layer with the smallest mean gap."""
+    ``closest[task]``: the layer with the smallest mean gap; ``bounds[task]``: a predictor scored beside the layers
+    where the task's reference is beaten (its gap bounds the optimum's from above), for the tasks that have one."""
 
     stats: dict[str, dict[str, GapStats]]
     steps: list[int]
     closest: dict[str, str]
+    bounds: dict[str, PredictorScore] = dataclasses.field(default_factory=dict)
 
 
 def mean_and_se(values, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:

@@ -45,7 +45,7 @@ from memlab.kept import KeptLast
 from memlab.progress import training_chunks, training_step
 from memlab.store import cell
 
-__all__ = ["ScoredSeeds", "held_out_side", "score_seeds", "train_and_score"]
+__all__ = ["ScoredSeeds", "held_out_side", "score_seeds", "task_side", "train_and_score"]
 
 NAN = float("nan")
 
@@ -86,7 +86,7 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
     ``code``: the fingerprints of a user's layer and task files (part of the cell's key only); ``checkpoint``: a
     path to save the training state to after every ``eval_every`` steps and resume from (not part of the key)."""
     spec = make_task(task)
-    side = _task_side(task, code, test_key, test_batch, train.length, tuple(longer))
+    side = task_side(task, code, test_key, test_batch, train.length, tuple(longer))
     test, base, target = side.test, side.base, side.target
     static = static_part(spec, layer, width, depth, keys[0])
     result = _train_seeds(spec, layer, width, depth, train, keys, test, static, checkpoint)
@@ -106,7 +106,7 @@ def train_and_score(task: str, layer: str, width: int, depth: int, train: TrainC
                        state=state_size(layer, width, train.length) * depth)
 
 
-class _TaskSide(NamedTuple):
+class TaskSide(NamedTuple):
     """What a cell scores its models against, the same for every layer of the task: the held-out batch, its
     :class:`Baselines` and the compiled model's :class:`Target` (None without one), and for every multiple of
     ``longer`` its own held-out batch and baselines."""
@@ -117,16 +117,16 @@ class _TaskSide(NamedTuple):
     longer: list[tuple[Batch, Baselines]]
 
 
-_kept_side: KeptLast[_TaskSide] = KeptLast()  # the last task side this process computed, by what it depends on
+_kept_side: KeptLast[TaskSide] = KeptLast()  # the last task side this process computed, by what it depends on
 
 
-def _task_side(task: str, code: str, test_key, test_batch: int, length: int, longer: tuple[int, ...]) -> _TaskSide:
-    """The task's side of a cell's scores (:class:`_TaskSide`), kept for the next cell of this process: a sweep
+def task_side(task: str, code: str, test_key, test_batch: int, length: int, longer: tuple[int, ...]) -> TaskSide:
+    """The task's side of a cell's scores (:class:`TaskSide`), kept for the next cell of this process: a sweep
     runs a task's layers one after the other, and computing it in each cell cost ~1 CPU-second there (the compiled
     model is a new closure in every cell, so its program was compiled again). ``code`` (a user's files'
     fingerprints) and the x64 setting (``KeptLast``) are part of what it depends on, as they are of the cell's key."""
 
-    def compute() -> _TaskSide:
+    def compute() -> TaskSide:
         spec = make_task(task)
         test = spec.sample(test_key, test_batch, length)
         compiled = compiled_model(spec)
@@ -135,7 +135,7 @@ def _task_side(task: str, code: str, test_key, test_batch: int, length: int, lon
         for multiple in longer:  # each its own held-out batch, the same for every layer of the task
             long_test = spec.sample(jax.random.fold_in(test_key, multiple), test_batch, multiple * length)
             long_sides.append((long_test, held_out_side(spec, long_test)[0]))
-        return _TaskSide(test, base, target, long_sides)
+        return TaskSide(test, base, target, long_sides)
 
     key_data = tuple(np.asarray(jax.random.key_data(test_key)).ravel().tolist())
     return _kept_side.get((task, code, key_data, test_batch, length, tuple(longer)), compute)
