@@ -597,6 +597,24 @@ def _beating(d: Any) -> str:
         sum(s["gap"] < 0 for s in d["results"]["stats"]["policy-eval"].values())]
 
 
+def _above_bound(layer: str) -> Read:
+    """How far the layer's gap on policy-eval stays above the posterior predictor's (the bound)."""
+    return lambda d: minus(sig(_gap(d, "policy-eval", layer) - d["results"]["bounds"]["policy-eval"]["gap"]))
+
+
+def _every_above_bound(d: Any) -> str:
+    bound_gap = d["results"]["bounds"]["policy-eval"]["gap"]
+    return "Every" if all(s["gap"] > bound_gap for s in d["results"]["stats"]["policy-eval"].values()) else "Not every"
+
+
+def _bound_gap(d: Any) -> str:
+    return minus(sig(d["results"]["bounds"]["policy-eval"]["gap"], 3))
+
+
+def _bound_minutes(d: Any) -> str:
+    return f"{d['cells']['seconds']['policy-eval.posterior-predictor'] / 60:.0f}"
+
+
 _POLICY = {k: _signed("policy-eval", m) for k, m in [
     ("gdn", "gated-deltanet"), ("gru", "gru"), ("lstm", "lstm"), ("la", "linear-attention"), ("mamba", "mamba"),
     ("att", "attention"), ("s5", "s5"), ("lru", "lru"), ("lof", "lof")]}
@@ -618,10 +636,29 @@ ARENA += [
     Quote(RESULTS_README, "gated DeltaNet {gdn}, GRU {gru}, LSTM {lstm}, linear attention {la}, Mamba {mamba}, "
           "softmax attention {att}, S5 {s5}, LRU {lru}, LOF {lof}.", POLICY,
           _POLICY),
-    Quote(RESULTS_README, "(Mamba's the longest, about 100 min) | {n} (memlab's) |", POLICY, {"n": _holding}),
+    Quote(RESULTS_README, "and the posterior predictor ({minutes} min) | {n} (memlab's) |", POLICY,
+          {"minutes": _bound_minutes, "n": _holding}),
     Quote(ARENA_DOC, "(gated DeltaNet {at2} at 2T, {at4} at 4T)", POLICY,
           {"at2": lambda d: minus(_longer("policy-eval", "gated-deltanet", 2)(d)),
            "at4": lambda d: minus(_longer("policy-eval", "gated-deltanet", 4)(d))}),
+]
+
+ARENA += [
+    Quote(ARENA_DOC, "where its gap is {gap} ± {se} (the batch's sampling error", POLICY,
+          {"gap": _bound_gap, "se": lambda d: sig(d["results"]["bounds"]["policy-eval"]["gap_se"])}),
+    Quote(ARENA_DOC, "{particles} particles per sequence, {minutes} min of one core)", POLICY,
+          {"particles": lambda d: f"{d['config']['posterior_particles']:,}", "minutes": _bound_minutes}),
+    Quote(ARENA_DOC, "{every} layer stays above it, so", POLICY, {"every": _every_above_bound}),
+    Quote(RESULTS_README, "is at {gap} ± {se}, and {every} layer stays above it: gated DeltaNet by {gdn}, at least",
+          POLICY, {"gap": _bound_gap, "se": lambda d: sig(d["results"]["bounds"]["policy-eval"]["gap_se"]),
+                   "every": lambda d: _every_above_bound(d).lower(), "gdn": _above_bound("gated-deltanet")}),
+    Quote(README, "gated DeltaNet by {gdn}, yet none reaches a posterior predictor's {bound} (", POLICY,
+          {"gdn": lambda d: _stat("policy-eval", "gated-deltanet")(d).lstrip("-"),
+           "bound": lambda d: _bound_gap(d) if _every_above_bound(d) == "Every" else "(one layer reaches it)"}),
+    Quote(ARENA_DOC, "The distances above it are gated DeltaNet {gdn}, GRU {gru}, LSTM {lstm}, linear attention {la}, "
+          "Mamba {mamba} and softmax attention {att}, each", POLICY,
+          {k: _above_bound(m) for k, m in [("gdn", "gated-deltanet"), ("gru", "gru"), ("lstm", "lstm"),
+                                           ("la", "linear-attention"), ("mamba", "mamba"), ("att", "attention")]}),
 ]
 
 LRU_INIT = "paper-results/arena.leaderboard/lru-init-ablation/results.json"
