@@ -67,8 +67,9 @@ class LeaderboardConfig:
     # short for a task family leaves it out and says so (quick's 200 steps and the recall tasks: see the
     # quick-recall-budget profile)
     memory_claim_tasks: tuple[str, ...] | None = None
-    # with policy-eval among the tasks, also score memlab.arena.posterior_predictor with this many particles per
-    # sequence on the same held-out batch (0: not): a bound where the task's reference, the TD fixed point, is beaten
+    # with policy-eval among the tasks (ignored without it), also score memlab.arena.posterior_predictor with this
+    # many particles per sequence on the same held-out batch (0: not): a bound where the task's reference, the TD
+    # fixed point, is beaten
     posterior_particles: int = 0
 
     def validate(self) -> None:
@@ -76,7 +77,10 @@ class LeaderboardConfig:
         check_choices("layers", self.layers, LAYERS)
         for name in ("width", "depth", "seeds", "test_batch"):
             check_int(name, getattr(self, name))
-        check_int("posterior_particles", self.posterior_particles, low=0)
+        if self.posterior_particles != 0 and not (
+                isinstance(self.posterior_particles, int) and self.posterior_particles >= 2):
+            raise ValueError("posterior_particles must be 0 (no bound) or an int >= 2, got "
+                             f"{self.posterior_particles!r}")
         check_state_sizes(self.layers, self.width)
         if self.memory_claim_tasks is not None:
             check_choices("memory_claim_tasks", self.memory_claim_tasks, TASKS)
@@ -186,25 +190,26 @@ def claims(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Ru
 
 
 def _table(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Run) -> str:
-    longer = [f"gap at {k}T" for k in cfg.longer]
     thin = thin_margins(board)
     names = {t: t + ("" if t in exact else " (≈ reference)")
              + (f" (g is noise: margin < {MARGIN_FLOOR:g})" if t in thin else "") for t in cfg.tasks}
-    # a layer's gap above the bound's, on the same batch: how far it stays from the optimum at least
-    above = {t: {m: s.gap - board.bounds[t].gap if t in board.bounds else np.nan for m, s in board.stats[t].items()}
-             for t in cfg.tasks}
-    rows = [(names[t], m, s.gap, s.se, above[t][m], *s.longer, s.margin, s.reference_distance, s.parameters, s.state,
-             s.compiled_distance, s.gradient_cosine) for t in cfg.tasks for m, s in board.stats[t].items()]
-    rows += [(names[t], f"{POSTERIOR} (bound)", b.gap, b.gap_se, 0.0, *[np.nan] * len(longer), b.trivial_loss
-              - b.reference_loss, *[np.nan] * 5) for t, b in board.bounds.items()]
-    return run.save_table("leaderboard.csv", ["task", "layer", "gap", "se", "gap above the bound", *longer,
-                                              "L_trivial − L_ref",
-                                              "distance to reference", "parameters", "state", "distance to compiled",
-                                              "input-gradient cosine"], rows,
-                          {"gap": ".3g", "se": ".2g", "gap above the bound": ".2g", **dict.fromkeys(longer, ".3g"),
-                           "L_trivial − L_ref": ".3g",
-                           "distance to reference": ".3g", "distance to compiled": ".3g",
-                           "input-gradient cosine": ".2f"})
+    fmt = {"gap": ".3g", "se": ".2g", "gap above the bound": ".2g", **{f"gap at {k}T": ".3g" for k in cfg.longer},
+           "L_trivial − L_ref": ".3g",
+           "distance to reference": ".3g", "distance to compiled": ".3g", "input-gradient cosine": ".2f"}
+    # with a bound (policy-eval's posterior predictor): each layer's gap above the bound's on the same batch, and
+    # the bound's own row (its se: sampling error over the batch's sequences, not over seeds)
+    rows = [{"task": names[t], "layer": m, "gap": s.gap, "se": s.se,
+             **({"gap above the bound": s.gap - board.bounds[t].gap} if t in board.bounds else {}),
+             **{f"gap at {k}T": g for k, g in zip(cfg.longer, s.longer, strict=True)}, "L_trivial − L_ref": s.margin,
+             "distance to reference": s.reference_distance, "parameters": s.parameters, "state": s.state,
+             "distance to compiled": s.compiled_distance, "input-gradient cosine": s.gradient_cosine}
+            for t in cfg.tasks for m, s in board.stats[t].items()]
+    rows += [{"task": names[t], "layer": f"{POSTERIOR} (bound; se over the batch)", "gap": b.gap, "se": b.gap_se,
+              "L_trivial − L_ref": b.trivial_loss - b.reference_loss} for t, b in board.bounds.items()]
+    header = ["task", "layer", "gap", "se", *(["gap above the bound"] if board.bounds else []),
+              *(f"gap at {k}T" for k in cfg.longer), "L_trivial − L_ref", "distance to reference", "parameters",
+              "state", "distance to compiled", "input-gradient cosine"]
+    return run.save_table("leaderboard.csv", header, [[row.get(h, "") for h in header] for row in rows], fmt)
 
 
 def task_notes(tasks: tuple[str, ...]) -> str:
@@ -220,7 +225,7 @@ def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
     claims(cfg, board, exact, run)
     closest = "Lowest gap (the closest to the optimum; below 0 beats a ≈ task's approximate reference): " + "; ".join(
         f"{t}: {m} ({board.stats[t][m].gap:.3g})" for t, m in board.closest.items()) + "." + noise_note(
-        thin_margins(board)) + "".join(bound_note(t, b, {m: s.gap for m, s in board.stats[t].items()})
+        thin_margins(board)) + "".join(bound_note(t, b, board.closest[t], board.stats[t][board.closest[t]].gap)
                                        for t, b in board.bounds.items())
     tc = cfg.train
     run.write_summary(SUMMARY.format(depth=cfg.depth, width=cfg.width, steps=tc.steps, batch=tc.batch,
