@@ -644,19 +644,21 @@ ARENA += [
 ]
 
 ARENA += [
-    Quote(ARENA_DOC, "where its gap is {gap} ± {se} (the batch's sampling error", POLICY,
+    Quote(ARENA_DOC, "where its gap is {gap} ± {se} (its own sampling error over the batch's sequences)", POLICY,
           {"gap": _bound_gap, "se": lambda d: sig(d["results"]["bounds"]["policy-eval"]["gap_se"])}),
     Quote(ARENA_DOC, "{particles} particles per sequence, {minutes} min of one core)", POLICY,
           {"particles": lambda d: f"{d['config']['posterior_particles']:,}", "minutes": _bound_minutes}),
     Quote(ARENA_DOC, "{every} layer stays above it, so", POLICY, {"every": _every_above_bound}),
-    Quote(RESULTS_README, "is at {gap} ± {se}, and {every} layer stays above it: gated DeltaNet by {gdn}, at least",
+    Quote(ARENA_DOC, "These are differences on one batch of {batch} sequences;", POLICY,
+          {"batch": lambda d: f"{d['config']['test_batch']:,}"}),
+    Quote(RESULTS_README, "is at {gap} ± {se}, and {every} layer stays above it: gated DeltaNet by {gdn}, so in",
           POLICY, {"gap": _bound_gap, "se": lambda d: sig(d["results"]["bounds"]["policy-eval"]["gap_se"]),
                    "every": lambda d: _every_above_bound(d).lower(), "gdn": _above_bound("gated-deltanet")}),
     Quote(README, "gated DeltaNet by {gdn}, yet none reaches a posterior predictor's {bound} (", POLICY,
           {"gdn": lambda d: _stat("policy-eval", "gated-deltanet")(d).lstrip("-"),
            "bound": lambda d: _bound_gap(d) if _every_above_bound(d) == "Every" else "(one layer reaches it)"}),
     Quote(ARENA_DOC, "The distances above it are gated DeltaNet {gdn}, GRU {gru}, LSTM {lstm}, linear attention {la}, "
-          "Mamba {mamba} and softmax attention {att}, each", POLICY,
+          "Mamba {mamba} and softmax attention {att} (", POLICY,
           {k: _above_bound(m) for k, m in [("gdn", "gated-deltanet"), ("gru", "gru"), ("lstm", "lstm"),
                                            ("la", "linear-attention"), ("mamba", "mamba"), ("att", "attention")]}),
 ]

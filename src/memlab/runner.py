@@ -50,6 +50,7 @@ __all__ = [
     "atomic_write_text",
     "default_out_dir",
     "default_store",
+    "resolve_config",
     "run_experiment",
     "to_jsonable",
 ]
@@ -264,8 +265,10 @@ def default_store(exp: Experiment, out_dir: str | Path) -> Path:
     return root / "cells"
 
 
-def _resolve_config(exp: Experiment, profile: str, seed: int | None, overrides: Sequence[str] = (),
-                    data_dir: str | Path | None = None) -> Any:
+def resolve_config(exp: Experiment, profile: str, seed: int | None, overrides: Sequence[str] = (),
+                   data_dir: str | Path | None = None) -> Any:
+    """The config a run of ``exp``'s ``profile`` uses (``seed``: None for the profile's; ``overrides``, ``data_dir``
+    as :func:`run_experiment` takes them), validated; :class:`SetupError` naming the problem otherwise."""
     if profile not in exp.profiles:
         raise SetupError(f"unknown profile {profile!r} for experiment {exp.name!r}; known: {', '.join(exp.profiles)}")
     try:
@@ -344,7 +347,7 @@ def run_experiment(
     :class:`CellsFailed` when cells raised. Finished cells of an interrupted run (KeyboardInterrupt propagates) are
     skipped when the same command is run again.
     """
-    config = _resolve_config(exp, profile, seed, overrides, data_dir)
+    config = resolve_config(exp, profile, seed, overrides, data_dir)
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(exp, profile, overrides)
     if store is not False:
         store = CellStore(default_store(exp, out_dir) if store is None or store is True else store)
