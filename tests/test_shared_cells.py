@@ -107,12 +107,13 @@ def test_arena_paper_core_cells_are_the_paper_profiles(tmp_path):
 
 
 def test_the_lru_init_ablation_adds_one_cell_to_paper_core_families(tmp_path):
-    """Its lru and s5 cells on policy-eval are paper-core-families' (computed once); only the LRU with S5's slow
-    modes is new."""
+    """Its lru and s5 cells on policy-eval and the posterior predictor beside them are paper-core-families'
+    (computed once); only the LRU with S5's slow modes is new."""
     cells = {p: _leaderboard(p, tmp_path) for p in ("paper-core-families", "lru-init-ablation")}
     ablation, families = cells["lru-init-ablation"], cells["paper-core-families"]
-    assert {n for n in ablation if families.get(n) == ablation[n]} == {"policy-eval.lru", "policy-eval.s5"}
-    assert set(ablation) == {"policy-eval.lru", "policy-eval.s5", "policy-eval.lru-slow-modes"}
+    shared = {"policy-eval.lru", "policy-eval.s5", "policy-eval.posterior-predictor"}
+    assert {n for n in ablation if families.get(n) == ablation[n]} == shared
+    assert set(ablation) == shared | {"policy-eval.lru-slow-modes"}
 
 
 def test_arena_scaling_holds_the_leaderboards_cells_at_its_width(tmp_path):
@@ -153,7 +154,7 @@ def test_arena_restricted_profiles_are_parts_of_their_paper_profiles(tmp_path):
                                (mqar_zoology, "arena.mqar-zoology", "paper-plateau")):
         paper, ours = cells(module, name, "paper"), cells(module, name, part)
         assert set(ours) < set(paper) and all(paper[n] == d for n, d in ours.items()), name
-    assert len(cells(leaderboard, "arena.leaderboard", "paper-core-families")) == 4 * 9
+    assert len(cells(leaderboard, "arena.leaderboard", "paper-core-families")) == 4 * 9 + 1  # and policy-eval's bound
     assert cells(mqar_zoology, "arena.mqar-zoology", "paper-plateau").keys() == {"gru.lr=0.01"}
     restricted = cells(mqar_zoology, "arena.mqar-zoology", "paper-restricted")
     assert not set(restricted.values()) & set(cells(mqar_zoology, "arena.mqar-zoology", "paper").values())
