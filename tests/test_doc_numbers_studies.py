@@ -591,10 +591,14 @@ def _first_evaluation_below_0(layer: str) -> Read:
                       else "not below 0")
 
 
+def _number_word(n: int) -> str:
+    """A count as a sentence starts it."""
+    return ["No", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"][n]
+
+
 def _beating(d: Any) -> str:
     """How many layers end below policy-eval's reference, as a sentence starts it."""
-    return ["No", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"][
-        sum(s["gap"] < 0 for s in d["results"]["stats"]["policy-eval"].values())]
+    return _number_word(sum(s["gap"] < 0 for s in d["results"]["stats"]["policy-eval"].values()))
 
 
 def _above_bound(layer: str) -> Read:
@@ -654,13 +658,84 @@ ARENA += [
     Quote(RESULTS_README, "is at {gap} ± {se}, and {every} layer stays above it: gated DeltaNet by {gdn}, so in",
           POLICY, {"gap": _bound_gap, "se": lambda d: sig(d["results"]["bounds"]["policy-eval"]["gap_se"]),
                    "every": lambda d: _every_above_bound(d).lower(), "gdn": _above_bound("gated-deltanet")}),
-    Quote(README, "gated DeltaNet by {gdn}, yet none reaches a posterior predictor's {bound} (", POLICY,
+    Quote(README, "gated DeltaNet by {gdn}, yet none reaches a posterior predictor's {bound};", POLICY,
           {"gdn": lambda d: _stat("policy-eval", "gated-deltanet")(d).lstrip("-"),
            "bound": lambda d: _bound_gap(d) if _every_above_bound(d) == "Every" else "(one layer reaches it)"}),
     Quote(ARENA_DOC, "The distances above it are gated DeltaNet {gdn}, GRU {gru}, LSTM {lstm}, linear attention {la}, "
           "Mamba {mamba} and softmax attention {att} (", POLICY,
           {k: _above_bound(m) for k, m in [("gdn", "gated-deltanet"), ("gru", "gru"), ("lstm", "lstm"),
                                            ("la", "linear-attention"), ("mamba", "mamba"), ("att", "attention")]}),
+]
+
+RECALL_PREDICT = "paper-results/arena.leaderboard/paper-core-families-recall-predict/results.json"
+_RECALL_GROUPS = (("lstm", "gru", "attention"), ("linear-attention", "mamba", "s5", "gated-deltanet"), ("lru", "lof"))
+
+
+def _recall_within(group: int, limit: float) -> Read:
+    """``limit`` where the table's column ``group`` holds exactly the layers whose gap on recall-predict is below it
+    and at least the previous column's limit."""
+    def read(d: Any) -> str:
+        stats = d["results"]["stats"]["recall-predict"]
+        lower = (0.0, 0.01, 0.015)[group]
+        inside = {m for m, s in stats.items() if lower <= s["gap"] < limit}
+        return f"{limit}" if inside == set(_RECALL_GROUPS[group]) else f"not {sorted(inside)}"
+    return read
+
+
+def _within_0014(d: Any) -> str:
+    """How many layers end within 0.014 of recall-predict's reference."""
+    return _number_word(sum(s["gap"] < 0.014 for s in d["results"]["stats"]["recall-predict"].values()))
+
+
+def _first_seven_se(d: Any) -> str:
+    """The range of the seeds' standard errors of the layers within 0.014."""
+    se = [s["se"] for s in d["results"]["stats"]["recall-predict"].values() if s["gap"] < 0.014]
+    return f"{sig(min(se))}–{sig(max(se))}"
+
+
+def _shrank_last_1000(d: Any) -> str:
+    """'a–b': how many times each layer's held-out gap shrank from step 4,000 to the end (all still falling)."""
+    steps, stats = d["results"]["steps"], d["results"]["stats"]["recall-predict"]
+    if not all(s["budget"][-1] < s["budget"][-2] for s in stats.values()):
+        return "(not every gap still falling)"
+    ratios = [s["budget"][steps.index(steps[-1] - 1000)] / s["budget"][-1] for s in stats.values()]
+    return f"{min(ratios):.1f}–{max(ratios):.1f}"
+
+
+_RECALL = {k: _stat("recall-predict", m) for k, m in [
+    ("lstm", "lstm"), ("gru", "gru"), ("att", "attention"), ("la", "linear-attention"), ("mamba", "mamba"),
+    ("s5", "s5"), ("gdn", "gated-deltanet"), ("lru", "lru"), ("lof", "lof")]}
+
+ARENA += [
+    Quote(ARENA_DOC, "| recall-predict (≈) | LSTM {lstm}, GRU {gru}, softmax attention {att} | linear attention {la}, "
+          "Mamba {mamba}, S5 {s5}, gated DeltaNet {gdn} | LRU {lru}, LOF {lof} |", RECALL_PREDICT, _RECALL),
+    Quote(ARENA_DOC, "| task | within {a} | within {b} | farther |", RECALL_PREDICT,
+          {"a": _recall_within(0, 0.01), "b": _recall_within(1, 0.015)}),
+    Quote(ARENA_DOC, "paper-core-families-recall-predict/`; the memory margin is {margin}, in squared error)",
+          RECALL_PREDICT, {"margin": lambda d: sig(d["results"]["stats"]["recall-predict"]["gru"]["margin"], 3)}),
+    Quote(ARENA_DOC, "{n} layers end within 0.014 of the reference", RECALL_PREDICT, {"n": _within_0014}),
+    Quote(ARENA_DOC, "seeds' standard errors ({se})", RECALL_PREDICT, {"se": _first_seven_se}),
+    Quote(ARENA_DOC, "steps it shrank {ratios} times", RECALL_PREDICT, {"ratios": _shrank_last_1000}),
+    Quote(ARENA_DOC, "Softmax attention ({a2} at 2T, {a4} at 4T), linear attention ({l2}, {l4}) and GRU ({g2}, {g4}) "
+          "hold. S5 ({s4} at 4T) and gated DeltaNet ({d4}) lose", RECALL_PREDICT,
+          {"a2": _longer("recall-predict", "attention", 2), "a4": _longer("recall-predict", "attention", 4),
+           "l2": _longer("recall-predict", "linear-attention", 2),
+           "l4": _longer("recall-predict", "linear-attention", 4),
+           "g2": _longer("recall-predict", "gru", 2), "g4": _longer("recall-predict", "gru", 4),
+           "s4": _longer("recall-predict", "s5", 4), "d4": _longer("recall-predict", "gated-deltanet", 4)}),
+    Quote(ARENA_DOC, "as well as the others do ({mamba}) and holds in between ({m4} at 4T)", RECALL_PREDICT,
+          {"mamba": _RECALL["mamba"], "m4": _longer("recall-predict", "mamba", 4)}),
+    Quote(README, "on recall–predict {n} layers end within 0.014 of the recall band's predictor, {closest} closest "
+          "({gap})", RECALL_PREDICT,
+          {"n": lambda d: _within_0014(d).lower(),
+           "closest": lambda d: {"lstm": "LSTM"}.get(d["results"]["closest"]["recall-predict"], "?"),
+           "gap": lambda d: _stat("recall-predict", d["results"]["closest"]["recall-predict"])(d)}),
+    Quote(RESULTS_README, "LSTM {lstm}, GRU {gru}, softmax attention {att}, linear attention {la}, Mamba {mamba}, "
+          "S5 {s5}, gated DeltaNet {gdn}, LRU {lru}, LOF {lof}. Three seeds", RECALL_PREDICT, _RECALL),
+    Quote(RESULTS_README, "At 4T softmax attention ({a4}) holds and S5 ({s4}) does not.", RECALL_PREDICT,
+          {"a4": _longer("recall-predict", "attention", 4), "s4": _longer("recall-predict", "s5", 4)}),
+    Quote(RESULTS_README, "about 2 h; LOF {lof} min from step ≈ 1,000) | {n} (memlab's) |", RECALL_PREDICT,
+          {"lof": lambda d: f"{d['cells']['seconds']['recall-predict.lof'] / 60:.0f}", "n": _holding}),
 ]
 
 LRU_INIT = "paper-results/arena.leaderboard/lru-init-ablation/results.json"
