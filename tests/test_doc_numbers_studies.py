@@ -350,7 +350,7 @@ RECALL = [
 
 # ---- arena.leaderboard ---------------------------------------------------------------------------------------------
 
-LAYER_NAMES = {"gru": "GRU", "mamba": "Mamba"}
+LAYER_NAMES = {"gru": "GRU", "mamba": "Mamba", "lstm": "LSTM"}
 
 
 def _stat(task: str, layer: str, field: str = "gap", digits: int = 2) -> Read:
@@ -668,72 +668,143 @@ ARENA += [
 ]
 
 RECALL_PREDICT = "paper-results/arena.leaderboard/paper-core-families-recall-predict/results.json"
-_RECALL_GROUPS = (("lstm", "gru", "attention"), ("linear-attention", "mamba", "s5", "gated-deltanet"), ("lru", "lof"))
+_RECALL_GROUPS = ({"lstm", "gru", "attention"}, {"linear-attention", "mamba", "s5", "gated-deltanet"}, {"lru", "lof"})
+_RECALL_LOW, _RECALL_HIGH = ("lstm", "gru", "linear-attention"), ("mamba", "s5")  # every seed of one below the other's
 
 
-def _recall_within(group: int, limit: float) -> Read:
-    """``limit`` where the table's column ``group`` holds exactly the layers whose gap on recall-predict is below it
-    and at least the previous column's limit."""
+def _recall(d: Any) -> dict:
+    return d["results"]["stats"]["recall-predict"]
+
+
+def _recall_columns(d: Any) -> str:
+    """'0.01 | within 0.015' where the table's three columns hold exactly the layers with gaps in (0, 0.01),
+    [0.01, 0.015) and from 0.015 on (so none beats the reference)."""
+    columns = [{m for m, s in _recall(d).items() if lo <= s["gap"] < hi and s["gap"] > 0}
+               for lo, hi in ((0.0, 0.01), (0.01, 0.015), (0.015, math.inf))]
+    return "0.01 | within 0.015" if columns == list(_RECALL_GROUPS) else f"(columns {columns})"
+
+
+def _seeds(d: Any, layers) -> list[float]:
+    return [x for m in layers for x in _recall(d)[m]["per_seed"]]
+
+
+def _seed_order(d: Any) -> str:
+    """'a–b': the standard errors of the difference between the means of each pair of a layer in _RECALL_LOW and one
+    in _RECALL_HIGH, where every seed of the first ends below every seed of the second."""
+    if max(_seeds(d, _RECALL_LOW)) >= min(_seeds(d, _RECALL_HIGH)):
+        return "(seeds overlap)"
+    z = [abs(_recall(d)[a]["gap"] - _recall(d)[b]["gap"]) / math.hypot(_recall(d)[a]["se"], _recall(d)[b]["se"])
+         for a in _RECALL_LOW for b in _RECALL_HIGH]
+    return f"{min(z):.1f}–{max(z):.1f}"
+
+
+def _overlapping_se(layer: str) -> Read:
+    """The layer's standard error, where its seeds' range overlaps that of every other layer of the first seven."""
     def read(d: Any) -> str:
-        stats = d["results"]["stats"]["recall-predict"]
-        lower = (0.0, 0.01, 0.015)[group]
-        inside = {m for m, s in stats.items() if lower <= s["gap"] < limit}
-        return f"{limit}" if inside == set(_RECALL_GROUPS[group]) else f"not {sorted(inside)}"
+        seven = _RECALL_GROUPS[0] | _RECALL_GROUPS[1]
+        lo, hi = min(_seeds(d, [layer])), max(_seeds(d, [layer]))
+        if all(min(_seeds(d, [m])) <= hi and lo <= max(_seeds(d, [m])) for m in seven - {layer}):
+            return _stat("recall-predict", layer, "se")(d)
+        return "(no overlap)"
     return read
 
 
-def _within_0014(d: Any) -> str:
-    """How many layers end within 0.014 of recall-predict's reference."""
-    return _number_word(sum(s["gap"] < 0.014 for s in d["results"]["stats"]["recall-predict"].values()))
-
-
-def _first_seven_se(d: Any) -> str:
-    """The range of the seeds' standard errors of the layers within 0.014."""
-    se = [s["se"] for s in d["results"]["stats"]["recall-predict"].values() if s["gap"] < 0.014]
-    return f"{sig(min(se))}–{sig(max(se))}"
+def _learning_rate_left(d: Any) -> str:
+    """The warm-up-cosine schedule's learning rate 1,000 steps before the end, as a share of its peak."""
+    steps = d["config"]["train"]["steps"]
+    warmup = max(1, steps // 10)
+    return percent(0.5 * (1 + math.cos(math.pi * (steps - 1000 - warmup) / (steps - warmup))))
 
 
 def _shrank_last_1000(d: Any) -> str:
-    """'a–b': how many times each layer's held-out gap shrank from step 4,000 to the end (all still falling)."""
-    steps, stats = d["results"]["steps"], d["results"]["stats"]["recall-predict"]
-    if not all(s["budget"][-1] < s["budget"][-2] for s in stats.values()):
+    """'a–b': how many times each layer's held-out gap shrank from 1,000 steps before the end (all still falling)."""
+    steps = d["results"]["steps"]
+    if not all(s["budget"][-1] < s["budget"][-2] for s in _recall(d).values()):
         return "(not every gap still falling)"
-    ratios = [s["budget"][steps.index(steps[-1] - 1000)] / s["budget"][-1] for s in stats.values()]
+    ratios = [s["budget"][steps.index(steps[-1] - 1000)] / s["budget"][-1] for s in _recall(d).values()]
     return f"{min(ratios):.1f}–{max(ratios):.1f}"
+
+
+def _at_4t_classes(d: Any) -> str:
+    """'0.1' where exactly softmax attention, linear attention, GRU and LRU stay under 0.1 at 4T."""
+    four = d["config"]["longer"].index(4)
+    under = {m for m, s in _recall(d).items() if s["longer"][four] < 0.1}
+    return "0.1" if under == {"attention", "linear-attention", "gru", "lru"} else f"(under 0.1: {sorted(under)})"
+
+
+def _share_lost(layer: str) -> Read:
+    """What share of what it learned the layer loses by 4T, in words: its 4T gap about 0.5, or above 0.75."""
+    def read(d: Any) -> str:
+        at4 = _recall(d)[layer]["longer"][d["config"]["longer"].index(4)]
+        return "about half" if 0.35 <= at4 <= 0.65 else "most" if at4 > 0.75 else f"({at4:.2f})"
+    return read
+
+
+def _mamba_among(d: Any) -> str:
+    ok = _recall(d)["mamba"]["gap"] < 0.015 and min(_seeds(d, ["mamba"])) > max(_seeds(d, ["lstm", "gru"]))
+    return "above LSTM and GRU in every seed" if ok else "(not above LSTM and GRU in every seed)"
+
+
+def _pair_at(layer: str) -> dict[str, Read]:
+    """The layer's gaps at 2T and 4T, as '{x2}' and '{x4}'."""
+    return {f"{layer}2": _longer("recall-predict", layer, 2), f"{layer}4": _longer("recall-predict", layer, 4)}
 
 
 _RECALL = {k: _stat("recall-predict", m) for k, m in [
     ("lstm", "lstm"), ("gru", "gru"), ("att", "attention"), ("la", "linear-attention"), ("mamba", "mamba"),
     ("s5", "s5"), ("gdn", "gated-deltanet"), ("lru", "lru"), ("lof", "lof")]}
 
+
+def _se_at_4t(layer: str) -> Read:
+    return lambda d: sig(_recall(d)[layer]["longer_se"][d["config"]["longer"].index(4)])
+
+
+_AT_4T_SE = {"gdn4se": _se_at_4t("gated-deltanet"), "s54se": _se_at_4t("s5")}
+
 ARENA += [
     Quote(ARENA_DOC, "| recall-predict (≈) | LSTM {lstm}, GRU {gru}, softmax attention {att} | linear attention {la}, "
           "Mamba {mamba}, S5 {s5}, gated DeltaNet {gdn} | LRU {lru}, LOF {lof} |", RECALL_PREDICT, _RECALL),
-    Quote(ARENA_DOC, "| task | within {a} | within {b} | farther |", RECALL_PREDICT,
-          {"a": _recall_within(0, 0.01), "b": _recall_within(1, 0.015)}),
-    Quote(ARENA_DOC, "paper-core-families-recall-predict/`; the memory margin is {margin}, in squared error)",
-          RECALL_PREDICT, {"margin": lambda d: sig(d["results"]["stats"]["recall-predict"]["gru"]["margin"], 3)}),
-    Quote(ARENA_DOC, "{n} layers end within 0.014 of the reference", RECALL_PREDICT, {"n": _within_0014}),
-    Quote(ARENA_DOC, "seeds' standard errors ({se})", RECALL_PREDICT, {"se": _first_seven_se}),
-    Quote(ARENA_DOC, "steps it shrank {ratios} times", RECALL_PREDICT, {"ratios": _shrank_last_1000}),
-    Quote(ARENA_DOC, "Softmax attention ({a2} at 2T, {a4} at 4T), linear attention ({l2}, {l4}) and GRU ({g2}, {g4}) "
-          "hold. S5 ({s4} at 4T) and gated DeltaNet ({d4}) lose", RECALL_PREDICT,
-          {"a2": _longer("recall-predict", "attention", 2), "a4": _longer("recall-predict", "attention", 4),
-           "l2": _longer("recall-predict", "linear-attention", 2),
-           "l4": _longer("recall-predict", "linear-attention", 4),
-           "g2": _longer("recall-predict", "gru", 2), "g4": _longer("recall-predict", "gru", 4),
-           "s4": _longer("recall-predict", "s5", 4), "d4": _longer("recall-predict", "gated-deltanet", 4)}),
-    Quote(ARENA_DOC, "as well as the others do ({mamba}) and holds in between ({m4} at 4T)", RECALL_PREDICT,
-          {"mamba": _RECALL["mamba"], "m4": _longer("recall-predict", "mamba", 4)}),
-    Quote(README, "on recall–predict {n} layers end within 0.014 of the recall band's predictor, {closest} closest "
-          "({gap})", RECALL_PREDICT,
-          {"n": lambda d: _within_0014(d).lower(),
-           "closest": lambda d: {"lstm": "LSTM"}.get(d["results"]["closest"]["recall-predict"], "?"),
-           "gap": lambda d: _stat("recall-predict", d["results"]["closest"]["recall-predict"])(d)}),
-    Quote(RESULTS_README, "LSTM {lstm}, GRU {gru}, softmax attention {att}, linear attention {la}, Mamba {mamba}, "
-          "S5 {s5}, gated DeltaNet {gdn}, LRU {lru}, LOF {lof}. Three seeds", RECALL_PREDICT, _RECALL),
-    Quote(RESULTS_README, "At 4T softmax attention ({a4}) holds and S5 ({s4}) does not.", RECALL_PREDICT,
-          {"a4": _longer("recall-predict", "attention", 4), "s4": _longer("recall-predict", "s5", 4)}),
+    Quote(ARENA_DOC, "| task | within {columns} | farther |", RECALL_PREDICT, {"columns": _recall_columns}),
+    Quote(ARENA_DOC, "paper-core-families-recall-predict/`; the memory margin is {margin}, the squared error of Y at "
+          "the one scored step, the last; a gap of 0.01 is {step} of it)", RECALL_PREDICT,
+          {"margin": lambda d: sig(_recall(d)["gru"]["margin"], 3), "step": lambda d: sig(0.01 * _recall(d)["gru"]
+                                                                                             ["margin"])}),
+    Quote(ARENA_DOC, "not measured. {no} layer beats it:", RECALL_PREDICT,
+          {"no": lambda d: "No" if all(s["gap"] > 0 for s in _recall(d).values()) else "(one)"}),
+    Quote(ARENA_DOC, "Mamba and S5 ({z} standard errors of the difference between the means)", RECALL_PREDICT,
+          {"z": _seed_order}),
+    Quote(ARENA_DOC, "(standard errors {att} and {gdn}), overlap every other layer's seeds", RECALL_PREDICT,
+          {"att": _overlapping_se("attention"), "gdn": _overlapping_se("gated-deltanet")}),
+    Quote(ARENA_DOC, "on the same {batch} held-out sequences", RECALL_PREDICT,
+          {"batch": lambda d: f"{d['config']['test_batch']:,}"}),
+    Quote(ARENA_DOC, "the learning rate from {share} of its peak to 0, every gap shrank {ratios} times.",
+          RECALL_PREDICT, {"share": _learning_rate_left, "ratios": _shrank_last_1000}),
+    Quote(ARENA_DOC, "Softmax attention ({attention2} at 2T, {attention4} at 4T), linear attention "
+          "({linear-attention2}, {linear-attention4}), GRU ({gru2}, {gru4}) and LRU ({lru2}, {lru4}) stay under "
+          "{under}. {closest}, the closest at T, does not ({lstm2}, {lstm4}), nor Mamba ({mamba2}, {mamba4}), nor LOF "
+          "({lof2}, {lof4}). Gated DeltaNet loses {gdn_share} of what it learned ({gated-deltanet4} ± {gdn4se} at 4T) "
+          "and S5 {s5_share} of it ({s54} ± {s54se};", RECALL_PREDICT,
+          {k: v for m in ("attention", "linear-attention", "gru", "lru", "lstm", "mamba", "lof", "gated-deltanet",
+                          "s5") for k, v in _pair_at(m).items()}
+          | _AT_4T_SE | {"closest": lambda d: LAYER_NAMES.get(d["results"]["closest"]["recall-predict"], "?"),
+                         "under": _at_4t_classes, "gdn_share": _share_lost("gated-deltanet"),
+                         "s5_share": _share_lost("s5")}),
+    Quote(ARENA_DOC, "Paper 4's subject, Mamba, ends among the first seven, {where}.", RECALL_PREDICT,
+          {"where": _mamba_among}),
+    Quote(README, "on recall–predict {n} layers end within 0.015 of the recall band's (approximate) predictor, LSTM, "
+          "GRU and softmax attention closest ({lo}–{hi})", RECALL_PREDICT,
+          {"n": lambda d: _number_word(sum(0 < s["gap"] < 0.015 for s in _recall(d).values())).lower(),
+           "lo": lambda d: sig(min(_recall(d)[m]["gap"] for m in _RECALL_GROUPS[0])),
+           "hi": lambda d: sig(max(_recall(d)[m]["gap"] for m in _RECALL_GROUPS[0])) if
+           _recall_columns(d).startswith("0.01") else "(columns differ)"}),
+    Quote(RESULTS_README, "none does): LSTM {lstm}, GRU {gru}, softmax attention {att}, linear attention {la}, Mamba "
+          "{mamba}, S5 {s5}, gated DeltaNet {gdn}, LRU {lru}, LOF {lof}. Three seeds", RECALL_PREDICT, _RECALL),
+    Quote(RESULTS_README, "({which}every seed of LSTM, GRU and linear attention below every seed of Mamba and S5)",
+          RECALL_PREDICT, {"which": lambda d: "" if "–" in _seed_order(d) else "(not) "}),
+    Quote(RESULTS_README, "every gap shrank {ratios} times. At 4T softmax attention ({a4}) stays under {under} and S5 "
+          "({s4} ± {s4se}) does not.", RECALL_PREDICT,
+          {"ratios": _shrank_last_1000, "a4": _longer("recall-predict", "attention", 4), "under": _at_4t_classes,
+           "s4": _longer("recall-predict", "s5", 4), "s4se": _AT_4T_SE["s54se"]}),
     Quote(RESULTS_README, "about 2 h; LOF {lof} min from step ≈ 1,000) | {n} (memlab's) |", RECALL_PREDICT,
           {"lof": lambda d: f"{d['cells']['seconds']['recall-predict.lof'] / 60:.0f}", "n": _holding}),
 ]
