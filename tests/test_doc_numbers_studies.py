@@ -357,9 +357,10 @@ def _stat(task: str, layer: str, field: str = "gap", digits: int = 2) -> Read:
     return lambda d: sig(d["results"]["stats"][task][layer][field], digits)
 
 
-def _longer(task: str, layer: str, times: int, digits: int = 2) -> Read:
-    """The gap at times × the training length (the run's `longer` list: 2T, 4T)."""
-    return lambda d: sig(d["results"]["stats"][task][layer]["longer"][d["config"]["longer"].index(times)], digits)
+def _longer(task: str, layer: str, times: int, digits: int = 2, field: str = "longer") -> Read:
+    """The gap at times × the training length (the run's `longer` list: 2T, 4T; its standard error with
+    field='longer_se')."""
+    return lambda d: sig(d["results"]["stats"][task][layer][field][d["config"]["longer"].index(times)], digits)
 
 
 def _both_tasks(layer: str, digits: int = 2) -> Read:
@@ -710,10 +711,11 @@ def _overlapping_se(layer: str) -> Read:
 
 
 def _learning_rate_left(d: Any) -> str:
-    """The warm-up-cosine schedule's learning rate 1,000 steps before the end, as a share of its peak."""
-    steps = d["config"]["train"]["steps"]
-    warmup = max(1, steps // 10)
-    return percent(0.5 * (1 + math.cos(math.pi * (steps - 1000 - warmup) / (steps - warmup))))
+    """The training's learning rate 1,000 steps before the end, as a share of its peak."""
+    from memlab.arena.train import TrainConfig, learning_rate_schedule
+
+    config = TrainConfig(**d["config"]["train"])
+    return percent(float(learning_rate_schedule(config)(config.steps - 1000)) / config.learning_rate)
 
 
 def _shrank_last_1000(d: Any) -> str:
@@ -753,13 +755,8 @@ def _pair_at(layer: str) -> dict[str, Read]:
 _RECALL = {k: _stat("recall-predict", m) for k, m in [
     ("lstm", "lstm"), ("gru", "gru"), ("att", "attention"), ("la", "linear-attention"), ("mamba", "mamba"),
     ("s5", "s5"), ("gdn", "gated-deltanet"), ("lru", "lru"), ("lof", "lof")]}
-
-
-def _se_at_4t(layer: str) -> Read:
-    return lambda d: sig(_recall(d)[layer]["longer_se"][d["config"]["longer"].index(4)])
-
-
-_AT_4T_SE = {"gdn4se": _se_at_4t("gated-deltanet"), "s54se": _se_at_4t("s5")}
+_AT_4T_SE = {"gdn4se": _longer("recall-predict", "gated-deltanet", 4, field="longer_se"),
+             "s54se": _longer("recall-predict", "s5", 4, field="longer_se")}
 
 ARENA += [
     Quote(ARENA_DOC, "| recall-predict (≈) | LSTM {lstm}, GRU {gru}, softmax attention {att} | linear attention {la}, "

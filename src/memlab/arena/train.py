@@ -25,7 +25,7 @@ from memlab.checks import check_int, check_real
 
 __all__ = ["SCORING_CHUNK", "Baselines", "Comparison", "Scores", "Target", "TrainConfig", "TrainResult", "TrainState",
            "Training", "apply", "baselines", "chunk_batches", "compare", "compare_to", "comparison_target",
-           "make_model", "make_train", "make_training", "score", "static_part"]
+           "learning_rate_schedule", "make_model", "make_train", "make_training", "score", "static_part"]
 
 # how many held-out sequences a model reads at once when it is scored: the memory of a scoring program is this many
 # sequences' intermediates, whatever the batch (causal linear attention's parallel form holds (L, d, d) a sequence;
@@ -104,6 +104,12 @@ class Training(NamedTuple):
     run_on: Callable[[TrainState, Batch], tuple[TrainState, tuple[Array, Array]]]
 
 
+def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
+    """The default optimizer's learning rate by step: a linear warm-up over the first tenth of ``config.steps`` to
+    ``config.learning_rate``, then a cosine decay to 0 at the last step."""
+    return optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, max(1, config.steps // 10), config.steps)
+
+
 def make_training(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch,
                   static: eqx.Module | None = None, callback=None, *,
                   optimizer: optax.GradientTransformation | None = None) -> Training:
@@ -116,9 +122,7 @@ def make_training(task: Task, layer: str, width: int, depth: int, config: TrainC
     ``config.learning_rate`` and a cosine decay to 0."""
     config.validate()
     if optimizer is None:
-        schedule = optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, max(1, config.steps // 10),
-                                                      config.steps)
-        optimizer = optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(schedule))
+        optimizer = optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(learning_rate_schedule(config)))
     static = static_part(task, layer, width, depth) if static is None else static
 
     def loss_fn(params, batch):
