@@ -2,8 +2,9 @@
 
 Compiles: JAX's persistent cache (below) and LLVM at -O0 (``pytest_configure``); set XLA_FLAGS to override.
 
-``check_tiny_run``: an experiment's tiny profile through the CLI, then resumed, then finished elsewhere (every study's
-experiment tests); it returns the run, which a study's test checks further rather than running it again.
+``check_tiny_run``: an experiment's tiny profile through the CLI, then resumed, then (``ELSEWHERE``) finished on
+another executor (every study's experiment tests); it returns the run, which a study's test checks further rather
+than running it again.
 
 ``x64``: float64 JAX inside one test (theorem checks to ~1e-10), restored afterwards.
 
@@ -111,10 +112,10 @@ def _release_compiled_programs():
 @pytest.fixture
 def check_tiny_run(request):
     """``check(name, tmp_path)``: ``memlab run NAME --profile tiny`` writes claims, a figure and a summary; run
-    again into the same folder it recomputes no cell and reports the same claims; and another executor gives the
-    same numbers: a copy of the run with one cell of each cell function removed is finished by the process pool or
-    the Ray cluster (``_executor_for``) and must report results and claims identical to the local run. Returns the
-    run folder and both runs' results.json (``out``, ``first``, ``again``) for a study's own checks on the same run."""
+    again into the same folder it recomputes no cell and reports the same claims; and, for one experiment of each
+    study (``ELSEWHERE``; every experiment in ``make test-slow``: tests/test_elsewhere.py), another executor gives
+    the same numbers (``_finish_elsewhere``). Returns the run folder and both runs' results.json (``out``,
+    ``first``, ``again``) for a study's own checks on the same run."""
     from memlab import cli
     from memlab.catalog import EXPERIMENTS
     from memlab.runner import run_experiment
@@ -132,19 +133,56 @@ def check_tiny_run(request):
         assert again["claims"] == results["claims"]
         # the rerun recomputed no cell: each file is untouched, not only still there
         assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (out / "cells").glob("*.json")} == cells
-        executor, share, copy = _executor_for(request, name), _one_cell_per_function(out), tmp_path / f"{name}-copy"
-        shutil.copytree(out, copy)
-        (copy / "results.json").unlink()
-        for cell in share:
-            (copy / "cells" / cell).unlink()
-        # without the cell store, which holds every cell by now: the executor must compute the deleted ones
-        run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=copy, progress=False, executor=executor, store=False)
-        doc = json.loads((copy / "results.json").read_text())
-        assert doc["cells"]["computed"] == len(share), executor.name
-        assert (doc["results"], doc["claims"]) == (results["results"], results["claims"]), executor.name
+        if name in ELSEWHERE:
+            _finish_elsewhere(request, name, out, results, tmp_path)
         return SimpleNamespace(out=out, first=results, again=again)
 
     return check
+
+
+# The experiments whose tiny run `make test` also finishes on another executor: one of each study, the cheapest,
+# through the process pool or Ray as ``_executor_for`` picks (pool: ictd, pissm, arena; Ray: belief, recall). The
+# executors themselves are tested on their own (test_executors.py); a copy finished elsewhere costs a third to a
+# half of a tiny run again (the worker traces and lowers every program anew), so the other experiments' copies
+# run in `make test-slow` (tests/test_elsewhere.py).
+ELSEWHERE = ("belief.error-vs-time", "ictd.verify", "recall.sweep", "pissm.table1", "arena.leaderboard")
+
+
+def pytest_generate_tests(metafunc):
+    """``not_elsewhere``: a test parametrized over the experiments that ``check_tiny_run`` does not finish on another
+    executor (tests/test_elsewhere.py)."""
+    if "not_elsewhere" in metafunc.fixturenames:
+        from memlab.catalog import EXPERIMENTS
+
+        if not set(ELSEWHERE) <= set(EXPERIMENTS):
+            raise ValueError(f"conftest.ELSEWHERE names no experiment: {sorted(set(ELSEWHERE) - set(EXPERIMENTS))}")
+        metafunc.parametrize("not_elsewhere", [name for name in EXPERIMENTS if name not in ELSEWHERE])
+
+
+@pytest.fixture
+def finish_elsewhere(request):
+    """``finish(name, out, results, tmp_path)``: ``_finish_elsewhere`` for a run folder made by the test."""
+    return partial(_finish_elsewhere, request)
+
+
+def _finish_elsewhere(request, name: str, out, results: dict, tmp_path) -> None:
+    """A copy of the run folder ``out`` (whose results.json is ``results``) with one cell of each cell function
+    removed is finished by the process pool or the Ray cluster (``_executor_for``) without the cell store, and must
+    report results and claims identical to the local run: the experiment's cells travel and give the same numbers
+    in another process."""
+    from memlab.catalog import EXPERIMENTS
+    from memlab.runner import run_experiment
+
+    executor, share, copy = _executor_for(request, name), _one_cell_per_function(out), tmp_path / f"{name}-copy"
+    shutil.copytree(out, copy)
+    (copy / "results.json").unlink()
+    for cell in share:
+        (copy / "cells" / cell).unlink()
+    # without the cell store, which holds every cell by now: the executor must compute the deleted ones
+    run_experiment(EXPERIMENTS[name], profile="tiny", out_dir=copy, progress=False, executor=executor, store=False)
+    doc = json.loads((copy / "results.json").read_text())
+    assert doc["cells"]["computed"] == len(share), executor.name
+    assert (doc["results"], doc["claims"]) == (results["results"], results["claims"]), executor.name
 
 
 def _one_cell_per_function(out) -> list[str]:

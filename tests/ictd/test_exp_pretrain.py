@@ -127,7 +127,7 @@ def test_analyse_pretrain_and_mask_on_synthetic_records():
 
 @pytest.mark.parametrize("name", ["ictd.pretrain", "ictd.mask-relaxation"])
 def test_tiny_profile_writes_the_contract_and_resumes(name, tmp_path, check_tiny_run):
-    run = check_tiny_run(name, tmp_path)  # through the CLI, resumed, and finished elsewhere
+    run = check_tiny_run(name, tmp_path)  # through the CLI and resumed (conftest.check_tiny_run)
     out, results, again = run.out, run.first, run.again
     assert results["blank_panels"] == []  # no figure panel without data and a word of why
     claims = results["claims"]

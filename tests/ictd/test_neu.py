@@ -272,7 +272,7 @@ def test_tiny_profile_end_to_end_and_resume(tmp_path, check_tiny_run):
     assert exp.name == "ictd.neu" and {"tiny", "quick", "paper"} <= set(exp.profiles)
     for profile in exp.profiles.values():
         profile.validate()
-    run = check_tiny_run(exp.name, tmp_path)  # through the CLI, resumed, and finished elsewhere
+    run = check_tiny_run(exp.name, tmp_path)  # through the CLI and resumed (conftest.check_tiny_run)
     out, first, again = run.out, run.first, run.again
     assert first["blank_panels"] == []  # no figure panel without data and a word of why
     claims = first["claims"]

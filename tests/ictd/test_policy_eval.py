@@ -120,7 +120,7 @@ def test_profiles_are_valid_and_the_paper_profile_has_the_paper_sizes():
 
 
 def test_tiny_profile_end_to_end_and_resume(tmp_path, check_tiny_run):
-    run = check_tiny_run(EXP.name, tmp_path)  # through the CLI, resumed, and finished elsewhere
+    run = check_tiny_run(EXP.name, tmp_path)  # through the CLI and resumed (conftest.check_tiny_run)
     out, results, again = run.out, run.first, run.again
     assert results["blank_panels"] == []  # no figure panel without data and a word of why
     claims = {c["id"]: c for c in results["claims"]}
