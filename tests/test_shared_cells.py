@@ -116,6 +116,16 @@ def test_the_lru_init_ablation_adds_one_cell_to_paper_core_families(tmp_path):
     assert set(ablation) == shared | {"policy-eval.lru-slow-modes"}
 
 
+def test_the_mqar_ablations_share_paper_core_families_cells_where_they_change_nothing(tmp_path):
+    """mqar-short-conv: gated DeltaNet's mqar cell is paper-core-families' (computed once), only the one with the
+    short convolution is new; mqar-budget's attention cell trains four times as long, so it is a cell of its own."""
+    cells = {p: _leaderboard(p, tmp_path) for p in ("paper-core-families", "mqar-short-conv", "mqar-budget")}
+    families, conv, budget = cells["paper-core-families"], cells["mqar-short-conv"], cells["mqar-budget"]
+    assert set(conv) == {"mqar.gated-deltanet", "mqar.gated-deltanet-conv"}
+    assert {n for n in conv if families.get(n) == conv[n]} == {"mqar.gated-deltanet"}
+    assert set(budget) == {"mqar.attention"} and budget["mqar.attention"] != families["mqar.attention"]
+
+
 def test_arena_scaling_holds_the_leaderboards_cells_at_its_width(tmp_path):
     """quick: the leaderboard quick's width-32 cells of scaling's layers on hmm-mess3; paper and paper-core: its
     width-64, depth-2 cells on hmm-mess3 and lgssm (every layer), also those of the leaderboard's paper-core; and

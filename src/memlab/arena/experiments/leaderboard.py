@@ -272,6 +272,14 @@ LINEAR_ATTENTION_ABLATION = dataclasses.replace(
 # at paper-core's sizes (its lru and s5 cells are paper-core-families', computed once)
 LRU_INIT_ABLATION = dataclasses.replace(PAPER, tasks=("policy-eval",), layers=("lru", "lru-slow-modes", "s5"))
 
+# why softmax attention ends at the 1/K level on mqar at paper-core's budget (5,000 steps of 32 sequences) where,
+# with Zoology's recipe (batch 512), it passed 0.99 accuracy in 800 steps (arena.mqar-zoology): paper-core's cell
+# trained four times as long, 640,000 sequences (the same schedule's shape stretched over 20,000 steps)
+MQAR_BUDGET = dataclasses.replace(PAPER, tasks=("mqar",), layers=("attention",),
+                                  train=dataclasses.replace(PAPER.train, steps=20000))
+# gated DeltaNet with and without the short convolution (a token shift) that Mamba has: at the same budget
+MQAR_SHORT_CONV = dataclasses.replace(PAPER, tasks=("mqar",), layers=("gated-deltanet", "gated-deltanet-conv"))
+
 EXPERIMENTS = [
     Experiment(
         "arena.leaderboard", "arena", "arena", "every layer against the optimal predictor on every task",
@@ -282,7 +290,8 @@ EXPERIMENTS = [
          # paper-core's layers on the other families' canonical tasks (the paper profile's cells, as paper-core's)
          "paper-core-families": dataclasses.replace(PAPER, tasks=FAMILIES[2:], layers=PAPER_CORE_LAYERS),
          "linear-attention-ablation": LINEAR_ATTENTION_ABLATION, "quick-recall-budget": RECALL_BUDGET,
-         "lru-init-ablation": LRU_INIT_ABLATION},
+         "lru-init-ablation": LRU_INIT_ABLATION, "mqar-budget": MQAR_BUDGET,
+         "mqar-short-conv": MQAR_SHORT_CONV},
         run_leaderboard,
         # a quick cell keeps one core busy (an XLA compile, then a small program): one process per core
         pool_profiles=("quick",)),
