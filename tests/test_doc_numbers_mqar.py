@@ -1,0 +1,149 @@
+"""The numbers and the words the documents state about MQAR at paper-core's sizes (``arena.leaderboard
+--profile paper-core-families --set tasks=mqar``) and its two ablations (``mqar-short-conv``, ``mqar-budget``),
+each read from the result file (tests/test_doc_numbers.py: ``Quote``)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not on the path (--import-mode=importlib)
+from test_doc_numbers import Quote, check_quote  # noqa: E402
+from test_doc_numbers_studies import (  # noqa: E402
+    ARENA_DOC,
+    DEVELOPMENT,
+    PLATEAU,
+    README,
+    RESULTS_README,
+    _broke_steps,
+    _holding,
+    sig,
+)
+from test_doc_numbers_studies import MQAR as ZOOLOGY  # noqa: E402
+
+MQAR = "paper-results/arena.leaderboard/paper-core-families-mqar/results.json"
+SHORT_CONV = "paper-results/arena.leaderboard/mqar-short-conv/results.json"
+WHOLE = "paper-results/arena.leaderboard/paper-core-families/results.json"
+ONE_IN_FOUR = math.log(4) / math.log(64)  # the gap of naming one of the sequence's 4 values at random: 1/3
+AT_LEVEL = ("gated-deltanet", "gru", "linear-attention", "attention", "lstm")
+NAMES = {"gated-deltanet": "gated DeltaNet", "gru": "GRU", "linear-attention": "linear attention",
+         "attention": "softmax attention", "lstm": "LSTM", "mamba": "Mamba", "lru": "LRU", "s5": "S5", "lof": "LOF"}
+
+
+def _stats(d: Any) -> dict:
+    return d["results"]["stats"]["mqar"]
+
+
+def _gap(layer: str, digits: int = 2):
+    return lambda d: sig(_stats(d)[layer]["gap"], digits)
+
+
+def _columns(d: Any) -> str:
+    """The table's three columns as the document names them, where they hold exactly: the layers below 0.01, those
+    whose every seed ends within 0.05 above the one-in-four level, and the rest (all farther above it)."""
+    seeds = {m: s["per_seed"] for m, s in _stats(d).items()}
+    recall = {m for m, x in seeds.items() if max(x) < 0.01}
+    level = {m for m, x in seeds.items() if all(0 < g - ONE_IN_FOUR < 0.05 for g in x)}
+    rest = set(seeds) - recall - level
+    ok = recall == {"mamba"} and level == set(AT_LEVEL) and all(min(seeds[m]) > ONE_IN_FOUR + 0.05 for m in rest)
+    return "recalls | at the one-in-four level" if ok else f"(columns {recall}, {level}, {rest})"
+
+
+def _above_level(d: Any) -> str:
+    """'a and b': how far above the one-in-four level the five layers' seeds end, the nearest and the farthest."""
+    above = [g - ONE_IN_FOUR for m in AT_LEVEL for g in _stats(d)[m]["per_seed"]]
+    return f"{min(above):.3f} and {max(above):.3f}"
+
+
+def _first_below(layer: str, level: float):
+    """The first evaluation from which the layer's mean gap over seeds (the budget curve) stays below ``level``."""
+    def read(d: Any) -> str:
+        steps, curve = d["results"]["steps"], _stats(d)[layer]["budget"]
+        return f"{steps[next(i for i in range(len(curve)) if all(g < level for g in curve[i:]))]:,}"
+    return read
+
+
+def _status(claim: str):
+    return lambda d: next(c["status"] for c in d["claims"] if c["id"] == claim)
+
+
+def _same_gap(layers: tuple[str, ...]):
+    """The gap the document gives several layers at once: each rounds to it."""
+    def read(d: Any) -> str:
+        gaps = sorted({sig(_stats(d)[m]["gap"]) for m in layers})
+        return gaps[0] if len(gaps) == 1 else f"({gaps})"
+    return read
+
+
+def _minutes(cell: str):
+    return lambda d: f"{d['cells']['seconds'][cell] / 60:.0f}"
+
+
+def _train(d: Any) -> dict:
+    return d["config"]["train"]
+
+
+def _at_4t(layer: str):
+    return lambda d: sig(_stats(d)[layer]["longer"][d["config"]["longer"].index(4)])
+
+
+MQAR_QUOTES = [
+    Quote(DEVELOPMENT, "mqar's LRU {lru} min (beside a CI run, 10 min of it paused), S5 {s5} min, GRU {gru} min, Mamba "
+          "{mamba} min from step ≈ 3,750, LSTM {lstm} min (beside another cell), attention {attention} min, linear "
+          "attention {linear-attention} min, gated DeltaNet {gated-deltanet} min, LOF {lof} min", MQAR,
+          {m: _minutes(f"mqar.{m}") for m in NAMES}),
+    Quote(DEVELOPMENT, "with the short convolution on MQAR) took {conv} min for its one new cell", SHORT_CONV,
+          {"conv": _minutes("mqar.gated-deltanet-conv")}),
+    Quote(README, "on MQAR only Mamba recalls ({mamba}), five layers stop at the one-in-four level ({lo}–{hi})", MQAR,
+          {"mamba": lambda d: _gap("mamba")(d) if _columns(d).startswith("recalls") else "(columns differ)",
+           "lo": lambda d: sig(min(_stats(d)[m]["gap"] for m in AT_LEVEL)),
+           "hi": lambda d: sig(max(_stats(d)[m]["gap"] for m in AT_LEVEL))}),
+    Quote(README, "gated DeltaNet given Mamba's short convolution recalls too ({conv})", SHORT_CONV,
+          {"conv": _gap("gated-deltanet-conv")}),
+    Quote(RESULTS_README, "Every layer uses memory (the claim {memory}), but only one recalls: against exact lookup "
+          "Mamba {mamba}, then gated DeltaNet, GRU, linear attention and softmax attention {four} and LSTM {lstm}, "
+          "just above the one-in-four level g = 1/3 (naming one of the sequence's four values at random), LRU {lru}, "
+          "S5 {s5}, LOF {lof}. `attention-solves-mqar` {attention} ({att} against Zoology's g ≤ 0.05)", MQAR,
+          {**{m: _gap(m) for m in ("mamba", "lstm", "lru", "s5", "lof")}, "att": _gap("attention"),
+           "four": _same_gap(("gated-deltanet", "gru", "linear-attention", "attention")),
+           "memory": _status("every-layer-uses-memory"), "attention": _status("attention-solves-mqar")}),
+    Quote(RESULTS_README, "nothing else changed) ends at {conv} instead of {plain}.", SHORT_CONV,
+          {"conv": _gap("gated-deltanet-conv"), "plain": _gap("gated-deltanet")}),
+    Quote(RESULTS_README, "| {holding} (attention-solves-mqar fails: docs/studies/arena.md) |", MQAR,
+          {"holding": _holding}),
+    Quote(RESULTS_README, "| {holding} (as mqar's) |", WHOLE, {"holding": _holding}),
+    Quote(RESULTS_README, "| {holding} (memlab's; an ablation) |", SHORT_CONV, {"holding": _holding}),
+    Quote(ARENA_DOC, "| task | {columns} | farther |", MQAR, {"columns": _columns}),
+    Quote(ARENA_DOC, "| mqar | Mamba {mamba} | gated DeltaNet {gated-deltanet}, GRU {gru}, linear attention "
+          "{linear-attention}, softmax attention {attention}, LSTM {lstm} | LRU {lru}, S5 {s5}, LOF {lof} |", MQAR,
+          {m: _gap(m) for m in NAMES}),
+    Quote(ARENA_DOC, "the memory margin is log 64 = {margin} nats", MQAR,
+          {"margin": lambda d: sig(_stats(d)["mamba"]["margin"], 3)}),
+    Quote(ARENA_DOC, "its mean gap is below 0.01 from step {step} on and ends at {conv}, where without them it stays "
+          "at the level ({plain}). For gated DeltaNet", SHORT_CONV,
+          {"step": _first_below("gated-deltanet-conv", 0.01), "conv": _gap("gated-deltanet-conv"),
+           "plain": lambda d: sig(_stats(d)["gated-deltanet"]["gap"]) if all(
+               0 < g - ONE_IN_FOUR < 0.05 for g in _stats(d)["gated-deltanet"]["per_seed"]) else "(not at the level)"}),
+    Quote(ARENA_DOC, "the level `arena.mqar-zoology`'s GRU held for {held} steps before it rose", PLATEAU,
+          {"held": _broke_steps}),
+    Quote(ARENA_DOC, "within this budget: {steps} steps of {batch} sequences, {seen} in all", MQAR,
+          {"steps": lambda d: f"{_train(d)['steps']:,}", "batch": lambda d: str(_train(d)["batch"]),
+           "seen": lambda d: f"{_train(d)['steps'] * _train(d)['batch']:,}"}),
+    Quote(ARENA_DOC, "it passed 0.99 accuracy within {steps} steps of {batch} ({seen}; `arena.mqar-zoology`)", ZOOLOGY,
+          {"steps": lambda d: f"{d['results']['attention']['steps']:,.0f}",
+           "batch": lambda d: str(d["config"]["train"]["batch"]),
+           "seen": lambda d: f"{d['results']['attention']['steps'] * d['config']['train']['batch']:,.0f}"}),
+    Quote(ARENA_DOC, "Every seed of the five ends between {above} above it; Mamba's mean gap is below it from step "
+          "{step} on and ends at {mamba} ({mamba4} at 4T)", MQAR,
+          {"above": _above_level, "step": _first_below("mamba", ONE_IN_FOUR), "mamba": _gap("mamba"),
+           "mamba4": _at_4t("mamba")}),
+]
+
+
+@pytest.mark.parametrize("quote", MQAR_QUOTES, ids=[f"{q.doc}:{q.text[:40]}" for q in MQAR_QUOTES])
+def test_documents_quote_the_mqar_results(quote):
+    check_quote(quote)
