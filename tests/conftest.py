@@ -140,11 +140,12 @@ def check_tiny_run(request):
     return check
 
 
-# The experiments whose tiny run `make test` also finishes on another executor: one of each study, the cheapest,
-# through the process pool or Ray as ``_executor_for`` picks (pool: ictd, pissm, arena; Ray: belief, recall). The
-# executors themselves are tested on their own (test_executors.py); a copy finished elsewhere costs a third to a
-# half of a tiny run again (the worker traces and lowers every program anew), so the other experiments' copies
-# run in `make test-slow` (tests/test_elsewhere.py).
+# The experiments whose tiny run `make test` also finishes on another executor: one of each study (a cheap one; for
+# the arena its leaderboard, whose cell function arena.scaling shares), through the process pool or Ray as
+# ``_executor_for`` picks (pool: ictd, pissm, arena; Ray: belief, recall). The executors themselves are tested on
+# their own (test_executors.py); a copy finished elsewhere costs a third to a half of a tiny run again (the worker
+# traces and lowers every program anew), so the other experiments' copies run in `make test-slow`
+# (tests/test_elsewhere.py).
 ELSEWHERE = ("belief.error-vs-time", "ictd.verify", "recall.sweep", "pissm.table1", "arena.leaderboard")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ from test_doc_numbers_studies import (  # noqa: E402
     _broke,
     _broke_steps,
     _holding,
+    _longer,
+    _stat,
+    same,
     sig,
 )
 from test_doc_numbers_studies import MQAR as ZOOLOGY  # noqa: E402
@@ -39,8 +43,13 @@ def _stats(d: Any) -> dict:
     return d["results"]["stats"]["mqar"]
 
 
-def _gap(layer: str, digits: int = 2):
-    return lambda d: sig(_stats(d)[layer]["gap"], digits)
+def _gap(layer: str) -> Callable[[Any], str]:
+    return _stat("mqar", layer)
+
+
+def _at_level(per_seed: list[float]) -> bool:
+    """Every seed ends above the one-in-four level, within 0.05 of it."""
+    return all(0 < g - ONE_IN_FOUR < 0.05 for g in per_seed)
 
 
 def _columns(d: Any) -> str:
@@ -48,7 +57,7 @@ def _columns(d: Any) -> str:
     whose every seed ends within 0.05 above the one-in-four level, and the rest (all farther above it)."""
     seeds = {m: s["per_seed"] for m, s in _stats(d).items()}
     recall = {m for m, x in seeds.items() if max(x) < 0.01}
-    level = {m for m, x in seeds.items() if all(0 < g - ONE_IN_FOUR < 0.05 for g in x)}
+    level = {m for m, x in seeds.items() if _at_level(x)}
     rest = set(seeds) - recall - level
     ok = recall == {"mamba"} and level == set(AT_LEVEL) and all(min(seeds[m]) > ONE_IN_FOUR + 0.05 for m in rest)
     return "recalls | at the one-in-four level" if ok else f"(columns {recall}, {level}, {rest})"
@@ -72,24 +81,12 @@ def _status(claim: str):
     return lambda d: next(c["status"] for c in d["claims"] if c["id"] == claim)
 
 
-def _same_gap(layers: tuple[str, ...]):
-    """The gap the document gives several layers at once: each rounds to it."""
-    def read(d: Any) -> str:
-        gaps = sorted({sig(_stats(d)[m]["gap"]) for m in layers})
-        return gaps[0] if len(gaps) == 1 else f"({gaps})"
-    return read
-
-
 def _minutes(cell: str):
     return lambda d: f"{d['cells']['seconds'][cell] / 60:.0f}"
 
 
 def _train(d: Any) -> dict:
     return d["config"]["train"]
-
-
-def _at_4t(layer: str):
-    return lambda d: sig(_stats(d)[layer]["longer"][d["config"]["longer"].index(4)])
 
 
 MQAR_QUOTES = [
@@ -113,7 +110,7 @@ MQAR_QUOTES = [
           "each belongs to), LRU {lru}, S5 {s5}, LOF {lof}. `attention-solves-mqar` {attention} ({att} against "
           "memlab's threshold g ≤ 0.05 for Zoology's accuracy ≈ 0.97)", MQAR,
           {**{m: _gap(m) for m in ("mamba", "lstm", "lru", "s5", "lof")}, "att": _gap("attention"),
-           "four": _same_gap(("gated-deltanet", "gru", "linear-attention", "attention")),
+           "four": lambda d: same([_gap(m)(d) for m in ("gated-deltanet", "gru", "linear-attention", "attention")]),
            "memory": _status("every-layer-uses-memory"), "attention": _status("attention-solves-mqar")}),
     Quote(RESULTS_README, "the convolution and its silu added) ends at {conv} instead of {plain}.", SHORT_CONV,
           {"conv": _gap("gated-deltanet-conv"), "plain": _gap("gated-deltanet")}),
@@ -133,8 +130,8 @@ MQAR_QUOTES = [
     Quote(ARENA_DOC, "Its mean gap is below 0.01 from step {step} on and ends at {conv}, where without them it ends "
           "at the level ({plain}). Within this budget", SHORT_CONV,
           {"step": _first_below("gated-deltanet-conv", 0.01), "conv": _gap("gated-deltanet-conv"),
-           "plain": lambda d: sig(_stats(d)["gated-deltanet"]["gap"]) if all(
-               0 < g - ONE_IN_FOUR < 0.05 for g in _stats(d)["gated-deltanet"]["per_seed"]) else "(not at the level)"}),
+           "plain": lambda d: (_gap("gated-deltanet")(d) if _at_level(_stats(d)["gated-deltanet"]["per_seed"])
+                               else "(not at the level)")}),
     Quote(ARENA_DOC, "the accuracy level (≈ 1/4) that `arena.mqar-zoology`'s GRU held for {held} steps of 512 before "
           "it rose", PLATEAU,
           {"held": _broke_steps}),
@@ -156,7 +153,7 @@ MQAR_QUOTES = [
     Quote(ARENA_DOC, "Every seed of the five ends between {above} above it; Mamba's mean gap is below it from step "
           "{step} on and ends at {mamba} ({mamba4} at 4T)", MQAR,
           {"above": _above_level, "step": _first_below("mamba", ONE_IN_FOUR), "mamba": _gap("mamba"),
-           "mamba4": _at_4t("mamba")}),
+           "mamba4": _longer("mqar", "mamba", 4)}),
 ]
 
 

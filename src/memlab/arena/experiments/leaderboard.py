@@ -277,7 +277,7 @@ LRU_INIT_ABLATION = dataclasses.replace(PAPER, tasks=("policy-eval",), layers=("
 # trained four times as long, 640,000 sequences (the same schedule's shape stretched over 20,000 steps)
 MQAR_BUDGET = dataclasses.replace(PAPER, tasks=("mqar",), layers=("attention",),
                                   train=dataclasses.replace(PAPER.train, steps=20000))
-# gated DeltaNet with and without the short convolution (a token shift) that Mamba has: at the same budget
+# gated DeltaNet with and without a short causal convolution (with silu; Mamba has one too) at the same budget
 MQAR_SHORT_CONV = dataclasses.replace(PAPER, tasks=("mqar",), layers=("gated-deltanet", "gated-deltanet-conv"))
 
 EXPERIMENTS = [
