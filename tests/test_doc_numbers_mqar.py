@@ -1,6 +1,6 @@
 """The numbers and the words the documents state about MQAR at paper-core's sizes (``arena.leaderboard
---profile paper-core-families --set tasks=mqar``) and its two ablations (``mqar-short-conv``, ``mqar-budget``),
-each read from the result file (tests/test_doc_numbers.py: ``Quote``)."""
+--profile paper-core-families --set tasks=mqar``) and its ablations (``mqar-short-conv``, ``mqar-budget``,
+``mqar-warmup``), each read from the result file (tests/test_doc_numbers.py: ``Quote``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not on the path (--import-mode=importlib)
-from test_doc_numbers import Quote, check_quote  # noqa: E402
+from test_doc_numbers import Quote, check_quote, load  # noqa: E402
 from test_doc_numbers_studies import (  # noqa: E402
     ARENA_DOC,
     DEVELOPMENT,
@@ -33,6 +33,10 @@ from test_doc_numbers_studies import MQAR as ZOOLOGY  # noqa: E402
 MQAR = "paper-results/arena.leaderboard/paper-core-families-mqar/results.json"
 SHORT_CONV = "paper-results/arena.leaderboard/mqar-short-conv/results.json"
 WHOLE = "paper-results/arena.leaderboard/paper-core-families/results.json"
+BUDGET = "paper-results/arena.leaderboard/mqar-budget/results.json"
+WARMUP = "paper-results/arena.leaderboard/mqar-warmup/results.json"
+# paper-core-families' softmax attention cell on mqar in the store (its folder's results predate per-seed curves)
+PAPER_CORE_ATTENTION = "paper-results/cells/arena.train-and-score/e88cb94872d4c7c58cdea4bc3e9396b4.json"
 ONE_IN_FOUR = math.log(4) / math.log(64)  # the gap of an even spread over the sequence's 4 values (loss log 4): 1/3
 AT_LEVEL = ("gated-deltanet", "gru", "linear-attention", "attention", "lstm")
 NAMES = {"gated-deltanet": "gated DeltaNet", "gru": "GRU", "linear-attention": "linear attention",
@@ -87,6 +91,71 @@ def _minutes(cell: str):
 
 def _train(d: Any) -> dict:
     return d["config"]["train"]
+
+
+def _attention(d: Any) -> dict:
+    return _stats(d)["attention"]
+
+
+def _seed(i: int, recalls: bool):
+    """Seed i's gap where it recalls (below 0.01) or ends at the level (within 0.05 of 1/3), as ``recalls`` says."""
+    def read(d: Any) -> str:
+        g = _attention(d)["per_seed"][i]
+        return sig(g) if (g < 0.01 if recalls else abs(g - ONE_IN_FOUR) < 0.05) else f"(seed {i} {g})"
+    return read
+
+
+def _recalling(d: Any) -> list[int]:
+    return [i for i, g in enumerate(_attention(d)["per_seed"]) if g < 0.01]
+
+
+def _left(d: Any) -> int:
+    """The index of the first evaluation at which every recalling seed is below the level by more than 0.05."""
+    curves = [_attention(d)["seed_budgets"][i] for i in _recalling(d)]
+    return next(k for k in range(len(curves[0])) if all(c[k] < ONE_IN_FOUR - 0.05 for c in curves))
+
+
+def _same_seeds(d: Any) -> str:
+    """'the same two': mqar-warmup's recalling seeds are mqar-budget's, and there are two."""
+    ours, budget = _recalling(d), _recalling(load(BUDGET))
+    return "the same two" if ours == budget and len(ours) == 2 else f"(seeds {ours} against {budget})"
+
+
+def _equal_through(d: Any) -> str:
+    """The last step through which mqar-warmup's per-seed curves equal mqar-budget's exactly."""
+    ours, budget = _attention(d)["seed_budgets"], _attention(load(BUDGET))["seed_budgets"]
+    k = next((k for k in range(len(ours[0])) if any(a[k] != b[k] for a, b in zip(ours, budget, strict=True))),
+             len(ours[0]))
+    return f"{d['results']['steps'][k - 1]:,}" if k else "(not equal at the first)"
+
+
+def _paper_core_at_left(d: Any) -> str:
+    """paper-core's three seeds at the evaluation where mqar-budget's recalling seeds had left the level: 'lo–hi',
+    if every one is still within 0.1 of it."""
+    at = [curve[_left(load(BUDGET))] for curve in d["record"]["result"]["eval_gap"]]
+    ok = all(abs(g - ONE_IN_FOUR) < 0.1 for g in at)
+    return f"{sig(min(at))}–{sig(max(at))}" if ok else f"(not at the level: {at})"
+
+
+def _failing(d: Any) -> str:
+    """'fails in all three runs (a, b, c)': paper-core's, mqar-budget's and mqar-warmup's mean gaps."""
+    runs = [d, load(BUDGET), load(WARMUP)]
+    failed = all(_status("attention-solves-mqar")(r) != "holds" for r in runs)
+    gaps = ", ".join(_gap("attention")(r) for r in runs)
+    return ("fails in all three runs" if failed else "(holds in one)") + f" ({gaps})"
+
+
+def _warmup_steps(d: Any) -> str:
+    train = _train(d)
+    return f"{train.get('warmup') or train['steps'] // 10:,}"
+
+
+def _at_left(i: int):
+    return lambda d: sig(_attention(d)["seed_budgets"][i][_left(d)])
+
+
+BUDGET_LEFT = {"bleft": lambda d: f"{d['results']['steps'][_left(d)]:,}",
+               "bseen": lambda d: f"{d['results']['steps'][_left(d)] * _train(d)['batch']:,}"}
 
 
 MQAR_QUOTES = [
@@ -154,6 +223,40 @@ MQAR_QUOTES = [
           "{step} on and ends at {mamba} ({mamba4} at 4T)", MQAR,
           {"above": _above_level, "step": _first_below("mamba", ONE_IN_FOUR), "mamba": _gap("mamba"),
            "mamba4": _longer("mqar", "mamba", 4)}),
+    Quote(ARENA_DOC, "its linear warm-up takes {budget} steps where paper-core's takes {paper_core}. Its seeds start",
+          BUDGET, {"budget": _warmup_steps, "paper_core": lambda d: _warmup_steps(load(MQAR))}),
+    Quote(ARENA_DOC, "Two seeds recall ({b0} and {b1}) and one ends at the level ({b2}); the mean, {bmean}, fails "
+          "memlab's threshold. The two left the level by step {bleft} (gaps {bat0} and {bat1} there), after {bseen} "
+          "sequences", BUDGET,
+          {"b0": _seed(0, True), "b1": _seed(1, True), "b2": _seed(2, False), "bmean": _gap("attention"),
+           **BUDGET_LEFT, "bat0": _at_left(0), "bat1": _at_left(1)}),
+    Quote(ARENA_DOC, "paper-core's three seeds were at {at} and all ended at the level after 160,000",
+          PAPER_CORE_ATTENTION, {"at": _paper_core_at_left}),
+    Quote(ARENA_DOC, "its warm-up lengthened to {steps} steps: same models, batches and 5,000 steps. Its curves equal "
+          "mqar-budget's exactly through step {through} (the same rates on the same batches) and {same} seeds recall "
+          "within paper-core's budget ({w0} and {w1}); the third ends at the level ({w2}).", WARMUP,
+          {"steps": _warmup_steps, "through": _equal_through, "same": _same_seeds, "w0": _seed(0, True),
+           "w1": _seed(1, True), "w2": _seed(2, False)}),
+    Quote(ARENA_DOC, "Fig. 2 accuracy ≈ 0.97) {failing}; at paper-core", MQAR, {"failing": _failing}),
+    Quote(RESULTS_README, "two seeds recall ({b0}, {b1}) and one ends at the level ({b2}), mean {bmean}; the two left "
+          "it by step {bleft}, after {bseen} sequences", BUDGET,
+          {"b0": _seed(0, True), "b1": _seed(1, True), "b2": _seed(2, False), "bmean": _gap("attention"),
+           **BUDGET_LEFT}),
+    Quote(RESULTS_README, "lengthened to {steps} steps give {same} seeds recall ({w0}, {w1}), the third at the level "
+          "({w2}), mean {wmean}", WARMUP,
+          {"steps": _warmup_steps, "same": _same_seeds, "w0": _seed(0, True), "w1": _seed(1, True),
+           "w2": _seed(2, False), "wmean": _gap("attention")}),
+    Quote(RESULTS_README, "(the cell's record counts the last, {last} min; 1 cell: 3 seeds of {steps} steps) | "
+          "{holding} (attention-solves-mqar fails", BUDGET,
+          {"last": _minutes("mqar.attention"), "steps": lambda d: f"{_train(d)['steps']:,}", "holding": _holding}),
+    Quote(RESULTS_README, "| {minutes} min of one core beside other work (1 cell) | {holding} (attention-solves-mqar "
+          "fails", WARMUP, {"minutes": _minutes("mqar.attention"), "holding": _holding}),
+    Quote(README, "softmax attention's warm-up, lengthened from {paper_core} to {steps} steps, lets two of its three "
+          "seeds recall ({w0}, {w1})", WARMUP,
+          {"paper_core": lambda d: _warmup_steps(load(MQAR)), "steps": _warmup_steps, "w0": _seed(0, True),
+           "w1": _seed(1, True)}),
+    Quote(DEVELOPMENT, "with a {steps}-step warm-up: {minutes} min of one core", WARMUP,
+          {"steps": _warmup_steps, "minutes": _minutes("mqar.attention")}),
 ]
 
 

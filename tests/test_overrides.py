@@ -19,6 +19,7 @@ from memlab.overrides import apply_overrides
 class Inner:
     steps: int = 10
     rate: float = 0.1
+    warmup: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,11 +36,14 @@ def test_values_are_read_by_the_fields_type():
     cfg = apply_overrides(Outer(), ["names=x,y,z", "sizes=3", "flag=true", "inner.steps=7", "inner.rate=1e-3"])
     assert cfg == Outer(names=("x", "y", "z"), sizes=(3,), flag=True, inner=Inner(steps=7, rate=1e-3))
     assert apply_overrides(Outer(), ["multiples=2,4"]).multiples == (2, 4)  # an empty tuple: by its annotation
+    assert apply_overrides(Outer(), ["inner.warmup=5"]).inner.warmup == 5  # None: by its annotation, int | None
+    assert apply_overrides(Outer(inner=Inner(warmup=5)), ["inner.warmup=none"]).inner.warmup is None
 
 
 @pytest.mark.parametrize("assignment, match", [
     ("nope=1", "Outer has no field 'nope'; fields: flag, inner, multiples, names, seed, sizes"),
     ("seed=x", "expected int, got 'x'"),
+    ("inner.warmup=x", "expected int, got 'x'"),
     ("flag=yes", "expected true or false"),
     ("inner=3", "'inner' is a nested config"),
     ("seed.x=3", "'seed' is not a nested config"),

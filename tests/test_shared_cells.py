@@ -2,6 +2,8 @@
 
 Digests only: no cell is computed here."""
 
+import dataclasses
+
 import jax
 
 from memlab import catalog
@@ -118,12 +120,21 @@ def test_the_lru_init_ablation_adds_one_cell_to_paper_core_families(tmp_path):
 
 def test_the_mqar_ablations_share_paper_core_families_cells_where_they_change_nothing(tmp_path):
     """mqar-short-conv: gated DeltaNet's mqar cell is paper-core-families' (computed once), only the one with the
-    short convolution is new; mqar-budget's attention cell trains four times as long, so it is a cell of its own."""
-    cells = {p: _leaderboard(p, tmp_path) for p in ("paper-core-families", "mqar-short-conv", "mqar-budget")}
+    short convolution is new; mqar-budget's attention cell trains four times as long, so it is a cell of its own, as
+    is mqar-warmup's: paper-core-families' attention cell (its keys and every size) with only the warm-up changed."""
+    profiles = ("paper-core-families", "mqar-short-conv", "mqar-budget", "mqar-warmup")
+    cells = {p: _leaderboard(p, tmp_path) for p in profiles}
     families, conv, budget = cells["paper-core-families"], cells["mqar-short-conv"], cells["mqar-budget"]
     assert set(conv) == {"mqar.gated-deltanet", "mqar.gated-deltanet-conv"}
     assert {n for n in conv if families.get(n) == conv[n]} == {"mqar.gated-deltanet"}
     assert set(budget) == {"mqar.attention"} and budget["mqar.attention"] != families["mqar.attention"]
+    warmup = cells["mqar-warmup"]
+    assert set(warmup) == {"mqar.attention"} and warmup["mqar.attention"] not in (budget["mqar.attention"],
+                                                                                    families["mqar.attention"])
+    board = catalog.get("arena.leaderboard").profiles
+    changed = dataclasses.replace(board["mqar-warmup"], train=dataclasses.replace(board["mqar-warmup"].train,
+                                                                                   warmup=None))
+    assert changed == dataclasses.replace(board["paper-core-families"], tasks=("mqar",), layers=("attention",))
 
 
 def test_arena_scaling_holds_the_leaderboards_cells_at_its_width(tmp_path):

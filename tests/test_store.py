@@ -113,6 +113,29 @@ def test_a_cell_keeps_its_digest_when_its_config_class_is_renamed_or_moved():
     assert cell_digest(partial(renamed, config, second=3)) == cell_digest(partial(add, config, 3))
 
 
+def test_a_field_added_to_a_config_keeps_every_digest_stored_before_it_while_at_its_default():
+    """``added_field``: at its default the config is described and written as before the field existed; set, it is
+    another cell; two added fields set to the same value are two cells."""
+    from memlab.files import added_field, to_jsonable
+
+    @dataclasses.dataclass(frozen=True)
+    class Before:
+        steps: int = 5
+
+    @dataclasses.dataclass(frozen=True)
+    class After:
+        steps: int = 5
+        warmup: int | None = added_field(None)
+        decay: int | None = added_field(None)
+
+    before = cell_digest(partial(add, Before(), 1))
+    assert cell_digest(partial(add, After(), 1)) == before
+    assert cell_digest(partial(add, After(warmup=0), 1)) not in (before, cell_digest(partial(add, After(), 1)))
+    assert cell_digest(partial(add, After(warmup=2), 1)) != cell_digest(partial(add, After(decay=2), 1))
+    assert to_jsonable(After()) == to_jsonable(Before()) == {"steps": 5}
+    assert to_jsonable(After(decay=0)) == {"steps": 5, "decay": 0}
+
+
 def test_checkpoint_placeholder_becomes_a_path():
     cell = partial(add, 1, CHECKPOINT)
     assert takes_checkpoint(cell) and not takes_checkpoint(partial(add, 1))

@@ -34,6 +34,9 @@ import jax
 import numpy as np
 
 __all__ = [
+    "added_at_default",
+    "added_field",
+    "is_added",
     "atomic_write_bytes",
     "check_name",
     "atomic_write_text",
@@ -90,11 +93,34 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+_ADDED = "memlab.added"
+
+
+def added_field(default: Any, **kwargs) -> Any:
+    """A dataclass field added to a config after runs of it were stored (``warmup: int | None = added_field(None)``):
+    at ``default`` it is left out of the config's JSON (:func:`to_jsonable`) and of its cells' digests
+    (``store.describe``), so every folder and cell made before it stays bound and found; a field added plainly
+    would change them all."""
+    return dataclasses.field(default=default, metadata={_ADDED: True}, **kwargs)
+
+
+def is_added(field: dataclasses.Field) -> bool:
+    return bool(field.metadata.get(_ADDED))
+
+
+def added_at_default(field: dataclasses.Field, value: Any) -> bool:
+    """Whether ``field`` is an :func:`added_field` and ``value`` its default (of the default's type: 0 is not
+    False)."""
+    return is_added(field) and type(value) is type(field.default) and value == field.default
+
+
 def to_jsonable(obj: Any, strict: bool = True) -> Any:
     """Convert ``obj`` to plain JSON types. ``strict``: non-finite floats become "NaN"/"Infinity"/"-Infinity"
-    and ``bytes`` are refused; otherwise floats stay as they are and bytes become ``{"__bytes__": base64}``."""
+    and ``bytes`` are refused; otherwise floats stay as they are and bytes become ``{"__bytes__": base64}``. A
+    dataclass becomes the dict of its fields, an :func:`added_field` at its default left out."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = {stored_key(f): getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        obj = {stored_key(f): getattr(obj, f.name) for f in dataclasses.fields(obj)
+               if not added_at_default(f, getattr(obj, f.name))}
     if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v, strict) for k, v in obj.items()}
     if isinstance(obj, (jax.Array, np.ndarray)):

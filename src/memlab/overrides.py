@@ -2,8 +2,8 @@
 
 A value is read by the type of the field's current value: ints, floats, bools (true/false), strings, and tuples as
 comma-separated items (``--set layers=gru,lru``; an empty tuple's items by its annotation, ``tuple[int, ...]``); a
-nested config's field by a dotted path (``--set train.steps=200``). Any other field, or a value of the wrong type,
-is a ValueError naming it.
+nested config's field by a dotted path (``--set train.steps=200``); a field annotated ``int | None`` (or float, str)
+by its value or ``none``. Any other field, or a value of the wrong type, is a ValueError naming it.
 """
 
 from __future__ import annotations
@@ -47,8 +47,24 @@ def _set(config: Any, names: list[str], text: str, path: str) -> Any:
     elif dataclasses.is_dataclass(current):
         raise ValueError(f"--set {path}: {names[0]!r} is a nested config; set its fields, e.g. {path}.FIELD=VALUE")
     else:
-        value = _parse(path, text, current, _item_type(config, names[0]))
+        optional = _optional_type(config, names[0])
+        if optional and text.lower() == "none":
+            value = None
+        else:
+            value = _parse(path, text, optional() if current is None and optional else current,
+                           _item_type(config, names[0]))
     return dataclasses.replace(config, **{names[0]: value})
+
+
+def _optional_type(config: Any, name: str) -> type | None:
+    """``T`` where the field is annotated ``T | None`` (T one of int, float, str), else None: such a field is set
+    from its value's text, or to None by ``none``."""
+    try:
+        args = typing.get_args(typing.get_type_hints(type(config)).get(name))
+    except (NameError, TypeError):
+        return None
+    kinds = [a for a in args if a is not type(None)]
+    return kinds[0] if type(None) in args and len(kinds) == 1 and kinds[0] in (int, float, str) else None
 
 
 def _item_type(config: Any, name: str) -> type:

@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from memlab import compile_cache
-from memlab.files import atomic_write_text, read_cell, stored_key
+from memlab.files import added_at_default, atomic_write_text, is_added, read_cell, stored_key
 
 __all__ = ["CHECKPOINT", "CellClaim", "CellStore", "DamagedRecord", "NotDescribable", "ResultMismatch", "StoreError",
            "cell", "cell_digest", "describe", "result_types", "typed_result", "with_checkpoint"]
@@ -157,9 +157,15 @@ def _number(x: float) -> str:
     return repr(float(x)) if math.isfinite(x) else str(x)
 
 
+def _describe_field(i: int, f: dataclasses.Field, value: Any) -> Any:
+    # an added field that is set is tagged with its place, so that two added fields never stand for each other
+    return {"__added__": i, "value": describe_value(value)} if is_added(f) else describe_value(value)
+
+
 def describe_value(x: Any) -> Any:
     """The JSON description of one argument (module docstring); NotDescribable for an unknown type. A dataclass (an
-    Equinox module too) or NamedTuple by its fields' values in order, never by what its class or its fields are
+    Equinox module too) or NamedTuple by its fields' values in order (a ``files.added_field`` at its default left
+    out), never by what its class or its fields are
     called or where the class lives, so that renaming or moving a config class or a field leaves every stored cell
     found; another registered pytree by its structure (``str(treedef)``, which names its node types) and leaves."""
     if x is CHECKPOINT:
@@ -183,7 +189,8 @@ def describe_value(x: Any) -> Any:
     if isinstance(x, (jax.Array, np.ndarray)):
         return _array(x)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {"__fields__": [describe_value(getattr(x, f.name)) for f in dataclasses.fields(x)]}
+        return {"__fields__": [_describe_field(i, f, getattr(x, f.name)) for i, f in enumerate(dataclasses.fields(x))
+                               if not added_at_default(f, getattr(x, f.name))]}
     if isinstance(x, tuple) and hasattr(x, "_fields"):  # NamedTuple
         return {"__fields__": [describe_value(v) for v in x]}
     if isinstance(x, (list, tuple)):

@@ -22,6 +22,7 @@ from jax import Array
 from memlab.arena.model import SequenceModel
 from memlab.arena.task import Batch, Task, masked_mean, normalised_gap, per_step_mean
 from memlab.checks import check_int, check_real
+from memlab.files import added_field
 
 __all__ = ["SCORING_CHUNK", "Baselines", "Comparison", "Scores", "Target", "TrainConfig", "TrainResult", "TrainState",
            "Training", "apply", "baselines", "chunk_batches", "compare", "compare_to", "comparison_target",
@@ -36,8 +37,8 @@ SCORING_CHUNK = 64
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Sizes of one training run: ``steps`` Adam steps on batches of ``batch`` sequences of ``length`` steps,
-    peak ``learning_rate`` (linear warm-up over the first 10 % of steps, cosine decay to 0), gradients clipped to
-    global norm ``clip``; every ``eval_every`` steps the loss on the held-out batch."""
+    peak ``learning_rate`` (a linear warm-up over ``warmup`` steps, default the first 10 %, then a cosine decay to
+    0), gradients clipped to global norm ``clip``; every ``eval_every`` steps the loss on the held-out batch."""
 
     steps: int = 2000
     batch: int = 32
@@ -45,10 +46,16 @@ class TrainConfig:
     learning_rate: float = 3e-3
     clip: float = 1.0
     eval_every: int = 200
+    warmup: int | None = added_field(None)  # None: steps // 10 (the cells stored before this field keep their keys)
+
+    def warmup_steps(self) -> int:
+        return max(1, self.steps // 10) if self.warmup is None else self.warmup
 
     def validate(self) -> None:
         for name in ("steps", "batch", "length", "eval_every"):
             check_int(name, getattr(self, name))
+        if self.warmup is not None and check_int("warmup", self.warmup) >= self.steps:
+            raise ValueError(f"warmup must be fewer steps than steps ({self.steps}); got {self.warmup}")
         check_real("learning_rate", self.learning_rate, 0.0, open_low=True)
         check_real("clip", self.clip, 0.0, open_low=True)
         if self.steps % self.eval_every:
@@ -105,9 +112,9 @@ class Training(NamedTuple):
 
 
 def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
-    """The default optimizer's learning rate by step: a linear warm-up over the first tenth of ``config.steps`` to
+    """The default optimizer's learning rate by step: a linear warm-up over ``config.warmup_steps()`` to
     ``config.learning_rate``, then a cosine decay to 0 at the last step."""
-    return optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, max(1, config.steps // 10), config.steps)
+    return optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, config.warmup_steps(), config.steps)
 
 
 def make_training(task: Task, layer: str, width: int, depth: int, config: TrainConfig, held_out: Batch,
@@ -118,8 +125,7 @@ def make_training(task: Task, layer: str, width: int, depth: int, config: TrainC
     {"loss", "held-out loss"})``: on the host after every chunk, with the Adam steps done in that call of ``run``
     (``jax.debug.callback``: see ``memlab.progress`` for what a callback costs; default None: silent, and the
     program is the one compiled without it). ``optimizer``: the update of every step; default global-norm clipping
-    at ``config.clip`` then Adam under a linear warm-up over the first tenth of the steps to
-    ``config.learning_rate`` and a cosine decay to 0."""
+    at ``config.clip`` then Adam under :func:`learning_rate_schedule`."""
     config.validate()
     if optimizer is None:
         optimizer = optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(learning_rate_schedule(config)))

@@ -11,12 +11,13 @@ import dataclasses
 from functools import partial
 
 import jax
-import matplotlib.colors
 import numpy as np
 
-from memlab import plots
+from memlab.arena.experiments import leaderboard_figures
 from memlab.arena.experiments.leaderboard_analysis import (
+    BOUNDED,
     MARGIN_FLOOR,
+    POSTERIOR,
     GapStats,
     Leaderboard,
     gap_stats,
@@ -34,8 +35,6 @@ from memlab.files import summary_text
 from memlab.runner import Experiment, Run
 from memlab.store import CHECKPOINT
 
-FLOOR = 1e-4  # the smallest gap the figures resolve (paper-scale gaps reach 4e-4 on hmm-mess3)
-
 # the nine layers of the paper-core run (pinned below: a layer added to ALL_LAYERS must not add cells to a run in
 # progress), then the ones added since
 PAPER_CORE_LAYERS = ("lru", "s5", "mamba", "gru", "lstm", "attention", "linear-attention", "gated-deltanet", "lof")
@@ -43,8 +42,6 @@ ALL_LAYERS = (*PAPER_CORE_LAYERS, "alf")
 
 SUMMARY = summary_text(__package__, "leaderboard")
 
-# the task whose reference trained layers beat, and the name of the predictor scored beside them as its bound
-BOUNDED, POSTERIOR = "policy-eval", "posterior-predictor"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,37 +112,6 @@ def analyse(cfg: LeaderboardConfig, cells: dict[str, ScoredSeeds | PredictorScor
     closest = {t: min(stats[t], key=lambda m: stats[t][m].gap) for t in cfg.tasks}
     bounds = {t: cells[f"{t}.{POSTERIOR}"] for t in cfg.tasks if f"{t}.{POSTERIOR}" in cells}
     return Leaderboard(stats, steps, closest, bounds)
-
-
-def _figures(cfg: LeaderboardConfig, board: Leaderboard, exact: list[str], run: Run) -> None:
-    # log scales: the layers that learn the task sit between 0.005 and 0.05, where a linear scale shows one colour
-    gaps = np.array([[board.stats[t][m].gap for m in cfg.layers] for t in cfg.tasks])
-    fig, ax = plots.figure(width=max(4.5, 1.6 + 0.9 * len(cfg.layers)), height=1.4 + 0.6 * len(cfg.tasks))
-    norm = matplotlib.colors.LogNorm(vmin=FLOOR, vmax=1.0)
-    image = ax.imshow(np.clip(gaps, FLOOR, 1.0), cmap="viridis_r", norm=norm, aspect="auto")
-    for (i, j), g in np.ndenumerate(gaps):
-        ax.text(j, i, f"{g:.2g}", ha="center", va="center", color="white" if g > 0.1 else "black", fontsize=8)
-    ax.set_xticks(range(len(cfg.layers)), cfg.layers, rotation=30, ha="right")
-    ax.set_yticks(range(len(cfg.tasks)), [t + ("" if t in exact else " (≈)") for t in cfg.tasks])
-    ax.grid(False)
-    ax.set_title("normalised gap to each task's reference\n(0 = the reference, 1 = no memory; log colours)\n"
-                 "≈: an approximate reference; a gap below 0 beats it", fontsize=9)
-    fig.colorbar(image, ax=ax)
-    run.save_figure(fig, "gaps.png")
-
-    fig, axes = plots.figure(1, len(cfg.tasks), width=3.2 * len(cfg.tasks) + 1.6, height=3.2, squeeze=False)
-    for ax, t in zip(axes[0], cfg.tasks, strict=True):
-        for m in cfg.layers:
-            ax.plot(board.steps, board.stats[t][m].budget, marker="o", ms=3, label=m)
-        ax.set(title=t, xlabel="training steps")
-        ax.set_yscale("symlog", linthresh=FLOOR)  # log above FLOOR, linear through 0 (a gap may dip below it)
-        ax.axhline(0.0, color="black", lw=0.8)
-        if t in board.bounds:
-            ax.axhline(board.bounds[t].gap, color="black", ls="--", lw=0.8, label=POSTERIOR + " (bound)")
-    axes[0][0].set_ylabel("held-out gap (symlog)")
-    labelled = {label: h for ax in axes[0] for h, label in zip(*ax.get_legend_handles_labels(), strict=True)}
-    axes[0][-1].legend(labelled.values(), labelled.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    run.save_figure(fig, "budget.png")
 
 
 def claim_no_layer_beats_the_reference(run: Run, stats: dict[str, GapStats], note: str = "") -> None:
@@ -221,17 +187,17 @@ def task_notes(tasks: tuple[str, ...]) -> str:
 def run_leaderboard(cfg: LeaderboardConfig, run: Run) -> Leaderboard:
     board = analyse(cfg, run.sweep(sweep_cells(cfg, run), "train layers"))
     exact = [t for t in cfg.tasks if reference_is_exact(make_task(t))]
-    _figures(cfg, board, exact, run)
+    leaderboard_figures.draw(cfg, board, exact, run)
     claims(cfg, board, exact, run)
     closest = "Lowest gap (the closest to the optimum; below 0 beats a ≈ task's approximate reference): " + "; ".join(
         f"{t}: {m} ({board.stats[t][m].gap:.3g})" for t, m in board.closest.items()) + "." + noise_note(
         thin_margins(board)) + "".join(bound_note(t, b, board.closest[t], board.stats[t][board.closest[t]].gap)
                                        for t, b in board.bounds.items())
     tc = cfg.train
-    run.write_summary(SUMMARY.format(depth=cfg.depth, width=cfg.width, steps=tc.steps, batch=tc.batch,
-                                     length=tc.length, lr=tc.learning_rate, seeds=cfg.seeds, test_batch=cfg.test_batch,
-                                     closest=closest, table=_table(cfg, board, exact, run),
-                                     tasks=task_notes(cfg.tasks)))
+    run.write_summary(SUMMARY.format(depth=cfg.depth, width=cfg.width, steps=tc.steps, batch=tc.batch, seeds=cfg.seeds,
+                                     length=tc.length, lr=tc.learning_rate, test_batch=cfg.test_batch, closest=closest,
+                                     warmup="" if tc.warmup is None else f" after {tc.warmup} steps of warm-up",
+                                     table=_table(cfg, board, exact, run), tasks=task_notes(cfg.tasks)))
     return board
 
 
@@ -274,9 +240,11 @@ LRU_INIT_ABLATION = dataclasses.replace(PAPER, tasks=("policy-eval",), layers=("
 
 # why softmax attention ends at the 1/K level on mqar at paper-core's budget (5,000 steps of 32 sequences) where,
 # with Zoology's recipe (batch 512), it passed 0.99 accuracy in 800 steps (arena.mqar-zoology): paper-core's cell
-# trained four times as long, 640,000 sequences (the same schedule's shape stretched over 20,000 steps)
+# trained four times as long (the schedule's shape stretched over 20,000 steps); then paper-core's cell (its keys,
+# so its initialisations and batches) with only the warm-up changed to the 20,000-step run's 2,000 steps
 MQAR_BUDGET = dataclasses.replace(PAPER, tasks=("mqar",), layers=("attention",),
                                   train=dataclasses.replace(PAPER.train, steps=20000))
+MQAR_WARMUP = dataclasses.replace(MQAR_BUDGET, train=dataclasses.replace(PAPER.train, warmup=2000))
 # gated DeltaNet with and without a short causal convolution (with silu; Mamba has one too) at the same budget
 MQAR_SHORT_CONV = dataclasses.replace(PAPER, tasks=("mqar",), layers=("gated-deltanet", "gated-deltanet-conv"))
 
@@ -290,7 +258,7 @@ EXPERIMENTS = [
          # paper-core's layers on the other families' canonical tasks (the paper profile's cells, as paper-core's)
          "paper-core-families": dataclasses.replace(PAPER, tasks=FAMILIES[2:], layers=PAPER_CORE_LAYERS),
          "linear-attention-ablation": LINEAR_ATTENTION_ABLATION, "quick-recall-budget": RECALL_BUDGET,
-         "lru-init-ablation": LRU_INIT_ABLATION, "mqar-budget": MQAR_BUDGET,
+         "lru-init-ablation": LRU_INIT_ABLATION, "mqar-budget": MQAR_BUDGET, "mqar-warmup": MQAR_WARMUP,
          "mqar-short-conv": MQAR_SHORT_CONV},
         run_leaderboard,
         # a quick cell keeps one core busy (an XLA compile, then a small program): one process per core

@@ -16,17 +16,21 @@ from memlab.arena.experiments.train_and_score import ScoredSeeds
 # predictor counts
 MARGIN_FLOOR = 0.01
 
+# the task whose reference trained layers beat, and the name of the predictor scored beside them as its bound
+BOUNDED, POSTERIOR = "policy-eval", "posterior-predictor"
+
 
 @dataclasses.dataclass(frozen=True)
 class GapStats:
     """One (task, layer): ``gap`` mean and ``se`` (standard error over seeds) of the held-out normalised gap,
-    ``per_seed`` (seeds,), ``budget`` (evaluations,) the mean gap after every ``eval_every`` steps, ``parameters``
-    and ``state`` (numbers carried per step at the training length); ``compiled_distance`` and ``gradient_cosine``:
-    the mean over seeds of :func:`memlab.arena.train.compare` with the task's compiled model (NaN without one);
-    ``longer``, ``longer_se``: the mean gap and its standard error on sequences ``cfg.longer`` times the training
-    length; ``reference_distance``: the mean per-step distance of the model's predictions from the reference's
-    (KL(reference || model) for symbols, squared error for vectors); ``margin``: the task's memory margin
-    L_trivial - L_ref on the held-out batch (the gap's denominator; NaN where the cell does not record it)."""
+    ``per_seed`` (seeds,), ``budget`` (evaluations,) the mean gap after every ``eval_every`` steps (``seed_budgets``
+    (seeds, evaluations): each seed's), ``parameters`` and ``state`` (numbers carried per step at the training
+    length); ``compiled_distance`` and ``gradient_cosine``: the mean over seeds of
+    :func:`memlab.arena.train.compare` with the task's compiled model (NaN without one); ``longer``, ``longer_se``:
+    the mean gap and its standard error on sequences ``cfg.longer`` times the training length;
+    ``reference_distance``: the mean per-step distance of the model's predictions from the reference's (KL(reference
+    || model) for symbols, squared error for vectors); ``margin``: the task's memory margin L_trivial - L_ref on the
+    held-out batch (the gap's denominator; NaN where the cell does not record it)."""
 
     gap: float
     se: float
@@ -40,6 +44,7 @@ class GapStats:
     reference_distance: float
     longer_se: list[float]
     margin: float = float("nan")
+    seed_budgets: list[list[float]] = dataclasses.field(default_factory=list)  # (seeds, evaluations)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +76,8 @@ def gap_stats(c: ScoredSeeds, multiples: int) -> GapStats:
     return GapStats(float(gap), float(se), gaps.tolist(), np.asarray(c.eval_gap).mean(0).tolist(),
                     int(c.parameters), int(c.state), float(np.mean(c.compiled_distance)),
                     float(np.mean(c.gradient_cosine)), longer_gap.tolist(), float(np.mean(c.distance_loss)),
-                    longer_se.tolist(), float(np.mean(np.subtract(c.trivial_loss, c.reference_loss))))
+                    longer_se.tolist(), float(np.mean(np.subtract(c.trivial_loss, c.reference_loss))),
+                    np.asarray(c.eval_gap, float).tolist())
 
 
 def thin_margins(board: Leaderboard) -> list[str]:

@@ -26,13 +26,13 @@ from memlab import plots
 from memlab.arena.experiments import leaderboard
 from memlab.arena.experiments.leaderboard import (
     ALL_LAYERS,
-    FLOOR,
     PAPER_CORE_LAYERS,
     LeaderboardConfig,
     claim_no_layer_beats_the_reference,
     task_notes,
 )
 from memlab.arena.experiments.leaderboard_analysis import GapStats
+from memlab.arena.experiments.leaderboard_figures import FLOOR
 from memlab.arena.experiments.train_and_score import ScoredSeeds
 from memlab.arena.task import reference_is_exact
 from memlab.arena.tasks import make_task
