@@ -121,8 +121,9 @@ def test_the_lru_init_ablation_adds_one_cell_to_paper_core_families(tmp_path):
 def test_the_mqar_ablations_share_paper_core_families_cells_where_they_change_nothing(tmp_path):
     """mqar-short-conv: gated DeltaNet's mqar cell is paper-core-families' (computed once), only the one with the
     short convolution is new; mqar-budget's attention cell trains four times as long, so it is a cell of its own, as
-    is mqar-warmup's: paper-core-families' attention cell (its keys and every size) with only the warm-up changed."""
-    profiles = ("paper-core-families", "mqar-short-conv", "mqar-budget", "mqar-warmup")
+    are mqar-warmup's and mqar-low-peak's: paper-core-families' attention cell (its keys and every size) with only
+    the warm-up, or only the peak rate, changed."""
+    profiles = ("paper-core-families", "mqar-short-conv", "mqar-budget", "mqar-warmup", "mqar-low-peak")
     cells = {p: _leaderboard(p, tmp_path) for p in profiles}
     families, conv, budget = cells["paper-core-families"], cells["mqar-short-conv"], cells["mqar-budget"]
     assert set(conv) == {"mqar.gated-deltanet", "mqar.gated-deltanet-conv"}
@@ -131,10 +132,14 @@ def test_the_mqar_ablations_share_paper_core_families_cells_where_they_change_no
     warmup = cells["mqar-warmup"]
     assert set(warmup) == {"mqar.attention"} and warmup["mqar.attention"] not in (budget["mqar.attention"],
                                                                                     families["mqar.attention"])
+    low = cells["mqar-low-peak"]
+    assert set(low) == {"mqar.attention"} and low["mqar.attention"] not in (
+        budget["mqar.attention"], families["mqar.attention"], warmup["mqar.attention"])
     board = catalog.get("arena.leaderboard").profiles
-    changed = dataclasses.replace(board["mqar-warmup"], train=dataclasses.replace(board["mqar-warmup"].train,
-                                                                                   warmup=None))
-    assert changed == dataclasses.replace(board["paper-core-families"], tasks=("mqar",), layers=("attention",))
+    paper_core = dataclasses.replace(board["paper-core-families"], tasks=("mqar",), layers=("attention",))
+    for name, field, value in (("mqar-warmup", "warmup", None), ("mqar-low-peak", "learning_rate", 3e-3)):
+        train = dataclasses.replace(board[name].train, **{field: value})
+        assert dataclasses.replace(board[name], train=train) == paper_core, name
 
 
 def test_arena_scaling_holds_the_leaderboards_cells_at_its_width(tmp_path):

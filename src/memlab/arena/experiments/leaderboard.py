@@ -245,6 +245,9 @@ LRU_INIT_ABLATION = dataclasses.replace(PAPER, tasks=("policy-eval",), layers=("
 MQAR_BUDGET = dataclasses.replace(PAPER, tasks=("mqar",), layers=("attention",),
                                   train=dataclasses.replace(PAPER.train, steps=20000))
 MQAR_WARMUP = dataclasses.replace(MQAR_BUDGET, train=dataclasses.replace(PAPER.train, warmup=2000))
+# ... or its warm-up kept and its peak rate halved: by step 1,500 about as much rate summed as mqar-budget's (whether
+# the ramp's length or the rate's size frees the seeds that mqar-warmup frees)
+MQAR_LOW_PEAK = dataclasses.replace(MQAR_BUDGET, train=dataclasses.replace(PAPER.train, learning_rate=1.5e-3))
 # gated DeltaNet with and without a short causal convolution (with silu; Mamba has one too) at the same budget
 MQAR_SHORT_CONV = dataclasses.replace(PAPER, tasks=("mqar",), layers=("gated-deltanet", "gated-deltanet-conv"))
 
@@ -259,6 +262,7 @@ EXPERIMENTS = [
          "paper-core-families": dataclasses.replace(PAPER, tasks=FAMILIES[2:], layers=PAPER_CORE_LAYERS),
          "linear-attention-ablation": LINEAR_ATTENTION_ABLATION, "quick-recall-budget": RECALL_BUDGET,
          "lru-init-ablation": LRU_INIT_ABLATION, "mqar-budget": MQAR_BUDGET, "mqar-warmup": MQAR_WARMUP,
+         "mqar-low-peak": MQAR_LOW_PEAK,
          "mqar-short-conv": MQAR_SHORT_CONV},
         run_leaderboard,
         # a quick cell keeps one core busy (an XLA compile, then a small program): one process per core
