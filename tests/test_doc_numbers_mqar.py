@@ -110,10 +110,19 @@ def _recalling(d: Any) -> list[int]:
     return [i for i, g in enumerate(_attention(d)["per_seed"]) if g < 0.01]
 
 
+def _recalling_curves(d: Any) -> list[list[float]]:
+    return [_attention(d)["seed_budgets"][i] for i in _recalling(d)]
+
+
 def _left(d: Any) -> int:
     """The index of the first evaluation at which every recalling seed is below the level by more than 0.05."""
-    curves = [_attention(d)["seed_budgets"][i] for i in _recalling(d)]
+    curves = _recalling_curves(d)
     return next(k for k in range(len(curves[0])) if all(c[k] < ONE_IN_FOUR - 0.05 for c in curves))
+
+
+def _left_step(d: Any) -> int:
+    """The step of that evaluation."""
+    return d["results"]["steps"][_left(d)]
 
 
 def _same_seeds(d: Any) -> str:
@@ -133,6 +142,7 @@ def _equal_through(d: Any) -> str:
 def _paper_core_at_left(d: Any) -> str:
     """paper-core's three seeds at the evaluation where mqar-budget's recalling seeds had left the level: 'lo–hi',
     if every one is still within 0.1 of it."""
+    # the same index: paper-core's cell evaluates every 250 steps, as mqar-budget does
     at = [curve[_left(load(BUDGET))] for curve in d["record"]["result"]["eval_gap"]]
     ok = all(abs(g - ONE_IN_FOUR) < 0.1 for g in at)
     return f"{sig(min(at))}–{sig(max(at))}" if ok else f"(not at the level: {at})"
@@ -149,28 +159,37 @@ def _failing(d: Any) -> str:
 
 def _seed_left(d: Any) -> str:
     """'a and b': the steps by which each recalling seed is below the level by more than 0.05."""
-    curves = [_attention(d)["seed_budgets"][i] for i in _recalling(d)]
-    steps = [d["results"]["steps"][next(k for k, g in enumerate(c) if g < ONE_IN_FOUR - 0.05)] for c in curves]
+    steps = [d["results"]["steps"][next(k for k, g in enumerate(c) if g < ONE_IN_FOUR - 0.05)]
+             for c in _recalling_curves(d)]
     return " and ".join(f"{s:,}" for s in steps)
 
 
 def _budget_left_step() -> int:
     """The step by which mqar-budget's recalling seeds had left the level."""
-    budget = load(BUDGET)
-    return budget["results"]["steps"][_left(budget)]
+    return _left_step(load(BUDGET))
+
+
+def _train_config(d: Any):
+    from memlab.arena.train import TrainConfig
+
+    return TrainConfig(**_train(d))
+
+
+def _schedule(d: Any):
+    """The run's learning rate by step (memlab.arena.train.learning_rate_schedule)."""
+    from memlab.arena.train import learning_rate_schedule
+
+    return learning_rate_schedule(_train_config(d))
 
 
 def _summed_rate(d: Any, steps: int) -> float:
     """The learning rate of the run's schedule summed over its first ``steps`` steps."""
-    from memlab.arena.train import TrainConfig, learning_rate_schedule
-
-    schedule = learning_rate_schedule(TrainConfig(**_train(d)))
+    schedule = _schedule(d)
     return sum(float(schedule(k)) for k in range(steps))
 
 
 def _warmup_steps(d: Any) -> str:
-    train = _train(d)
-    return f"{train.get('warmup') or train['steps'] // 10:,}"
+    return f"{_train_config(d).warmup_steps():,}"
 
 
 def _at_left(i: int, offset: int = 0):
@@ -179,14 +198,11 @@ def _at_left(i: int, offset: int = 0):
 
 
 def _rate_at(d: Any, step: int) -> str:
-    """The learning rate of the run's schedule at ``step`` (memlab.arena.train.learning_rate_schedule)."""
-    from memlab.arena.train import TrainConfig, learning_rate_schedule
-
-    return f"{float(learning_rate_schedule(TrainConfig(**_train(d)))(step)):.3g}"
+    """The learning rate of the run's schedule at ``step``."""
+    return f"{float(_schedule(d)(step)):.3g}"
 
 
-BUDGET_LEFT = {"bleft": lambda d: f"{d['results']['steps'][_left(d)]:,}",
-               "bseen": lambda d: f"{d['results']['steps'][_left(d)] * _train(d)['batch']:,}"}
+BUDGET_LEFT = {"bleft": lambda d: f"{_left_step(d):,}", "bseen": lambda d: f"{_left_step(d) * _train(d)['batch']:,}"}
 
 
 MQAR_QUOTES = [
@@ -272,9 +288,8 @@ MQAR_QUOTES = [
           {"steps": _warmup_steps, "through": _equal_through, "same": _same_seeds, "w0": _seed(0, True),
            "w1": _seed(1, True), "w2": _seed(2, False)}),
     Quote(ARENA_DOC, "not how its warm-up ramps ({paper_core} at step {step} against mqar-budget's {budget})", BUDGET,
-          {"step": lambda d: f"{d['results']['steps'][_left(d)]:,}",
-           "paper_core": lambda d: _rate_at(load(MQAR), d["results"]["steps"][_left(d)]),
-           "budget": lambda d: _rate_at(d, d["results"]["steps"][_left(d)])}),
+          {"step": lambda d: f"{_left_step(d):,}", "paper_core": lambda d: _rate_at(load(MQAR), _left_step(d)),
+           "budget": lambda d: _rate_at(d, _left_step(d))}),
     Quote(ARENA_DOC, "keeps paper-core's {warmup}-step warm-up and halves the peak rate to {peak} (by step {step} "
           "about as much rate summed as mqar-budget's: {low} against {budget}): {same} seeds drop away by steps "
           "{left} and recall ({l0} and {l1}); the third ends at the level ({l2}).", LOW_PEAK,

@@ -60,32 +60,38 @@ def pong_data():
     return pissm_runs.load_dataset("pong", pissm_runs.LAYOUTS["tiny"]["pong"], key=jax.random.key(3))
 
 
+def three_ways(chunked_run, one_program, one: bool) -> tuple:
+    """``chunked_run()`` in chunks of one epoch and in one chunk, then, with ``one``, ``one_program()``."""
+    chunked = [chunked_run() for progress.CHUNK_S in (0.0, 1e9)]
+    return (*chunked, one_program()) if one else tuple(chunked)
+
+
 def pissm_runs_three_ways(model: str, config: PissmConfig, pong, one: bool = True) -> tuple:
     """``fit``'s training (in chunks of one epoch, in one chunk) and, with ``one``, the one program it replaced."""
     key = jax.random.key(0)
     model_0, masks, key_train = pissm_runs._start(model, "pong", pong, config, key, 0.0, "reinforce")
     config = dataclasses.replace(config, batch_size=max(1, min(config.batch_size, pong.train.y.shape[0] // 8)))
     args = (key_train, model_0, pong.train.y, masks[0], pong.validation.y, masks[1])
-    chunked = [pissm_runs.train_in_chunks(pissm_runs.chunked_train(config), config.epochs, *args)
-               for progress.CHUNK_S in (0.0, 1e9)]
+    runs = three_ways(lambda: pissm_runs.train_in_chunks(pissm_runs.chunked_train(config), config.epochs, *args),
+                      lambda: pissm_runs.compiled_train(config)(*args), one)
     if model == "pissm-gru":
-        assert chunked[0].failed and 0 <= chunked[0].failed_epoch < config.epochs - 1, "the run must fail early"
-    return (*chunked, pissm_runs.compiled_train(config)(*args)) if one else tuple(chunked)
+        assert runs[0].failed and 0 <= runs[0].failed_epoch < config.epochs - 1, "the run must fail early to test"
+    return runs
 
 
 def recall_runs_three_ways(config: RecallConfig, one: bool = True) -> tuple:
     task = RecallTask(context_length=10)
     pools = recall_runs.training_pools(task, 12, 2, jax.random.key(8))
     args = (jax.random.split(jax.random.key(21), 2), pools, sample(jax.random.key(20), 9, task), jnp.asarray(6))
-    chunked = [recall_runs.train_in_chunks(recall_runs.chunked_train("mamba-1", 1, config), config.epochs, *args)
-               for progress.CHUNK_S in (0.0, 1e9)]
-    return (*chunked, recall_runs.compiled_train("mamba-1", 1, config)(*args)) if one else tuple(chunked)
+    return three_ways(
+        lambda: recall_runs.train_in_chunks(recall_runs.chunked_train("mamba-1", 1, config), config.epochs, *args),
+        lambda: recall_runs.compiled_train("mamba-1", 1, config)(*args), one)
 
 
 def ictd_runs_three_ways(config: PretrainConfig, one: bool = True) -> tuple:
-    chunked = [ictd_in_chunks(IctdChunks(*map(jax.jit, make_chunked_train(config))), config.num_epochs,
-                              jax.random.key(0)) for progress.CHUNK_S in (0.0, 1e9)]
-    return (*chunked, jax.jit(ictd_train(config))(jax.random.key(0))) if one else tuple(chunked)
+    return three_ways(lambda: ictd_in_chunks(IctdChunks(*map(jax.jit, make_chunked_train(config))), config.num_epochs,
+                                             jax.random.key(0)),
+                      lambda: jax.jit(ictd_train(config))(jax.random.key(0)), one)
 
 
 def every_run_three_ways(studies: str = "pissm recall ictd", one: bool = True) -> list[tuple]:

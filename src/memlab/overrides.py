@@ -56,13 +56,18 @@ def _set(config: Any, names: list[str], text: str, path: str) -> Any:
     return dataclasses.replace(config, **{names[0]: value})
 
 
+def _annotation_args(config: Any, name: str) -> tuple:
+    """The arguments of the field's annotation (``tuple[int, ...]`` -> (int, ...)); () if it cannot be read."""
+    try:
+        return typing.get_args(typing.get_type_hints(type(config)).get(name))
+    except (NameError, TypeError):
+        return ()
+
+
 def _optional_type(config: Any, name: str) -> type | None:
     """``T`` where the field is annotated ``T | None`` (T one of int, float, str), else None: such a field is set
     from its value's text, or to None by ``none``."""
-    try:
-        args = typing.get_args(typing.get_type_hints(type(config)).get(name))
-    except (NameError, TypeError):
-        return None
+    args = _annotation_args(config, name)
     kinds = [a for a in args if a is not type(None)]
     return kinds[0] if type(None) in args and len(kinds) == 1 and kinds[0] in (int, float, str) else None
 
@@ -70,10 +75,7 @@ def _optional_type(config: Any, name: str) -> type | None:
 def _item_type(config: Any, name: str) -> type:
     """The item type a tuple field is annotated with (``tuple[int, ...]`` -> int; str if unknown): an empty
     tuple has no item to read it from."""
-    try:
-        args = typing.get_args(typing.get_type_hints(type(config)).get(name))
-    except (NameError, TypeError):
-        return str
+    args = _annotation_args(config, name)
     return args[0] if args and args[0] in (int, float, str, bool) else str
 
 

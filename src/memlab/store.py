@@ -165,9 +165,9 @@ def _describe_field(i: int, f: dataclasses.Field, value: Any) -> Any:
 def describe_value(x: Any) -> Any:
     """The JSON description of one argument (module docstring); NotDescribable for an unknown type. A dataclass (an
     Equinox module too) or NamedTuple by its fields' values in order (a ``files.added_field`` at its default left
-    out), never by what its class or its fields are
-    called or where the class lives, so that renaming or moving a config class or a field leaves every stored cell
-    found; another registered pytree by its structure (``str(treedef)``, which names its node types) and leaves."""
+    out), never by what its class or its fields are called or where the class lives, so that renaming or moving a
+    config class or a field leaves every stored cell found; another registered pytree by its structure
+    (``str(treedef)``, which names its node types) and leaves."""
     if x is CHECKPOINT:
         return "CHECKPOINT"
     if x is None or isinstance(x, (bool, str)):

@@ -43,7 +43,6 @@ ALL_LAYERS = (*PAPER_CORE_LAYERS, "alf")
 SUMMARY = summary_text(__package__, "leaderboard")
 
 
-
 @dataclasses.dataclass(frozen=True)
 class LeaderboardConfig:
     """Which tasks and layers, the model's size, the training run and the held-out batch."""
